@@ -1,0 +1,32 @@
+import { spawn } from "node:child_process";
+import type { Command } from "commander";
+import { addSandboxOptions, fail, limitsFrom, parseEnvPairs, timeoutMsFrom, type SandboxCliOptions } from "./common.js";
+import { addWorkspaceOptions, openWorkspace, type WorkspaceCliOptions } from "./workspace.js";
+
+export function registerShellCommand(program: Command, getHome: () => string): void {
+  addWorkspaceOptions(addSandboxOptions(program.command("shell")))
+    .description("an interactive shell in a fresh sandbox (everything it writes vanishes on exit)")
+    .action(async (o: SandboxCliOptions & WorkspaceCliOptions) => {
+      try {
+        await using sb = await openWorkspace(o, {
+          home: getHome(),
+          network: o.network,
+          limits: limitsFrom(o),
+          env: { TERM: process.env.TERM ?? "xterm", ...parseEnvPairs(o.env) },
+          cwd: o.cwd,
+          uid: o.uid ? Number(o.uid) : undefined,
+          timeoutMs: timeoutMsFrom(o),
+        });
+        const { argv, cleanup } = sb.commandArgv(["/bin/bash", "-i"], {});
+        const code = await new Promise<number>((resolve) => {
+          const child = spawn(argv[0]!, argv.slice(1), { stdio: "inherit", env: {} });
+          child.on("exit", (c, s) => resolve(c ?? (s ? 128 : 1)));
+          sb.onClose(() => resolve(124));
+        });
+        cleanup();
+        process.exitCode = code;
+      } catch (e) {
+        fail(e);
+      }
+    });
+}

@@ -1,0 +1,121 @@
+/** `minisandbox store …`: stats, verify, gc, export, import. Parsing and printing only; logic is in env/store. */
+import type { Command } from "commander";
+import { homeLayout } from "../util/home.js";
+import { formatBytes } from "../util/size.js";
+import { exportPack, gcStore, importPack, openStore, storeStats, verifyStore, type Store, type VerifyReport } from "../env/store/index.js";
+
+interface JsonFlag {
+  json?: boolean;
+}
+
+export function registerStoreCommand(program: Command, getHome: () => string): void {
+  const cmd = program.command("store").description("content-addressed layer store: dedup stats, integrity, gc, packs");
+  const store = (): Store => openStore(homeLayout(getHome()).store);
+
+  cmd
+    .command("stats")
+    .description("layers, logical vs stored bytes, dedup ratio")
+    .option("--json", "machine-readable output")
+    .action(
+      action("stats", async (opts: JsonFlag) => {
+        const s = await storeStats(store());
+        if (opts.json) return printJson(s);
+        print(
+          `layers:        ${s.layers}`,
+          `objects:       ${s.objects}`,
+          `logical bytes: ${formatBytes(s.logicalBytes)} (${s.logicalBytes})`,
+          `stored bytes:  ${formatBytes(s.storedBytes)} (${s.storedBytes})`,
+          `dedup ratio:   ${s.dedupRatio.toFixed(2)}x`,
+          `unreferenced:  ${s.unreferencedObjects} objects, ${formatBytes(s.unreferencedBytes)} (run 'store gc')`,
+        );
+      }),
+    );
+
+  cmd
+    .command("verify")
+    .description("rehash every object and check every manifest; exits 1 on any problem")
+    .option("--json", "machine-readable output")
+    .action(
+      action("verify", async (opts: JsonFlag) => {
+        const progress = !opts.json && process.stderr.isTTY;
+        const report = await verifyStore(store(), {
+          onProgress: progress ? (done, total) => process.stderr.write(`\rverifying ${done}/${total} objects`) : undefined,
+        });
+        if (progress) process.stderr.write("\n");
+        if (opts.json) printJson(report);
+        else print(...verifyLines(report));
+        if (!report.ok) process.exitCode = 1;
+      }),
+    );
+
+  cmd
+    .command("gc")
+    .description("remove objects no layer references, and stale scratch files")
+    .option("--json", "machine-readable output")
+    .action(
+      action("gc", async (opts: JsonFlag) => {
+        const r = await gcStore(store());
+        if (opts.json) return printJson(r);
+        print(`removed ${r.removedObjects} objects and ${r.removedTemp} scratch entries, freed ${formatBytes(r.freedBytes)}`);
+      }),
+    );
+
+  cmd
+    .command("export")
+    .description("write layers (manifests + objects) to a tar+zstd pack")
+    .argument("<layers...>", "layer keys")
+    .requiredOption("-o, --output <file>", "pack file to write")
+    .option("--json", "machine-readable output")
+    .action(
+      action("export", async (layers: string[], opts: JsonFlag & { output: string }) => {
+        const r = await exportPack(store(), layers, opts.output);
+        if (opts.json) return printJson(r);
+        print(`wrote ${r.file}: ${r.layers.length} layer(s), ${r.objects} objects, ${formatBytes(r.objectBytes)} -> ${formatBytes(r.packBytes)}`);
+      }),
+    );
+
+  cmd
+    .command("import")
+    .description("validate a pack and add its layers to the store")
+    .argument("<file>", "pack file")
+    .option("--replace", "overwrite layers the store already has with different content")
+    .option("--json", "machine-readable output")
+    .action(
+      action("import", async (file: string, opts: JsonFlag & { replace?: boolean }) => {
+        const r = await importPack(store(), file, { replace: opts.replace });
+        if (opts.json) return printJson(r);
+        print(`imported ${r.layers.join(", ")}: ${r.objectsAdded} new objects (${formatBytes(r.bytesAdded)}), ${r.objectsPresent} already present`);
+      }),
+    );
+}
+
+function verifyLines(r: VerifyReport): string[] {
+  const lines = [`checked ${r.objectsChecked} objects (${formatBytes(r.bytesChecked)})`];
+  for (const c of r.corrupt) lines.push(`corrupt object ${c.id}: ${c.reason}`);
+  for (const m of r.missing) lines.push(`missing object ${m.id} (layers ${m.layers.join(", ")})`);
+  for (const b of r.badManifests) lines.push(`bad manifest ${b.key}: ${b.error}`);
+  for (const s of r.stray) lines.push(`stray file ${s}`);
+  lines.push(r.ok ? "store OK" : "store has problems");
+  return lines;
+}
+
+function print(...lines: string[]): void {
+  process.stdout.write(lines.join("\n") + "\n");
+}
+
+function printJson(value: unknown): void {
+  process.stdout.write(JSON.stringify(value, null, 2) + "\n");
+}
+
+/** Failures become one clear line on stderr and exit code 1, never a stack trace. */
+function action<A extends unknown[]>(name: string, fn: (...args: A) => Promise<void>): (...args: A) => Promise<void> {
+  return async (...args: A) => {
+    try {
+      await fn(...args);
+    } catch (e) {
+      const message = e instanceof Error ? e.message : String(e);
+      process.stderr.write(`minisandbox store ${name}: ${message.split("\n")[0]}\n`);
+      process.exitCode = 1;
+    }
+  };
+}

@@ -1,0 +1,383 @@
+/**
+ * The node cache: layers materialized once on this machine, read-only, shared by every sandbox here.
+ *
+ *   layers/<key>/<tree>/…   materialized layer (placed by an atomic rename, so it is complete or absent)
+ *   meta/<key>.json         size and trees; its mtime is the layer's last use (LRU)
+ *   leases/<key>/lease-…    one file per acquire() not yet released (in-use tracking)
+ *   locks/<key>.lock        flock: one materialization per layer across processes; io-slot-N.lock: I/O budget
+ *   evicting/<key>          marker while a layer is being evicted (see evictOne for the protocol)
+ *   tmp/, trash/            in-flight materializations and layers being deleted
+ */
+import { EventEmitter } from "node:events";
+import { mkdirSync } from "node:fs";
+import * as fsp from "node:fs/promises";
+import { join } from "node:path";
+import { NotFoundError, TimeoutError } from "../../util/errors.js";
+import { homeLayout } from "../../util/home.js";
+import type { LayerKey } from "../types.js";
+import { errCode, errMessage } from "../store/errors.js";
+import { exists, processAlive, removeTree, scratchName, sleep, writeFileAtomic } from "../store/fsutil.js";
+import { assertLayerKey, openStore, type Store } from "../store/layout.js";
+import { lockFile } from "../store/lock.js";
+import { hasLayer } from "../store/manifest.js";
+import { materializeLayer, type MaterializeOptions } from "../store/materialize.js";
+import { pullLayer, type PullResult } from "../store/remote.js";
+import { IoBudget } from "./io-budget.js";
+import { countLiveLeases, createLease, identityAlive, identityText } from "./leases.js";
+
+export interface NodeCacheOptions {
+  /** The local store layers come from. */
+  store: Store;
+  /** Cache root (a home's cache/). */
+  dir: string;
+  /** Remote store directories tried in order when the local store lacks a layer. */
+  remotes?: string[];
+  /** After each materialization, evict least recently used unleased layers beyond this many logical bytes. */
+  maxBytes?: number;
+  /** Materializations at once across all processes sharing `dir` (default 2). */
+  maxConcurrent?: number;
+  /** Bytes copied per second by this process while materializing or pulling (default unlimited). */
+  bytesPerSec?: number;
+  /** Longest wait for another process's materialization of the same layer (default 10 minutes). */
+  lockTimeoutMs?: number;
+  /** Passed to materializeLayer (e.g. force copies, or a low maxLinks in tests). */
+  materialize?: Pick<MaterializeOptions, "mode" | "maxLinks" | "concurrency">;
+}
+
+/** A materialized layer held in use until release(); eviction never removes a layer with a live lease. */
+export interface CacheLease {
+  readonly key: LayerKey;
+  /** layers/<key>: one subdirectory per tree. */
+  readonly path: string;
+  /** Tree name -> absolute path (e.g. testbed, venv). Read-only: mount copy-on-write. */
+  readonly trees: Record<string, string>;
+  release(): Promise<void>;
+}
+
+export interface CachedLayer {
+  key: LayerKey;
+  path: string;
+  logicalBytes: number;
+  lastUsedMs: number;
+  /** Live leases (stale ones are dropped while counting). */
+  leases: number;
+}
+
+export interface MaterializeEvent {
+  key: LayerKey;
+  durationMs: number;
+  files: number;
+  linked: number;
+  copied: number;
+  bytesCopied: number;
+}
+
+export interface NodeCacheEvents {
+  "materialize-start": [{ key: LayerKey }];
+  materialize: [MaterializeEvent];
+  pull: [PullResult & { remote: string }];
+  evict: [{ key: LayerKey; logicalBytes: number }];
+  /** Non-fatal problems (e.g. a failed background eviction). */
+  warning: [string];
+}
+
+interface LayerMeta {
+  key: LayerKey;
+  logicalBytes: number;
+  trees: string[];
+  materializedAtMs: number;
+}
+
+const MAX_ACQUIRE_ATTEMPTS = 5;
+
+export class NodeCache extends EventEmitter<NodeCacheEvents> {
+  readonly store: Store;
+  readonly dir: string;
+  readonly budget: IoBudget;
+  private readonly inflight = new Map<LayerKey, Promise<void>>();
+  private readonly d: Record<"layers" | "meta" | "leases" | "locks" | "tmp" | "trash" | "evicting", string>;
+
+  constructor(private readonly opts: NodeCacheOptions) {
+    super();
+    this.store = opts.store;
+    this.dir = opts.dir;
+    this.d = {
+      layers: join(opts.dir, "layers"),
+      meta: join(opts.dir, "meta"),
+      leases: join(opts.dir, "leases"),
+      locks: join(opts.dir, "locks"),
+      tmp: join(opts.dir, "tmp"),
+      trash: join(opts.dir, "trash"),
+      evicting: join(opts.dir, "evicting"),
+    };
+    for (const dir of Object.values(this.d)) mkdirSync(dir, { recursive: true });
+    this.budget = new IoBudget({ maxConcurrent: opts.maxConcurrent, bytesPerSec: opts.bytesPerSec, slotDir: this.d.locks });
+  }
+
+  /** The cache of a minisandbox home, backed by that home's store. */
+  static forHome(home: string, opts: Omit<NodeCacheOptions, "store" | "dir"> = {}): NodeCache {
+    const layout = homeLayout(home);
+    return new NodeCache({ ...opts, store: openStore(layout.store), dir: layout.cache });
+  }
+
+  layerPath(key: LayerKey): string {
+    return join(this.d.layers, key);
+  }
+
+  /** Is the layer materialized here right now? */
+  async has(key: LayerKey): Promise<boolean> {
+    assertLayerKey(key);
+    return exists(this.layerPath(key));
+  }
+
+  /**
+   * Get a read-only materialized layer, materializing it (once, even under concurrent calls from any number of
+   * processes) on first use, pulling it from a remote store if the local store lacks it.
+   */
+  async acquire(key: LayerKey): Promise<CacheLease> {
+    assertLayerKey(key);
+    // The lease comes first: an evictor that checks leases after this point will see it (see evictOne).
+    const leaseFile = await createLease(join(this.d.leases, key));
+    try {
+      for (let attempt = 0; attempt < MAX_ACQUIRE_ATTEMPTS; attempt++) {
+        await this.waitWhileEvicting(key);
+        const meta = await this.readMeta(key);
+        if (meta && (await exists(this.layerPath(key)))) {
+          await this.touch(key);
+          return this.lease(key, meta, leaseFile);
+        }
+        await this.ensureMaterialized(key);
+      }
+      throw new Error(`layer ${key} kept disappearing from node cache ${this.dir} while being acquired`);
+    } catch (e) {
+      await fsp.rm(leaseFile, { force: true });
+      throw e;
+    }
+  }
+
+  /** Layers materialized here, least recently used first. */
+  async list(): Promise<CachedLayer[]> {
+    const out: CachedLayer[] = [];
+    for (const name of await fsp.readdir(this.d.meta)) {
+      if (!name.endsWith(".json")) continue;
+      const key = name.slice(0, -".json".length);
+      const meta = await this.readMeta(key);
+      if (!meta || !(await exists(this.layerPath(key)))) continue;
+      const st = await fsp.stat(join(this.d.meta, name)).catch(() => undefined);
+      if (!st) continue;
+      out.push({ key, path: this.layerPath(key), logicalBytes: meta.logicalBytes, lastUsedMs: st.mtimeMs, leases: await countLiveLeases(join(this.d.leases, key)) });
+    }
+    return out.sort((a, b) => a.lastUsedMs - b.lastUsedMs || a.key.localeCompare(b.key));
+  }
+
+  /**
+   * Evict least recently used layers that no one holds until the total is at most maxBytes (default: the
+   * cache's maxBytes). Also clears leftovers of crashed processes. Returns what was removed.
+   */
+  async evict(opts: { maxBytes?: number } = {}): Promise<{ evicted: LayerKey[]; freedBytes: number }> {
+    const maxBytes = opts.maxBytes ?? this.opts.maxBytes ?? Infinity;
+    const lock = await lockFile(join(this.d.locks, "evict.lock"), { timeoutMs: this.opts.lockTimeoutMs });
+    try {
+      await this.sweepLeftovers();
+      const result = { evicted: [] as LayerKey[], freedBytes: 0 };
+      const layers = await this.list();
+      let total = layers.reduce((n, l) => n + l.logicalBytes, 0);
+      for (const layer of layers) {
+        if (total <= maxBytes) break;
+        if (layer.leases > 0 || !(await this.evictOne(layer.key))) continue;
+        total -= layer.logicalBytes;
+        result.evicted.push(layer.key);
+        result.freedBytes += layer.logicalBytes;
+        this.emit("evict", { key: layer.key, logicalBytes: layer.logicalBytes });
+      }
+      return result;
+    } finally {
+      await lock.release();
+    }
+  }
+
+  private lease(key: LayerKey, meta: LayerMeta, leaseFile: string): CacheLease {
+    const path = this.layerPath(key);
+    let released = false;
+    return {
+      key,
+      path,
+      trees: Object.fromEntries(meta.trees.map((t) => [t, join(path, t)])),
+      release: async () => {
+        if (released) return;
+        released = true;
+        await fsp.rm(leaseFile, { force: true });
+        await this.touch(key);
+      },
+    };
+  }
+
+  /** Single-flight: one materialization per key in this process; the per-key flock extends it across processes. */
+  private ensureMaterialized(key: LayerKey): Promise<void> {
+    let p = this.inflight.get(key);
+    if (!p) {
+      p = this.materializeOnce(key).finally(() => this.inflight.delete(key));
+      this.inflight.set(key, p);
+    }
+    return p;
+  }
+
+  private async materializeOnce(key: LayerKey): Promise<void> {
+    const lock = await lockFile(join(this.d.locks, `${key}.lock`), { timeoutMs: this.opts.lockTimeoutMs });
+    let event: MaterializeEvent | undefined;
+    try {
+      if ((await exists(this.layerPath(key))) && (await this.readMeta(key))) return;
+      // We hold the key's lock, so any scratch dir for this key is a crashed attempt's leftover.
+      for (const name of await fsp.readdir(this.d.tmp)) if (name.startsWith(`${key}@`)) await removeTree(join(this.d.tmp, name));
+      event = await this.budget.withSlot(async () => {
+        if (!(await hasLayer(this.store, key))) await this.pullFromRemotes(key);
+        this.emit("materialize-start", { key });
+        const tmp = join(this.d.tmp, scratchName(`${key}@`));
+        const r = await materializeLayer(this.store, key, tmp, { ...this.opts.materialize, throttle: this.budget.consume });
+        try {
+          const meta: LayerMeta = { key, logicalBytes: r.logicalBytes, trees: Object.keys(r.trees), materializedAtMs: Date.now() };
+          await writeFileAtomic(this.metaPath(key), JSON.stringify(meta) + "\n", this.d.tmp);
+          const damaged = await this.moveToTrash(key); // a layer dir without meta: replace it
+          await renameDir(tmp, this.layerPath(key));
+          if (damaged) await removeTree(damaged);
+        } catch (e) {
+          await removeTree(tmp);
+          throw e;
+        }
+        const done: MaterializeEvent = { key, durationMs: r.durationMs, files: r.files, linked: r.linked, copied: r.copied, bytesCopied: r.bytesCopied };
+        this.emit("materialize", done); // inside the slot: start..end events bracket the budgeted work
+        return done;
+      });
+    } finally {
+      await lock.release();
+    }
+    if (!event) return;
+    if (this.opts.maxBytes !== undefined) {
+      await this.evict().catch((e: unknown) => this.emit("warning", `eviction after materializing ${key} failed: ${String(e)}`));
+    }
+  }
+
+  /** Try each remote in order; an unusable remote (e.g. shared storage not mounted) is reported, not fatal. */
+  private async pullFromRemotes(key: LayerKey): Promise<void> {
+    const problems: string[] = [];
+    for (const remote of this.opts.remotes ?? []) {
+      try {
+        openStore(remote, { create: false });
+      } catch (e) {
+        problems.push(errMessage(e));
+        this.emit("warning", `remote ${remote} skipped: ${errMessage(e)}`);
+        continue;
+      }
+      try {
+        const r = await pullLayer(this.store, remote, key, { throttle: this.budget.consume });
+        this.emit("pull", { ...r, remote });
+        return;
+      } catch (e) {
+        if (!(e instanceof NotFoundError)) throw e;
+      }
+    }
+    const where = [this.store.root, ...(this.opts.remotes ?? [])].join(", ");
+    throw new NotFoundError(`layer ${key} not found in store ${where}${problems.length ? ` (${problems.join("; ")})` : ""}`);
+  }
+
+  /**
+   * Eviction protocol (with acquire): the evictor writes a marker, then counts leases; acquire writes its lease,
+   * then checks for a marker. Whatever the interleaving, one of them sees the other: either the evictor backs
+   * off, or acquire waits for the eviction to finish and materializes again.
+   */
+  private async evictOne(key: LayerKey): Promise<boolean> {
+    const marker = join(this.d.evicting, key);
+    try {
+      await fsp.writeFile(marker, identityText(), { flag: "wx" });
+    } catch (e) {
+      if (errCode(e) === "EEXIST") return false;
+      throw e;
+    }
+    let trash: string | undefined;
+    try {
+      if ((await countLiveLeases(join(this.d.leases, key))) > 0) return false;
+      trash = await this.moveToTrash(key);
+      if (!trash) return false;
+      await fsp.rm(this.metaPath(key), { force: true });
+    } finally {
+      await fsp.rm(marker, { force: true });
+    }
+    await removeTree(trash);
+    return true;
+  }
+
+  /** Atomically take a layer dir out of layers/ (undefined if there was none); the caller deletes it. */
+  private async moveToTrash(key: LayerKey): Promise<string | undefined> {
+    const trash = join(this.d.trash, scratchName(key));
+    try {
+      await renameDir(this.layerPath(key), trash);
+      return trash;
+    } catch (e) {
+      if (errCode(e) === "ENOENT") return undefined;
+      throw e;
+    }
+  }
+
+  private async waitWhileEvicting(key: LayerKey): Promise<void> {
+    const marker = join(this.d.evicting, key);
+    const deadline = Date.now() + (this.opts.lockTimeoutMs ?? 600_000);
+    for (;;) {
+      let text: string;
+      try {
+        text = await fsp.readFile(marker, "utf8");
+      } catch (e) {
+        if (errCode(e) === "ENOENT") return;
+        throw e;
+      }
+      if (!identityAlive(text)) {
+        await fsp.rm(marker, { force: true }); // its evictor died; the layer is intact or already renamed away
+        return;
+      }
+      if (Date.now() > deadline) throw new TimeoutError(`timed out waiting for eviction of layer ${key} in ${this.dir}`);
+      await sleep(10);
+    }
+  }
+
+  /**
+   * Remove leftovers of crashed processes. Runs under the evict lock: every eviction marker then belongs to a dead
+   * evictor (only lock holders create them); trash is garbage by definition; scratch dirs are checked by pid.
+   */
+  private async sweepLeftovers(): Promise<void> {
+    for (const name of await fsp.readdir(this.d.evicting)) await fsp.rm(join(this.d.evicting, name), { force: true });
+    for (const name of await fsp.readdir(this.d.trash)) await removeTree(join(this.d.trash, name));
+    for (const name of await fsp.readdir(this.d.tmp)) {
+      const pid = /-(\d+)-[0-9a-f]+$/.exec(name)?.[1];
+      if (pid !== undefined && !processAlive(Number(pid))) await removeTree(join(this.d.tmp, name));
+    }
+  }
+
+  private metaPath(key: LayerKey): string {
+    return join(this.d.meta, `${key}.json`);
+  }
+
+  private async readMeta(key: LayerKey): Promise<LayerMeta | undefined> {
+    try {
+      return JSON.parse(await fsp.readFile(this.metaPath(key), "utf8")) as LayerMeta;
+    } catch (e) {
+      if (errCode(e) === "ENOENT" || e instanceof SyntaxError) return undefined;
+      throw e;
+    }
+  }
+
+  /** Record a use for LRU (the meta file's mtime). */
+  private async touch(key: LayerKey): Promise<void> {
+    const now = new Date();
+    await fsp.utimes(this.metaPath(key), now, now).catch(() => undefined);
+  }
+}
+
+/**
+ * Move a read-only (0555) directory to another parent. Without root, that needs write permission on the
+ * directory itself (its ".." entry changes), so it is granted for the move and taken back after.
+ */
+async function renameDir(from: string, to: string): Promise<void> {
+  const mode = (await fsp.stat(from)).mode & 0o7777;
+  await fsp.chmod(from, mode | 0o200);
+  await fsp.rename(from, to);
+  await fsp.chmod(to, mode);
+}

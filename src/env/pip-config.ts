@@ -1,0 +1,59 @@
+import { existsSync } from "node:fs";
+import { run } from "../util/run.js";
+
+/**
+ * The user's pip configuration, carried into build sandboxes: a sandbox has its own HOME, so config files under
+ * the user's home and `file://` indexes on the host would otherwise be invisible. We ask pip itself what is in
+ * force (config files of every level plus PIP_* variables) and turn it into PIP_* variables, binding every local
+ * path it names read-only at the same path.
+ */
+export interface PipSettings {
+  env: Record<string, string>;
+  /** Host paths to bind read-only at the same path. */
+  mounts: string[];
+}
+
+const PATH_KEYS = new Set(["find-links", "index-url", "extra-index-url", "cert", "client-cert", "constraint", "requirement", "trusted-host-file"]);
+
+function localPaths(value: string): string[] {
+  return value
+    .split(/\s+/)
+    .filter(Boolean)
+    .map((v) => (v.startsWith("file://") ? decodeURIComponent(v.slice("file://".length)) : v))
+    // A PEP 503 index directory (".../simple") usually links to files beside it: mount its parent.
+    .map((v) => v.replace(/\/+$/, "").replace(/\/simple$/, ""))
+    .filter((v) => v.startsWith("/") && existsSync(v));
+}
+
+/** Parse `pip config list` lines: `section.key='value'`. Later sections win (env over files). */
+export function parsePipConfigList(text: string, env: NodeJS.ProcessEnv = {}): PipSettings {
+  const settings = new Map<string, string>();
+  const order = (section: string): number => (section === ":env:" ? 3 : section === "install" ? 2 : section === "global" ? 1 : 0);
+  const rank = new Map<string, number>();
+  for (const line of text.split("\n")) {
+    const m = /^([^.=]+|:env:)\.([A-Za-z0-9_-]+)='(.*)'$/.exec(line.trim());
+    if (!m) continue;
+    const [, section, key, value] = m as unknown as [string, string, string, string];
+    if (order(section) === 0) continue;
+    if ((rank.get(key) ?? 0) > order(section)) continue;
+    rank.set(key, order(section));
+    settings.set(key, value);
+  }
+  // Variables pip reads directly win over everything.
+  for (const [k, v] of Object.entries(env)) {
+    if (k.startsWith("PIP_") && v !== undefined) settings.set(k.slice(4).toLowerCase().replace(/_/g, "-"), v);
+  }
+  const out: PipSettings = { env: {}, mounts: [] };
+  for (const [key, value] of settings) {
+    out.env[`PIP_${key.toUpperCase().replace(/-/g, "_")}`] = value;
+    if (PATH_KEYS.has(key)) out.mounts.push(...localPaths(value));
+  }
+  out.mounts = [...new Set(out.mounts)];
+  return out;
+}
+
+/** Read the configuration as the given interpreter's pip sees it (falls back to PIP_* variables only). */
+export async function pipSettings(python: string, env: NodeJS.ProcessEnv = process.env): Promise<PipSettings> {
+  const r = await run(python, ["-m", "pip", "config", "list"], { env: { ...env, PIP_DISABLE_PIP_VERSION_CHECK: "1" } }).catch(() => undefined);
+  return parsePipConfigList(r?.code === 0 ? r.stdout : "", env);
+}

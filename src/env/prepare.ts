@@ -1,0 +1,45 @@
+import type { Instance } from "../tasks/types.js";
+import { pool } from "../util/progress.js";
+import { BuildError, ensureBuilt, envFor, type EnvOptions } from "./environments.js";
+
+export type PrepareStatus = "built" | "cached" | "failed";
+
+export interface PrepareResult {
+  instanceId: string;
+  key: string;
+  status: PrepareStatus;
+  durationMs: number;
+  /** For failures: the failing step and the tail of its log. */
+  error?: string;
+  logFile?: string;
+}
+
+/** Build every instance's environment (each distinct one once), `workers` at a time; already-built ones are skipped. */
+export async function prepareInstances(
+  instances: Instance[],
+  opts: EnvOptions & { workers?: number; onResult?: (r: PrepareResult) => void },
+): Promise<PrepareResult[]> {
+  return pool(instances, opts.workers ?? 2, async (instance) => {
+    const t = performance.now();
+    let key = "";
+    try {
+      const env = envFor(instance, opts);
+      key = env.key;
+      const status = await ensureBuilt({ ...opts, ...env });
+      const r: PrepareResult = { instanceId: instance.instance_id, key, status, durationMs: performance.now() - t };
+      opts.onResult?.(r);
+      return r;
+    } catch (e) {
+      const r: PrepareResult = {
+        instanceId: instance.instance_id,
+        key,
+        status: "failed",
+        durationMs: performance.now() - t,
+        error: (e as Error).message,
+        ...(e instanceof BuildError ? { logFile: e.logFile } : {}),
+      };
+      opts.onResult?.(r);
+      return r;
+    }
+  });
+}

@@ -1,0 +1,27 @@
+/** Public API of the content-addressed store (see README.md). */
+export { StoreCorruptError } from "./errors.js";
+export { NORMALIZED_MTIME_SEC, processAlive, removeTree, selfIdentity } from "./fsutil.js";
+export { lockFile, tryLockFile, type FileLock, type LockOptions } from "./lock.js";
+export { openStore, assertLayerKey, isLayerKey, objectPath, type Store, type ObjectId } from "./layout.js";
+export {
+  hasLayer,
+  listLayers,
+  readManifest,
+  summarizeManifest,
+  validateManifest,
+  type DirEntry,
+  type FileEntry,
+  type HardlinkEntry,
+  type JsonValue,
+  type LayerManifest,
+  type ManifestEntry,
+  type ManifestSummary,
+  type SymlinkEntry,
+  type TreeManifest,
+} from "./manifest.js";
+export { decodeName, encodeName, type EncodedName } from "./names.js";
+export { ingestLayer, normalizeMtimes, type IngestOptions, type IngestResult } from "./ingest.js";
+export { materializeLayer, type MaterializeOptions, type MaterializeResult } from "./materialize.js";
+export { exportPack, importPack, type ExportResult, type ImportResult } from "./pack.js";
+export { pullLayer, type PullOptions, type PullResult } from "./remote.js";
+export { gcStore, removeLayer, storeStats, verifyStore, type GcResult, type StoreStats, type VerifyReport } from "./maintenance.js";

@@ -1,0 +1,157 @@
+/**
+ * Content-addressed objects. Writers put bytes in a scratch file inside the store, check the hash, fix mode and
+ * mtime, then rename into objects/: a crash never leaves a partial file under an object's name.
+ */
+import { createHash } from "node:crypto";
+import { chmodSync, createReadStream, lstatSync, mkdirSync, readFileSync, renameSync, rmSync, utimesSync, writeFileSync, type PathLike } from "node:fs";
+import * as fsp from "node:fs/promises";
+import { dirname, join } from "node:path";
+import { InvalidInputError } from "../../util/errors.js";
+import { errCode } from "./errors.js";
+import { NORMALIZED_MTIME_SEC, scratchName } from "./fsutil.js";
+import { isExecutableId, objectIdFor, objectMode, objectPath, type ObjectId, type Store } from "./layout.js";
+
+/** Files up to this size are read whole (putSmallFileSync); larger ones are streamed. */
+export const SMALL_FILE_BYTES = 1 << 20;
+
+export interface PutResult {
+  id: ObjectId;
+  size: number;
+  /** false when the store already had it (the dedup case). */
+  added: boolean;
+}
+
+/** Does the store hold this object? `size` also catches objects truncated by a crash before a sync. */
+export async function hasObject(store: Store, id: ObjectId, size?: number): Promise<boolean> {
+  try {
+    const st = await fsp.lstat(objectPath(store, id));
+    return st.isFile() && (size === undefined || st.size === size);
+  } catch (e) {
+    if (errCode(e) === "ENOENT") return false;
+    throw e;
+  }
+}
+
+export async function sha256File(path: PathLike): Promise<{ hex: string; size: number }> {
+  const hash = createHash("sha256");
+  let size = 0;
+  for await (const chunk of createReadStream(path) as AsyncIterable<Buffer>) {
+    hash.update(chunk);
+    size += chunk.length;
+  }
+  return { hex: hash.digest("hex"), size };
+}
+
+/**
+ * Store one small file of a tree being ingested, synchronously (see yielder()): one read serves both hashing
+ * and writing, and a file the store already has costs a read and a stat.
+ */
+export function putSmallFileSync(store: Store, src: Buffer, executable: boolean): PutResult {
+  const data = readFileSync(src);
+  const id = objectIdFor(createHash("sha256").update(data).digest("hex"), executable);
+  const dest = objectPath(store, id);
+  const st = lstatSync(dest, { throwIfNoEntry: false });
+  if (st?.isFile() && st.size === data.length) return { id, size: data.length, added: false };
+  const tmp = join(store.tmpDir, scratchName("obj"));
+  writeFileSync(tmp, data, { flag: "wx", mode: 0o600 });
+  placeObject(store, tmp, id);
+  return { id, size: data.length, added: true };
+}
+
+/** Store one large file of a tree being ingested: hash it, then copy it only if the store lacks it. */
+export async function putLargeFile(store: Store, src: PathLike, executable: boolean): Promise<PutResult> {
+  const { hex, size } = await sha256File(src);
+  const id = objectIdFor(hex, executable);
+  if (await hasObject(store, id, size)) return { id, size, added: false };
+  await copyVerified(store, src, id, () => new InvalidInputError(`file ${String(src)} changed while it was being stored`));
+  return { id, size, added: true };
+}
+
+/** Write a stream of chunks to a new file, hashing on the way; the file is removed if anything fails. */
+export async function writeHashed(
+  chunks: AsyncIterable<Buffer>,
+  path: string,
+  throttle?: (bytes: number) => Promise<void>,
+): Promise<{ hex: string; size: number }> {
+  const hash = createHash("sha256");
+  let size = 0;
+  const out = await fsp.open(path, "wx", 0o600);
+  try {
+    for await (const chunk of chunks) {
+      if (throttle) await throttle(chunk.length);
+      hash.update(chunk);
+      size += chunk.length;
+      await out.write(chunk);
+    }
+  } catch (e) {
+    await out.close();
+    await fsp.rm(path, { force: true });
+    throw e;
+  }
+  await out.close();
+  return { hex: hash.digest("hex"), size };
+}
+
+/**
+ * Copy `src` into the store as object `id`, hashing while copying; throws `mismatch()` if the bytes do not hash
+ * to the id. Used for large ingested files and for objects pulled from a remote store. Returns the size.
+ */
+export async function copyVerified(
+  store: Store,
+  src: PathLike,
+  id: ObjectId,
+  mismatch: () => Error,
+  throttle?: (bytes: number) => Promise<void>,
+): Promise<number> {
+  const tmp = join(store.tmpDir, scratchName("obj"));
+  const { hex, size } = await writeHashed(createReadStream(src), tmp, throttle);
+  if (objectIdFor(hex, isExecutableId(id)) !== id) {
+    await fsp.rm(tmp, { force: true });
+    throw mismatch();
+  }
+  placeObject(store, tmp, id);
+  return size;
+}
+
+/**
+ * Give a verified scratch file its final mode and mtime, then rename it to its object path (a few quick
+ * metadata calls, so synchronous). The scratch file is removed on failure.
+ */
+export function placeObject(store: Store, tmp: string, id: ObjectId): void {
+  const dest = objectPath(store, id);
+  try {
+    chmodSync(tmp, objectMode(id));
+    utimesSync(tmp, NORMALIZED_MTIME_SEC, NORMALIZED_MTIME_SEC);
+    mkdirSync(dirname(dest), { recursive: true });
+    renameSync(tmp, dest);
+  } catch (e) {
+    rmSync(tmp, { force: true });
+    throw e;
+  }
+}
+
+export interface ObjectFile {
+  id: ObjectId;
+  path: string;
+  size: number;
+}
+
+/** Every object on disk, plus files in objects/ that are not objects (reported by verify, removed by gc). */
+export async function scanObjects(store: Store): Promise<{ objects: ObjectFile[]; stray: string[] }> {
+  const objects: ObjectFile[] = [];
+  const stray: string[] = [];
+  for (const shard of (await fsp.readdir(store.objectsDir)).sort()) {
+    const shardDir = join(store.objectsDir, shard);
+    if (!/^[0-9a-f]{2}$/.test(shard) || !(await fsp.lstat(shardDir)).isDirectory()) {
+      stray.push(shardDir);
+      continue;
+    }
+    for (const rest of (await fsp.readdir(shardDir)).sort()) {
+      const path = join(shardDir, rest);
+      const st = await fsp.lstat(path);
+      if (/^[0-9a-f]{62}x?$/.test(rest) && st.isFile()) objects.push({ id: shard + rest, path, size: st.size });
+      else stray.push(path);
+    }
+  }
+  return { objects, stray };
+}

@@ -1,0 +1,264 @@
+/**
+ * Packs: tar + zstd of some layers' manifests and the objects they reference (one copy each), to move layers
+ * between stores and machines. Import validates everything in a scratch dir before the store sees any of it.
+ */
+import { spawn } from "node:child_process";
+import * as fsp from "node:fs/promises";
+import { dirname, join, resolve } from "node:path";
+import { InvalidInputError, NotFoundError } from "../../util/errors.js";
+import { runOk } from "../../util/run.js";
+import type { LayerKey } from "../types.js";
+import { errMessage, StoreCorruptError } from "./errors.js";
+import { NORMALIZED_MTIME_SEC, removeTree, scratchName, syncFilesystem } from "./fsutil.js";
+import { isExecutableId, isLayerKey, objectIdFor, type ObjectId, type Store } from "./layout.js";
+import { lockFile } from "./lock.js";
+import { assertCanWrite, parseManifest, readManifest, referencedObjects, writeManifest, type LayerManifest } from "./manifest.js";
+import { hasObject, placeObject, writeHashed } from "./objects.js";
+import { readTar, TarFormatError, type TarHeader } from "./tar.js";
+
+const PACK_HEADER = "msb-pack.json";
+const PACK_FORMAT = "minisandbox-pack";
+const MAX_MANIFEST_BYTES = 256 << 20;
+
+export interface ExportResult {
+  file: string;
+  layers: LayerKey[];
+  objects: number;
+  /** Uncompressed bytes of the objects in the pack. */
+  objectBytes: number;
+  /** Size of the pack file. */
+  packBytes: number;
+}
+
+export interface ImportResult {
+  layers: LayerKey[];
+  objectsAdded: number;
+  /** Objects in the pack the store already had. */
+  objectsPresent: number;
+  bytesAdded: number;
+}
+
+/** Write layers `keys` (manifests + referenced objects) to `file` as tar+zstd; `file` appears atomically. */
+export async function exportPack(store: Store, keys: readonly LayerKey[], file: string): Promise<ExportResult> {
+  const layers = [...new Set(keys)].sort();
+  if (layers.length === 0) throw new InvalidInputError("export needs at least one layer key");
+  const out = resolve(file);
+  if (!(await fsp.stat(dirname(out)).catch(() => undefined))?.isDirectory()) {
+    throw new InvalidInputError(`cannot write pack ${file}: directory ${dirname(out)} does not exist`);
+  }
+  const lock = await lockFile(store.lockPath, { shared: true });
+  const staging = join(store.tmpDir, scratchName("export"));
+  const partial = join(dirname(out), `.${scratchName("pack")}.partial`);
+  try {
+    const objects = new Map<ObjectId, number>();
+    for (const key of layers) {
+      for (const [id, size] of referencedObjects(await readManifest(store, key))) {
+        if (!(await hasObject(store, id, size))) {
+          throw new StoreCorruptError(`layer ${key} needs object ${id}, which is missing or truncated in store ${store.root}; run 'minisandbox store verify'`);
+        }
+        objects.set(id, size);
+      }
+    }
+    await fsp.mkdir(staging);
+    await fsp.writeFile(join(staging, PACK_HEADER), JSON.stringify({ format: PACK_FORMAT, version: 1, layers }) + "\n");
+    const members = [
+      ...[...objects.keys()].sort().map((id) => `objects/${id.slice(0, 2)}/${id.slice(2)}`),
+      ...layers.map((k) => `manifests/${k}.json`),
+    ];
+    const list = join(staging, "members");
+    await fsp.writeFile(list, members.map((m) => m + "\0").join(""));
+    // Header first, manifests last; --hard-dereference so the pack never holds link entries (import rejects them).
+    await runOk("tar", [
+      "-c", "-f", partial, "-I", "zstd -T0 -q", "--format=gnu", "--hard-dereference",
+      "--owner=0", "--group=0", "--numeric-owner", `--mtime=@${NORMALIZED_MTIME_SEC}`,
+      "-C", staging, PACK_HEADER, "-C", store.root, "--null", "-T", list,
+    ]);
+    await fsp.rename(partial, out);
+    return {
+      file: out,
+      layers,
+      objects: objects.size,
+      objectBytes: [...objects.values()].reduce((a, b) => a + b, 0),
+      packBytes: (await fsp.stat(out)).size,
+    };
+  } finally {
+    await fsp.rm(partial, { force: true });
+    await removeTree(staging);
+    await lock.release();
+  }
+}
+
+interface Extracted {
+  header?: string;
+  manifests: Map<LayerKey, string>;
+  /** Verified objects written to the scratch dir, with sizes. */
+  objects: Map<ObjectId, number>;
+}
+
+/**
+ * Import a pack. Every entry is checked (regular files under expected names only, object hashes, manifests
+ * valid and complete) before anything moves into the store; on any problem the store is left exactly as it was.
+ * A layer the store already has with different content is refused unless `replace`.
+ */
+export async function importPack(store: Store, file: string, opts: { replace?: boolean } = {}): Promise<ImportResult> {
+  try {
+    await fsp.access(file);
+  } catch {
+    throw new NotFoundError(`pack ${file} not found`);
+  }
+  const lock = await lockFile(store.lockPath, { shared: true });
+  const staging = join(store.tmpDir, scratchName("import"));
+  try {
+    await fsp.mkdir(staging);
+    let manifests: LayerManifest[];
+    let extracted: Extracted;
+    try {
+      extracted = await extractPack(file, staging);
+      manifests = await checkPack(store, extracted);
+      for (const m of manifests) await assertCanWrite(store, m, opts.replace ?? false);
+    } catch (e) {
+      if (e instanceof TarFormatError || e instanceof InvalidInputError) throw new InvalidInputError(`invalid pack ${file}: ${e.message}`);
+      throw e;
+    }
+    const result: ImportResult = { layers: manifests.map((m) => m.key), objectsAdded: 0, objectsPresent: 0, bytesAdded: 0 };
+    for (const [id, size] of extracted.objects) {
+      if (await hasObject(store, id, size)) {
+        result.objectsPresent++;
+        continue;
+      }
+      placeObject(store, join(staging, id), id);
+      result.objectsAdded++;
+      result.bytesAdded += size;
+    }
+    await syncFilesystem(store.objectsDir);
+    for (const m of manifests) await writeManifest(store, m);
+    return result;
+  } finally {
+    await removeTree(staging);
+    await lock.release();
+  }
+}
+
+/** Stream-decompress and read the tar, writing only verified objects (flat, named by id) into `staging`. */
+async function extractPack(file: string, staging: string): Promise<Extracted> {
+  const zstd = spawn("zstd", ["-dcq", "--", file], { stdio: ["ignore", "pipe", "pipe"] });
+  let stderr = "";
+  zstd.stderr.on("data", (b: Buffer) => (stderr += b.toString()));
+  const exited = new Promise<number | null>((r) => {
+    zstd.once("close", (code) => r(code));
+    zstd.once("error", () => r(-1));
+  });
+  const zstdProblem = (): string => `corrupt or truncated compressed data (${stderr.trim().split("\n").pop() || "zstd failed"})`;
+  const raw = zstd.stdout[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
+  let ended = false;
+  const it: AsyncIterator<Buffer> = {
+    next: async () => {
+      const r = await raw.next();
+      if (r.done) ended = true;
+      return r;
+    },
+  };
+  const out: Extracted = { manifests: new Map(), objects: new Map() };
+  const seen = new Set<string>();
+  try {
+    await readTar({ [Symbol.asyncIterator]: () => it }, async (h, body) => {
+      const name = entryName(h);
+      if (seen.has(name)) throw new TarFormatError(`duplicate entry ${JSON.stringify(name)}`);
+      seen.add(name);
+      await readEntry(name, h, body, staging, out);
+    });
+    while (!(await it.next()).done); // the rest is tar padding; zstd must still end cleanly
+  } catch (e) {
+    // Stop zstd only if we gave up mid-stream; if its output ended early, let it exit and report why.
+    if (!ended) {
+      zstd.kill();
+      zstd.stdout.destroy(); // unread output would otherwise hold back the 'close' event
+    }
+    const code = await exited;
+    if (code !== null && code !== 0) throw new TarFormatError(zstdProblem());
+    throw e;
+  }
+  if ((await exited) !== 0) throw new TarFormatError(zstdProblem());
+  return out;
+}
+
+/** The entry's name with "./" prefixes removed, after rejecting anything that could point outside. */
+function entryName(h: TarHeader): string {
+  const raw = h.name.toString("latin1");
+  const shown = JSON.stringify(raw);
+  if (raw.startsWith("/")) throw new TarFormatError(`entry ${shown} has an absolute path`);
+  if (raw.split("/").includes("..")) throw new TarFormatError(`entry ${shown} escapes the store ('..')`);
+  if (h.kind !== "file" && h.kind !== "dir") throw new TarFormatError(`entry ${shown} is a ${h.kind}; packs hold only files and directories`);
+  let name = raw;
+  while (name.startsWith("./")) name = name.slice(2);
+  return name.replace(/\/+$/, "");
+}
+
+const OBJECT_ENTRY = /^objects\/([0-9a-f]{2})\/([0-9a-f]{62}x?)$/;
+const MANIFEST_ENTRY = /^manifests\/(.+)\.json$/;
+
+async function readEntry(name: string, h: TarHeader, body: AsyncIterable<Buffer>, staging: string, out: Extracted): Promise<void> {
+  if (h.kind === "dir") {
+    if (name === "" || name === "." || name === "objects" || name === "manifests" || /^objects\/[0-9a-f]{2}$/.test(name)) return;
+    throw new TarFormatError(`unexpected directory ${JSON.stringify(name)}`);
+  }
+  const obj = OBJECT_ENTRY.exec(name);
+  if (obj) {
+    const id = obj[1]! + obj[2]!;
+    out.objects.set(id, await writeVerified(id, body, join(staging, id)));
+    return;
+  }
+  const man = MANIFEST_ENTRY.exec(name);
+  if (man && isLayerKey(man[1]!)) {
+    if (h.size > MAX_MANIFEST_BYTES) throw new TarFormatError(`manifest ${name} is too large`);
+    out.manifests.set(man[1]!, (await collect(body)).toString("utf8"));
+    return;
+  }
+  if (name === PACK_HEADER && h.size <= 1 << 20) {
+    out.header = (await collect(body)).toString("utf8");
+    return;
+  }
+  throw new TarFormatError(`unexpected entry ${JSON.stringify(name)}`);
+}
+
+async function writeVerified(id: ObjectId, body: AsyncIterable<Buffer>, path: string): Promise<number> {
+  const { hex, size } = await writeHashed(body, path);
+  if (objectIdFor(hex, isExecutableId(id)) !== id) throw new TarFormatError(`object ${id}: content does not match its hash`);
+  return size;
+}
+
+async function collect(body: AsyncIterable<Buffer>): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for await (const chunk of body) parts.push(chunk);
+  return Buffer.concat(parts);
+}
+
+/** Header, manifests and references: every object a manifest names is in the pack or already in the store. */
+async function checkPack(store: Store, x: Extracted): Promise<LayerManifest[]> {
+  if (x.header === undefined) throw new TarFormatError(`not a minisandbox pack (no ${PACK_HEADER})`);
+  let header: unknown;
+  try {
+    header = JSON.parse(x.header);
+  } catch (e) {
+    throw new TarFormatError(`${PACK_HEADER}: ${errMessage(e)}`);
+  }
+  const h = header as { format?: unknown; version?: unknown; layers?: unknown };
+  if (h.format !== PACK_FORMAT || h.version !== 1 || !Array.isArray(h.layers)) throw new TarFormatError(`${PACK_HEADER}: unsupported pack format`);
+  const listed = [...h.layers].map(String).sort();
+  const present = [...x.manifests.keys()].sort();
+  if (listed.join("\n") !== present.join("\n")) {
+    throw new TarFormatError(`pack lists layers [${listed.join(", ")}] but holds manifests [${present.join(", ")}]`);
+  }
+  const manifests: LayerManifest[] = [];
+  for (const key of present) {
+    const m = parseManifest(x.manifests.get(key)!, key);
+    for (const [id, size] of referencedObjects(m)) {
+      const staged = x.objects.get(id);
+      if (staged === undefined ? !(await hasObject(store, id, size)) : staged !== size) {
+        throw new TarFormatError(`layer ${key} references object ${id}, which is neither in the pack nor in the store`);
+      }
+    }
+    manifests.push(m);
+  }
+  return manifests;
+}

@@ -1,0 +1,193 @@
+/**
+ * A minimal streaming tar reader (ustar, GNU long names, pax path/size). Packs are untrusted: reading the stream
+ * ourselves means no entry ever touches the filesystem except as a regular file the caller chose to write —
+ * no symlink or hard link tricks are possible, unlike extracting with tar(1) and checking afterwards.
+ */
+
+export class TarFormatError extends Error {}
+
+export interface TarHeader {
+  /** Raw name bytes (after GNU long-name / pax overrides). */
+  name: Buffer;
+  /** "file" and "dir" are the only kinds a pack may contain; everything else is reported by its kind. */
+  kind: "file" | "dir" | "hardlink" | "symlink" | "device" | "fifo" | "other";
+  size: number;
+}
+
+const BLOCK = 512;
+const MAX_META_BYTES = 1 << 20;
+
+/** Reads exact byte counts from an async stream of chunks. */
+class ChunkReader {
+  private pending: Buffer = Buffer.alloc(0);
+  constructor(private readonly source: AsyncIterator<Buffer>) {}
+
+  /** Exactly n bytes; null on a clean end of stream before any byte; throws when the stream ends midway. */
+  async read(n: number): Promise<Buffer | null> {
+    while (this.pending.length < n) {
+      const next = await this.source.next();
+      if (next.done) {
+        if (this.pending.length === 0) return null;
+        throw new TarFormatError("truncated archive");
+      }
+      this.pending = this.pending.length === 0 ? next.value : Buffer.concat([this.pending, next.value]);
+    }
+    const out = this.pending.subarray(0, n);
+    this.pending = this.pending.subarray(n);
+    return out;
+  }
+
+  /** Yield exactly n bytes as they arrive, without buffering them all. */
+  async *take(n: number): AsyncGenerator<Buffer> {
+    let left = n;
+    while (left > 0) {
+      if (this.pending.length === 0) {
+        const next = await this.source.next();
+        if (next.done) throw new TarFormatError("truncated archive (entry data cut short)");
+        this.pending = next.value;
+      }
+      const part = this.pending.subarray(0, Math.min(left, this.pending.length));
+      this.pending = this.pending.subarray(part.length);
+      left -= part.length;
+      yield part;
+    }
+  }
+
+  async skip(n: number): Promise<void> {
+    for await (const _ of this.take(n));
+  }
+}
+
+/**
+ * Call onEntry for each entry. The body iterable yields exactly `size` bytes; whatever onEntry leaves unread is
+ * skipped. Rejects with TarFormatError on corrupt headers, truncation, or a missing end-of-archive marker.
+ */
+export async function readTar(
+  source: AsyncIterable<Buffer>,
+  onEntry: (header: TarHeader, body: AsyncIterable<Buffer>) => Promise<void>,
+): Promise<void> {
+  const r = new ChunkReader(source[Symbol.asyncIterator]());
+  let longName: Buffer | undefined;
+  let pax: { path?: Buffer; size?: number } = {};
+  for (;;) {
+    const block = await r.read(BLOCK);
+    if (block === null) throw new TarFormatError("truncated archive (no end-of-archive marker)");
+    if (isZero(block)) {
+      const second = await r.read(BLOCK);
+      if (second === null || !isZero(second)) throw new TarFormatError("truncated archive (incomplete end-of-archive marker)");
+      return;
+    }
+    checkChecksum(block);
+    const flag = block[156] === 0 ? "0" : String.fromCharCode(block[156]!);
+    const size = parseNumber(block, 124, 12);
+    if (flag === "L" || flag === "x" || flag === "g") {
+      if (size > MAX_META_BYTES) throw new TarFormatError("oversized tar metadata entry");
+      const data = size === 0 ? Buffer.alloc(0) : await r.read(size);
+      if (data === null) throw new TarFormatError("truncated archive");
+      await r.skip((BLOCK - (size % BLOCK)) % BLOCK);
+      if (flag === "L") longName = cString(data);
+      else if (flag === "x") pax = parsePax(data);
+      continue;
+    }
+    const header: TarHeader = { name: pax.path ?? longName ?? headerName(block), kind: kindOf(flag), size: pax.size ?? size };
+    longName = undefined;
+    pax = {};
+    // Only regular files carry data for the caller; other entries' data (if any) is skipped.
+    const dataSize = header.kind === "file" ? header.size : size;
+    let unread = header.kind === "file" ? dataSize : 0;
+    const body = (async function* () {
+      for await (const chunk of r.take(unread)) {
+        unread -= chunk.length;
+        yield chunk;
+      }
+    })();
+    await onEntry(header, body);
+    await r.skip(header.kind === "file" ? unread : dataSize);
+    await r.skip((BLOCK - (dataSize % BLOCK)) % BLOCK);
+  }
+}
+
+function kindOf(flag: string): TarHeader["kind"] {
+  switch (flag) {
+    case "0":
+    case "7":
+      return "file";
+    case "5":
+      return "dir";
+    case "1":
+      return "hardlink";
+    case "2":
+      return "symlink";
+    case "3":
+    case "4":
+      return "device";
+    case "6":
+      return "fifo";
+    default:
+      return "other";
+  }
+}
+
+function isZero(b: Buffer): boolean {
+  for (const byte of b) if (byte !== 0) return false;
+  return true;
+}
+
+function cString(b: Buffer): Buffer {
+  const nul = b.indexOf(0);
+  return nul < 0 ? b : b.subarray(0, nul);
+}
+
+function headerName(block: Buffer): Buffer {
+  const name = cString(block.subarray(0, 100));
+  // POSIX ustar ("ustar\0") splits long names into prefix + name; GNU ("ustar  ") uses those bytes otherwise.
+  if (block.subarray(257, 263).toString("latin1") === "ustar\0") {
+    const prefix = cString(block.subarray(345, 500));
+    if (prefix.length > 0) return Buffer.concat([prefix, Buffer.from("/"), name]);
+  }
+  return name;
+}
+
+function checkChecksum(block: Buffer): void {
+  const stored = parseNumber(block, 148, 8);
+  let sum = 0;
+  for (let i = 0; i < BLOCK; i++) sum += i >= 148 && i < 156 ? 0x20 : block[i]!;
+  if (sum !== stored) throw new TarFormatError("corrupt tar header (bad checksum)");
+}
+
+/** Octal, or GNU base-256 when the high bit of the first byte is set (sizes over 8 GiB). */
+function parseNumber(block: Buffer, off: number, len: number): number {
+  const field = block.subarray(off, off + len);
+  if (field[0]! & 0x80) {
+    let v = field[0]! & 0x7f;
+    for (let i = 1; i < len; i++) v = v * 256 + field[i]!;
+    if (!Number.isSafeInteger(v)) throw new TarFormatError("tar number out of range");
+    return v;
+  }
+  const text = field.toString("latin1").replace(/[\0 ]+$/, "").replace(/^ +/, "");
+  if (!/^[0-7]*$/.test(text)) throw new TarFormatError("corrupt tar header (bad number)");
+  return text === "" ? 0 : parseInt(text, 8);
+}
+
+function parsePax(data: Buffer): { path?: Buffer; size?: number } {
+  const out: { path?: Buffer; size?: number } = {};
+  let pos = 0;
+  while (pos < data.length) {
+    const space = data.indexOf(0x20, pos);
+    const len = space < 0 ? NaN : parseInt(data.subarray(pos, space).toString("latin1"), 10);
+    if (!Number.isInteger(len) || len <= 0 || pos + len > data.length) throw new TarFormatError("corrupt pax header");
+    const record = data.subarray(space + 1, pos + len - 1);
+    const eq = record.indexOf(0x3d);
+    if (eq < 0) throw new TarFormatError("corrupt pax header");
+    const key = record.subarray(0, eq).toString("latin1");
+    const value = record.subarray(eq + 1);
+    if (key === "path") out.path = value;
+    else if (key === "size") {
+      const n = Number(value.toString("latin1"));
+      if (!Number.isSafeInteger(n) || n < 0) throw new TarFormatError("corrupt pax size");
+      out.size = n;
+    }
+    pos += len;
+  }
+  return out;
+}

@@ -1,0 +1,32 @@
+/**
+ * Shared environment types. An EnvSpec is everything that affects a built environment; its key (hash) names
+ * the layer that building it produces.
+ */
+
+/** Where a layer's trees are mounted inside every sandbox (fixed, so venv shebangs stay valid). */
+export const TESTBED_PATH = "/testbed";
+export const VENV_PATH = "/opt/venv";
+
+export interface EnvSpec {
+  /** "owner/name" */
+  repo: string;
+  /** Commit the testbed is checked out at. */
+  commit: string;
+  /** Interpreter version, e.g. "3.9". */
+  python: string;
+  /** SWE-bench `packages`: "requirements.txt", "environment.yml" or space-separated package names. */
+  packages?: string;
+  pip_packages: string[];
+  pre_install: string[];
+  /** e.g. "python -m pip install -e ." */
+  install?: string;
+  eval_commands: string[];
+  test_cmd: string;
+  /** Extra environment variables for build, sandboxes and tests. */
+  env: Record<string, string>;
+  /** Everything else from the spec table (kept so nothing is lost; included in the key). */
+  extra?: Record<string, unknown>;
+}
+
+/** A layer is named by the key of the spec that built it (hex sha256). */
+export type LayerKey = string;

@@ -1,0 +1,205 @@
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmdirSync, statSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+
+/** Resource limits of a sandbox. Every field is optional; absent means "not limited". */
+export interface Limits {
+  /** Memory (RSS + page cache + tmpfs writes) in bytes. cgroup memory controller, else RLIMIT_AS per process. */
+  memoryBytes?: number;
+  /** Number of processes/threads. cgroup pids controller, else RLIMIT_NPROC. */
+  pids?: number;
+  /** CPU seconds per process (RLIMIT_CPU). */
+  cpuSeconds?: number;
+  /** Size of the writable layer (tmpfs holding the overlay upper dirs, /tmp and home). */
+  diskBytes?: number;
+  /** Max open files per process (RLIMIT_NOFILE). */
+  openFiles?: number;
+}
+
+export const DEFAULT_DISK_BYTES = 8 * 1024 ** 3;
+
+const CGROUP_ROOT = "/sys/fs/cgroup";
+const GROUP = "minisandbox";
+
+/** Which cgroup v1 controllers this process may use (root on a host with them mounted). */
+export interface CgroupSupport {
+  memory: boolean;
+  pids: boolean;
+}
+
+let cached: CgroupSupport | undefined;
+
+export function cgroupSupport(): CgroupSupport {
+  if (cached) return cached;
+  const usable = (ctl: string): boolean => {
+    const dir = join(CGROUP_ROOT, ctl);
+    try {
+      if (!existsSync(join(dir, "cgroup.procs")) || !statSync(dir).isDirectory()) return false;
+      mkdirSync(join(dir, GROUP), { recursive: true });
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  cached = { memory: usable("memory"), pids: usable("pids") };
+  return cached;
+}
+
+/** The cgroups of one sandbox; processes join them by writing their pid to `<dir>/cgroup.procs`. */
+export interface SandboxCgroups {
+  memory?: string;
+  pids?: string;
+}
+
+function write(file: string, value: string | number): void {
+  writeFileSync(file, String(value));
+}
+
+export function createCgroups(id: string, limits: Limits): SandboxCgroups {
+  const support = cgroupSupport();
+  const groups: SandboxCgroups = {};
+  if (support.memory && limits.memoryBytes) {
+    const dir = join(CGROUP_ROOT, "memory", GROUP, id);
+    mkdirSync(dir, { recursive: true });
+    write(join(dir, "memory.limit_in_bytes"), limits.memoryBytes);
+    // Without a swap limit a hog would spill into swap instead of being stopped.
+    const memsw = join(dir, "memory.memsw.limit_in_bytes");
+    if (existsSync(memsw)) write(memsw, limits.memoryBytes);
+    groups.memory = dir;
+  }
+  if (support.pids) {
+    // Always created (even without a limit): it is how a timeout finds and kills a whole process tree.
+    const dir = join(CGROUP_ROOT, "pids", GROUP, id);
+    mkdirSync(dir, { recursive: true });
+    if (limits.pids) write(join(dir, "pids.max"), limits.pids);
+    groups.pids = dir;
+  }
+  return groups;
+}
+
+/** A child pids cgroup for one command, so that its whole tree (double forks included) can be killed. */
+export function createCommandCgroup(groups: SandboxCgroups, name: string): string | undefined {
+  if (!groups.pids) return undefined;
+  const dir = join(groups.pids, name);
+  mkdirSync(dir, { recursive: true });
+  return dir;
+}
+
+export function cgroupPids(dir: string): number[] {
+  try {
+    return readFileSync(join(dir, "cgroup.procs"), "utf8")
+      .split("\n")
+      .filter(Boolean)
+      .map(Number);
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * SIGKILL everything in a cgroup (repeatedly, since a fork can race the kill) and remove it. Processes in `spareFirst`
+ * (the host-side `nsenter` parents) die last: killed first, their children would be orphaned to the host's init
+ * instead of being reaped by them.
+ */
+export async function killCgroup(dir: string, removeDir = true, spareFirst: number[] = []): Promise<void> {
+  // No new process can start in the group from now on: a fork bomb cannot outrun the kill.
+  try {
+    writeFileSync(join(dir, "pids.max"), "0");
+  } catch {
+    /* not a pids group, or gone */
+  }
+  for (let round = 0; round < 50; round++) {
+    const pids = cgroupTreePids(dir);
+    if (pids.length === 0) break;
+    const others = pids.filter((p) => !spareFirst.includes(p));
+    for (const pid of others.length && round < 40 ? others : pids) {
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        /* already gone */
+      }
+    }
+    await new Promise((r) => setTimeout(r, round < 5 ? 2 : 20));
+  }
+  if (removeDir) removeCgroupTree(dir);
+}
+
+/** Processes of a cgroup and of all its subgroups. */
+function cgroupTreePids(dir: string): number[] {
+  const out = cgroupPids(dir);
+  try {
+    for (const e of readdirSync(dir, { withFileTypes: true })) if (e.isDirectory()) out.push(...cgroupTreePids(join(dir, e.name)));
+  } catch {
+    /* gone */
+  }
+  return out;
+}
+
+/** rmdir a cgroup and its children, deepest first. Busy groups are left (the reaper retries). */
+export function removeCgroupTree(dir: string): void {
+  let entries: string[] = [];
+  try {
+    entries = readdirSync(dir, { withFileTypes: true })
+      .filter((e) => e.isDirectory())
+      .map((e) => e.name);
+  } catch {
+    return;
+  }
+  for (const e of entries) removeCgroupTree(join(dir, e));
+  try {
+    rmdirSync(dir);
+  } catch {
+    /* still busy or already gone */
+  }
+}
+
+/** Counters that tell which limit stopped a command. */
+export interface LimitCounters {
+  oomKills: number;
+  pidsRefused: number;
+}
+
+export function readCounters(groups: SandboxCgroups): LimitCounters {
+  const oom = groups.memory ? sumOverTree(groups.memory, "memory.oom_control", /oom_kill (\d+)/) : 0;
+  // cgroup v1 counts a refused fork in the group of the process that forked, which may be a command's subgroup.
+  const pids = groups.pids ? sumOverTree(groups.pids, "pids.events", /max (\d+)/) : 0;
+  return { oomKills: oom, pidsRefused: pids };
+}
+
+function sumOverTree(dir: string, file: string, re: RegExp): number {
+  let total = 0;
+  try {
+    const m = re.exec(readFileSync(join(dir, file), "utf8"));
+    total += m ? Number(m[1]) : 0;
+    for (const e of readdirSync(dir, { withFileTypes: true })) if (e.isDirectory()) total += sumOverTree(join(dir, e.name), file, re);
+  } catch {
+    /* gone */
+  }
+  return total;
+}
+
+/** All sandbox cgroups on this host (for the reaper). */
+export function listSandboxCgroups(): { id: string; dir: string }[] {
+  const out: { id: string; dir: string }[] = [];
+  for (const ctl of ["memory", "pids"]) {
+    const base = join(CGROUP_ROOT, ctl, GROUP);
+    try {
+      for (const e of readdirSync(base, { withFileTypes: true })) {
+        if (e.isDirectory()) out.push({ id: e.name, dir: join(base, e.name) });
+      }
+    } catch {
+      /* controller absent */
+    }
+  }
+  return out;
+}
+
+/** `prlimit` arguments for the portable per-process limits (and the fallbacks when cgroups are missing). */
+export function rlimitArgs(limits: Limits, groups: SandboxCgroups): string[] {
+  const args: string[] = [];
+  // soft < hard: the soft limit delivers SIGXCPU (a clear status), the hard one a SIGKILL a second later.
+  if (limits.cpuSeconds) args.push(`--cpu=${Math.ceil(limits.cpuSeconds)}:${Math.ceil(limits.cpuSeconds) + 1}`);
+  if (limits.openFiles) args.push(`--nofile=${limits.openFiles}`);
+  if (limits.memoryBytes && !groups.memory) args.push(`--as=${limits.memoryBytes}`);
+  if (limits.pids && !groups.pids) args.push(`--nproc=${limits.pids}`);
+  return args;
+}

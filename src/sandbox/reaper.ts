@@ -1,0 +1,84 @@
+import { spawnSync } from "node:child_process";
+import { existsSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { cgroupPids, killCgroup, listSandboxCgroups, removeCgroupTree } from "./limits.js";
+import { isSameProcessAlive, killQuietly } from "./procfs.js";
+import { readState, sandboxPaths } from "./state.js";
+
+export interface ReapReport {
+  sandboxes: string[];
+  cgroups: string[];
+}
+
+const GRACE_MS = 60_000;
+
+/**
+ * Removes what sandboxes of dead owners left behind: their processes (should the kernel not have killed them
+ * already), cgroups and scratch directories. Safe to run while other processes own live sandboxes in the same home.
+ */
+export async function reapLeftovers(sandboxesDir: string): Promise<ReapReport> {
+  const report: ReapReport = { sandboxes: [], cgroups: [] };
+  let ids: string[] = [];
+  try {
+    ids = readdirSync(sandboxesDir);
+  } catch {
+    /* no home yet */
+  }
+  for (const id of ids) {
+    const paths = sandboxPaths(sandboxesDir, id);
+    const state = readState(paths);
+    if (state && isSameProcessAlive(state.ownerPid, state.ownerStart)) continue;
+    if (!state) {
+      // A sandbox still starting has no state yet: give it time.
+      try {
+        if (Date.now() - statSync(paths.dir).mtimeMs < GRACE_MS) continue;
+      } catch {
+        continue;
+      }
+    }
+    if (state) {
+      if (isSameProcessAlive(state.holderPid, state.holderStart)) killQuietly(state.holderPid);
+      if (isSameProcessAlive(state.pid1, undefined) && state.holderStart !== undefined) killQuietly(state.pid1);
+      for (const dir of [state.cgroups.memory, state.cgroups.pids]) if (dir) await killCgroup(dir);
+    }
+    unmountUnder(paths.dir);
+    rmSync(paths.dir, { recursive: true, force: true });
+    report.sandboxes.push(id);
+  }
+  // Empty sandbox cgroups whose owner is gone (any home): nothing lives in them, so removing them is safe.
+  for (const { id, dir } of listSandboxCgroups()) {
+    if (existsSync(join(sandboxesDir, id))) continue;
+    try {
+      if (Date.now() - statSync(dir).mtimeMs < GRACE_MS) continue;
+    } catch {
+      continue;
+    }
+    if (cgroupPids(dir).length === 0 && !hasLiveChildren(dir)) {
+      removeCgroupTree(dir);
+      if (!existsSync(dir)) report.cgroups.push(dir);
+    }
+  }
+  return report;
+}
+
+function hasLiveChildren(dir: string): boolean {
+  try {
+    return readdirSync(dir, { withFileTypes: true }).some((e) => e.isDirectory() && cgroupPids(join(dir, e.name)).length > 0);
+  } catch {
+    return false;
+  }
+}
+
+/** Mounts are made in private namespaces and never reach the host; this is a safety net should one ever appear. */
+function unmountUnder(dir: string): void {
+  let mounts: string[] = [];
+  try {
+    mounts = readFileSync("/proc/self/mountinfo", "utf8")
+      .split("\n")
+      .map((l) => l.split(" ")[4] ?? "")
+      .filter((m) => m === dir || m.startsWith(dir + "/"));
+  } catch {
+    return;
+  }
+  for (const m of mounts.sort((a, b) => b.length - a.length)) spawnSync("umount", ["-l", m]);
+}

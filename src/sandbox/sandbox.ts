@@ -1,0 +1,414 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { existsSync, readFileSync, rmSync, statSync } from "node:fs";
+import { resolve } from "node:path";
+import { homeLayout, resolveHome } from "../util/home.js";
+import { InvalidInputError, SandboxError } from "../util/errors.js";
+import { TESTBED_PATH } from "../env/types.js";
+import { BashSession, type RunOptions, type RunResult, type SessionProcess } from "../session/bash-session.js";
+import { sessionExists, sessionMissing } from "../session/errors.js";
+import { enterArgv } from "./enter.js";
+import { DEFAULT_OUTPUT_LIMIT, runCommand, type ExecOptions, type ExecResult, type LimitHit } from "./exec.js";
+import { SandboxFiles } from "./files.js";
+import { launchMode, type LaunchMode } from "./host.js";
+import { launch } from "./launcher.js";
+import {
+  createCgroups, createCommandCgroup, DEFAULT_DISK_BYTES, killCgroup, readCounters, removeCgroupTree, rlimitArgs,
+  type Limits, type SandboxCgroups,
+} from "./limits.js";
+import { CONTROL_PATH, defaultCwd, type BindMount, type MountPlan, type OverlayMount } from "./plan.js";
+import { descendants, killQuietly, processStartTime } from "./procfs.js";
+import { reapLeftovers } from "./reaper.js";
+import { makeSandboxDirs, sandboxPaths, writeState, type SandboxPaths } from "./state.js";
+
+export interface SandboxOptions {
+  /** Data directory (default: MINISANDBOX_HOME or the per-user default). */
+  home?: string;
+  /** Host directory mounted copy-on-write at /testbed. */
+  dir?: string;
+  /** More copy-on-write trees (e.g. a venv). */
+  overlays?: OverlayMount[];
+  binds?: BindMount[];
+  /** Interpreter installations, read-only at their own paths. */
+  toolchains?: string[];
+  /** Share the host network (default: loopback only). */
+  network?: boolean;
+  limits?: Limits;
+  /** Environment of every command (added to PATH/HOME/LANG defaults; PATH replaces the default). */
+  env?: Record<string, string>;
+  /** Directories put in front of the default PATH. */
+  pathPrepend?: string[];
+  cwd?: string;
+  /** User inside (default root, as SWE-bench tasks expect). */
+  uid?: number;
+  gid?: number;
+  hostname?: string;
+  /** The sandbox closes itself after this long. */
+  timeoutMs?: number;
+  /** Default output cap for commands and sessions. */
+  outputLimitBytes?: number;
+  /** Copy the trees instead of overlay-mounting them (what happens automatically where overlayfs is missing). */
+  forceCopy?: boolean;
+  /** Free-form labels (instance id, env key...) shown by list APIs. */
+  labels?: Record<string, string>;
+}
+
+export interface SessionCreateOptions {
+  startupSource?: string[];
+  startupTimeoutMs?: number;
+  outputLimitBytes?: number;
+}
+
+/** `Sandbox.create({ instance, dataset })`: a sandbox on a task's environment (see env/workspace.ts). */
+export interface InstanceSandboxRequest extends Omit<SandboxOptions, "dir" | "overlays"> {
+  instance: string | import("../tasks/types.js").Instance;
+  dataset?: string;
+  specsFile?: string;
+  reposDir?: string;
+  build?: boolean;
+}
+
+const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+let reapedFor = new Set<string>();
+
+/** One running isolated workspace. Create with `Sandbox.create`; `close()` (or `await using`) ends it. */
+export class Sandbox implements AsyncDisposable {
+  readonly id: string;
+  readonly home: string;
+  readonly createdAt = new Date();
+  readonly labels: Record<string, string>;
+  readonly files: SandboxFiles;
+  readonly sessions: SessionManager;
+  /** E2B-style alias: `sandbox.commands.run(cmd)`. */
+  readonly commands: { run: (cmd: string | string[], opts?: ExecOptions) => Promise<ExecResult> };
+  /** Things the launch had to say (e.g. copy fallback). */
+  readonly notices: string[];
+  private closed = false;
+  private closing: Promise<void> | undefined;
+  private execCounter = 0;
+  private timer: NodeJS.Timeout | undefined;
+  private readonly closeListeners: (() => void)[] = [];
+
+  private constructor(
+    private readonly opts: SandboxOptions,
+    readonly paths: SandboxPaths,
+    private readonly mode: LaunchMode,
+    private readonly holder: ChildProcess,
+    readonly pid1: number,
+    private readonly cgroups: SandboxCgroups,
+    private readonly rlimits: string[],
+    private readonly env: Record<string, string>,
+    readonly cwd: string,
+    notices: string[],
+  ) {
+    this.id = paths.dir.slice(paths.dir.lastIndexOf("/") + 1);
+    this.home = opts.home!;
+    this.labels = opts.labels ?? {};
+    this.notices = notices;
+    this.files = new SandboxFiles({
+      exec: (argv, o) => this.exec(argv, o),
+      spawnArgv: (argv) => this.commandArgv(argv, {}),
+    });
+    this.sessions = new SessionManager(this);
+    this.commands = { run: (cmd, o) => this.exec(cmd, o) };
+    holder.on("exit", () => void this.close());
+    if (opts.timeoutMs) {
+      this.timer = setTimeout(() => void this.close(), opts.timeoutMs);
+      this.timer.unref();
+    }
+  }
+
+  static async create(options: SandboxOptions | InstanceSandboxRequest = {}): Promise<Sandbox> {
+    if ("instance" in options) {
+      // Lazy: environments depend on sandboxes, not the other way round.
+      const { createInstanceSandbox } = await import("../env/workspace.js");
+      return createInstanceSandbox(options);
+    }
+    const home = resolveHome(options.home);
+    const layout = homeLayout(home);
+    // Leftovers of owners that died (SIGKILL) are cleaned at the first start in each process.
+    if (!reapedFor.has(layout.sandboxes)) {
+      reapedFor.add(layout.sandboxes);
+      await reapLeftovers(layout.sandboxes);
+    }
+    const opts: SandboxOptions = { ...options, home };
+    const overlays = [...(opts.overlays ?? [])];
+    if (opts.dir) {
+      const dir = resolve(opts.dir);
+      if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new InvalidInputError(`--dir ${dir}: not a directory`);
+      overlays.unshift({ lower: [dir], target: TESTBED_PATH });
+    }
+    for (const o of overlays) for (const l of o.lower) if (!existsSync(l)) throw new InvalidInputError(`mount source ${l} does not exist`);
+    const mode = launchMode();
+    const uid = opts.uid ?? 0;
+    const gid = opts.gid ?? uid;
+    if (mode === "userns" && (uid !== 0 || gid !== 0)) {
+      throw new InvalidInputError("a uid other than 0 inside needs root on the host (unprivileged sandboxes map only root)");
+    }
+    const id = `sb-${randomBytes(6).toString("hex")}`;
+    const paths = sandboxPaths(layout.sandboxes, id);
+    makeSandboxDirs(paths);
+    const home_ = uid === 0 ? "/root" : `/home/u${uid}`;
+    const plan: MountPlan = {
+      hostname: opts.hostname ?? id,
+      network: opts.network ?? false,
+      overlays,
+      binds: opts.binds ?? [],
+      toolchains: opts.toolchains ?? [],
+      home: home_,
+      controlDir: paths.control,
+      cwd: opts.cwd ?? defaultCwd({ overlays }),
+    };
+    const limits = opts.limits ?? {};
+    let cgroups: SandboxCgroups = {};
+    try {
+      cgroups = mode === "root" ? createCgroups(id, limits) : {};
+      const rlimits = rlimitArgs(limits, cgroups);
+      const launched = await launch({
+        plan,
+        scratch: paths.scratch,
+        mode,
+        cgroups,
+        diskBytes: limits.diskBytes ?? DEFAULT_DISK_BYTES,
+        owner: `${uid}:${gid}`,
+        forceCopy: opts.forceCopy ?? false,
+        rlimits,
+      });
+      writeState(paths, {
+        id,
+        ownerPid: process.pid,
+        ownerStart: processStartTime(process.pid),
+        holderPid: launched.child.pid!,
+        holderStart: processStartTime(launched.child.pid!),
+        pid1: launched.pid1,
+        cgroups,
+        createdAt: new Date().toISOString(),
+      });
+      const path = [...(opts.pathPrepend ?? []), DEFAULT_PATH].join(":");
+      const env: Record<string, string> = {
+        PATH: path,
+        HOME: home_,
+        USER: uid === 0 ? "root" : `u${uid}`,
+        LOGNAME: uid === 0 ? "root" : `u${uid}`,
+        LANG: "C.UTF-8",
+        HOSTNAME: plan.hostname,
+        ...opts.env,
+      };
+      const sb = new Sandbox(opts, paths, mode, launched.child, launched.pid1, cgroups, rlimits, env, plan.cwd, launched.notices);
+      sb.uid = uid;
+      sb.gid = gid;
+      return sb;
+    } catch (e) {
+      for (const dir of [cgroups.memory, cgroups.pids]) if (dir) await killCgroup(dir);
+      rmSync(paths.dir, { recursive: true, force: true });
+      throw e;
+    }
+  }
+
+  uid = 0;
+  gid = 0;
+
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  get network(): boolean {
+    return this.opts.network ?? false;
+  }
+
+  get limits(): Limits {
+    return this.opts.limits ?? {};
+  }
+
+  /** argv running `command` inside, in its own pids cgroup; cleanup removes that cgroup. */
+  commandArgv(
+    command: string[],
+    o: { cwd?: string; env?: Record<string, string>; uid?: number; gid?: number },
+  ): { argv: string[]; group?: string; cleanup: () => void } {
+    if (this.closed) throw new SandboxError(`sandbox ${this.id} is closed`);
+    const group = createCommandCgroup(this.cgroups, `c${++this.execCounter}`);
+    const argv = enterArgv(
+      {
+        mode: this.mode,
+        pid1: this.pid1,
+        cgroupDirs: [this.cgroups.memory, group].filter((d): d is string => Boolean(d)),
+        rlimits: this.rlimits,
+        uid: o.uid ?? this.uid,
+        gid: o.gid ?? this.gid,
+        cwd: o.cwd ?? this.cwd,
+        env: { ...this.env, ...o.env },
+      },
+      command,
+    );
+    return { argv, group, cleanup: () => group && removeCgroupTree(group) };
+  }
+
+  /**
+   * Run one command in a fresh process: a string runs under `bash -c`, an array is executed as is.
+   * stdin is closed unless given; a timeout kills the whole tree and yields exit code 124.
+   */
+  async exec(cmd: string | string[], opts: ExecOptions = {}): Promise<ExecResult> {
+    const command = typeof cmd === "string" ? ["/bin/bash", "-c", cmd] : cmd;
+    if (command.length === 0) throw new InvalidInputError("empty command");
+    const before = readCounters(this.cgroups);
+    const { argv, group, cleanup } = this.commandArgv(command, opts);
+    return runCommand(
+      {
+        argv,
+        killTree: async (rootPid) => {
+          // With cgroups the whole tree (double forks too) is found; without, the /proc tree of the command.
+          if (group) return killCgroup(group, false, [rootPid]);
+          for (const pid of descendants(rootPid)) killQuietly(pid);
+          killQuietly(rootPid);
+        },
+        limitHit: (): LimitHit | undefined => {
+          const after = readCounters(this.cgroups);
+          if (after.oomKills > before.oomKills) return "memory";
+          if (after.pidsRefused > before.pidsRefused) return "pids";
+          return undefined;
+        },
+        cleanup,
+      },
+      { outputLimitBytes: this.opts.outputLimitBytes ?? DEFAULT_OUTPUT_LIMIT, ...opts },
+    );
+  }
+
+  /** Start a process for a session (see BashSession). */
+  spawnSessionProcess(argv: string[]): SessionProcess {
+    const { argv: full, group, cleanup } = this.commandArgv(argv, { env: { SHELL: "/bin/bash" } });
+    const child = spawn(full[0]!, full.slice(1), { stdio: ["pipe", "pipe", "pipe"], env: {} });
+    child.stderr!.on("data", () => {});
+    const shellPid = (): number | undefined => {
+      // script -> bash: the shell is the child of the `script` process.
+      for (const pid of descendants(child.pid!)) {
+        if (commOf(pid) === "bash" && commOf(ppidOf(pid)) === "script") return pid;
+      }
+      return undefined;
+    };
+    return {
+      child,
+      killTree: async () => {
+        if (group) await killCgroup(group, false, [child.pid!]);
+        for (const pid of descendants(child.pid!)) killQuietly(pid);
+        killQuietly(child.pid!);
+        cleanup();
+      },
+      killJobs: async () => {
+        const shell = shellPid();
+        if (shell) for (const pid of descendants(shell)) killQuietly(pid);
+      },
+    };
+  }
+
+  onClose(fn: () => void): void {
+    this.closeListeners.push(fn);
+  }
+
+  /** Ends every process, drops every mount (they live in the sandbox's namespace) and deletes the scratch dir. */
+  close(): Promise<void> {
+    this.closing ??= this.doClose();
+    return this.closing;
+  }
+
+  private async doClose(): Promise<void> {
+    this.closed = true;
+    if (this.timer) clearTimeout(this.timer);
+    await this.sessions.closeAll();
+    // Killing pid 1 ends the pid namespace: the kernel kills every process in it. bwrap then reaps it and exits;
+    // killing bwrap first would orphan pid 1 to the host's init.
+    killQuietly(this.pid1);
+    const holderExited = (): boolean => this.holder.exitCode !== null || this.holder.signalCode !== null;
+    if (!holderExited()) {
+      await new Promise<void>((r) => {
+        const t = setTimeout(r, 2000);
+        this.holder.once("exit", () => (clearTimeout(t), r()));
+      });
+    }
+    if (!holderExited()) killQuietly(this.holder.pid!);
+    for (const dir of [this.cgroups.pids, this.cgroups.memory]) if (dir) await killCgroup(dir);
+    rmSync(this.paths.dir, { recursive: true, force: true });
+    for (const fn of this.closeListeners) fn();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
+
+function commOf(pid: number | undefined): string {
+  if (!pid) return "";
+  try {
+    return readFileSync(`/proc/${pid}/comm`, "utf8").trim();
+  } catch {
+    return "";
+  }
+}
+
+function ppidOf(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+  } catch {
+    return undefined;
+  }
+}
+
+
+/** Named persistent bash sessions of one sandbox. */
+export class SessionManager {
+  private readonly sessions = new Map<string, BashSession>();
+  constructor(private readonly sandbox: Sandbox) {}
+
+  async create(name = "default", opts: SessionCreateOptions = {}): Promise<{ session: BashSession; output: string }> {
+    if (this.sessions.has(name)) throw sessionExists(name);
+    const placeholder = {} as BashSession;
+    this.sessions.set(name, placeholder);
+    try {
+      const started = await BashSession.start({
+        name,
+        controlHost: this.sandbox.paths.control,
+        controlInside: CONTROL_PATH,
+        startupSource: opts.startupSource,
+        startupTimeoutMs: opts.startupTimeoutMs,
+        outputLimitChars: opts.outputLimitBytes,
+        spawn: (argv) => this.sandbox.spawnSessionProcess(argv),
+      });
+      this.sessions.set(name, started.session);
+      return started;
+    } catch (e) {
+      this.sessions.delete(name);
+      throw e;
+    }
+  }
+
+  get(name = "default"): BashSession {
+    const s = this.sessions.get(name);
+    if (!s || !(s instanceof BashSession)) throw sessionMissing(name);
+    return s;
+  }
+
+  has(name: string): boolean {
+    return this.sessions.get(name) instanceof BashSession;
+  }
+
+  names(): string[] {
+    return [...this.sessions.keys()];
+  }
+
+  run(name: string, command: string, opts?: RunOptions): Promise<RunResult> {
+    return this.get(name).run(command, opts);
+  }
+
+  async close(name = "default"): Promise<void> {
+    const s = this.get(name);
+    this.sessions.delete(name);
+    await s.close();
+  }
+
+  async closeAll(): Promise<void> {
+    const all = [...this.sessions.values()].filter((s): s is BashSession => s instanceof BashSession);
+    this.sessions.clear();
+    await Promise.all(all.map((s) => s.close()));
+  }
+}

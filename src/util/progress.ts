@@ -1,0 +1,63 @@
+/** A one-line progress bar with ETA on a terminal; one plain line per step otherwise (logs, CI). */
+export class Progress {
+  private done = 0;
+  private readonly started = performance.now();
+  private readonly tty: boolean;
+  private readonly counts = new Map<string, number>();
+
+  constructor(
+    private readonly total: number,
+    private readonly label: string,
+    private readonly out: NodeJS.WriteStream = process.stderr,
+  ) {
+    this.tty = Boolean(out.isTTY);
+    if (this.tty) this.render();
+  }
+
+  /** One item finished with this outcome (e.g. "built", "cached", "failed"). */
+  tick(outcome: string, detail = ""): void {
+    this.done++;
+    this.counts.set(outcome, (this.counts.get(outcome) ?? 0) + 1);
+    if (this.tty) this.render();
+    else this.out.write(`[${this.done}/${this.total}] ${outcome}${detail ? " " + detail : ""} (ETA ${this.eta()})\n`);
+  }
+
+  private eta(): string {
+    if (this.done === 0) return "?";
+    const perItem = (performance.now() - this.started) / this.done;
+    const s = Math.round((perItem * (this.total - this.done)) / 1000);
+    return s >= 60 ? `${Math.floor(s / 60)}m${String(s % 60).padStart(2, "0")}s` : `${s}s`;
+  }
+
+  private render(): void {
+    const width = 30;
+    const filled = this.total ? Math.round((this.done / this.total) * width) : width;
+    const counts = [...this.counts].map(([k, v]) => `${k} ${v}`).join(", ");
+    this.out.write(`\r${this.label} [${"#".repeat(filled)}${"-".repeat(width - filled)}] ${this.done}/${this.total} ${counts} ETA ${this.eta()}\x1b[K`);
+  }
+
+  finish(): void {
+    if (this.tty) this.out.write("\n");
+  }
+}
+
+/** Run `fn` over items with at most `workers` at once, in order of arrival. */
+export async function pool<T, R>(items: readonly T[], workers: number, fn: (item: T, index: number) => Promise<R>): Promise<R[]> {
+  const results = new Array<R>(items.length);
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < items.length) {
+      const i = next++;
+      results[i] = await fn(items[i]!, i);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.max(1, Math.min(workers, items.length)) }, worker));
+  return results;
+}
+
+/** Fixed-width text table. */
+export function table(headers: string[], rows: string[][]): string {
+  const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
+  const line = (cells: string[]): string => cells.map((c, i) => c.padEnd(widths[i]!)).join("  ").trimEnd();
+  return [line(headers), line(widths.map((w) => "-".repeat(w))), ...rows.map(line)].join("\n") + "\n";
+}

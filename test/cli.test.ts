@@ -1,0 +1,72 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { CLI, tempDir, tempHome } from "./helpers.js";
+
+const home = tempHome();
+const cli = (...args: string[]) => spawnSync(process.execPath, [CLI, "--home", home, ...args], { encoding: "utf8", timeout: 60_000 });
+
+test("exec streams output and exits with the command's status", () => {
+  const dir = tempDir();
+  writeFileSync(join(dir, "f.txt"), "data\n");
+  const r = cli("exec", "--dir", dir, "--env", "X=1", "--", "sh", "-c", "cat f.txt; echo $X; echo oops >&2; echo new > f.txt; exit 5");
+  assert.equal(r.status, 5);
+  assert.equal(r.stdout, "data\n1\n");
+  assert.equal(r.stderr, "oops\n");
+  assert.equal(readFileSync(join(dir, "f.txt"), "utf8"), "data\n");
+});
+
+test("exec --timeout exits 124; limits are applied; --cwd and --network are honoured", () => {
+  const t = cli("exec", "--timeout", "0.5", "--", "sleep", "30");
+  assert.equal(t.status, 124);
+  assert.match(t.stderr, /timed out/);
+  const m = cli("exec", "--memory", "64M", "--", "python3", "-c", "bytearray(400*1024*1024)");
+  assert.notEqual(m.status, 0);
+  const c = cli("exec", "--cwd", "/tmp", "--", "pwd");
+  assert.equal(c.stdout, "/tmp\n");
+  const n = cli("exec", "--network", "--", "sh", "-c", "tail -n +3 /proc/net/dev | wc -l");
+  const isolated = cli("exec", "--", "sh", "-c", "tail -n +3 /proc/net/dev | wc -l");
+  assert.equal(isolated.stdout, "1\n");
+  assert.ok(Number(n.stdout.trim()) > 1, n.stdout);
+});
+
+test("bad input gets a clear one-line error", () => {
+  const r = cli("exec", "--dir", "/nonexistent/dir", "--", "true");
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /^minisandbox: --dir \/nonexistent\/dir: not a directory\n$/);
+  const s = cli("exec", "--memory", "lots", "--", "true");
+  assert.match(s.stderr, /invalid size/);
+});
+
+test("doctor reports each check and succeeds here; --json is machine-readable", () => {
+  const r = cli("doctor", "--json");
+  assert.equal(r.status, 0, r.stdout + r.stderr);
+  const report = JSON.parse(r.stdout) as { ok: boolean; checks: { name: string; status: string }[] };
+  assert.equal(report.ok, true);
+  for (const name of ["bwrap", "user namespaces", "overlayfs", "cgroups", "sandbox"]) {
+    assert.ok(report.checks.some((c) => c.name === name), name);
+  }
+});
+
+test("shell runs an interactive shell on the caller's terminal", () => {
+  const r = spawnSync(process.execPath, [CLI, "--home", home, "shell"], { input: "echo inside $HOSTNAME\nexit 3\n", encoding: "utf8", timeout: 30_000 });
+  assert.equal(r.status, 3);
+  assert.match(r.stdout, /inside sb-/);
+});
+
+test("unprivileged users get sandboxes through user namespaces", () => {
+  const h = tempDir();
+  spawnSync("chmod", ["777", h]);
+  const dir = tempDir();
+  spawnSync("chmod", ["755", dir]);
+  writeFileSync(join(dir, "f"), "x\n");
+  spawnSync("chown", ["-R", "65534:65534", dir]);
+  const r = spawnSync("setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", process.execPath, CLI, "--home", join(h, "home"), "exec", "--dir", dir, "--", "sh", "-c", "id -u; cat f; echo y >> f; cat f; ps -e --no-headers | wc -l"], { encoding: "utf8", timeout: 30_000 });
+  assert.equal(r.status, 0, r.stderr);
+  const [uid, ...rest] = r.stdout.trim().split("\n");
+  assert.equal(uid, "0");
+  assert.deepEqual(rest.slice(0, 3), ["x", "x", "y"]);
+  assert.equal(readFileSync(join(dir, "f"), "utf8"), "x\n");
+});

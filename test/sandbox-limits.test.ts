@@ -1,0 +1,93 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { Sandbox } from "../src/sandbox/sandbox.js";
+import { cgroupSupport } from "../src/sandbox/limits.js";
+import { tempHome } from "./helpers.js";
+
+const home = tempHome();
+const cg = cgroupSupport();
+
+test("a fork bomb hits the process limit; the host and other sandboxes keep working", async () => {
+  await using bomb = await Sandbox.create({ home, limits: { pids: 64 } });
+  await using other = await Sandbox.create({ home });
+  const r = await bomb.exec("f() { f | f & }; f; sleep 1; echo survived", { timeoutMs: 5000, outputLimitBytes: 4096 });
+  if (cg.pids) assert.equal(r.limit, "pids", r.stderr.slice(0, 500));
+  assert.match(r.stderr, /Resource temporarily unavailable|retry: /);
+  assert.equal((await other.exec(["echo", "fine"])).stdout, "fine\n");
+  // The bomb's processes die with its command: the sandbox is usable again.
+  const after = await bomb.exec(["echo", "usable"]);
+  assert.equal(after.stdout, "usable\n");
+});
+
+test("a memory hog is stopped by the memory limit with a clear status", async () => {
+  await using sb = await Sandbox.create({ home, limits: { memoryBytes: 128 * 1024 ** 2 } });
+  const r = await sb.exec(["python3", "-c", "x = bytearray(600 * 1024 * 1024); print('allocated')"], { timeoutMs: 30_000 });
+  assert.notEqual(r.exitCode, 0);
+  assert.ok(!r.stdout.includes("allocated"));
+  if (cg.memory) {
+    assert.equal(r.exitCode, 137);
+    assert.equal(r.limit, "memory");
+  } else {
+    assert.match(r.stderr, /MemoryError/);
+  }
+  assert.equal((await sb.exec(["echo", "ok"])).stdout, "ok\n");
+});
+
+test("a disk filler hits the writable-layer size", async () => {
+  await using sb = await Sandbox.create({ home, limits: { diskBytes: 32 * 1024 ** 2 } });
+  const r = await sb.exec("dd if=/dev/zero of=/tmp/fill bs=1M count=100 2>&1; echo rc=$?");
+  assert.match(r.stdout, /No space left on device/);
+  const r2 = await sb.exec("rm /tmp/fill && echo freed > /tmp/x && cat /tmp/x");
+  assert.equal(r2.stdout, "freed\n");
+});
+
+test("CPU time limit stops a spinning process", async () => {
+  await using sb = await Sandbox.create({ home, limits: { cpuSeconds: 1 } });
+  const r = await sb.exec(["python3", "-c", "while True: pass"], { timeoutMs: 20_000 });
+  assert.equal(r.limit, "cpu");
+  assert.equal(r.signal, "SIGXCPU");
+});
+
+test("a command that never ends is killed at its timeout with 124, its whole tree included", async () => {
+  await using sb = await Sandbox.create({ home });
+  const started = Date.now();
+  const r = await sb.exec("sleep 1000 & (sleep 1000 &) ; sleep 1000", { timeoutMs: 500 });
+  assert.equal(r.exitCode, 124);
+  assert.equal(r.timedOut, true);
+  assert.ok(Date.now() - started < 5000);
+  const ps = await sb.exec(["ps", "-eo", "comm", "--no-headers"]);
+  // Only the sandbox's own keeper sleep remains.
+  assert.equal(ps.stdout.split("\n").filter((l) => l === "sleep").length, 1, ps.stdout);
+});
+
+test("1 GB of output is capped: head and tail kept, marker in between, memory bounded", async () => {
+  await using sb = await Sandbox.create({ home });
+  const rssBefore = process.memoryUsage().rss;
+  const r = await sb.exec("echo FIRST; head -c 1000000000 /dev/zero | tr '\\0' 'x'; echo; echo LAST", {
+    outputLimitBytes: 1024 * 1024,
+    timeoutMs: 120_000,
+  });
+  assert.equal(r.exitCode, 0);
+  assert.equal(r.truncated, true);
+  assert.ok(r.stdout.startsWith("FIRST\n"));
+  assert.ok(r.stdout.endsWith("LAST\n"));
+  assert.match(r.stdout, /bytes of output omitted/);
+  assert.ok(r.stdout.length < 1.1 * 1024 * 1024);
+  assert.ok(process.memoryUsage().rss - rssBefore < 200 * 1024 * 1024);
+});
+
+test("a command that leaves a background child holding stdout returns when the command exits", async () => {
+  await using sb = await Sandbox.create({ home });
+  const started = Date.now();
+  const r = await sb.exec("echo before; sleep 100 & echo after");
+  assert.equal(r.exitCode, 0);
+  assert.equal(r.stdout, "before\nafter\n");
+  assert.ok(Date.now() - started < 3000, "must not wait for the background child");
+  assert.match((await sb.exec(["pgrep", "-x", "sleep", "-c"])).stdout, /^2\n$/);
+});
+
+test("binary output survives byte for byte", async () => {
+  await using sb = await Sandbox.create({ home });
+  const r = await sb.exec("printf '\\000\\001\\377\\376abc'");
+  assert.deepEqual([...r.stdoutBytes], [0, 1, 255, 254, 97, 98, 99]);
+});

@@ -1,0 +1,81 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readlinkSync } from "node:fs";
+import { createServer } from "node:net";
+import { Sandbox } from "../src/sandbox/sandbox.js";
+import { tempHome } from "./helpers.js";
+
+const home = tempHome();
+
+test("own pid namespace: only the sandbox's processes are visible, pid 1 is ours", async () => {
+  await using sb = await Sandbox.create({ home });
+  const r = await sb.exec(["ps", "-eo", "pid,comm", "--no-headers"]);
+  const procs = r.stdout.trim().split("\n").map((l) => l.trim().split(/\s+/));
+  assert.equal(procs[0]![0], "1");
+  assert.ok(procs.length <= 4, r.stdout);
+  assert.ok(!r.stdout.includes("node"), "host processes must be invisible");
+});
+
+test("orphaned zombies are reaped by the sandbox's init", async () => {
+  await using sb = await Sandbox.create({ home });
+  // The child exits immediately; its parent (sh) exits before waiting: the orphan goes to pid 1.
+  await sb.exec("(sh -c 'sleep 0.1 & exec true') ; sleep 0.5");
+  const r = await sb.exec(["ps", "-eo", "stat,comm", "--no-headers"]);
+  assert.ok(!/^Z/m.test(r.stdout), `zombie left:\n${r.stdout}`);
+});
+
+test("kill -9 -1 from inside cannot end the sandbox", async () => {
+  await using sb = await Sandbox.create({ home });
+  await sb.exec("kill -9 -1");
+  const r = await sb.exec(["echo", "still here"]);
+  assert.equal(r.stdout, "still here\n");
+});
+
+test("own uts, ipc, mount and net namespaces; hostname settable", async () => {
+  await using sb = await Sandbox.create({ home, hostname: "task-1" });
+  const r = await sb.exec("hostname; readlink /proc/self/ns/ipc /proc/self/ns/uts /proc/self/ns/mnt /proc/self/ns/net");
+  const [hostname, ...ns] = r.stdout.trim().split("\n");
+  assert.equal(hostname, "task-1");
+  for (const [i, kind] of ["ipc", "uts", "mnt", "net"].entries()) {
+    assert.notEqual(ns[i], readlinkSync(`/proc/self/ns/${kind}`), `${kind} namespace must differ from the host's`);
+  }
+});
+
+test("no network by default: loopback only, host services unreachable", async () => {
+  const server = createServer((s) => s.end("hello")).listen(0, "127.0.0.1");
+  await new Promise((r) => server.once("listening", r));
+  const port = (server.address() as { port: number }).port;
+  try {
+    await using sb = await Sandbox.create({ home });
+    const links = await sb.exec(["cat", "/proc/net/dev"]);
+    const ifaces = links.stdout.split("\n").slice(2).filter(Boolean).map((l) => l.trim().split(":")[0]);
+    assert.deepEqual(ifaces, ["lo"]);
+    const r = await sb.exec(`exec 3<>/dev/tcp/127.0.0.1/${port} && cat <&3`, { timeoutMs: 5000 });
+    assert.notEqual(r.exitCode, 0);
+    assert.ok(!r.stdout.includes("hello"));
+    // Loopback inside works (a server inside can be reached from inside).
+    const lo = await sb.exec("python3 -c \"import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); s.listen(); c=socket.create_connection(s.getsockname()); print('lo ok')\"");
+    assert.equal(lo.stdout, "lo ok\n", lo.stderr);
+
+    await using net = await Sandbox.create({ home, network: true });
+    const ok = await net.exec(`exec 3<>/dev/tcp/127.0.0.1/${port} && cat <&3`, { timeoutMs: 5000 });
+    assert.equal(ok.stdout, "hello");
+  } finally {
+    server.close();
+  }
+});
+
+test("root inside has a reduced capability set", async () => {
+  await using sb = await Sandbox.create({ home });
+  const r = await sb.exec("mount -t tmpfs x /mnt 2>&1; echo rc=$?; grep CapEff /proc/self/status");
+  assert.match(r.stdout, /rc=(1|32)/);
+  const eff = BigInt("0x" + /CapEff:\s+([0-9a-f]+)/.exec(r.stdout)![1]!);
+  const CAP_SYS_ADMIN = 21n;
+  assert.equal((eff >> CAP_SYS_ADMIN) & 1n, 0n, "CAP_SYS_ADMIN must be dropped");
+});
+
+test("uid inside is configurable", async () => {
+  await using sb = await Sandbox.create({ home, uid: 1000, gid: 1000 });
+  const r = await sb.exec("id -u; id -g; echo x > $HOME/f && cat $HOME/f; touch /tmp/x && echo tmp-ok");
+  assert.equal(r.stdout, "1000\n1000\nx\ntmp-ok\n", r.stderr);
+});
