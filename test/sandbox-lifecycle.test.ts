@@ -28,11 +28,12 @@ test("200 create/close cycles leave no process, mount, cgroup or scratch directo
 
 test("a sandbox timeout closes it on its own", async () => {
   const home = tempHome();
-  const sb = await Sandbox.create({ home, timeoutMs: 300 });
+  const sb = await Sandbox.create({ home, timeoutMs: 3000 });
   const { session } = await sb.sessions.create();
   await session.run("sleep 1000 &", { check: "ignore" });
   const pid1 = sb.pid1;
-  await new Promise((r) => setTimeout(r, 1000));
+  assert.equal(sb.isClosed, false);
+  await new Promise((r) => setTimeout(r, 3500));
   assert.equal(sb.isClosed, true);
   await sb.close();
   assert.throws(() => process.kill(pid1, 0));

@@ -1,0 +1,140 @@
+process.env.PIP_RETRIES ??= "0";
+import { test, before } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { join } from "node:path";
+import { writeFileSync } from "node:fs";
+import { makeFixtureDataset, makeSweSmithDataset, type FixtureDataset } from "../src/fixtures/generate.js";
+import { loadDataset } from "../src/tasks/index.js";
+import { prepareInstances } from "../src/env/prepare.js";
+import { envFor, nodeCacheFor } from "../src/env/environments.js";
+import { openStore, storeStats, verifyStore } from "../src/env/store/index.js";
+import { Sandbox } from "../src/sandbox/sandbox.js";
+import { homeLayout } from "../src/util/home.js";
+import { CLI, tempDir, tempHome } from "./helpers.js";
+
+const home = tempHome("msb-env-");
+const fxDir = tempDir("msb-envfx-");
+let fx: FixtureDataset;
+
+before(async () => {
+  fx = await makeFixtureDataset(fxDir, { instances: 3 });
+  const results = await prepareInstances(fx.instances, { home, reposDir: fx.reposDir, workers: 2 });
+  assert.deepEqual(results.map((r) => r.status), ["built", "built", "built"], JSON.stringify(results, null, 2));
+});
+
+test("prepare is resumable: built environments are skipped", async () => {
+  const again = await prepareInstances(fx.instances, { home, reposDir: fx.reposDir, workers: 2 });
+  assert.deepEqual(again.map((r) => r.status), ["cached", "cached", "cached"]);
+});
+
+test("an instance sandbox has /testbed at the base commit with history, and the venv on PATH", async () => {
+  const inst = fx.instances[1]!;
+  await using sb = await Sandbox.create({ home, instance: inst });
+  const r = await sb.exec("git rev-parse HEAD && git log --oneline | wc -l && git status --porcelain && which python && python -m pytest -q -p no:cacheprovider 2>&1 | tail -1");
+  const [head, commits, python, summary] = r.stdout.trim().split("\n");
+  assert.equal(head, inst.base_commit);
+  assert.ok(Number(commits) > 1, "history is there");
+  assert.equal(python, "/opt/venv/bin/python");
+  assert.match(summary!, /passed/);
+  assert.equal((await sb.exec(["ls", "/testbed"])).exitCode, 0);
+});
+
+test("the first import in a fresh sandbox uses the cached bytecode (no recompilation)", async () => {
+  await using sb = await Sandbox.create({ home, instance: fx.instances[0]! });
+  // python -v says "code object from '<...>.pyc'" when it uses a cache, "code object from <...>.py" when it compiles.
+  const r = await sb.exec("python -v -c 'import calc, pytest' 2>&1 | grep 'code object from'");
+  const lines = r.stdout.trim().split("\n");
+  const compiled = lines.filter((l) => !/\.pyc'?$/.test(l));
+  assert.ok(lines.length > 50, r.stdout.slice(0, 500));
+  assert.deepEqual(compiled, []);
+  const m = await sb.exec("python -v -c 'import calc' 2>&1 | grep -c matches");
+  assert.ok(Number(m.stdout) > 0);
+});
+
+test("nothing done inside a sandbox changes the store or the node cache", async () => {
+  const inst = fx.instances[0]!;
+  await using sb = await Sandbox.create({ home, instance: inst });
+  const r = await sb.exec(
+    "set -e; find /testbed /opt/venv -type f | head -2000 > /tmp/files; " +
+      "while read f; do echo x >> \"$f\"; done < /tmp/files; " +
+      "head -100 /tmp/files | while read f; do : > \"$f\"; chmod 777 \"$f\"; done; " +
+      "echo overwritten > /testbed/calc/__init__.py; find /testbed /opt/venv -mindepth 1 -delete; ls -A /testbed | wc -l",
+  );
+  assert.equal(r.stdout.trim(), "0", r.stderr);
+  const report = await verifyStore(openStore(homeLayout(home).store));
+  assert.equal(report.ok, true, JSON.stringify(report.corrupt.slice(0, 3)));
+  // The cached layer is intact too: a new sandbox sees the original tree.
+  await using fresh = await Sandbox.create({ home, instance: inst });
+  assert.equal((await fresh.exec("git status --porcelain | wc -l")).stdout, "0\n");
+});
+
+test("16 simultaneous sandboxes on a cold environment materialize it exactly once", async () => {
+  const { key } = envFor(fx.instances[2]!, {});
+  const cache = nodeCacheFor(home);
+  await cache.evict({ maxBytes: 0 });
+  assert.equal(await cache.has(key), false);
+  let materialized = 0;
+  const onMat = (e: { key: string }): void => void (e.key === key && materialized++);
+  cache.on("materialize", onMat);
+  try {
+    const boxes = await Promise.all(Array.from({ length: 16 }, () => Sandbox.create({ home, instance: fx.instances[2]! })));
+    const outs = await Promise.all(boxes.map((b) => b.exec(["git", "rev-parse", "HEAD"])));
+    assert.ok(outs.every((o) => o.stdout.trim() === fx.instances[2]!.base_commit));
+    await Promise.all(boxes.map((b) => b.close()));
+  } finally {
+    cache.off("materialize", onMat);
+  }
+  assert.equal(materialized, 1);
+});
+
+test("N environments of one repository cost little more than one in the store", async () => {
+  const stats = await storeStats(openStore(homeLayout(home).store));
+  const perLayer = stats.logicalBytes / 3;
+  assert.ok(stats.storedBytes <= 1.5 * perLayer, `stored ${stats.storedBytes} for 3 layers of ~${perLayer}`);
+});
+
+test("exec --instance from the CLI; a missing environment is a clear error", async () => {
+  const r = spawnSync(process.execPath, [CLI, "--home", home, "exec", "--instance", fx.instances[0]!.instance_id, "--dataset", fx.datasetPath, "--", "git", "rev-parse", "HEAD"], { encoding: "utf8" });
+  assert.equal(r.status, 0, r.stderr);
+  assert.equal(r.stdout.trim(), fx.instances[0]!.base_commit);
+  const other = tempHome();
+  const m = spawnSync(process.execPath, [CLI, "--home", other, "exec", "--instance", fx.instances[0]!.instance_id, "--dataset", fx.datasetPath, "--", "true"], { encoding: "utf8" });
+  assert.notEqual(m.status, 0);
+  assert.match(m.stderr, /is not built: run `minisandbox prepare` first/);
+  const u = spawnSync(process.execPath, [CLI, "--home", home, "exec", "--instance", "nope__nope-1", "--dataset", fx.datasetPath, "--", "true"], { encoding: "utf8" });
+  assert.match(u.stderr, /nope__nope-1/);
+});
+
+test("a failing build names the failing step and shows the tail of its log", async () => {
+  const data = JSON.parse(JSON.stringify(fx.instances[0]!)) as Record<string, unknown>;
+  data["instance_id"] = "fixture__calc-broken";
+  data["spec"] = { ...(data["spec"] as object), install: "python -c 'import sys; print(\"boom-marker\"); sys.exit(3)'" };
+  const file = join(tempDir(), "broken.json");
+  writeFileSync(file, JSON.stringify([data]));
+  const [inst] = await loadDataset(file);
+  const [r] = await prepareInstances([inst!], { home, reposDir: fx.reposDir });
+  assert.equal(r!.status, "failed");
+  assert.match(r!.error!, /build failed at step "install 2/);
+  assert.match(r!.error!, /boom-marker/);
+  const py = JSON.parse(JSON.stringify(data)) as Record<string, unknown>;
+  py["spec"] = { ...(py["spec"] as object), python: "3.1" };
+  writeFileSync(file, JSON.stringify([py]));
+  const [r2] = await prepareInstances(await loadDataset(file), { home, reposDir: fx.reposDir });
+  assert.match(r2!.error!, /3\.1/);
+  assert.match(r2!.error!, /3\.11/, "names what is installed");
+});
+
+test("SWE-smith tasks share one environment and start with their bug applied and committed", async () => {
+  const ss = await makeSweSmithDataset(tempDir("msb-ss-"), { tasks: 2 });
+  const instances = await loadDataset(ss.datasetPath);
+  const results = await prepareInstances(instances, { home, reposDir: ss.reposDir });
+  assert.equal(new Set(results.map((r) => r.key)).size, 1);
+  await using sb = await Sandbox.create({ home, instance: instances[0]! });
+  const r = await sb.exec("git status --porcelain | wc -l; git log -1 --format=%s; git diff HEAD~1 --stat | tail -1");
+  const [dirty, subject, stat] = r.stdout.trim().split("\n");
+  assert.equal(dirty, "0");
+  assert.equal(subject, "minisandbox: task bug");
+  assert.match(stat!, /changed/);
+});
+
