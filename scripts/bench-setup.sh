@@ -21,15 +21,17 @@ if [ ! -f "$conf" ] || ! grep -q 'runtime = "runc"' "$conf"; then
   printf '%s' "$want" | $SUDO tee "$conf" >/dev/null
 fi
 
-# Base image: debootstrap minbase from the mirror apt is configured with.
+# Base image: debootstrap minbase (+ git, which evaluation needs) from the mirror apt is configured with.
 image=minisandbox-bench-base
-if ! $SUDO podman image exists "$image" 2>/dev/null; then
+has_git() { $SUDO podman run --rm --network none "$image" sh -c 'command -v git' >/dev/null 2>&1; }
+if ! $SUDO podman image exists "$image" 2>/dev/null || ! has_git; then
   mirror=$(grep -rhoE '(URIs:|deb) +https?://[^ ]+' /etc/apt/sources.list /etc/apt/sources.list.d/*.sources 2>/dev/null \
     | grep -v security | grep -m1 -oE 'https?://[^ ]+' || true)
   mirror=${mirror:-http://deb.debian.org/debian}
   dir=$(mktemp -d /var/tmp/msb-debootstrap.XXXXXX)
   trap '$SUDO rm -rf "$dir"' EXIT
-  $SUDO debootstrap --variant=minbase bookworm "$dir" "$mirror" >/dev/null
+  $SUDO debootstrap --variant=minbase --include=git bookworm "$dir" "$mirror" >/dev/null
+  $SUDO rm -rf "$dir/var/cache/apt/archives/"*.deb "$dir/var/lib/apt/lists/"*
   $SUDO tar -C "$dir" -c . | $SUDO podman import - "$image" >/dev/null
 fi
 $SUDO podman image exists "$image"

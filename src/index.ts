@@ -11,3 +11,5 @@ export { specForInstance, specKey } from "./env/spec.js";
 export { prepareInstances, type PrepareResult } from "./env/prepare.js";
 export { createInstanceSandbox } from "./env/workspace.js";
 export { runDoctor } from "./sandbox/doctor.js";
+export { evaluate, evaluateAttempt, runEvaluation, validateInstances, benchEvaluation } from "./eval/index.js";
+export type { EvaluateOptions, EvaluateResult, EvaluateTarget } from "./eval/index.js";

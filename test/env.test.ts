@@ -138,3 +138,12 @@ test("SWE-smith tasks share one environment and start with their bug applied and
   assert.match(stat!, /changed/);
 });
 
+
+test("a store on shared storage serves as a remote: another node pulls the layer and runs it", async () => {
+  const node2 = tempHome("msb-node2-");
+  writeFileSync(join(node2, "config.json"), JSON.stringify({ cache: { remotes: [homeLayout(home).store], maxConcurrent: 1 } }));
+  await using sb = await Sandbox.create({ home: node2, instance: fx.instances[0]! });
+  assert.equal((await sb.exec(["git", "rev-parse", "HEAD"])).stdout.trim(), fx.instances[0]!.base_commit);
+  const stats = await storeStats(openStore(homeLayout(node2).store));
+  assert.equal(stats.layers, 1);
+});

@@ -7,6 +7,10 @@ import { registerDoctorCommand } from "./doctor.js";
 import { registerStoreCommand } from "./store.js";
 import { registerPrepareCommand } from "./prepare.js";
 import { registerDemoCommand } from "./demo.js";
+import { demoEvaluate, registerEvaluateCommand, validateHook } from "./evaluate.js";
+import { registerServeCommand } from "./serve.js";
+import { envProviderFactory } from "../server/env-provider.js";
+import { registerBenchCommand } from "./bench.js";
 
 const program = new Command();
 program
@@ -21,8 +25,11 @@ const getHome = (): string => resolveHome(program.opts<{ home?: string }>().home
 registerExecCommand(program, getHome);
 registerShellCommand(program, getHome);
 registerDoctorCommand(program, getHome);
-registerPrepareCommand(program, getHome);
+registerPrepareCommand(program, getHome, { validate: validateHook });
+registerEvaluateCommand(program, getHome);
 registerStoreCommand(program, getHome);
-registerDemoCommand(program, getHome);
+registerDemoCommand(program, getHome, { evaluate: demoEvaluate });
+registerServeCommand(program, getHome, envProviderFactory);
+registerBenchCommand(program, getHome);
 
 await program.parseAsync(process.argv);

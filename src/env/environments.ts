@@ -84,19 +84,55 @@ export { BuildError };
 
 const caches = new Map<string, NodeCache>();
 
+/**
+ * Node cache settings from `<home>/config.json` → `cache`: `{ maxBytes, maxConcurrent, bytesPerSec, remotes }`.
+ * `MINISANDBOX_REMOTE_STORES` (colon-separated directories on shared storage) adds remote stores to pull from.
+ */
+export interface CacheConfig {
+  maxBytes?: number;
+  maxConcurrent?: number;
+  bytesPerSec?: number;
+  remotes?: string[];
+}
+
+export function readCacheConfig(home: string): CacheConfig {
+  let config: CacheConfig = {};
+  try {
+    config = (JSON.parse(readFileSync(join(home, "config.json"), "utf8")) as { cache?: CacheConfig }).cache ?? {};
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw new Error(`${join(home, "config.json")}: ${(e as Error).message}`);
+  }
+  const extra = (process.env.MINISANDBOX_REMOTE_STORES ?? "").split(":").filter(Boolean);
+  return { ...config, remotes: [...(config.remotes ?? []), ...extra] };
+}
+
 export function nodeCacheFor(home: string): NodeCache {
   let c = caches.get(home);
   if (!c) {
-    c = new NodeCache({ store: openStore(homeLayout(home).store), dir: homeLayout(home).cache });
+    c = new NodeCache({ ...readCacheConfig(home), store: openStore(homeLayout(home).store), dir: homeLayout(home).cache });
     caches.set(home, c);
   }
   return c;
 }
 
+const toolchains = new Map<string, ReturnType<typeof findToolchain>>();
+
+/** Interpreter discovery walks pyenv/conda/PATH (hundreds of ms): once per process, home and version. */
+function toolchainFor(home: string, version: string): ReturnType<typeof findToolchain> {
+  const id = `${home}\0${version}`;
+  let t = toolchains.get(id);
+  if (!t) {
+    t = findToolchain(version, { home });
+    toolchains.set(id, t);
+    t.catch(() => toolchains.delete(id));
+  }
+  return t;
+}
+
 /** Sandbox options for a built environment: its trees copy-on-write, its interpreter, its venv first on PATH. */
 export async function workspaceFor(home: string, spec: EnvSpec, key: LayerKey): Promise<{ options: SandboxOptions; lease: CacheLease }> {
-  if (!(await isBuilt(home, key))) throw new NotFoundError(`environment ${key.slice(0, 12)} (${spec.repo}@${spec.commit.slice(0, 12)}) is not built: run \`minisandbox prepare\` first`);
-  const toolchain = await findToolchain(spec.python, { home });
+  if (!(await isBuilt(home, key)) && !readCacheConfig(home).remotes?.length) throw new NotFoundError(`environment ${key.slice(0, 12)} (${spec.repo}@${spec.commit.slice(0, 12)}) is not built: run \`minisandbox prepare\` first`);
+  const toolchain = await toolchainFor(home, spec.python);
   const lease = await nodeCacheFor(home).acquire(key);
   return {
     lease,

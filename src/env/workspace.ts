@@ -40,17 +40,23 @@ export async function createInstanceSandbox(opts: InstanceSandboxOptions): Promi
     throw e;
   }
   sb.onClose(() => void lease.release());
-  if (instance.bug_patch) {
-    const r = await sb.exec(
-      "git apply --whitespace=nowarn - && git add -A && git -c core.hooksPath=/dev/null commit -q --no-verify -m 'minisandbox: task bug'",
-      { stdin: instance.bug_patch },
-    );
-    if (r.exitCode !== 0) {
-      await sb.close();
-      throw new SandboxError(`could not apply the bug patch of ${instance.instance_id}: ${r.stderr.trim()}`);
-    }
+  try {
+    await applyTaskSetup(sb, instance);
+  } catch (e) {
+    await sb.close();
+    throw e;
   }
   return sb;
+}
+
+/** What a task needs once its sandbox is up: SWE-smith's bug patch, applied and committed (so `git diff` is clean). */
+export async function applyTaskSetup(sb: Sandbox, instance: Instance): Promise<void> {
+  if (!instance.bug_patch) return;
+  const r = await sb.exec(
+    "git apply --whitespace=nowarn - && git add -A && git -c core.hooksPath=/dev/null commit -q --no-verify -m 'minisandbox: task bug'",
+    { stdin: instance.bug_patch },
+  );
+  if (r.exitCode !== 0) throw new SandboxError(`could not apply the bug patch of ${instance.instance_id}: ${r.stderr.trim()}`);
 }
 
 export async function instanceById(id: string, dataset: string | undefined): Promise<Instance> {

@@ -7,3 +7,48 @@ export * from "./eval-script.js";
 export * from "./report.js";
 export * from "./predictions.js";
 export { pyJsonDumps, pySorted } from "./pystr.js";
+
+// The runner (sandboxes, patches, tests): `minisandbox evaluate`, validation, rewards, throughput.
+export {
+  runEvaluation,
+  defaultRunId,
+  timingsFileName,
+  type RunEvaluationOptions,
+  type RunEvaluationResult,
+  type InstanceRunRecord,
+  type InstanceRunStatus,
+  type RunTimings,
+} from "./run.js";
+export {
+  runInstanceEvaluation,
+  clearInstanceOutputs,
+  GIT_APPLY_CMDS,
+  DEFAULT_TIMEOUT_SECONDS,
+  TIMINGS_FILE,
+  type InstanceEvalInput,
+  type InstanceEvalResult,
+  type EvalError,
+  type EvalErrorKind,
+} from "./runner/instance.js";
+export { agentDiff, pristineListing, type AgentDiff } from "./runner/agent-diff.js";
+export { openEvalSandbox, type EvalSandboxOptions } from "./runner/sandbox.js";
+export { timingStats, describeTimings, PHASES, type PhaseTimings, type TimingStats } from "./runner/timings.js";
+export { benchEvaluation, type BenchEvaluationOptions, type BenchEvaluationResult } from "./runner/bench.js";
+export {
+  validateInstances,
+  renderValidation,
+  goldProblems,
+  baseProblems,
+  type ValidateOptions,
+  type ValidationReport,
+  type InstanceValidation,
+  type ValidationRun,
+} from "./validate.js";
+export {
+  evaluate,
+  evaluateAttempt,
+  type EvaluateTarget,
+  type EvaluateOptions,
+  type EvaluateResult,
+  type RewardStatus,
+} from "./reward-api.js";

@@ -4,7 +4,6 @@ import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { StringDecoder } from "node:string_decoder";
 import { OutputCollector, type PromptHit } from "./stream.js";
-import { checkSyntax } from "./syntax.js";
 import { commandTimeout, nonZeroExit, sessionDied, syntaxError, type SessionError } from "./errors.js";
 
 /** What a sandbox provides to run a session inside it. */
@@ -223,10 +222,10 @@ export class BashSession {
     const id = this.nextId++;
     this.lastSentId = id;
     const file = `${this.dirInside}/c${id}`;
-    const verdict = await checkSyntax(command);
-    if (!verdict.ok) throw syntaxError(command, verdict.message);
     writeFileSync(join(this.dirHost, `c${id}`), command.endsWith("\n") ? command : command + "\n");
-    this.write(`__msb_id=${id}; . ${file}\n`);
+    // `bash -n` runs inside the sandbox (its fork costs the sandbox, not this process's event loop); on a syntax
+    // error nothing runs and a marker tells us so.
+    this.write(`__msb_id=${id}; if /bin/bash -n ${file}; then . ${file}; else printf '\\036${this.token}S\\036'; fi\n`);
     let r;
     try {
       r = await this.waitFor({ promptId: id, expect: opts.expect }, timeoutMs, onTimeout);
@@ -234,6 +233,7 @@ export class BashSession {
       if (!this.waiter) rmSync(join(this.dirHost, `c${id}`), { force: true });
     }
     const output = this.collector.text();
+    if (r.syntax) throw syntaxError(command, output.replaceAll(`${file}: `, "bash: "));
     if (!r.prompt) return { output, exitCode: null, expectString: r.expectString ?? "" };
     const check = opts.check ?? "raise";
     if (check === "ignore") return { output, exitCode: null, expectString: "" };

@@ -1,0 +1,141 @@
+/**
+ * Workload 5, evaluation throughput: instances graded with their gold patch, `workers` at a time.
+ *   - minisandbox engine: the eval runner's own benchmark function (src/eval), when it exists;
+ *   - minisandbox steps: Sandbox.create({instance}) + the harness's steps (git apply, eval.sh), graded here;
+ *   - podman: the very same script in `podman run -i` of the environment's image, graded the same way.
+ */
+import { Sandbox } from "../sandbox/sandbox.js";
+import { gradeInstance, heredocDelimiter, makeEvalScript } from "../eval/index.js";
+import type { Instance } from "../tasks/types.js";
+import { pool } from "../util/progress.js";
+import { Podman } from "./podman.js";
+import { ensureEnvImageFor } from "./ready.js";
+import { optionalExport } from "./session.js";
+import type { BenchEnvironment } from "./setup.js";
+import { summarize } from "./stats.js";
+import type { EvalMeasurement, Unavailable } from "./types.js";
+
+/** Apply the gold patch the way the harness applies a model patch, then run eval.sh: one bash script on stdin. */
+export function evalSteps(env: BenchEnvironment, instance: Instance, opts: { applyBugPatch?: boolean } = {}): string {
+  const spec = env.specs.get(instance.instance_id)!;
+  const delimiter = heredocDelimiter(instance.patch, "MSB_BENCH_PATCH");
+  // SWE-smith tasks: a sandbox applies and commits the bug at creation; a container must do the same first.
+  const bug = opts.applyBugPatch && instance.bug_patch ? instance.bug_patch : undefined;
+  const bugDelimiter = bug ? heredocDelimiter(bug, "MSB_BENCH_BUG") : "";
+  return [
+    "cd /testbed",
+    ...(bug
+      ? [
+          `git apply --whitespace=nowarn - <<'${bugDelimiter}'`,
+          bug.endsWith("\n") ? bug.slice(0, -1) : bug,
+          bugDelimiter,
+          "git add -A && git -c user.email=bench@localhost -c user.name=bench -c core.hooksPath=/dev/null commit -q --no-verify -m 'task bug'",
+        ]
+      : []),
+    `git apply --verbose - <<'${delimiter}'`,
+    instance.patch.endsWith("\n") ? instance.patch.slice(0, -1) : instance.patch,
+    delimiter,
+    makeEvalScript({ instance, spec }),
+  ].join("\n");
+}
+
+function resolved(instance: Instance, output: string): boolean {
+  const g = gradeInstance({ instance, modelPatch: instance.patch, testOutput: output });
+  return g.report[instance.instance_id]?.resolved === true;
+}
+
+async function measure(
+  label: string,
+  instances: Instance[],
+  workers: number,
+  one: (i: Instance) => Promise<string>,
+): Promise<EvalMeasurement> {
+  const times: number[] = [];
+  let ok = 0;
+  const errors: string[] = [];
+  const t0 = performance.now();
+  await pool(instances, workers, async (inst) => {
+    const t = performance.now();
+    try {
+      if (resolved(inst, await one(inst))) ok++;
+      else if (errors.length < 3) errors.push(`${inst.instance_id}: not resolved with the gold patch`);
+    } catch (e) {
+      if (errors.length < 3) errors.push(`${inst.instance_id}: ${(e as Error).message.split("\n")[0]}`);
+    }
+    times.push(performance.now() - t);
+  });
+  const wallMs = performance.now() - t0;
+  return {
+    available: true,
+    label,
+    instances: instances.length,
+    workers,
+    wallMs: Math.round(wallMs),
+    instancesPerMinute: Math.round((instances.length / (wallMs / 60_000)) * 100) / 100,
+    resolved: ok,
+    perInstance: summarize(times),
+    ...(errors.length ? { detail: { errors } } : {}),
+  };
+}
+
+export async function benchEvalSteps(env: BenchEnvironment, instances: Instance[], workers: number): Promise<EvalMeasurement> {
+  return measure("minisandbox (Sandbox API + harness steps)", instances, workers, async (inst) => {
+    const sb = await Sandbox.create({ instance: inst, home: env.home, specsFile: env.specsFile });
+    try {
+      const r = await sb.exec(["/bin/bash", "-s"], { stdin: evalSteps(env, inst), mergeOutput: true, timeoutMs: 1_800_000 });
+      return r.stdout;
+    } finally {
+      await sb.close();
+    }
+  });
+}
+
+export async function benchEvalPodman(env: BenchEnvironment, podman: Podman, instances: Instance[], workers: number): Promise<EvalMeasurement | Unavailable> {
+  if (!podman.hasGit) return { available: false, reason: "the podman base image has no git (made by an older scripts/bench-setup.sh): re-run it" };
+  // Images are built before timing (the build is the container world's "prepare").
+  const images = new Map<string, string>();
+  for (const inst of instances) images.set(inst.instance_id, await ensureEnvImageFor(env, podman, env.keys.get(inst.instance_id)!));
+  return measure(`podman run -i (${podman.runtime})`, instances, workers, async (inst) => {
+    const r = await podman.run(images.get(inst.instance_id)!, ["/bin/bash", "-s"], { input: evalSteps(env, inst, { applyBugPatch: true }), interactive: true, timeoutMs: 1_800_000 });
+    return r.stdout + r.stderr;
+  });
+}
+
+type EngineBench = (opts: Record<string, unknown>) => Promise<Record<string, unknown>>;
+
+/** The eval runner's benchmark (src/eval), if this build has it. */
+export async function benchEvalEngine(env: BenchEnvironment, instances: Instance[], workers: number): Promise<EvalMeasurement | Unavailable> {
+  const fn = await optionalExport<EngineBench>(["../eval/bench.js", "../eval/index.js", "../eval/runner.js"], "benchEvaluation");
+  if (!fn) return { available: false, reason: "benchEvaluation (src/eval) is not in this build yet" };
+  try {
+    const t0 = performance.now();
+    const r = await fn({
+      home: env.home,
+      datasetPath: env.datasetPath,
+      reposDir: env.reposDir,
+      specsFile: env.specsFile,
+      workers,
+      instanceIds: instances.map((i) => i.instance_id),
+    });
+    // BenchEvaluationResult: evalWallMs is the evaluation itself (environment builds excluded).
+    const wallMs = typeof r["evalWallMs"] === "number" ? (r["evalWallMs"] as number) : performance.now() - t0;
+    const n = typeof r["instances"] === "number" ? (r["instances"] as number) : instances.length;
+    return {
+      available: true,
+      label: "minisandbox eval engine (benchEvaluation)",
+      instances: n,
+      workers,
+      wallMs: Math.round(wallMs),
+      instancesPerMinute: typeof r["instancesPerMinute"] === "number" ? (r["instancesPerMinute"] as number) : Math.round((n / (wallMs / 60_000)) * 100) / 100,
+      resolved: typeof r["resolved"] === "number" ? (r["resolved"] as number) : NaN,
+      perInstance: null,
+      detail: Object.fromEntries(Object.entries(r).filter(([k]) => k !== "timings")),
+    };
+  } catch (e) {
+    return { available: false, reason: `benchEvaluation failed: ${(e as Error).message.split("\n")[0]}` };
+  }
+}
+
+export function isPodman(p: Podman | Unavailable): p is Podman {
+  return p instanceof Podman;
+}

@@ -1,0 +1,213 @@
+/** Ratios, targets, and the Markdown table and SVG chart written next to the results JSON. */
+import { formatBytes } from "../util/size.js";
+import { ratio } from "./stats.js";
+import type { BenchResults, ReadyVariant, ReadyVariantName, Target, Unavailable } from "./types.js";
+
+type Ready = BenchResults["ready"]["variants"];
+
+const ok = (v: ReadyVariant | Unavailable | undefined): v is ReadyVariant => v !== undefined && v.available;
+
+export function computeRatios(r: Omit<BenchResults, "ratios" | "ratio_reasons" | "targets">): Pick<BenchResults, "ratios" | "ratio_reasons"> {
+  const v = r.ready.variants;
+  const reasons: Record<string, string> = {};
+  const why = (name: ReadyVariantName): string => {
+    const x = v[name];
+    return x && !x.available ? x.reason : `${name} not measured`;
+  };
+  const readyRatio = (key: string, base: ReadyVariantName, ours: ReadyVariantName, kind: "echo" | "import"): number | null => {
+    const b = v[base];
+    const o = v[ours];
+    const val = ok(b) && ok(o) ? ratio(b[kind]?.p50Ms, o[kind]?.p50Ms) : null;
+    if (val === null) reasons[key] = !ok(b) ? why(base) : why(ours);
+    return val;
+  };
+  const last = [...r.storage.points].sort((a, b) => b.n - a.n)[0];
+  const storageTargz = last ? ratio(last.targzBytes, last.minisandboxStoreBytes) : null;
+  if (storageTargz === null) reasons["storage_vs_targz"] = "storage not measured";
+  const storagePodman = last ? ratio(last.podmanBytes, last.minisandboxStoreBytes) : null;
+  const storagePodmanTotal = last ? ratio(last.podmanTotalBytes, last.minisandboxStoreBytes) : null;
+  const podmanWhy = r.storage.podman.available ? "podman storage not measured" : r.storage.podman.reason;
+  if (storagePodman === null) reasons["storage_vs_podman"] = podmanWhy;
+  if (storagePodmanTotal === null) reasons["storage_vs_podman_total"] = podmanWhy;
+  const e = r.evaluation;
+  const ours = e.minisandbox_engine.available ? e.minisandbox_engine : e.minisandbox_steps.available ? e.minisandbox_steps : undefined;
+  const evalRatio = ours && e.podman.available ? ratio(ours.instancesPerMinute, e.podman.instancesPerMinute) : null;
+  if (evalRatio === null) reasons["eval_vs_podman"] = !e.podman.available ? e.podman.reason : "minisandbox evaluation not measured";
+  return {
+    ratios: {
+      warm_vs_extract: readyRatio("warm_vs_extract", "extract_per_task", "minisandbox_warm", "echo"),
+      warm_vs_podman: readyRatio("warm_vs_podman", "podman", "minisandbox_warm", "echo"),
+      cold_vs_extract: readyRatio("cold_vs_extract", "extract_per_task", "minisandbox_cold", "echo"),
+      storage_vs_targz: storageTargz,
+      storage_vs_podman: storagePodman,
+      storage_vs_podman_total: storagePodmanTotal,
+      warm_import_vs_extract_import: readyRatio("warm_import_vs_extract_import", "extract_per_task", "minisandbox_warm", "import"),
+      warm_import_vs_podman_import: readyRatio("warm_import_vs_podman_import", "podman", "minisandbox_warm", "import"),
+      eval_vs_podman: evalRatio,
+    },
+    ratio_reasons: reasons,
+  };
+}
+
+const x = (n: number | null | undefined, d = 1): string => (n == null ? "n/a" : `${n.toFixed(d)}×`);
+const ms = (n: number | null | undefined): string => (n == null || !Number.isFinite(n) ? "n/a" : n >= 100 ? `${Math.round(n)} ms` : `${n.toFixed(1)} ms`);
+const mb = (n: number | null | undefined): string => (n == null ? "n/a" : `${(n / 1024 / 1024).toFixed(1)} MB`);
+
+export function computeTargets(r: Omit<BenchResults, "targets">): Target[] {
+  const t: Target[] = [];
+  const at = (name: string, target: string, measured: string, met: boolean | null): void => void t.push({ name, target, measured, met });
+  const ge = (v: number | null, min: number): boolean | null => (v === null ? null : v >= min);
+  const q = r.ratios;
+  at("warm ready vs extract-per-task", "≥ 50×", x(q.warm_vs_extract), ge(q.warm_vs_extract, 50));
+  at("warm ready vs podman", "≥ 5×", x(q.warm_vs_podman), ge(q.warm_vs_podman, 5));
+  at("cold ready vs extract-per-task", "≤ 1/3 (≥ 3×)", x(q.cold_vs_extract), ge(q.cold_vs_extract, 3));
+  const last = [...r.storage.points].sort((a, b) => b.n - a.n)[0];
+  const first = r.storage.points.find((p) => p.n === 1);
+  at(`storage, ${last?.n ?? "?"} instances vs tar.gz per task`, "≤ 10% (≥ 10×)", x(q.storage_vs_targz), ge(q.storage_vs_targz, 10));
+  at(`storage, ${last?.n ?? "?"} instances vs podman disk`, "≤ 10% (≥ 10×)", x(q.storage_vs_podman), ge(q.storage_vs_podman, 10));
+  if (last && first && last.n > 1) {
+    const g = last.minisandboxStoreBytes / first.minisandboxStoreBytes;
+    at(`stored bytes, ${last.n} instances vs 1 (#3)`, "≤ 1.5×", `${g.toFixed(2)}×`, g <= 1.5);
+  }
+  const k128 = r.concurrency.levels.find((l) => l.k === 128);
+  at("128 concurrent sandboxes", "all ready, 0 failures", k128 ? `${k128.k - k128.failures}/${k128.k} ready in ${ms(k128.wallMs)}` : "not run", k128 ? k128.failures === 0 : null);
+  const warm = r.ready.variants.minisandbox_warm;
+  at("create → first output, p50 (warm)", "≤ 100 ms", ok(warm) ? ms(warm.echo.p50Ms) : "n/a", ok(warm) ? warm.echo.p50Ms <= 100 : null);
+  const s = r.session.inProcess;
+  at("session round trip, p50 (in process)", "≤ 5 ms", "p50Ms" in s ? ms(s.p50Ms) : "n/a", "p50Ms" in s ? s.p50Ms <= 5 : null);
+  const mem = r.concurrency.levels.filter((l) => l.rssPerIdleBytes !== null).sort((a, b) => b.k - a.k)[0];
+  // Both readings: summed RSS counts shared pages (libc, bash text) once per process; PSS splits them fairly.
+  at("memory per idle sandbox with a session, summed RSS", "≤ 10 MB", mem ? `${mb(mem.rssPerIdleBytes)} (${mem.processesPerIdle} processes, K=${mem.k})` : "n/a", mem ? mem.rssPerIdleBytes! <= 10 * 1024 * 1024 : null);
+  at("memory per idle sandbox with a session, summed PSS", "≤ 10 MB", mem ? `${mb(mem.pssPerIdleBytes)} (K=${mem.k})` : "n/a", mem ? mem.pssPerIdleBytes! <= 10 * 1024 * 1024 : null);
+  const stampede = r.concurrency.cold_stampede;
+  if (stampede) at(`${stampede.k} sandboxes on a cold env materialize once (#3)`, "1 materialization", `${stampede.materializations}, ${stampede.failures} failures`, stampede.materializations === 1 && stampede.failures === 0);
+  const pycs = Object.entries(r.ready.variants).filter(([, v]) => ok(v) && v.pyc) as [string, ReadyVariant][];
+  const bad = pycs.filter(([, v]) => !v.pyc!.ok).map(([n]) => n);
+  at("no .pyc recompiled or rewritten (every variant)", "0", bad.length ? `stale/rewritten in ${bad.join(", ")}` : `0 (${pycs.length} variants checked)`, pycs.length ? bad.length === 0 : null);
+  return t;
+}
+
+export function renderMarkdown(r: BenchResults): string {
+  const L: string[] = [];
+  const m = r.machine;
+  L.push(`# minisandbox bench — ${r.date}${r.quick ? " (--quick)" : ""}`, "");
+  L.push(`Machine: ${m.cpus} × ${m.cpuModel}, ${formatBytes(m.memoryBytes)} RAM, ${m.os}, kernel ${m.kernel}, Node ${m.node}, bwrap ${m.bwrap ?? "n/a"}, podman ${m.podman ?? "n/a"}${m.podmanRuntime ? ` (${m.podmanRuntime})` : ""}; load average ${m.loadAverageStart} at start, ${m.loadAverageEnd} at end.`);
+  const s = r.source;
+  L.push(`Environment: ${s.kind === "fixture" ? "fixture" : `dataset ${s.dataset}`} — ${s.repo}, ${s.instances} instance(s), Python ${s.python}; single-environment workloads on ${s.instance} (testbed ${formatBytes(s.testbedBytes)}, venv ${formatBytes(s.venvBytes)}); real first command \`python -c "import ${s.importModule}"\`.`);
+  const phases = Object.entries(r.phaseMs).map(([k, v]) => `${k} ${(v / 1000).toFixed(0)} s`).join(", ");
+  L.push(`Run took ${(r.durationMs / 1000).toFixed(0)} s (${phases})${s.builtEnvironments ? ` (including ${s.builtEnvironments} environment build(s), ${(s.buildMs / 1000).toFixed(0)} s)` : ""}.`, "");
+
+  L.push("## Ratios (how many times better minisandbox is; > 1 = better)", "", "| ratio | value |", "|---|---|");
+  for (const [k, v] of Object.entries(r.ratios)) L.push(`| ${k} | ${v === null ? `n/a — ${r.ratio_reasons[k] ?? ""}` : x(v, 2)} |`);
+  L.push("", "## Targets", "", "| target | wanted | measured | met |", "|---|---|---|---|");
+  for (const t of r.targets) L.push(`| ${t.name} | ${t.target} | ${t.measured} | ${t.met === null ? "not measured" : t.met ? "yes" : "**no**"} |`);
+
+  L.push("", `## 1. Workspace ready (create → first output), ${r.ready.runs} runs each`, "");
+  L.push("| variant | echo p50 | echo p90 | import p50 | import p90 | extract ÷ this | podman ÷ this | failures | .pyc |", "|---|---|---|---|---|---|---|---|---|");
+  const extract = r.ready.variants.extract_per_task;
+  const podman = r.ready.variants.podman;
+  for (const [name, v] of Object.entries(r.ready.variants)) {
+    if (!v.available) {
+      L.push(`| ${name} | not available: ${v.reason} | | | | | | | |`);
+      continue;
+    }
+    const vsExtract = ok(extract) ? x(extract.echo.p50Ms / v.echo.p50Ms, 1) : "n/a";
+    const vsPodman = ok(podman) ? x(podman.echo.p50Ms / v.echo.p50Ms, 1) : "n/a";
+    const pyc = v.pyc ? (v.pyc.ok ? "valid" : `**${v.pyc.compiledFromSource} recompiled, ${v.pyc.written} written${v.pyc.dontWriteBytecode ? ", dont_write_bytecode" : ""}**`) : "n/a";
+    L.push(`| ${v.label} | ${ms(v.echo.p50Ms)} | ${ms(v.echo.p90Ms)} | ${ms(v.import?.p50Ms)} | ${ms(v.import?.p90Ms)} | ${vsExtract} | ${vsPodman} | ${v.failures} | ${pyc} |`);
+  }
+  L.push("");
+  for (const v of Object.values(r.ready.variants)) if (v.available) L.push(`- ${v.label}: ${v.method}`);
+
+  L.push("", "## 2. Storage (allocated disk bytes)", "");
+  L.push("| N instances | minisandbox store | store + node cache (all N materialized) | logical (undeduplicated) | tar.gz per task | podman env layers | podman total (+ base OS, toolchain) | tar.gz ÷ store | podman ÷ store | podman total ÷ store |", "|---|---|---|---|---|---|---|---|---|---|");
+  const b = (n: number | null): string => (n === null ? "n/a" : formatBytes(n));
+  for (const p of r.storage.points) {
+    L.push(`| ${p.n} | ${b(p.minisandboxStoreBytes)} | ${b(p.minisandboxBytes)} | ${b(p.minisandboxLogicalBytes)} | ${b(p.targzBytes)} | ${b(p.podmanBytes)} | ${b(p.podmanTotalBytes)} | ${x(ratio(p.targzBytes, p.minisandboxStoreBytes))} | ${x(ratio(p.podmanBytes, p.minisandboxStoreBytes))} | ${x(ratio(p.podmanTotalBytes, p.minisandboxStoreBytes))} |`);
+  }
+  if (!r.storage.podman.available) L.push("", `podman: not available — ${r.storage.podman.reason}`);
+  else L.push("", `podman: ${r.storage.podman.method}`);
+
+  L.push("", "## 3. Concurrency (K sandboxes created at once on one warm environment)", "");
+  L.push("| K | all ready | p50 per sandbox | p99 per sandbox | failures | RSS per idle sandbox | PSS per idle sandbox | processes |", "|---|---|---|---|---|---|---|---|");
+  for (const c of r.concurrency.levels) {
+    L.push(`| ${c.k} | ${ms(c.wallMs)} | ${ms(c.perSandbox?.p50Ms)} | ${ms(c.perSandbox?.p99Ms)} | ${c.failures} | ${mb(c.rssPerIdleBytes)} | ${mb(c.pssPerIdleBytes)} | ${c.processesPerIdle ?? "n/a"} |`);
+  }
+  const st = r.concurrency.cold_stampede;
+  if (st) L.push("", `Cold stampede: ${st.k} sandboxes at once on an evicted layer: ${st.materializations} materialization(s), ${st.failures} failure(s), all created in ${ms(st.wallMs)}.`);
+
+  L.push("", "## 4. Session round trip", "");
+  const si = r.session.inProcess;
+  L.push("p50Ms" in si ? `In process: p50 ${ms(si.p50Ms)}, p90 ${ms(si.p90Ms)}, p99 ${ms(si.p99Ms)} over ${si.n} commands.` : `In process: not available — ${si.reason}`);
+  const h = r.session.http as Record<string, unknown>;
+  L.push(h["available"] === false ? `Over HTTP: not available — ${String(h["reason"])}` : `Over HTTP: ${summarizeHttp(h)}`);
+
+  L.push("", "## 5. Evaluation throughput (gold patches, graded)", "", "| runner | instances | workers | wall | instances/min | resolved | p50 per instance |", "|---|---|---|---|---|---|---|");
+  for (const [name, e] of Object.entries(r.evaluation)) {
+    if (!e.available) L.push(`| ${name} | not available: ${e.reason} | | | | | |`);
+    else L.push(`| ${e.label} | ${e.instances} | ${e.workers} | ${ms(e.wallMs)} | ${e.instancesPerMinute} | ${Number.isNaN(e.resolved) ? "n/a" : e.resolved} | ${ms(e.perInstance?.p50Ms)} |`);
+  }
+  if (r.notes.length) L.push("", "## Notes", "", ...r.notes.map((n) => `- ${n}`));
+  return L.join("\n") + "\n";
+}
+
+function summarizeHttp(h: Record<string, unknown>): string {
+  const num = (o: unknown, k: string): number | null => (o && typeof o === "object" && typeof (o as Record<string, unknown>)[k] === "number" ? ((o as Record<string, unknown>)[k] as number) : null);
+  const parts = [`run_in_session p50 ${ms(num(h, "p50Ms"))}, p90 ${ms(num(h, "p90Ms"))} over ${num(h, "roundTrips") ?? "?"} sequential round trips`];
+  const overhead = num(h, "httpOverheadP50Ms");
+  if (overhead !== null) parts.push(`HTTP overhead at p50 ${ms(overhead)}`);
+  const c = h["concurrent"];
+  if (c && typeof c === "object") {
+    parts.push(
+      `${num(c, "sessions")} sessions at once × ${num(c, "commandsPerSession")} commands: p50 ${ms(num(c, "p50Ms"))}, p99 ${ms(num(c, "p99Ms"))}, ` +
+        `${num(c, "commandsPerSecond")?.toFixed(0) ?? "?"} commands/s, ${num(c, "errors") ?? "?"} errors`,
+    );
+  }
+  return parts.join("; ") + ".";
+}
+
+const esc = (s: string): string => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+
+/** Two panels of horizontal bars on a log scale: time to ready (echo p50) per variant, and storage at the largest N. */
+export function renderSvg(r: BenchResults): string {
+  const W = 760;
+  const barH = 22;
+  const gap = 8;
+  const left = 200;
+  const right = 150;
+  const plotW = W - left - right;
+  const rows: { title: string; unit: (v: number) => string; bars: { label: string; value: number; ours: boolean }[] }[] = [];
+  const ready = Object.values(r.ready.variants).filter(ok).map((v) => ({ label: v.label, value: v.echo.p50Ms, ours: v.label.startsWith("minisandbox") }));
+  rows.push({ title: "Workspace ready: create → first output (p50, log scale, lower is better)", unit: ms, bars: ready });
+  const last = [...r.storage.points].sort((a, b) => b.n - a.n)[0];
+  if (last) {
+    const bars = [
+      { label: "minisandbox store", value: last.minisandboxStoreBytes, ours: true },
+      { label: "tar.gz per task", value: last.targzBytes, ours: false },
+      ...(last.podmanBytes !== null ? [{ label: "podman env layers", value: last.podmanBytes, ours: false }] : []),
+      ...(last.podmanTotalBytes !== null ? [{ label: "podman total", value: last.podmanTotalBytes, ours: false }] : []),
+    ];
+    rows.push({ title: `Storage for ${last.n} instances of ${r.source.repo} (log scale, lower is better)`, unit: formatBytes, bars });
+  }
+  let y = 40;
+  const parts: string[] = [];
+  for (const row of rows) {
+    parts.push(`<text x="10" y="${y}" font-size="14" font-weight="bold">${esc(row.title)}</text>`);
+    y += 12;
+    const vals = row.bars.map((b) => b.value).filter((v) => v > 0);
+    const lo = Math.log10(Math.min(...vals)) - 0.3;
+    const hi = Math.log10(Math.max(...vals)) + 0.05;
+    for (const b of row.bars) {
+      const w = Math.max(2, ((Math.log10(Math.max(b.value, 1e-9)) - lo) / (hi - lo)) * plotW);
+      parts.push(`<text x="${left - 8}" y="${y + barH * 0.7}" font-size="12" text-anchor="end">${esc(b.label)}</text>`);
+      parts.push(`<rect x="${left}" y="${y}" width="${w.toFixed(1)}" height="${barH}" fill="${b.ours ? "#2b7a4b" : "#9aa5b1"}"/>`);
+      parts.push(`<text x="${(left + w + 6).toFixed(1)}" y="${y + barH * 0.7}" font-size="12">${esc(row.unit(b.value))}</text>`);
+      y += barH + gap;
+    }
+    y += 24;
+  }
+  const m = r.machine;
+  parts.push(`<text x="10" y="${y}" font-size="11" fill="#555">${esc(`${r.date} · ${m.cpus} × ${m.cpuModel} · kernel ${m.kernel} · podman ${m.podman ?? "n/a"} · ${r.source.kind === "fixture" ? "fixture env" : r.source.dataset}`)}</text>`);
+  y += 14;
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${y}" viewBox="0 0 ${W} ${y}" font-family="sans-serif">\n<rect width="100%" height="100%" fill="white"/>\n<text x="10" y="20" font-size="16" font-weight="bold">minisandbox bench</text>\n${parts.join("\n")}\n</svg>\n`;
+}

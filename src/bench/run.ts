@@ -1,0 +1,206 @@
+/** Runs every workload side by side and assembles the results (see README.md for what each one measures). */
+import { readFileSync } from "node:fs";
+import { cpus, hostname, loadavg, release, totalmem } from "node:os";
+import { findTool } from "../sandbox/host.js";
+import { benchConcurrency, coldStampede } from "./concurrency.js";
+import { benchEvalEngine, benchEvalPodman, benchEvalSteps } from "./evaluation.js";
+import { Podman } from "./podman.js";
+import { timedRun } from "./proc.js";
+import { benchReady } from "./ready.js";
+import { computeRatios, computeTargets } from "./report.js";
+import { benchSessionHttp, benchSessionInProcess } from "./session.js";
+import { defaultWorkDir, setupEnvironment } from "./setup.js";
+import { benchStorage } from "./storage.js";
+import type { BenchResults, Unavailable } from "./types.js";
+
+export type Workload = "ready" | "storage" | "concurrency" | "session" | "evaluation";
+export const ALL_WORKLOADS: Workload[] = ["ready", "storage", "concurrency", "session", "evaluation"];
+/** What `--dataset` runs (#6: workloads 1, 2 and 5); the others do not depend on the environment. */
+export const DATASET_WORKLOADS: Workload[] = ["ready", "storage", "evaluation"];
+
+export interface BenchOptions {
+  quick?: boolean;
+  /** Dataset instead of the fixture (SWE-bench format), with its repositories and spec overrides. */
+  dataset?: string;
+  repos?: string;
+  specs?: string;
+  /** Module the real first command imports (default: guessed from the repository). */
+  importModule?: string;
+  /** Where built environments, archives and podman images are kept between runs. */
+  work?: string;
+  /** Overrides of the sizes (the test uses tiny ones). */
+  runs?: number;
+  storageNs?: number[];
+  concurrency?: number[];
+  /** Measure idle memory at levels up to this K. */
+  memoryUpToK?: number;
+  sessionCommands?: number;
+  evalInstances?: number;
+  evalWorkers?: number;
+  coldStampedeK?: number;
+  /** false: skip the HTTP round trip (src/server/bench.ts). */
+  sessionHttp?: boolean;
+  /** false: skip the eval runner's own benchmark (src/eval benchEvaluation). */
+  evalEngine?: boolean;
+  /** false: do not use podman even if installed. */
+  podman?: boolean;
+  workloads?: Workload[];
+  buildWorkers?: number;
+  log?: (msg: string) => void;
+}
+
+export function sizesFor(o: BenchOptions): Required<Pick<BenchOptions, "runs" | "storageNs" | "concurrency" | "memoryUpToK" | "sessionCommands" | "evalInstances" | "evalWorkers" | "coldStampedeK">> {
+  const quick = o.quick ?? false;
+  return {
+    runs: o.runs ?? (quick ? 10 : 25),
+    storageNs: o.storageNs ?? [1, 5, 20],
+    concurrency: o.concurrency ?? [1, 8, 32, 128],
+    memoryUpToK: o.memoryUpToK ?? (quick ? 32 : 128),
+    sessionCommands: o.sessionCommands ?? (quick ? 100 : 500),
+    evalInstances: o.evalInstances ?? (quick ? 3 : o.dataset ? 5 : 10),
+    evalWorkers: o.evalWorkers ?? 2,
+    coldStampedeK: o.coldStampedeK ?? 16,
+  };
+}
+
+function osName(): string {
+  try {
+    return /^PRETTY_NAME="?([^"\n]*)"?/m.exec(readFileSync("/etc/os-release", "utf8"))?.[1] ?? "Linux";
+  } catch {
+    return "Linux";
+  }
+}
+
+export async function runBench(o: BenchOptions = {}): Promise<BenchResults> {
+  process.env.PIP_RETRIES ??= "0";
+  const log = o.log ?? ((m: string) => process.stderr.write(`bench: ${m}\n`));
+  const t0 = performance.now();
+  const loadStart = Math.round(loadavg()[0]! * 100) / 100;
+  const size = sizesFor(o);
+  const workloads = new Set(o.workloads ?? (o.dataset ? DATASET_WORKLOADS : ALL_WORKLOADS));
+  const work = o.work ?? defaultWorkDir();
+  const notes: string[] = [];
+  const phaseMs: Record<string, number> = {};
+  let phaseStart = performance.now();
+  const phase = (name: string): void => {
+    const now = performance.now();
+    phaseMs[name] = Math.round(now - phaseStart);
+    phaseStart = now;
+  };
+  const na = (reason: string): Unavailable => ({ available: false, reason });
+
+  const maxInstances = Math.max(1, ...(workloads.has("storage") ? size.storageNs : [1]), workloads.has("evaluation") ? size.evalInstances : 1);
+  log(`environments in ${work} (built once, reused by later runs)`);
+  const env = await setupEnvironment({
+    work,
+    maxInstances,
+    dataset: o.dataset,
+    reposDir: o.repos,
+    specsFile: o.specs,
+    importModule: o.importModule,
+    workers: o.buildWorkers ?? 2,
+    log,
+  });
+  notes.push(...env.notes);
+  if (env.built) notes.push(`this run built ${env.built} environment(s) first (${(env.buildMs / 1000).toFixed(0)} s); later runs reuse them from ${work}`);
+
+  let podman: Podman | Unavailable = na("disabled for this run");
+  if (o.podman !== false && (workloads.has("ready") || workloads.has("storage") || workloads.has("evaluation"))) {
+    podman = await Podman.open(work, log).catch((e: unknown) => na(`podman setup failed: ${(e as Error).message.split("\n")[0]}`));
+    if (!(podman instanceof Podman)) {
+      notes.push(`podman baselines not measured: ${podman.reason}`);
+      log(`podman baselines unavailable: ${podman.reason}`);
+    }
+  }
+
+  phase("setup");
+  const notRun = (what: string): Unavailable => na(`${what} not run in this configuration`);
+  const results: Omit<BenchResults, "ratios" | "ratio_reasons" | "targets"> = {
+    schema: 1,
+    tool: "minisandbox bench",
+    date: new Date().toISOString(),
+    quick: o.quick ?? false,
+    durationMs: 0,
+    phaseMs,
+    machine: {
+      hostname: hostname(),
+      cpus: cpus().length,
+      cpuModel: cpus()[0]?.model.trim() ?? "unknown",
+      memoryBytes: totalmem(),
+      kernel: release(),
+      os: osName(),
+      node: process.version,
+      bwrap: findTool("bwrap") ? (await timedRun(findTool("bwrap")!, ["--version"])).stdout.trim().replace(/^bubblewrap /, "") : null,
+      podman: podman instanceof Podman ? podman.version : null,
+      podmanRuntime: podman instanceof Podman ? podman.runtime : null,
+      loadAverageStart: loadStart,
+      loadAverageEnd: loadStart,
+    },
+    source: {
+      kind: env.kind,
+      dataset: env.datasetPath,
+      repo: env.repo,
+      instances: env.instances.length,
+      python: env.toolchain.version,
+      instance: env.primary.instance_id,
+      envKey: env.primaryKey,
+      importModule: env.importModule,
+      testbedBytes: env.testbedBytes,
+      venvBytes: env.venvBytes,
+      buildMs: Math.round(env.buildMs),
+      builtEnvironments: env.built,
+    },
+    ready: { runs: size.runs, variants: {} as BenchResults["ready"]["variants"] },
+    storage: { repo: env.repo, points: [], podman: podman instanceof Podman ? { available: true, method: "overlay layer dirs of the N images (du, each layer once), minus the base OS and toolchain image's layers" } : podman },
+    concurrency: { levels: [], k128_failures: null, cold_stampede: null },
+    session: { inProcess: notRun("session round trip"), http: notRun("HTTP round trip") },
+    evaluation: { minisandbox_engine: notRun("evaluation"), minisandbox_steps: notRun("evaluation"), podman: podman instanceof Podman ? notRun("evaluation") : podman },
+    notes,
+  };
+
+  if (workloads.has("ready")) {
+    log(`workload 1: workspace ready, ${size.runs} rounds`);
+    results.ready.variants = await benchReady({ env, work, runs: size.runs, podman, log });
+    phase("ready");
+  } else {
+    for (const n of ["minisandbox_warm", "minisandbox_warm_resolved", "minisandbox_cold", "bwrap_raw", "extract_per_task", "podman"] as const) results.ready.variants[n] = notRun("workspace ready");
+  }
+  if (workloads.has("storage")) {
+    log(`workload 2: storage for N = ${size.storageNs.join(", ")}`);
+    const s = await benchStorage({ env, work, ns: size.storageNs, podman, log });
+    results.storage.points = s.points;
+    if (s.podmanNote) notes.push(`storage: ${s.podmanNote}`);
+    phase("storage");
+  }
+  if (workloads.has("concurrency")) {
+    log(`workload 3: concurrency K = ${size.concurrency.join(", ")}`);
+    results.concurrency.levels = await benchConcurrency({ env, levels: size.concurrency, memoryUpToK: size.memoryUpToK, log });
+    results.concurrency.k128_failures = results.concurrency.levels.find((l) => l.k === 128)?.failures ?? null;
+    if (size.coldStampedeK > 0) results.concurrency.cold_stampede = { k: size.coldStampedeK, ...(await coldStampede(env, size.coldStampedeK)) };
+    phase("concurrency");
+  } else if (o.dataset) notes.push("concurrency and session round trip are environment-independent: not run with --dataset (run without it)");
+  if (workloads.has("session")) {
+    log("workload 4: session round trip");
+    results.session.inProcess = await benchSessionInProcess(env, size.sessionCommands);
+    if (o.sessionHttp !== false) results.session.http = await benchSessionHttp(env, { quick: o.quick ?? false, log });
+    phase("session");
+  }
+  if (workloads.has("evaluation")) {
+    const instances = env.instances.slice(0, size.evalInstances);
+    log(`workload 5: evaluation of ${instances.length} instance(s), ${size.evalWorkers} workers`);
+    if (o.evalEngine !== false) results.evaluation.minisandbox_engine = await benchEvalEngine(env, instances, size.evalWorkers);
+    results.evaluation.minisandbox_steps = await benchEvalSteps(env, instances, size.evalWorkers);
+    if (podman instanceof Podman) {
+      const p = podman;
+      results.evaluation.podman = await benchEvalPodman(env, p, instances, size.evalWorkers).catch((e: unknown) => na(`podman evaluation failed: ${(e as Error).message.split("\n")[0]}`));
+    }
+    phase("evaluation");
+  }
+  results.durationMs = Math.round(performance.now() - t0);
+  results.machine.loadAverageEnd = Math.round(loadavg()[0]! * 100) / 100;
+  if (Math.max(results.machine.loadAverageStart, results.machine.loadAverageEnd) > results.machine.cpus) {
+    notes.push(`the machine was busy with other work (1-min load ${results.machine.loadAverageStart} at start, ${results.machine.loadAverageEnd} at end, ${results.machine.cpus} CPUs): absolute times are inflated; ratios are taken side by side in the same rounds`);
+  }
+  const withRatios = { ...results, ...computeRatios(results) };
+  return { ...withRatios, targets: computeTargets(withRatios) };
+}

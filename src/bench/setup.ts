@@ -1,0 +1,188 @@
+/**
+ * The environments every workload runs on: the fixture dataset (default) or a user's dataset, built once into the
+ * bench's own minisandbox home and reused by later runs (so `--quick` does not rebuild anything).
+ */
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { makeFixtureDataset, MAX_FIXTURE_INSTANCES } from "../fixtures/generate.js";
+import { envFor, nodeCacheFor } from "../env/environments.js";
+import { prepareInstances } from "../env/prepare.js";
+import { findToolchain, type Toolchain } from "../env/toolchains.js";
+import type { EnvSpec, LayerKey } from "../env/types.js";
+import { loadDataset } from "../tasks/index.js";
+import type { Instance } from "../tasks/types.js";
+import { diskUsage } from "./du.js";
+
+export interface BenchEnvironment {
+  home: string;
+  kind: "fixture" | "dataset";
+  datasetPath: string;
+  reposDir?: string;
+  specsFile?: string;
+  repo: string;
+  /** Built instances of `repo`, dataset order (at most `maxInstances`). */
+  instances: Instance[];
+  keys: Map<string, LayerKey>;
+  specs: Map<string, EnvSpec>;
+  /** The instance single-environment workloads use. */
+  primary: Instance;
+  primaryKey: LayerKey;
+  primarySpec: EnvSpec;
+  toolchain: Toolchain;
+  importModule: string;
+  testbedBytes: number;
+  venvBytes: number;
+  buildMs: number;
+  built: number;
+  notes: string[];
+}
+
+/** The minisandbox checkout this code runs from (a directory with our package.json and .git), if any. */
+export function repoRoot(): string | undefined {
+  let dir = import.meta.dirname;
+  for (let i = 0; i < 6; i++) {
+    const pkg = join(dir, "package.json");
+    if (existsSync(pkg) && existsSync(join(dir, ".git"))) {
+      try {
+        if ((JSON.parse(readFileSync(pkg, "utf8")) as { name?: string }).name === "minisandbox") return dir;
+      } catch {
+        /* not ours */
+      }
+    }
+    dir = dirname(dir);
+  }
+  return undefined;
+}
+
+/** Where results go: the checkout's bench/results, else ./bench/results. */
+export function defaultResultsDir(): string {
+  const root = repoRoot();
+  return root ? join(root, "bench", "results") : resolve("bench", "results");
+}
+
+/** Where the bench keeps what it reuses between runs: the checkout's bench/results/tmp (gitignored), else $TMPDIR. */
+export function defaultWorkDir(): string {
+  const root = repoRoot();
+  return root ? join(root, "bench", "results", "tmp") : join(tmpdir(), `minisandbox-bench-${process.getuid?.() ?? "user"}`);
+}
+
+export interface SetupOptions {
+  work: string;
+  /** Instances of one repository to build (storage needs the largest N). */
+  maxInstances: number;
+  dataset?: string;
+  reposDir?: string;
+  specsFile?: string;
+  importModule?: string;
+  workers: number;
+  log: (msg: string) => void;
+}
+
+export async function setupEnvironment(opts: SetupOptions): Promise<BenchEnvironment> {
+  const home = join(opts.work, "home");
+  mkdirSync(home, { recursive: true });
+  const notes: string[] = [];
+  let kind: "fixture" | "dataset";
+  let datasetPath: string;
+  let reposDir = opts.reposDir;
+  let candidates: Instance[];
+  if (opts.dataset) {
+    kind = "dataset";
+    datasetPath = resolve(opts.dataset);
+    const all = await loadDataset(datasetPath);
+    if (all.length === 0) throw new Error(`${datasetPath}: no instances`);
+    // Storage is "N instances of one repository": take the repository with the most instances.
+    const byRepo = new Map<string, Instance[]>();
+    for (const i of all) byRepo.set(i.repo, [...(byRepo.get(i.repo) ?? []), i]);
+    const [repo, rows] = [...byRepo].sort((a, b) => b[1].length - a[1].length)[0]!;
+    candidates = rows.slice(0, opts.maxInstances);
+    if (byRepo.size > 1) notes.push(`dataset has ${byRepo.size} repositories; benchmarked ${repo} (${rows.length} instances, ${candidates.length} used)`);
+  } else {
+    kind = "fixture";
+    const n = Math.min(MAX_FIXTURE_INSTANCES, Math.max(1, opts.maxInstances));
+    const dir = join(opts.work, `fixture-${n}`);
+    datasetPath = join(dir, "dataset.json");
+    reposDir = join(dir, "repos");
+    // The generator is deterministic: an existing copy has the same commits, hence the same environment keys.
+    if (!existsSync(datasetPath) || !existsSync(join(reposDir, "fixture", "calc"))) {
+      opts.log(`generating the fixture dataset (${n} instances of fixture/calc)`);
+      const fx = await makeFixtureDataset(dir, { instances: n });
+      datasetPath = fx.datasetPath;
+      reposDir = fx.reposDir;
+    }
+    candidates = (await loadDataset(datasetPath)).slice(0, n);
+  }
+  const t0 = performance.now();
+  let built = 0;
+  const results = await prepareInstances(candidates, {
+    home,
+    reposDir,
+    specsFile: opts.specsFile,
+    workers: opts.workers,
+    onResult: (r) => {
+      if (r.status === "built") {
+        built++;
+        opts.log(`built environment for ${r.instanceId} in ${(r.durationMs / 1000).toFixed(1)} s`);
+      }
+      if (r.status === "failed") opts.log(`environment for ${r.instanceId} failed: ${r.error?.split("\n")[0]}`);
+    },
+  });
+  const buildMs = built > 0 ? performance.now() - t0 : 0;
+  const failed = results.filter((r) => r.status === "failed");
+  if (failed.length) notes.push(`${failed.length} environment(s) failed to build and were left out: ${failed.map((f) => f.instanceId).join(", ")}`);
+  const ok = new Set(results.filter((r) => r.status !== "failed").map((r) => r.instanceId));
+  const instances = candidates.filter((i) => ok.has(i.instance_id));
+  if (instances.length === 0) throw new Error(`no environment could be built; first failure: ${failed[0]?.error ?? "unknown"}`);
+  const keys = new Map<string, LayerKey>();
+  const specs = new Map<string, EnvSpec>();
+  for (const i of instances) {
+    const e = envFor(i, { specsFile: opts.specsFile });
+    keys.set(i.instance_id, e.key);
+    specs.set(i.instance_id, e.spec);
+  }
+  const primary = instances[0]!;
+  const primaryKey = keys.get(primary.instance_id)!;
+  const primarySpec = specs.get(primary.instance_id)!;
+  const toolchain = await findToolchain(primarySpec.python, { home });
+  const lease = await nodeCacheFor(home).acquire(primaryKey);
+  let testbedBytes = 0;
+  let venvBytes = 0;
+  let importModule = opts.importModule ?? "";
+  try {
+    testbedBytes = (await diskUsage([lease.trees["testbed"]!])).apparent;
+    venvBytes = (await diskUsage([lease.trees["venv"]!])).apparent;
+    importModule ||= guessImportModule(primary.repo, lease.trees["testbed"]!);
+  } finally {
+    await lease.release();
+  }
+  writeFileSync(join(opts.work, "last-setup.json"), JSON.stringify({ datasetPath, repo: primary.repo, instances: instances.length, primaryKey }, null, 2));
+  return {
+    home, kind, datasetPath, reposDir, specsFile: opts.specsFile, repo: primary.repo, instances, keys, specs,
+    primary, primaryKey, primarySpec, toolchain, importModule, testbedBytes, venvBytes, buildMs, built, notes,
+  };
+}
+
+const KNOWN_MODULES: Record<string, string> = { "scikit-learn": "sklearn", "pytest-dev/pytest": "pytest", "pylint-dev/pylint": "pylint", "Pillow": "PIL" };
+
+/** The package a real first command imports: the repository's top-level package. */
+export function guessImportModule(repo: string, testbed: string): string {
+  const name = repo.split("/")[1] ?? repo;
+  const known = KNOWN_MODULES[repo] ?? KNOWN_MODULES[name];
+  if (known) return known;
+  const isPkg = (d: string): boolean => existsSync(join(d, "__init__.py"));
+  for (const cand of [name, name.replace(/-/g, "_"), name.toLowerCase()]) {
+    if (isPkg(join(testbed, cand)) || isPkg(join(testbed, "src", cand)) || existsSync(join(testbed, `${cand}.py`))) return cand;
+  }
+  for (const base of [testbed, join(testbed, "src")]) {
+    let names: string[] = [];
+    try {
+      names = readdirSync(base).sort();
+    } catch {
+      continue;
+    }
+    const pkg = names.find((n) => /^[A-Za-z_]\w*$/.test(n) && !/^(tests?|docs?|examples?|benchmarks?|scripts?|build)$/i.test(n) && isPkg(join(base, n)));
+    if (pkg) return pkg;
+  }
+  return "sys";
+}

@@ -1,0 +1,180 @@
+/** The results file's shape (bench/results/<date>.json, `--out DIR` -> DIR/results.json). See README.md. */
+
+/** Latency distribution of one measured quantity. */
+export interface Dist {
+  n: number;
+  p50Ms: number;
+  p90Ms: number;
+  p99Ms: number;
+  meanMs: number;
+  minMs: number;
+  maxMs: number;
+}
+
+/** A baseline or workload that could not run: why, and what to do about it. */
+export interface Unavailable {
+  available: false;
+  reason: string;
+}
+
+/** What `python -v` says about bytecode caches in one variant: nothing compiled from source, nothing written. */
+export interface PycCheck {
+  /** Modules compiled from source (a stale or missing .pyc) during the checked import. */
+  compiledFromSource: number;
+  /** .pyc files the interpreter wrote (0 with a valid cache). */
+  written: number;
+  /** .pyc files newer than the run's start found in the workspace after the timed runs (where observable). */
+  newerAfterTimedRuns: number | null;
+  /** sys.dont_write_bytecode inside (must be false: a clean environment). */
+  dontWriteBytecode: boolean | null;
+  ok: boolean;
+  /** First offending paths, for diagnosis. */
+  examples: string[];
+}
+
+export interface ReadyVariant {
+  available: true;
+  label: string;
+  /** How it is measured (command line shape). */
+  method: string;
+  /** Trivial first command (`echo`): the workspace's own cost. */
+  echo: Dist;
+  /** Real first command (`python -c "import <pkg>"`), from a fresh workspace as well. */
+  import: Dist | null;
+  pyc: PycCheck | null;
+  /** Failed runs (must be 0). */
+  failures: number;
+}
+
+export type ReadyVariantName =
+  | "minisandbox_warm"
+  | "minisandbox_warm_resolved"
+  | "minisandbox_cold"
+  | "bwrap_raw"
+  | "extract_per_task"
+  | "podman";
+
+export interface StoragePoint {
+  n: number;
+  /** The store: objects referenced by the N layers (each once) + their manifests. The ratios use this. */
+  minisandboxStoreBytes: number;
+  /** The store plus the node cache with all N layers materialized (its files are hard links; its directories are not). */
+  minisandboxBytes: number;
+  /** Sum over the files' sizes (what the layers would take undeduplicated). */
+  minisandboxLogicalBytes: number;
+  /** One venv.tar.gz + testbed.tar.gz per task. */
+  targzBytes: number;
+  /** Podman's layers for the N images, shared layers counted once, excluding the base OS and toolchain layers. */
+  podmanBytes: number | null;
+  /** The same with the base OS and toolchain layers (what `podman` really keeps on disk for these images). */
+  podmanTotalBytes: number | null;
+  /** Sum of `podman images` sizes (shared layers counted once per image, as podman lists them). */
+  podmanListedBytes: number | null;
+}
+
+export interface ConcurrencyLevel {
+  k: number;
+  /** From the first create to the last sandbox's first output. */
+  wallMs: number;
+  /** Per sandbox: create -> first output, all started at once. */
+  perSandbox: Dist | null;
+  failures: number;
+  errors: string[];
+  /** Idle sandbox with one open session: sum over its processes. */
+  rssPerIdleBytes: number | null;
+  pssPerIdleBytes: number | null;
+  processesPerIdle: number | null;
+}
+
+export interface EvalMeasurement {
+  available: true;
+  label: string;
+  instances: number;
+  workers: number;
+  wallMs: number;
+  instancesPerMinute: number;
+  /** Instances graded resolved with the gold patch (must equal `instances`). */
+  resolved: number;
+  /** Per instance: create/run -> graded. */
+  perInstance: Dist | null;
+  detail?: unknown;
+}
+
+export interface Target {
+  name: string;
+  target: string;
+  measured: string;
+  met: boolean | null;
+}
+
+export interface BenchResults {
+  schema: 1;
+  tool: "minisandbox bench";
+  date: string;
+  quick: boolean;
+  durationMs: number;
+  /** Wall time of each phase (setup = environments, archives' cache check, podman storage). */
+  phaseMs: Record<string, number>;
+  machine: {
+    hostname: string;
+    cpus: number;
+    cpuModel: string;
+    memoryBytes: number;
+    kernel: string;
+    os: string;
+    node: string;
+    bwrap: string | null;
+    podman: string | null;
+    podmanRuntime: string | null;
+    /** 1-minute load average when the run started and when it ended (other work on the machine skews timings). */
+    loadAverageStart: number;
+    loadAverageEnd: number;
+  };
+  source: {
+    kind: "fixture" | "dataset";
+    dataset: string;
+    repo: string;
+    instances: number;
+    python: string;
+    /** The instance every single-environment workload uses. */
+    instance: string;
+    envKey: string;
+    importModule: string;
+    testbedBytes: number;
+    venvBytes: number;
+    /** Time to build the environments this run needed (0 when all came from the bench's cache). */
+    buildMs: number;
+    builtEnvironments: number;
+  };
+  ready: { runs: number; variants: Record<ReadyVariantName, ReadyVariant | Unavailable> };
+  storage: { repo: string; points: StoragePoint[]; podman: Unavailable | { available: true; method: string } };
+  concurrency: {
+    levels: ConcurrencyLevel[];
+    /** Failures at K = 128 (null when that level did not run). */
+    k128_failures: number | null;
+    /** K sandboxes at once on an evicted layer: it must be materialized exactly once (#3). */
+    cold_stampede: { k: number; wallMs: number; failures: number; materializations: number } | null;
+  };
+  session: { inProcess: Dist | Unavailable; http: Record<string, unknown> | Unavailable };
+  evaluation: {
+    minisandbox_engine: EvalMeasurement | Unavailable;
+    minisandbox_steps: EvalMeasurement | Unavailable;
+    podman: EvalMeasurement | Unavailable;
+  };
+  ratios: {
+    warm_vs_extract: number | null;
+    warm_vs_podman: number | null;
+    cold_vs_extract: number | null;
+    storage_vs_targz: number | null;
+    storage_vs_podman: number | null;
+    /** Against podman's total for the N images including the base OS and toolchain layers. */
+    storage_vs_podman_total: number | null;
+    warm_import_vs_extract_import: number | null;
+    warm_import_vs_podman_import: number | null;
+    eval_vs_podman: number | null;
+  };
+  /** Why a ratio is null. */
+  ratio_reasons: Record<string, string>;
+  targets: Target[];
+  notes: string[];
+}

@@ -1,0 +1,75 @@
+import { Command } from "commander";
+import { benchMain, type BenchOptions } from "../bench/index.js";
+import { ALL_WORKLOADS, type Workload } from "../bench/run.js";
+import { fail } from "./common.js";
+
+export interface BenchCliOptions {
+  quick?: boolean;
+  out?: string;
+  dataset?: string;
+  repos?: string;
+  specs?: string;
+  import?: string;
+  work?: string;
+  runs?: string;
+  only?: string;
+  podman?: boolean;
+  json?: boolean;
+}
+
+export function addBenchOptions(cmd: Command): Command {
+  return cmd
+    .option("--quick", "fewer runs (under 3 minutes once environments are built)")
+    .option("--out <DIR>", "write DIR/results.json (+ .md, .svg) instead of bench/results/<date>.*")
+    .option("--dataset <FILE>", "benchmark a real dataset (workloads 1, 2, 5) instead of the fixture")
+    .option("--repos <DIR>", "local clones or mirrors for --dataset, laid out as DIR/<owner>/<name>")
+    .option("--specs <FILE>", "environment spec overrides for --dataset (JSON)")
+    .option("--import <MODULE>", "module of the real first command (default: guessed from the repository)")
+    .option("--work <DIR>", "where built environments, archives and podman images are kept between runs")
+    .option("--runs <N>", "rounds of the ready workload (default 25, --quick 10)")
+    .option("--only <LIST>", `comma-separated workloads (${ALL_WORKLOADS.join(",")})`)
+    .option("--no-podman", "skip the podman baselines even if podman is installed")
+    .option("--json", "print the results JSON instead of the Markdown table");
+}
+
+export function benchOptionsFrom(o: BenchCliOptions): BenchOptions & { outDir?: string; json?: boolean } {
+  if ((o.repos || o.specs) && !o.dataset) throw new Error("--repos and --specs go with --dataset");
+  let workloads: Workload[] | undefined;
+  if (o.only) {
+    workloads = o.only.split(",").map((w) => w.trim()) as Workload[];
+    const bad = workloads.filter((w) => !ALL_WORKLOADS.includes(w));
+    if (bad.length) throw new Error(`--only: unknown workload(s) ${bad.join(", ")} (known: ${ALL_WORKLOADS.join(", ")})`);
+  }
+  const runs = o.runs === undefined ? undefined : Number(o.runs);
+  if (runs !== undefined && (!Number.isInteger(runs) || runs < 1)) throw new Error(`--runs expects a positive integer, got ${o.runs}`);
+  return {
+    quick: o.quick ?? false,
+    outDir: o.out,
+    dataset: o.dataset,
+    repos: o.repos,
+    specs: o.specs,
+    importModule: o.import,
+    work: o.work,
+    runs,
+    workloads,
+    podman: o.podman,
+    json: o.json,
+  };
+}
+
+/**
+ * `minisandbox bench`: side-by-side benchmarks. The bench keeps its own minisandbox home under --work (it evicts
+ * layers from its node cache to measure cold starts, which must never touch the user's cache), so `getHome` is
+ * not used for environments.
+ */
+export function registerBenchCommand(program: Command, _getHome: () => string): void {
+  addBenchOptions(program.command("bench"))
+    .description("benchmark minisandbox side by side with extract-per-task and podman; writes bench/results/<date>.{json,md,svg}")
+    .action(async (o: BenchCliOptions) => {
+      try {
+        await benchMain(benchOptionsFrom(o));
+      } catch (e) {
+        fail(e);
+      }
+    });
+}

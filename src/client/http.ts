@@ -1,0 +1,90 @@
+/** The SDK's HTTP layer: global fetch, X-API-Key, JSON in and out, typed errors, no client-side time limit by default. */
+import { SandboxError, TimeoutError, type MinisandboxError } from "../util/errors.js";
+import { errorFromResponse } from "./errors.js";
+
+let longDispatcher: object | null | undefined;
+
+/**
+ * fetch (undici) gives up on a response whose headers take more than 300 s; a test run or a long command easily
+ * takes longer. Node's fetch accepts a `dispatcher`; we build one like the global one, with those timeouts off.
+ * Falls back to the default when the runtime's fetch is not undici.
+ */
+async function patientDispatcher(): Promise<object | undefined> {
+  if (longDispatcher === undefined) {
+    longDispatcher = null;
+    try {
+      await fetch("data:,");
+      const g = (globalThis as Record<symbol, unknown>)[Symbol.for("undici.globalDispatcher.1")] as
+        | { constructor: new (o: object) => object }
+        | undefined;
+      if (g && g.constructor.name === "Agent") longDispatcher = new g.constructor({ headersTimeout: 0, bodyTimeout: 0 });
+    } catch {
+      /* keep the default */
+    }
+  }
+  return longDispatcher ?? undefined;
+}
+
+export interface RequestOptions {
+  /** Abort (TimeoutError) after this long; default: the client's requestTimeoutMs, else none. */
+  timeoutMs?: number;
+  headers?: Record<string, string>;
+  /** Name of the operation, for error messages. */
+  what?: string;
+}
+
+export class HttpClient {
+  readonly base: string;
+  constructor(
+    base: string,
+    private readonly apiKey?: string,
+    private readonly requestTimeoutMs?: number,
+  ) {
+    this.base = base.replace(/\/+$/, "");
+  }
+
+  async fetch(method: string, path: string, body: RequestInit["body"], o: RequestOptions = {}): Promise<Response> {
+    const headers: Record<string, string> = { ...(o.headers ?? {}) };
+    if (this.apiKey !== undefined) headers["X-API-Key"] = this.apiKey;
+    const timeoutMs = o.timeoutMs ?? this.requestTimeoutMs;
+    const url = this.base + path;
+    const init: RequestInit = {
+      method,
+      headers,
+      body,
+      signal: timeoutMs !== undefined ? AbortSignal.timeout(timeoutMs) : undefined,
+    };
+    const d = await patientDispatcher();
+    if (d) (init as { dispatcher?: object }).dispatcher = d;
+    try {
+      return await fetch(url, init);
+    } catch (e) {
+      const err = e as Error & { cause?: Error };
+      if (err.name === "TimeoutError" || err.name === "AbortError") {
+        throw new TimeoutError(`${o.what ?? `${method} ${path}`}: no answer from ${this.base} within ${timeoutMs} ms`);
+      }
+      throw new SandboxError(`${o.what ?? `${method} ${path}`}: cannot reach ${this.base}: ${err.cause?.message ?? err.message}`);
+    }
+  }
+
+  /** Send JSON (or nothing), expect JSON; HTTP errors become typed errors. */
+  async json<T>(method: string, path: string, body?: unknown, o: RequestOptions = {}): Promise<T> {
+    const res = await this.fetch(method, path, body === undefined ? undefined : JSON.stringify(body), {
+      ...o,
+      headers: { ...(body === undefined ? {} : { "content-type": "application/json" }), ...(o.headers ?? {}) },
+    });
+    return this.read<T>(res, o.what ?? `${method} ${path}`);
+  }
+
+  async read<T>(res: Response, what: string): Promise<T> {
+    const text = await res.text();
+    let data: unknown = text;
+    try {
+      data = text ? JSON.parse(text) : undefined;
+    } catch {
+      /* not JSON */
+    }
+    if (!res.ok) throw errorFromResponse(res.status, data, what) as MinisandboxError;
+    return data as T;
+  }
+}

@@ -1,0 +1,237 @@
+/**
+ * Environment validation: an environment is only trustworthy for an instance if, in a fresh sandbox, every
+ * FAIL_TO_PASS and PASS_TO_PASS test passes with the gold patch, and the FAIL_TO_PASS tests fail without it
+ * (eval.sh on the untouched base). The verdict is stored with the environment (env record `validation`), and
+ * `evaluate` warns when it grades an instance on an environment that failed.
+ */
+import { join } from "node:path";
+import type { Instance } from "../tasks/types.js";
+import type { Limits } from "../sandbox/limits.js";
+import type { EnvSpec, LayerKey } from "../env/types.js";
+import { envFor, isBuilt, readEnvRecord, writeEnvRecord, type ValidationVerdict } from "../env/environments.js";
+import { Progress, pool } from "../util/progress.js";
+import { parseTestList, testFailed, testPassed, type ResolutionStatus } from "./grading.js";
+import type { StatusMap } from "./types.js";
+import { runInstanceEvaluation, type EvalError, type InstanceEvalResult } from "./runner/instance.js";
+import type { PhaseTimings } from "./runner/timings.js";
+import { evalPipSettings } from "./runner/sandbox.js";
+
+export interface ValidateOptions {
+  home: string;
+  specsFile?: string;
+  reposDir?: string;
+  /** Test runs at once (each instance needs two; default 2). */
+  workers?: number;
+  /** Per run (default 1800 s). */
+  timeoutMs?: number;
+  limits?: Limits;
+  /** Store each environment's verdict in its record (default true). */
+  store?: boolean;
+  /** Write both runs' harness files under `<logDir>/<instance_id>/{gold,base}/`. */
+  logDir?: string;
+  /** Progress bar on stderr (default true). */
+  progress?: boolean;
+  onResult?: (result: InstanceValidation) => void;
+}
+
+export interface ValidationRun {
+  status: InstanceEvalResult["status"];
+  resolution: ResolutionStatus | null;
+  error?: EvalError;
+  timings: PhaseTimings;
+}
+
+export interface InstanceValidation {
+  instanceId: string;
+  key: LayerKey;
+  /** false also when the instance could not be checked (see skipped). */
+  valid: boolean;
+  /** Why the instance was not checked (its environment is not built, or has no spec). */
+  skipped?: string;
+  /** Which tests, which direction: "FAIL_TO_PASS test X passes without the fix", ... */
+  problems: string[];
+  gold?: ValidationRun;
+  base?: ValidationRun;
+}
+
+export interface ValidationReport {
+  results: InstanceValidation[];
+  /** Checked and found invalid (skipped instances are not in here). */
+  invalid: InstanceValidation[];
+  skipped: InstanceValidation[];
+  /** What was stored per environment. */
+  verdicts: Record<LayerKey, ValidationVerdict>;
+}
+
+function describeStatus(name: string, sm: StatusMap): string {
+  if (!Object.hasOwn(sm, name)) return "fails (not in the test log)";
+  const s = sm[name]!;
+  if (s === "FAILED") return "fails";
+  if (s === "ERROR") return "fails (ERROR)";
+  return `does not pass (${s})`;
+}
+
+/** Problems of the gold run: any listed test that does not pass. */
+export function goldProblems(instance: Instance, run: InstanceEvalResult): string[] {
+  if (run.error) return [`with the gold patch: ${run.error.kind}`];
+  const log = run.grade?.log;
+  if (!log || !log.found) return [`no test results with the gold patch (${log && !log.found ? log.reason : "no log"})`];
+  const sm = log.statusMap;
+  const out: string[] = [];
+  for (const field of ["FAIL_TO_PASS", "PASS_TO_PASS"] as const) {
+    for (const name of parseTestList(instance[field], field)) {
+      if (!testPassed(name, sm)) out.push(`${field} test ${name} ${describeStatus(name, sm)} with the gold patch`);
+    }
+  }
+  return out;
+}
+
+/** Problems of the no-patch run: any FAIL_TO_PASS test that does not fail. */
+export function baseProblems(instance: Instance, run: InstanceEvalResult): string[] {
+  if (run.error) return [`without the fix: ${run.error.kind}`];
+  const log = run.grade?.log;
+  if (!log || !log.found) return [`no test results without the fix (${log && !log.found ? log.reason : "no log"})`];
+  const sm = log.statusMap;
+  const out: string[] = [];
+  for (const name of parseTestList(instance.FAIL_TO_PASS, "FAIL_TO_PASS")) {
+    if (testFailed(name, sm)) continue;
+    out.push(testPassed(name, sm) ? `FAIL_TO_PASS test ${name} passes without the fix` : `FAIL_TO_PASS test ${name} does not fail without the fix (${sm[name]})`);
+  }
+  return out;
+}
+
+const brief = (r: InstanceEvalResult): ValidationRun => ({
+  status: r.status,
+  resolution: r.resolution,
+  ...(r.error ? { error: r.error } : {}),
+  timings: r.timings,
+});
+
+/** Validate instances on their built environments; store one verdict per environment. */
+export async function validateInstances(instances: readonly Instance[], opts: ValidateOptions): Promise<ValidationReport> {
+  const results = new Map<string, InstanceValidation>();
+  interface Item {
+    instance: Instance;
+    spec: EnvSpec;
+    key: LayerKey;
+  }
+  const items: Item[] = [];
+  for (const instance of instances) {
+    let env: { spec: EnvSpec; key: LayerKey };
+    try {
+      env = envFor(instance, { specsFile: opts.specsFile });
+    } catch (e) {
+      results.set(instance.instance_id, { instanceId: instance.instance_id, key: "", valid: false, skipped: (e as Error).message, problems: [] });
+      continue;
+    }
+    if (!(await isBuilt(opts.home, env.key))) {
+      results.set(instance.instance_id, {
+        instanceId: instance.instance_id,
+        key: env.key,
+        valid: false,
+        skipped: `environment ${env.key.slice(0, 12)} is not built`,
+        problems: [],
+      });
+      continue;
+    }
+    items.push({ instance, ...env });
+  }
+
+  await Promise.all([...new Set(items.map((i) => i.spec.python))].map((python) => evalPipSettings(opts.home, python)));
+  type Mode = "gold" | "base";
+  const tasks = items.flatMap((item) => (["gold", "base"] as Mode[]).map((mode) => ({ item, mode })));
+  const runs = new Map<string, InstanceEvalResult>();
+  const progress = (opts.progress ?? true) && tasks.length > 0 ? new Progress(tasks.length, "validate") : undefined;
+  const finished = new Map<string, number>();
+  await pool(tasks, opts.workers ?? 2, async ({ item, mode }) => {
+    const id = item.instance.instance_id;
+    const gold = item.instance.patch ?? "";
+    const r =
+      mode === "gold" && gold.trim() === ""
+        ? null
+        : await runInstanceEvaluation({
+            home: opts.home,
+            instance: item.instance,
+            env: { spec: item.spec, key: item.key },
+            patch: mode === "gold" ? gold : null,
+            model: mode,
+            timeoutMs: opts.timeoutMs,
+            specsFile: opts.specsFile,
+            reposDir: opts.reposDir,
+            limits: opts.limits,
+            checkValidation: false,
+            ...(opts.logDir ? { logDir: join(opts.logDir, id, mode) } : {}),
+          });
+    if (r) runs.set(`${id}\0${mode}`, r);
+    progress?.tick(r?.error ? "error" : "done", `${id} (${mode === "gold" ? "gold patch" : "no patch"})`);
+    finished.set(id, (finished.get(id) ?? 0) + 1);
+    if (finished.get(id) === 2) {
+      const v = verdictFor(item, runs.get(`${id}\0gold`), runs.get(`${id}\0base`));
+      results.set(id, v);
+      opts.onResult?.(v);
+    }
+  });
+  progress?.finish();
+
+  // One verdict per environment (several SWE-smith tasks can share one).
+  const verdicts: Record<LayerKey, ValidationVerdict> = {};
+  const byKey = new Map<LayerKey, InstanceValidation[]>();
+  for (const item of items) {
+    const v = results.get(item.instance.instance_id)!;
+    byKey.set(item.key, [...(byKey.get(item.key) ?? []), v]);
+  }
+  const checkedAt = new Date().toISOString();
+  for (const [key, vs] of byKey) {
+    const shared = vs.length > 1;
+    const invalid = vs.filter((v) => !v.valid);
+    const verdict: ValidationVerdict = {
+      valid: invalid.length === 0,
+      checkedAt,
+      instanceId: shared ? (invalid[0] ?? vs[0]!).instanceId : vs[0]!.instanceId,
+      problems: vs.flatMap((v) => v.problems.map((p) => (shared ? `${v.instanceId}: ${p}` : p))),
+    };
+    verdicts[key] = verdict;
+    if (opts.store ?? true) {
+      const spec = items.find((i) => i.key === key)!.spec;
+      writeEnvRecord(opts.home, { ...(readEnvRecord(opts.home, key) ?? { key, spec }), key, spec, validation: verdict });
+    }
+  }
+
+  const ordered = instances.map((i) => results.get(i.instance_id)!).filter(Boolean);
+  return {
+    results: ordered,
+    invalid: ordered.filter((r) => !r.valid && !r.skipped),
+    skipped: ordered.filter((r) => r.skipped !== undefined),
+    verdicts,
+  };
+}
+
+function verdictFor(item: { instance: Instance; key: LayerKey }, gold: InstanceEvalResult | undefined, base: InstanceEvalResult | undefined): InstanceValidation {
+  const { instance } = item;
+  const problems: string[] = [];
+  if (parseTestList(instance.FAIL_TO_PASS, "FAIL_TO_PASS").length === 0) problems.push("FAIL_TO_PASS lists no tests");
+  if (!gold) problems.push("the instance has no gold patch");
+  else problems.push(...goldProblems(instance, gold));
+  if (base) problems.push(...baseProblems(instance, base));
+  return {
+    instanceId: instance.instance_id,
+    key: item.key,
+    valid: problems.length === 0,
+    problems,
+    ...(gold ? { gold: brief(gold) } : {}),
+    ...(base ? { base: brief(base) } : {}),
+  };
+}
+
+/** Text lines for people: one per invalid or skipped instance, with its reasons. */
+export function renderValidation(report: ValidationReport): string {
+  const lines: string[] = [];
+  const ok = report.results.filter((r) => r.valid).length;
+  lines.push(`validation: ${ok} valid, ${report.invalid.length} invalid, ${report.skipped.length} not checked`);
+  for (const r of report.invalid) {
+    lines.push(`  ${r.instanceId} (environment ${r.key.slice(0, 12)}): INVALID`);
+    for (const p of r.problems) lines.push(`    - ${p}`);
+  }
+  for (const r of report.skipped) lines.push(`  ${r.instanceId}: not checked: ${r.skipped}`);
+  return lines.join("\n") + "\n";
+}

@@ -1,0 +1,116 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { runBench, writeResults, type BenchResults } from "../src/bench/index.js";
+import { benchOptionsFrom } from "../src/cli/bench.js";
+import { parsePycProbe } from "../src/bench/pyc.js";
+import { summarize } from "../src/bench/stats.js";
+import { tempDir } from "./helpers.js";
+
+// Behaviour, not speed: a tiny configuration of every workload must produce well-formed results.
+test("bench: a tiny run of every workload gives well-formed results and files", { timeout: 180_000 }, async () => {
+  const work = tempDir("msb-bench-");
+  const r: BenchResults = await runBench({
+    quick: true,
+    work,
+    runs: 1,
+    storageNs: [1],
+    concurrency: [1, 3],
+    memoryUpToK: 3,
+    sessionCommands: 5,
+    evalInstances: 1,
+    coldStampedeK: 2,
+    evalEngine: false,
+    sessionHttp: false,
+    podman: false,
+    log: () => {},
+  });
+  assert.equal(r.schema, 1);
+  assert.equal(r.source.kind, "fixture");
+  assert.equal(r.source.instances, 1);
+  for (const key of ["warm_vs_extract", "warm_vs_podman", "cold_vs_extract", "storage_vs_targz", "storage_vs_podman"] as const) {
+    assert.ok(key in r.ratios, key);
+    const v = r.ratios[key];
+    assert.ok(v === null || (typeof v === "number" && v > 0), `${key} = ${v}`);
+  }
+  // podman was disabled: its ratios are null and say why.
+  assert.equal(r.ratios.warm_vs_podman, null);
+  assert.match(r.ratio_reasons["warm_vs_podman"] ?? "", /disabled/);
+  assert.equal(r.ratios.storage_vs_podman, null);
+  assert.ok(r.ratio_reasons["storage_vs_podman"]);
+  // Measured ones are numbers.
+  assert.equal(typeof r.ratios.warm_vs_extract, "number");
+  assert.equal(typeof r.ratios.cold_vs_extract, "number");
+  assert.equal(typeof r.ratios.storage_vs_targz, "number");
+
+  for (const name of ["minisandbox_warm", "minisandbox_warm_resolved", "minisandbox_cold", "bwrap_raw", "extract_per_task"] as const) {
+    const v = r.ready.variants[name];
+    assert.ok(v.available, `${name}: ${JSON.stringify(v)}`);
+    assert.equal(v.echo.n, 1);
+    assert.equal(v.failures, 0, name);
+    assert.ok(v.echo.p50Ms > 0 && v.echo.p90Ms >= v.echo.p50Ms);
+    assert.ok(v.import && v.import.n === 1);
+    // Valid bytecode caches and a clean environment in every variant.
+    assert.ok(v.pyc, name);
+    assert.equal(v.pyc.dontWriteBytecode, false, name);
+    assert.equal(v.pyc.compiledFromSource, 0, `${name}: ${v.pyc.examples.join(", ")}`);
+    assert.equal(v.pyc.written, 0, name);
+  }
+  assert.equal(r.ready.variants.podman.available, false);
+
+  assert.equal(r.storage.points.length, 1);
+  const p = r.storage.points[0]!;
+  assert.ok(p.minisandboxBytes > 0 && p.minisandboxStoreBytes > 0 && p.targzBytes > 0 && p.minisandboxLogicalBytes > 0);
+  assert.equal(p.podmanBytes, null);
+
+  assert.deepEqual(r.concurrency.levels.map((l) => l.k), [1, 3]);
+  for (const l of r.concurrency.levels) {
+    assert.equal(l.failures, 0, l.errors.join("; "));
+    assert.equal(l.perSandbox?.n, l.k);
+    assert.ok(l.rssPerIdleBytes! > 0 && l.pssPerIdleBytes! > 0 && l.processesPerIdle! >= 3, JSON.stringify(l));
+  }
+  assert.equal(r.concurrency.k128_failures, null);
+  assert.deepEqual({ ...r.concurrency.cold_stampede, wallMs: 0 }, { k: 2, wallMs: 0, failures: 0, materializations: 1 });
+
+  assert.ok("p50Ms" in r.session.inProcess && r.session.inProcess.n === 5);
+  assert.equal(r.session.http["available"], false);
+
+  const steps = r.evaluation.minisandbox_steps;
+  assert.ok(steps.available);
+  assert.equal(steps.instances, 1);
+  assert.equal(steps.resolved, 1, JSON.stringify(steps.detail));
+  assert.equal(r.evaluation.podman.available, false);
+  assert.equal(r.evaluation.minisandbox_engine.available, false);
+
+  assert.ok(r.targets.length >= 8);
+  for (const t of r.targets) assert.ok(t.met === null || typeof t.met === "boolean");
+
+  const out = join(work, "out");
+  const files = writeResults(r, { outDir: out });
+  assert.equal(files.json, join(out, "results.json"));
+  const back = JSON.parse(readFileSync(files.json, "utf8")) as BenchResults;
+  assert.deepEqual(back.ratios, r.ratios);
+  assert.match(readFileSync(files.markdown, "utf8"), /\| minisandbox warm \|/);
+  assert.match(readFileSync(files.svg, "utf8"), /^<svg [^>]*xmlns="http:\/\/www.w3.org\/2000\/svg"/);
+  assert.ok(existsSync(files.svg));
+});
+
+test("bench: option parsing and helpers", () => {
+  assert.throws(() => benchOptionsFrom({ only: "ready,bogus" }), /unknown workload/);
+  assert.throws(() => benchOptionsFrom({ repos: "/x" }), /--dataset/);
+  assert.throws(() => benchOptionsFrom({ runs: "0" }), /positive integer/);
+  assert.deepEqual(benchOptionsFrom({ only: "ready, storage", quick: true }).workloads, ["ready", "storage"]);
+
+  const d = summarize([5, 1, 4, 2, 3]);
+  assert.equal(d.p50Ms, 3);
+  assert.equal(d.minMs, 1);
+  assert.equal(d.maxMs, 5);
+
+  const good = parsePycProbe("# code object from '/opt/venv/lib/python3.11/site-packages/calc/__pycache__/ops.cpython-311.pyc'\nMSB_DWB=False\n");
+  assert.ok(good.ok);
+  const stale = parsePycProbe("# code object from /testbed/calc/ops.py\n# created '/testbed/calc/__pycache__/ops.cpython-311.pyc'\nMSB_DWB=False\n");
+  assert.equal(stale.ok, false);
+  assert.equal(stale.compiledFromSource, 1);
+  assert.equal(stale.written, 1);
+});

@@ -1,0 +1,284 @@
+/**
+ * The Python adapters (integrations/python) against a real server on 127.0.0.1: the SWE-ReX-style deployment and
+ * runtime client (aiohttp + pydantic, from the local package index into a cached venv) and the mini-swe-agent
+ * environment (standard library only).
+ */
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { startServer, type RunningServer } from "../src/server/index.js";
+import { run, runOk } from "../src/util/run.js";
+import { tempDir, tempHome } from "./helpers.js";
+
+const TOKEN = "py-token";
+const ADAPTERS = join(import.meta.dirname, "..", "..", "integrations", "python");
+const home = tempHome("msb-py-");
+const work = tempDir("msb-py-work-");
+let srv: RunningServer;
+
+const VENV_PACKAGES = ["aiohttp", "pydantic"];
+
+/** A venv with aiohttp and pydantic, built once per machine (keyed by python version and packages). */
+async function adapterVenv(): Promise<string> {
+  const pyVersion = (await runOk("python3", ["-c", "import sys; print(sys.version)"])).trim();
+  const key = createHash("sha256").update(JSON.stringify({ pyVersion, VENV_PACKAGES, recipe: 1 })).digest("hex");
+  const dir = join(tmpdir(), `msb-pyadapters-venv-${key.slice(0, 16)}`);
+  const ready = join(dir, ".msb-ready");
+  const lock = `${dir}.lock`;
+  const deadline = Date.now() + 300_000;
+  while (!existsSync(ready)) {
+    try {
+      mkdirSync(lock); // one builder at a time across test files
+    } catch {
+      try {
+        if (Date.now() - statSync(lock).mtimeMs > 300_000) rmSync(lock, { recursive: true, force: true });
+      } catch {
+        /* gone meanwhile */
+      }
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${lock}`);
+      await sleep(250);
+      continue;
+    }
+    try {
+      if (!existsSync(ready)) {
+        rmSync(dir, { recursive: true, force: true });
+        await runOk("python3", ["-m", "venv", dir]);
+        await runOk(join(dir, "bin", "python"), ["-m", "pip", "install", "--quiet", "--retries", "0", ...VENV_PACKAGES], { timeoutMs: 280_000 });
+        writeFileSync(ready, new Date().toISOString());
+      }
+    } finally {
+      rmSync(lock, { recursive: true, force: true });
+    }
+  }
+  return dir;
+}
+
+let python = "";
+
+before(async () => {
+  python = join(await adapterVenv(), "bin", "python");
+  srv = await startServer({ home, authToken: TOKEN });
+});
+after(() => srv?.close());
+
+/** Run a Python snippet with the adapters importable; it must print "OK" last. */
+async function py(name: string, code: string, args: string[] = []): Promise<string> {
+  const file = join(work, `${name}.py`);
+  writeFileSync(file, code);
+  const r = await run(python, [file, srv.url, TOKEN, ...args], {
+    env: { PATH: process.env.PATH, PYTHONPATH: ADAPTERS, PYTHONDONTWRITEBYTECODE: "1", NO_PROXY: "*" },
+    timeoutMs: 60_000,
+  });
+  assert.equal(r.code, 0, `python ${name} failed:\n${r.stdout}\n${r.stderr}`);
+  assert.match(r.stdout, /OK\n$/, r.stdout + r.stderr);
+  return r.stdout;
+}
+
+test("deployment + runtime: sessions, timeout -> interrupt -> recovery, execute, files, 511 classes", async () => {
+  const dir = tempDir();
+  writeFileSync(join(dir, "README.md"), "fixture\n");
+  const upload = join(work, "bundle");
+  mkdirSync(join(upload, "bin"), { recursive: true });
+  writeFileSync(join(upload, "bin", "hello"), "#!/bin/sh\necho hello from tool\n", { mode: 0o755 });
+  writeFileSync(join(work, "single.txt"), "single file\n");
+  const out = await py(
+    "deployment",
+    `
+import asyncio, sys
+from minisandbox_deployment import MinisandboxDeployment
+from minisandbox_runtime import *
+
+url, token, src, bundle, single = sys.argv[1:6]
+
+async def main():
+    d = MinisandboxDeployment(url=url, auth_token=token, dir=src, limits={"pids": 300})
+    try:
+        d.runtime
+        raise AssertionError("runtime before start")
+    except DeploymentNotStartedError:
+        pass
+    await d.start()
+    rt = d.runtime
+    assert rt.host == f"{url}/sandboxes/{d.sandbox_id}", rt.host
+    assert (await d.is_alive()).is_alive
+    await rt.write_file(WriteFileRequest(path="/root/.bashrc", content="export FROM_RC=1\\n"))
+    r = await rt.create_session(CreateBashSessionRequest(startup_source=["/root/.bashrc"], startup_timeout=10))
+    assert r.output == "", r
+    obs = await rt.run_in_session(BashAction(command="cat README.md; echo $FROM_RC; cd /tmp"))
+    assert obs.output == "fixture\\n1\\n" and obs.exit_code == 0, obs
+    assert (await rt.run_in_session(BashAction(command="pwd"))).output == "/tmp\\n"
+    assert (await rt.run_in_session(BashAction(command="false", check="silent"))).exit_code == 1
+    try:
+        await rt.run_in_session(BashAction(command="false"))
+        raise AssertionError("no error")
+    except NonZeroExitCodeError as e:
+        assert "failed with exit code 1" in str(e)
+    try:
+        await rt.run_in_session(BashAction(command="sleep 30", timeout=0.5))
+        raise AssertionError("no timeout")
+    except CommandTimeoutError as e:
+        assert isinstance(e, TimeoutError)
+        assert str(e) == "timeout after 0.5 seconds while running command 'sleep 30'", str(e)
+    i = await rt.run_in_session(BashInterruptAction())
+    assert i.exit_code == 0
+    assert (await rt.run_in_session(BashAction(command="echo recovered"))).output == "recovered\\n"
+    try:
+        await rt.run_in_session(BashAction(command="if then"))
+        raise AssertionError("no syntax error")
+    except BashIncorrectSyntaxError as e:
+        assert "syntax error" in e.extra_info["bash_stderr"], e.extra_info
+    try:
+        await rt.create_session(CreateBashSessionRequest())
+        raise AssertionError("duplicate session")
+    except SessionExistsError:
+        pass
+    try:
+        await rt.run_in_session(BashAction(command="true", session="nope"))
+        raise AssertionError("missing session")
+    except SessionDoesNotExistError:
+        pass
+    c = await rt.execute(Command(command=["sh", "-c", "echo out; echo err >&2; exit 4"]))
+    assert (c.stdout, c.stderr, c.exit_code) == ("out\\n", "err\\n", 4), c
+    c = await rt.execute(Command(command="echo $0", shell=True, cwd="/tmp"))
+    assert c.stdout == "/bin/sh\\n", c
+    try:
+        await rt.execute(Command(command=["sleep", "20"], timeout=0.5))
+        raise AssertionError("no timeout")
+    except CommandTimeoutError as e:
+        assert str(e) == "Timeout (0.5s) exceeded while running command", str(e)
+    try:
+        await rt.execute(Command(command=["false"], check=True))
+        raise AssertionError("no check")
+    except NonZeroExitCodeError:
+        pass
+    await rt.write_file(WriteFileRequest(path="/root/state/s.json", content='{"a": 1}'))
+    assert (await rt.read_file(ReadFileRequest(path="/root/state/s.json"))).content == '{"a": 1}'
+    try:
+        await rt.read_file(ReadFileRequest(path="/root/missing"))
+        raise AssertionError("no error")
+    except FileNotFoundError as e:
+        assert str(e) == "[Errno 2] No such file or directory: '/root/missing'", str(e)
+    try:
+        await rt.read_file(ReadFileRequest(path="/root"))
+        raise AssertionError("no error")
+    except IsADirectoryError:
+        pass
+    await rt.upload(UploadRequest(source_path=bundle, target_path="/root/tools/bundle"))
+    c = await rt.execute(Command(command="chmod +x /root/tools/bundle/bin/* && /root/tools/bundle/bin/hello", shell=True))
+    assert c.stdout == "hello from tool\\n", c
+    await rt.upload(UploadRequest(source_path=single, target_path="/root/deep/dir/single.txt"))
+    assert (await rt.read_file(ReadFileRequest(path="/root/deep/dir/single.txt"))).content == "single file\\n"
+    await rt.close()
+    try:
+        await rt.run_in_session(BashAction(command="true"))
+        raise AssertionError("sessions survived close")
+    except SessionDoesNotExistError:
+        pass
+    sid = d.sandbox_id
+    await d.stop()
+    assert d.sandbox_id is None
+    print("STOPPED", sid)
+    print("OK")
+
+asyncio.run(main())
+`,
+    [dir, upload, join(work, "single.txt")],
+  );
+  const id = /STOPPED (\S+)/.exec(out)![1]!;
+  const res = await fetch(`${srv.url}/sandboxes/${id}`, { headers: { "X-API-Key": TOKEN } });
+  assert.equal(res.status, 404, "stop() deleted the sandbox");
+});
+
+test("runtime client: 401 / 403 are HTTP errors and not alive; unknown class paths fall back to SwerexException", async () => {
+  const sb = (await (await fetch(`${srv.url}/sandboxes`, { method: "POST", headers: { "X-API-Key": TOKEN, "content-type": "application/json" }, body: "{}" })).json()) as { runtime_url: string; id: string };
+  try {
+    await py(
+      "auth",
+      `
+import asyncio, sys
+import aiohttp
+from minisandbox_runtime import *
+
+url, token, rt_url = sys.argv[1:4]
+
+async def main():
+    good = MinisandboxRuntime(host=rt_url, auth_token=token)
+    assert (await good.is_alive(timeout=5)).is_alive
+    for key, status, detail in (("wrong", 401, "Invalid API Key"), ("", 403, "Not authenticated")):
+        rt = MinisandboxRuntime(host=rt_url, auth_token=key)
+        alive = await rt.is_alive(timeout=5)
+        assert not alive.is_alive and str(status) in alive.message and detail in alive.message, alive
+        try:
+            await rt.execute(Command(command="true"))
+            raise AssertionError("no error")
+        except aiohttp.ClientResponseError as e:
+            assert e.status == status, e
+    # A class path that cannot be imported falls back to SwerexException, with extra_info kept.
+    try:
+        good._raise_transferred({"message": "m", "class_path": "nowhere.SomeError", "extra_info": {"k": 1}})
+    except SwerexException as e:
+        assert str(e) == "m" and e.extra_info == {"k": 1}
+    dead = MinisandboxRuntime(host="http://127.0.0.1:1")
+    assert not (await dead.is_alive(timeout=1)).is_alive
+    print("OK")
+
+asyncio.run(main())
+`,
+      [sb.runtime_url],
+    );
+  } finally {
+    await fetch(`${srv.url}/sandboxes/${sb.id}`, { method: "DELETE", headers: { "X-API-Key": TOKEN } });
+  }
+});
+
+test("mini-swe-agent environment: fresh bash per command, merged output, cwd, env, timeout, submission, close", async () => {
+  const dir = tempDir();
+  writeFileSync(join(dir, "main.py"), "print('hi')\n");
+  const out = await py(
+    "env",
+    `
+import sys
+from minisandbox_env import MinisandboxEnvironment, Submitted
+
+url, token, src = sys.argv[1:4]
+env = MinisandboxEnvironment(url=url, api_key=token, dir=src, env={"MY_VAR": "42"}, timeout=10)
+r = env.execute("python3 main.py; echo err >&2; echo $MY_VAR; pwd")
+assert r == {"output": "hi\\nerr\\n42\\n/testbed\\n", "returncode": 0, "exception_info": ""}, r
+assert env.execute({"command": "cd /tmp && export X=1"})["returncode"] == 0
+r = env.execute({"command": "pwd; echo x$X"})
+assert r["output"] == "/testbed\\nx\\n", "each command is a fresh bash: %r" % r
+assert env.execute("exit 3")["returncode"] == 3
+assert env.execute("pwd", cwd="/tmp")["output"] == "/tmp\\n"
+r = env.execute("echo start; sleep 20", timeout=1)
+assert r["returncode"] == -1 and "Timeout (1.0s) exceeded" in r["exception_info"], r
+assert r["extra"]["exception_type"] == "CommandTimeoutError", r
+r = env.execute("ls", cwd="/no/such/dir")
+assert r["returncode"] == -1 and "No such file or directory" in r["exception_info"], r
+try:
+    env.execute("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT; echo the patch")
+    raise AssertionError("not submitted")
+except Submitted as s:
+    assert s.args[0]["extra"]["submission"] == "the patch\\n", s.args
+assert env.get_template_vars()["sandbox"]["id"] == env.sandbox["id"]
+assert "api_key" not in env.serialize()["info"]["config"]["environment"]
+sid = env.sandbox["id"]
+env.close()
+env.close()
+print("CLOSED", sid)
+with MinisandboxEnvironment(url=url, api_key=token) as e2:
+    assert e2.execute("echo ctx")["output"] == "ctx\\n"
+    sid2 = e2.sandbox["id"]
+print("CLOSED", sid2)
+print("OK")
+`,
+    [dir],
+  );
+  for (const m of out.matchAll(/CLOSED (\S+)/g)) {
+    const res = await fetch(`${srv.url}/sandboxes/${m[1]}`, { headers: { "X-API-Key": TOKEN } });
+    assert.equal(res.status, 404, `${m[1]} deleted`);
+  }
+});
