@@ -30,7 +30,11 @@ test("syntax errors are reported without running anything", () =>
     const s = sb.sessions.get();
     await assert.rejects(s.run("touch /tmp/ran; if true; then echo"), swerexClass("BashIncorrectSyntaxError"));
     await assert.rejects(s.run("echo 'unterminated"), swerexClass("BashIncorrectSyntaxError"));
-    assert.equal((await s.run("test -e /tmp/ran", { check: "silent" })).exitCode, 1);
+    await assert.rejects(s.run("touch /tmp/ran2\nif true; then echo"), swerexClass("BashIncorrectSyntaxError"));
+    assert.equal((await s.run("test -e /tmp/ran || test -e /tmp/ran2", { check: "silent" })).exitCode, 1);
+    // A command that fails with status 2 (and says "syntax error" itself) is not a syntax error of ours.
+    const two = await s.run("echo 'line 1: syntax error'; ls /nonexistent", { check: "silent" });
+    assert.equal(two.exitCode, 2);
   }));
 
 test("multi-line commands, heredocs and long commands (beyond the 4 KiB tty line) work", () =>

@@ -5,6 +5,7 @@
  *   - podman: the very same script in `podman run -i` of the environment's image, graded the same way.
  */
 import { Sandbox } from "../sandbox/sandbox.js";
+import { pipSettings } from "../env/pip-config.js";
 import { gradeInstance, heredocDelimiter, makeEvalScript } from "../eval/index.js";
 import type { Instance } from "../tasks/types.js";
 import { pool } from "../util/progress.js";
@@ -78,9 +79,25 @@ async function measure(
   };
 }
 
+/**
+ * eval.sh reruns the spec's install step (`pip install -e .`), offline: both runners get the host's pip
+ * configuration (local indexes bound read-only) and fail fast on the unreachable default index, as the eval runner does.
+ */
+async function offlinePip(env: BenchEnvironment): Promise<{ env: Record<string, string>; mounts: string[] }> {
+  const pip = await pipSettings(env.toolchain.python);
+  return { env: { ...pip.env, PIP_NO_INPUT: "1", PIP_PROGRESS_BAR: "off", PIP_RETRIES: "0" }, mounts: pip.mounts };
+}
+
 export async function benchEvalSteps(env: BenchEnvironment, instances: Instance[], workers: number): Promise<EvalMeasurement> {
+  const pip = await offlinePip(env);
   return measure("minisandbox (Sandbox API + harness steps)", instances, workers, async (inst) => {
-    const sb = await Sandbox.create({ instance: inst, home: env.home, specsFile: env.specsFile });
+    const sb = await Sandbox.create({
+      instance: inst,
+      home: env.home,
+      specsFile: env.specsFile,
+      binds: pip.mounts.map((m) => ({ source: m, target: m, readOnly: true })),
+      env: { ...pip.env, ...env.specs.get(inst.instance_id)!.env },
+    });
     try {
       const r = await sb.exec(["/bin/bash", "-s"], { stdin: evalSteps(env, inst), mergeOutput: true, timeoutMs: 1_800_000 });
       return r.stdout;
@@ -95,8 +112,15 @@ export async function benchEvalPodman(env: BenchEnvironment, podman: Podman, ins
   // Images are built before timing (the build is the container world's "prepare").
   const images = new Map<string, string>();
   for (const inst of instances) images.set(inst.instance_id, await ensureEnvImageFor(env, podman, env.keys.get(inst.instance_id)!));
+  const pip = await offlinePip(env);
   return measure(`podman run -i (${podman.runtime})`, instances, workers, async (inst) => {
-    const r = await podman.run(images.get(inst.instance_id)!, ["/bin/bash", "-s"], { input: evalSteps(env, inst, { applyBugPatch: true }), interactive: true, timeoutMs: 1_800_000 });
+    const r = await podman.run(images.get(inst.instance_id)!, ["/bin/bash", "-s"], {
+      input: evalSteps(env, inst, { applyBugPatch: true }),
+      interactive: true,
+      timeoutMs: 1_800_000,
+      env: pip.env,
+      readOnlyMounts: pip.mounts,
+    });
     return r.stdout + r.stderr;
   });
 }
@@ -134,8 +158,4 @@ export async function benchEvalEngine(env: BenchEnvironment, instances: Instance
   } catch (e) {
     return { available: false, reason: `benchEvaluation failed: ${(e as Error).message.split("\n")[0]}` };
   }
-}
-
-export function isPodman(p: Podman | Unavailable): p is Podman {
-  return p instanceof Podman;
 }

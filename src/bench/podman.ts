@@ -73,8 +73,15 @@ export class Podman {
     return [...this.global, ...a];
   }
 
+  private tags: Set<string> | undefined;
+
+  /** One `podman images` per run (then kept up to date by our builds): a process per check costs ~0.3 s. */
   async exists(image: string): Promise<boolean> {
-    return (await timedRun(this.bin, this.args("image", "exists", image))).code === 0;
+    if (!this.tags) {
+      const r = await mustRun(this.bin, this.args("images", "--format", "{{.Repository}}:{{.Tag}}"));
+      this.tags = new Set(r.stdout.split("\n").map((l) => l.trim()).filter(Boolean));
+    }
+    return this.tags.has(image);
   }
 
   private async build(tag: string, containerfile: string, context: string): Promise<void> {
@@ -82,6 +89,7 @@ export class Podman {
     writeFileSync(file, containerfile);
     try {
       await mustRun(this.bin, this.args("build", "-q", "--layers", "--network", "none", "-t", tag, "-f", file, context), { timeoutMs: 1_800_000 });
+      this.tags?.add(tag);
     } finally {
       rmSync(file, { force: true });
     }
@@ -116,23 +124,33 @@ export class Podman {
     return tag;
   }
 
-  run(image: string, command: string[], opts: { input?: string; interactive?: boolean; timeoutMs?: number } = {}): Promise<TimedRun> {
+  run(
+    image: string,
+    command: string[],
+    opts: { input?: string; interactive?: boolean; timeoutMs?: number; env?: Record<string, string>; readOnlyMounts?: string[] } = {},
+  ): Promise<TimedRun> {
     const flags = ["run", "--rm", "--network", "none", ...(opts.interactive ? ["-i"] : [])];
+    for (const [k, v] of Object.entries(opts.env ?? {})) flags.push("-e", `${k}=${v}`);
+    for (const m of opts.readOnlyMounts ?? []) flags.push("-v", `${m}:${m}:ro`);
     return timedRun(this.bin, this.args(...flags, image, ...command), { input: opts.input, timeoutMs: opts.timeoutMs ?? 600_000 });
   }
 
-  /** The overlay layer directories of an image, bottom first. */
-  async layerDirs(image: string): Promise<string[]> {
-    const r = await mustRun(this.bin, this.args("image", "inspect", "--format", "{{json .GraphDriver.Data}}", image));
-    const data = JSON.parse(r.stdout.trim()) as { UpperDir?: string; LowerDir?: string };
-    const dirs = [...(data.LowerDir ? data.LowerDir.split(":").reverse() : []), ...(data.UpperDir ? [data.UpperDir] : [])];
-    // .../overlay/<id>/diff -> .../overlay/<id> (diff, link, lower, work: everything podman keeps for the layer).
-    return dirs.map((d) => d.replace(/\/diff$/, "")).filter((d) => existsSync(d));
-  }
+  private readonly inspected = new Map<string, { dirs: string[]; size: number }>();
 
-  async imageSize(image: string): Promise<number> {
-    const r = await mustRun(this.bin, this.args("image", "inspect", "--format", "{{.Size}}", image));
-    return Number(r.stdout.trim());
+  /** Layer directories (bottom first) and listed size of images, one `podman image inspect` for all, cached. */
+  async inspect(images: string[]): Promise<Map<string, { dirs: string[]; size: number }>> {
+    const missing = [...new Set(images.filter((i) => !this.inspected.has(i)))];
+    if (missing.length) {
+      const r = await mustRun(this.bin, this.args("image", "inspect", ...missing));
+      const data = JSON.parse(r.stdout) as { Size?: number; GraphDriver?: { Data?: { UpperDir?: string; LowerDir?: string } } }[];
+      data.forEach((d, i) => {
+        const g = d.GraphDriver?.Data ?? {};
+        const dirs = [...(g.LowerDir ? g.LowerDir.split(":").reverse() : []), ...(g.UpperDir ? [g.UpperDir] : [])];
+        // .../overlay/<id>/diff -> .../overlay/<id> (diff, link, lower, work: everything podman keeps for the layer).
+        this.inspected.set(missing[i]!, { dirs: dirs.map((x) => x.replace(/\/diff$/, "")).filter((x) => existsSync(x)), size: d.Size ?? 0 });
+      });
+    }
+    return new Map(images.map((i) => [i, this.inspected.get(i)!]));
   }
 
   /**
@@ -140,20 +158,31 @@ export class Podman {
    * (the base OS and the toolchain, which a sandbox takes from the host).
    */
   async diskUse(images: string[], excludeImages: string[]): Promise<{ envBytes: number; totalBytes: number; listedBytes: number }> {
-    const excluded = new Set<string>();
-    for (const img of excludeImages) for (const d of await this.layerDirs(img)) excluded.add(d);
-    const all = new Set<string>();
-    let listed = 0;
-    for (const img of images) {
-      for (const d of await this.layerDirs(img)) all.add(d);
-      listed += await this.imageSize(img);
-    }
-    const env = new DiskUsage();
-    const total = new DiskUsage();
+    const info = await this.inspect([...images, ...excludeImages]);
+    const excluded = new Set(excludeImages.flatMap((i) => info.get(i)!.dirs));
+    const all = new Set(images.flatMap((i) => info.get(i)!.dirs));
+    const listed = images.reduce((n, i) => n + info.get(i)!.size, 0);
+    let envBytes = 0;
+    let totalBytes = 0;
     for (const d of all) {
-      await total.add(d);
-      if (!excluded.has(d)) await env.add(d);
+      const bytes = await this.layerBytes(d);
+      totalBytes += bytes;
+      if (!excluded.has(d)) envBytes += bytes;
     }
-    return { envBytes: env.allocated, totalBytes: total.allocated, listedBytes: listed };
+    return { envBytes, totalBytes, listedBytes: listed };
+  }
+
+  private readonly layerSizes = new Map<string, number>();
+
+  /** Allocated bytes of one layer directory (layers are immutable: measured once per run). */
+  private async layerBytes(dir: string): Promise<number> {
+    let n = this.layerSizes.get(dir);
+    if (n === undefined) {
+      const du = new DiskUsage();
+      await du.add(dir);
+      n = du.allocated;
+      this.layerSizes.set(dir, n);
+    }
+    return n;
   }
 }

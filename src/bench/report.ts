@@ -33,6 +33,8 @@ export function computeRatios(r: Omit<BenchResults, "ratios" | "ratio_reasons" |
   const ours = e.minisandbox_engine.available ? e.minisandbox_engine : e.minisandbox_steps.available ? e.minisandbox_steps : undefined;
   const evalRatio = ours && e.podman.available ? ratio(ours.instancesPerMinute, e.podman.instancesPerMinute) : null;
   if (evalRatio === null) reasons["eval_vs_podman"] = !e.podman.available ? e.podman.reason : "minisandbox evaluation not measured";
+  const stepsRatio = e.minisandbox_steps.available && e.podman.available ? ratio(e.minisandbox_steps.instancesPerMinute, e.podman.instancesPerMinute) : null;
+  if (stepsRatio === null) reasons["eval_steps_vs_podman"] = !e.podman.available ? e.podman.reason : "minisandbox evaluation not measured";
   return {
     ratios: {
       warm_vs_extract: readyRatio("warm_vs_extract", "extract_per_task", "minisandbox_warm", "echo"),
@@ -44,6 +46,7 @@ export function computeRatios(r: Omit<BenchResults, "ratios" | "ratio_reasons" |
       warm_import_vs_extract_import: readyRatio("warm_import_vs_extract_import", "extract_per_task", "minisandbox_warm", "import"),
       warm_import_vs_podman_import: readyRatio("warm_import_vs_podman_import", "podman", "minisandbox_warm", "import"),
       eval_vs_podman: evalRatio,
+      eval_steps_vs_podman: stepsRatio,
     },
     ratio_reasons: reasons,
   };
@@ -173,8 +176,8 @@ export function renderSvg(r: BenchResults): string {
   const W = 760;
   const barH = 22;
   const gap = 8;
-  const left = 200;
-  const right = 150;
+  const left = 250;
+  const right = 110;
   const plotW = W - left - right;
   const rows: { title: string; unit: (v: number) => string; bars: { label: string; value: number; ours: boolean }[] }[] = [];
   const ready = Object.values(r.ready.variants).filter(ok).map((v) => ({ label: v.label, value: v.echo.p50Ms, ours: v.label.startsWith("minisandbox") }));

@@ -52,12 +52,12 @@ export interface BenchOptions {
 export function sizesFor(o: BenchOptions): Required<Pick<BenchOptions, "runs" | "storageNs" | "concurrency" | "memoryUpToK" | "sessionCommands" | "evalInstances" | "evalWorkers" | "coldStampedeK">> {
   const quick = o.quick ?? false;
   return {
-    runs: o.runs ?? (quick ? 10 : 25),
+    runs: o.runs ?? (quick ? 6 : 25),
     storageNs: o.storageNs ?? [1, 5, 20],
     concurrency: o.concurrency ?? [1, 8, 32, 128],
     memoryUpToK: o.memoryUpToK ?? (quick ? 32 : 128),
     sessionCommands: o.sessionCommands ?? (quick ? 100 : 500),
-    evalInstances: o.evalInstances ?? (quick ? 3 : o.dataset ? 5 : 10),
+    evalInstances: o.evalInstances ?? (quick ? 2 : o.dataset ? 5 : 10),
     evalWorkers: o.evalWorkers ?? 2,
     coldStampedeK: o.coldStampedeK ?? 16,
   };

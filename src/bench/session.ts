@@ -52,7 +52,7 @@ export async function benchSessionHttp(env: BenchEnvironment, opts: { quick: boo
     // ServerBenchOptions: its own server on 127.0.0.1, sequential round trips, then 64 sessions at once.
     const r = await fn({
       home: env.home,
-      roundTrips: opts.quick ? 100 : 200,
+      roundTrips: opts.quick ? 50 : 200,
       warmup: 20,
       sessions: 64,
       commandsPerSession: opts.quick ? 10 : 100,

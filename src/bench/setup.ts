@@ -114,20 +114,22 @@ export async function setupEnvironment(opts: SetupOptions): Promise<BenchEnviron
     candidates = (await loadDataset(datasetPath)).slice(0, n);
   }
   const t0 = performance.now();
-  let built = 0;
+  const builtKeys = new Set<string>();
   const results = await prepareInstances(candidates, {
     home,
     reposDir,
     specsFile: opts.specsFile,
     workers: opts.workers,
     onResult: (r) => {
-      if (r.status === "built") {
-        built++;
+      // Instances sharing an environment all report "built" for the one build.
+      if (r.status === "built" && !builtKeys.has(r.key)) {
+        builtKeys.add(r.key);
         opts.log(`built environment for ${r.instanceId} in ${(r.durationMs / 1000).toFixed(1)} s`);
       }
       if (r.status === "failed") opts.log(`environment for ${r.instanceId} failed: ${r.error?.split("\n")[0]}`);
     },
   });
+  const built = builtKeys.size;
   const buildMs = built > 0 ? performance.now() - t0 : 0;
   const failed = results.filter((r) => r.status === "failed");
   if (failed.length) notes.push(`${failed.length} environment(s) failed to build and were left out: ${failed.map((f) => f.instanceId).join(", ")}`);

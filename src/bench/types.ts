@@ -171,7 +171,10 @@ export interface BenchResults {
     storage_vs_podman_total: number | null;
     warm_import_vs_extract_import: number | null;
     warm_import_vs_podman_import: number | null;
+    /** Throughput of the eval engine (else the same steps) over podman's. */
     eval_vs_podman: number | null;
+    /** The very same script through Sandbox.create + exec vs podman run -i. */
+    eval_steps_vs_podman: number | null;
   };
   /** Why a ratio is null. */
   ratio_reasons: Record<string, string>;

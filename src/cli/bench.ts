@@ -26,7 +26,7 @@ export function addBenchOptions(cmd: Command): Command {
     .option("--specs <FILE>", "environment spec overrides for --dataset (JSON)")
     .option("--import <MODULE>", "module of the real first command (default: guessed from the repository)")
     .option("--work <DIR>", "where built environments, archives and podman images are kept between runs")
-    .option("--runs <N>", "rounds of the ready workload (default 25, --quick 10)")
+    .option("--runs <N>", "rounds of the ready workload (default 25, --quick 6)")
     .option("--only <LIST>", `comma-separated workloads (${ALL_WORKLOADS.join(",")})`)
     .option("--no-podman", "skip the podman baselines even if podman is installed")
     .option("--json", "print the results JSON instead of the Markdown table");

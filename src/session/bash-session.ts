@@ -223,9 +223,15 @@ export class BashSession {
     this.lastSentId = id;
     const file = `${this.dirInside}/c${id}`;
     writeFileSync(join(this.dirHost, `c${id}`), command.endsWith("\n") ? command : command + "\n");
-    // `bash -n` runs inside the sandbox (its fork costs the sandbox, not this process's event loop); on a syntax
-    // error nothing runs and a marker tells us so.
-    this.write(`__msb_id=${id}; if /bin/bash -n ${file}; then . ${file}; else printf '\\036${this.token}S\\036'; fi\n`);
+    // Bash parses a whole line before running any of it, so a one-line command with a syntax error runs nothing
+    // and is recognised by bash's own message. A multi-line one is checked first with `bash -n` (inside the
+    // sandbox), since bash would run the lines before the faulty one; on an error a marker says so.
+    const oneLine = !command.trim().includes("\n");
+    this.write(
+      oneLine
+        ? `__msb_id=${id}; . ${file}\n`
+        : `__msb_id=${id}; if /bin/bash -n ${file}; then . ${file}; else printf '\\036${this.token}S\\036'; fi\n`,
+    );
     let r;
     try {
       r = await this.waitFor({ promptId: id, expect: opts.expect }, timeoutMs, onTimeout);
@@ -233,7 +239,8 @@ export class BashSession {
       if (!this.waiter) rmSync(join(this.dirHost, `c${id}`), { force: true });
     }
     const output = this.collector.text();
-    if (r.syntax) throw syntaxError(command, output.replaceAll(`${file}: `, "bash: "));
+    const parseError = oneLine && r.prompt?.exitCode === 2 && isSyntaxMessage(output, file);
+    if (r.syntax || parseError) throw syntaxError(command, output.replaceAll(`bash: ${file}: `, "bash: ").replaceAll(`${file}: `, "bash: "));
     if (!r.prompt) return { output, exitCode: null, expectString: r.expectString ?? "" };
     const check = opts.check ?? "raise";
     if (check === "ignore") return { output, exitCode: null, expectString: "" };
@@ -291,6 +298,12 @@ export class BashSession {
     await this.proc?.killTree();
     rmSync(this.dirHost, { recursive: true, force: true });
   }
+}
+
+/** bash's parser complaining about the sourced command file itself (not something the command printed). */
+function isSyntaxMessage(output: string, file: string): boolean {
+  const text = output.startsWith("bash: ") ? output.slice("bash: ".length) : output;
+  return text.startsWith(`${file}: line `) && /^[^\n]*: line \d+: (syntax error|unexpected EOF)/.test(text);
 }
 
 export function shellQuote(s: string): string {
