@@ -1,4 +1,4 @@
-import { appendFileSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { appendFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { Sandbox } from "../sandbox/sandbox.js";
@@ -144,7 +144,6 @@ export async function buildEnvironment(opts: BuildOptions): Promise<BuildResult>
     return { key, durationMs: performance.now() - started, steps, logFile };
   } catch (e) {
     log(`\n# FAILED at ${current}: ${(e as Error).message}`);
-    const { readFileSync } = await import("node:fs");
     const tail = readFileSync(logFile, "utf8").split("\n").slice(-25).join("\n");
     throw new BuildError(current, logFile, tail);
   } finally {

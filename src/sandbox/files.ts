@@ -1,5 +1,6 @@
 import { spawn } from "node:child_process";
 import { mkdirSync, statSync } from "node:fs";
+import { readFile, writeFile } from "node:fs/promises";
 import { dirname } from "node:path";
 import { NotFoundError, SandboxError } from "../util/errors.js";
 import type { ExecOptions, ExecResult } from "./exec.js";
@@ -86,7 +87,6 @@ export class SandboxFiles {
   /** Copy a host file or directory into the sandbox at `target` (parents created). */
   async upload(hostPath: string, target: string): Promise<void> {
     if (!statSync(hostPath).isDirectory()) {
-      const { readFile } = await import("node:fs/promises");
       await this.write(target, await readFile(hostPath));
       return;
     }
@@ -104,7 +104,6 @@ export class SandboxFiles {
     if (r.exitCode !== 0) {
       const bytes = await this.readBytes(path);
       mkdirSync(dirname(hostTarget), { recursive: true });
-      const { writeFile } = await import("node:fs/promises");
       await writeFile(hostTarget, bytes);
       return;
     }
