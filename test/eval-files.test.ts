@@ -5,12 +5,11 @@
  */
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import { setTimeout as sleep } from "node:timers/promises";
 import { run, runOk } from "../src/util/run.js";
+import { cachedVenv } from "./helpers.js";
 import { InvalidInputError, NotFoundError } from "../src/util/errors.js";
 import type { EnvSpec } from "../src/env/types.js";
 import {
@@ -47,42 +46,7 @@ import {
 // Shared venv (same recipe and hash as test/eval-parsers.test.ts, so both reuse one venv).
 const VENV_PACKAGES = ["pytest", "django", "sympy"];
 
-async function sharedVenv(): Promise<string> {
-  const pyVersion = (await runOk("python3", ["-c", "import sys; print(sys.version)"])).trim();
-  const key = createHash("sha256").update(JSON.stringify({ pyVersion, VENV_PACKAGES, recipe: 1 })).digest("hex");
-  const dir = join(tmpdir(), `msb-eval-venv-${key.slice(0, 16)}`);
-  const ready = join(dir, ".msb-ready");
-  const lock = `${dir}.lock`;
-  const deadline = Date.now() + 300_000;
-  while (!existsSync(ready)) {
-    try {
-      mkdirSync(lock); // atomic: one builder at a time across concurrently running test files
-    } catch {
-      try {
-        if (Date.now() - statSync(lock).mtimeMs > 300_000) rmSync(lock, { recursive: true, force: true });
-      } catch {
-        /* lock vanished meanwhile */
-      }
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${lock}`);
-      await sleep(250);
-      continue;
-    }
-    try {
-      if (!existsSync(ready)) {
-        rmSync(dir, { recursive: true, force: true });
-        await runOk("python3", ["-m", "venv", dir]);
-        // --retries 0: an unreachable default index fails at once and pip uses the local one.
-        await runOk(join(dir, "bin", "python"), ["-m", "pip", "install", "--quiet", "--retries", "0", ...VENV_PACKAGES], {
-          timeoutMs: 280_000,
-        });
-        writeFileSync(ready, new Date().toISOString());
-      }
-    } finally {
-      rmSync(lock, { recursive: true, force: true });
-    }
-  }
-  return dir;
-}
+const sharedVenv = (): Promise<string> => cachedVenv("eval", VENV_PACKAGES);
 
 const tempDirs: string[] = [];
 after(() => {

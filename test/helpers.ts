@@ -1,4 +1,7 @@
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { setTimeout as sleep } from "node:timers/promises";
+import { runOk } from "../src/util/run.js";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after } from "node:test";
@@ -62,3 +65,42 @@ export function cgroupsLeft(ids: string[]): string[] {
 }
 
 export const CLI = join(import.meta.dirname, "..", "src", "cli", "index.js");
+
+/**
+ * A venv with `packages`, built once per machine and shared by test files (keyed by python version and packages;
+ * a mkdir lock lets one builder at a time work across concurrently running files).
+ */
+export async function cachedVenv(name: string, packages: readonly string[]): Promise<string> {
+  const pyVersion = (await runOk("python3", ["-c", "import sys; print(sys.version)"])).trim();
+  const key = createHash("sha256").update(JSON.stringify({ pyVersion, VENV_PACKAGES: packages, recipe: 1 })).digest("hex");
+  const dir = join(tmpdir(), `msb-${name}-venv-${key.slice(0, 16)}`);
+  const ready = join(dir, ".msb-ready");
+  const lock = `${dir}.lock`;
+  const deadline = Date.now() + 300_000;
+  while (!existsSync(ready)) {
+    try {
+      mkdirSync(lock);
+    } catch {
+      try {
+        if (Date.now() - statSync(lock).mtimeMs > 300_000) rmSync(lock, { recursive: true, force: true });
+      } catch {
+        /* lock vanished meanwhile */
+      }
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${lock}`);
+      await sleep(250);
+      continue;
+    }
+    try {
+      if (!existsSync(ready)) {
+        rmSync(dir, { recursive: true, force: true });
+        await runOk("python3", ["-m", "venv", dir]);
+        // --retries 0: an unreachable default index fails at once and pip uses the local one.
+        await runOk(join(dir, "bin", "python"), ["-m", "pip", "install", "--quiet", "--retries", "0", ...packages], { timeoutMs: 280_000 });
+        writeFileSync(ready, new Date().toISOString());
+      }
+    } finally {
+      rmSync(lock, { recursive: true, force: true });
+    }
+  }
+  return dir;
+}

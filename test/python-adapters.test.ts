@@ -5,14 +5,11 @@
  */
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { setTimeout as sleep } from "node:timers/promises";
 import { startServer, type RunningServer } from "../src/server/index.js";
-import { run, runOk } from "../src/util/run.js";
-import { tempDir, tempHome } from "./helpers.js";
+import { run } from "../src/util/run.js";
+import { tempDir, tempHome, cachedVenv } from "./helpers.js";
 
 const TOKEN = "py-token";
 const ADAPTERS = join(import.meta.dirname, "..", "..", "integrations", "python");
@@ -22,40 +19,7 @@ let srv: RunningServer;
 
 const VENV_PACKAGES = ["aiohttp", "pydantic"];
 
-/** A venv with aiohttp and pydantic, built once per machine (keyed by python version and packages). */
-async function adapterVenv(): Promise<string> {
-  const pyVersion = (await runOk("python3", ["-c", "import sys; print(sys.version)"])).trim();
-  const key = createHash("sha256").update(JSON.stringify({ pyVersion, VENV_PACKAGES, recipe: 1 })).digest("hex");
-  const dir = join(tmpdir(), `msb-pyadapters-venv-${key.slice(0, 16)}`);
-  const ready = join(dir, ".msb-ready");
-  const lock = `${dir}.lock`;
-  const deadline = Date.now() + 300_000;
-  while (!existsSync(ready)) {
-    try {
-      mkdirSync(lock); // one builder at a time across test files
-    } catch {
-      try {
-        if (Date.now() - statSync(lock).mtimeMs > 300_000) rmSync(lock, { recursive: true, force: true });
-      } catch {
-        /* gone meanwhile */
-      }
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${lock}`);
-      await sleep(250);
-      continue;
-    }
-    try {
-      if (!existsSync(ready)) {
-        rmSync(dir, { recursive: true, force: true });
-        await runOk("python3", ["-m", "venv", dir]);
-        await runOk(join(dir, "bin", "python"), ["-m", "pip", "install", "--quiet", "--retries", "0", ...VENV_PACKAGES], { timeoutMs: 280_000 });
-        writeFileSync(ready, new Date().toISOString());
-      }
-    } finally {
-      rmSync(lock, { recursive: true, force: true });
-    }
-  }
-  return dir;
-}
+const adapterVenv = (): Promise<string> => cachedVenv("pyadapters", VENV_PACKAGES);
 
 let python = "";
 
