@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { readlinkSync } from "node:fs";
 import { createServer } from "node:net";
 import { Sandbox } from "../src/sandbox/sandbox.js";
+import { helperPath } from "../src/sandbox/host.js";
 import { tempHome } from "./helpers.js";
 
 const home = tempHome();
@@ -72,10 +73,28 @@ test("root inside has a reduced capability set", async () => {
   const eff = BigInt("0x" + /CapEff:\s+([0-9a-f]+)/.exec(r.stdout)![1]!);
   const CAP_SYS_ADMIN = 21n;
   assert.equal((eff >> CAP_SYS_ADMIN) & 1n, 0n, "CAP_SYS_ADMIN must be dropped");
+  // Exactly Docker's default set, in the bounding set too (so no exec can regain more).
+  assert.equal(eff, 0xa80425fbn);
+  assert.match((await sb.exec(["grep", "CapBnd", "/proc/self/status"])).stdout, /CapBnd:\s+00000000a80425fb/);
 });
 
 test("uid inside is configurable", async () => {
   await using sb = await Sandbox.create({ home, uid: 1000, gid: 1000 });
   const r = await sb.exec("id -u; id -g; echo x > $HOME/f && cat $HOME/f; touch /tmp/x && echo tmp-ok");
   assert.equal(r.stdout, "1000\n1000\nx\ntmp-ok\n", r.stderr);
+});
+
+test("with the native helper: pid 1 is its init carrying the sandbox id; start errors read like env's", async () => {
+  assert.ok(helperPath(), "npm run build compiles native/msb-helper.c (needs gcc and libc6-dev)");
+  await using sb = await Sandbox.create({ home });
+  const ps = await sb.exec(["ps", "-eo", "pid,args", "--no-headers"]);
+  assert.match(ps.stdout, new RegExp(`^\\s*1 /run/sandbox-init init ${sb.id}\\n`));
+  const missing = await sb.exec(["no-such-program"]);
+  assert.equal(missing.exitCode, 127);
+  assert.equal(missing.stderr, "minisandbox: 'no-such-program': No such file or directory\n");
+  const noDir = await sb.exec(["true"], { cwd: "/no/dir" });
+  assert.equal(noDir.exitCode, 125);
+  assert.equal(noDir.stderr, "minisandbox: cannot change directory to '/no/dir': No such file or directory\n");
+  const notExec = await sb.exec(["/etc/passwd"]);
+  assert.equal(notExec.exitCode, 126);
 });

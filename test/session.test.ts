@@ -58,8 +58,8 @@ test("a timeout leaves the command running; interrupt brings the session back", 
   withSession(async (sb) => {
     const s = sb.sessions.get();
     await assert.rejects(s.run("sleep 30", { timeoutMs: 300 }), (e: unknown) => swerexClass("CommandTimeoutError")(e) && /timeout after 0.3 seconds while running command 'sleep 30'/.test((e as Error).message));
-    const ps = await sb.exec(["pgrep", "-x", "sleep"]);
-    assert.ok(ps.stdout.trim().split("\n").length >= 2, "the timed-out command keeps running");
+    const ps = await sb.exec(["pgrep", "-c", "-f", "-x", "sleep 30"]);
+    assert.equal(ps.stdout, "1\n", "the timed-out command keeps running");
     await s.interrupt();
     assert.equal((await s.run("echo back")).output, "back\n");
   }));

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { run } from "../util/run.js";
-import { findTool, launchMode } from "./host.js";
+import { findTool, helperPath, launchMode } from "./host.js";
 import { cgroupSupport } from "./limits.js";
 import { Sandbox } from "./sandbox.js";
 
@@ -105,10 +105,22 @@ async function sandboxCheck(home: string): Promise<DoctorCheck> {
   }
 }
 
+function helperCheck(): DoctorCheck {
+  const path = helperPath();
+  if (path) return { name: "native helper", status: "ok", detail: `${path}: one exec to launch or enter a sandbox` };
+  return {
+    name: "native helper",
+    status: "warn",
+    detail: "missing: sandboxes start and run commands through unshare/nsenter/setpriv/env (each step an extra exec, slower)",
+    fix: "install a C compiler with static libc (apt-get install gcc libc6-dev), then npm run build",
+  };
+}
+
 /** Every check `minisandbox doctor` runs. Extra checks (toolchains...) are appended by the caller. */
 export async function runDoctor(home: string, extra: () => Promise<DoctorCheck[]> = async () => []): Promise<DoctorReport> {
   const checks: DoctorCheck[] = [
     await toolCheck("bwrap", "bubblewrap"),
+    helperCheck(),
     await toolCheck("unshare", "util-linux"),
     await toolCheck("nsenter", "util-linux"),
     await toolCheck("setpriv", "util-linux"),

@@ -1,4 +1,4 @@
-import { requireTool, type LaunchMode } from "./host.js";
+import { helperPath, requireTool, type LaunchMode } from "./host.js";
 import { SANDBOX_CAPS } from "./plan.js";
 
 /** How to start a process inside a running sandbox. */
@@ -19,9 +19,25 @@ const JOIN = `for c in "$@"; do [ "$c" = -- ] && break; echo $$ > "$c/cgroup.pro
 
 /**
  * argv that runs `command` inside the sandbox: join cgroups, apply rlimits, enter every namespace of pid 1 (root
- * and cwd included), drop to the sandbox's capability set and user, start from a clean environment.
+ * and cwd included), drop to the sandbox's capability set and user, start from a clean environment. One exec of
+ * the native helper, or the util-linux chain when it is missing.
  */
 export function enterArgv(spec: EnterSpec, command: readonly string[]): string[] {
+  const helper = helperPath();
+  if (helper) {
+    return [
+      helper, "enter", "--pid", String(spec.pid1), ...(spec.mode === "userns" ? ["--userns"] : []),
+      ...spec.cgroupDirs.flatMap((c) => ["--cgroup", c]), ...spec.rlimits,
+      ...(spec.mode === "root" ? ["--caps", SANDBOX_CAPS.join(",")] : []),
+      ...(spec.uid !== 0 || spec.gid !== 0 ? ["--uid", String(spec.uid), "--gid", String(spec.gid)] : []),
+      "--cwd", spec.cwd, ...Object.entries(spec.env).flatMap(([k, v]) => ["--env", `${k}=${v}`]), "--", ...command,
+    ];
+  }
+  return fallbackArgv(spec, command);
+}
+
+/** The same with util-linux tools, where the native helper is missing: one exec more per step. */
+function fallbackArgv(spec: EnterSpec, command: readonly string[]): string[] {
   const nsenter = requireTool("nsenter", "util-linux");
   const argv: string[] = [];
   if (spec.cgroupDirs.length) argv.push("/bin/sh", "-c", JOIN, "minisandbox-join", ...spec.cgroupDirs, "--");

@@ -1,4 +1,5 @@
-import { existsSync, lstatSync, readlinkSync } from "node:fs";
+import { accessSync, constants, existsSync, lstatSync, readlinkSync } from "node:fs";
+import { join } from "node:path";
 
 /** How sandboxes are launched on this host. */
 export type LaunchMode = "root" | "userns";
@@ -41,4 +42,28 @@ export function systemEntries(): SystemEntry[] {
     else if (st.isDirectory()) out.push({ path });
   }
   return out;
+}
+
+let helper: string | null | undefined;
+
+/**
+ * The native helper (native/msb-helper.c, built into dist/native by `npm run build`) that launches sandboxes and
+ * enters them in one exec each. `MINISANDBOX_HELPER=off` forces the util-linux fallback; another value is a path.
+ * Undefined when it is missing: callers then use the fallback chain (unshare/sh/nsenter/setpriv/env).
+ */
+export function helperPath(): string | undefined {
+  if (helper !== undefined) return helper ?? undefined;
+  const setting = process.env.MINISANDBOX_HELPER;
+  const candidate = setting && setting !== "off" ? setting : join(import.meta.dirname, "..", "..", "native", "msb-helper");
+  let found: string | null = null;
+  if (setting !== "off") {
+    try {
+      accessSync(candidate, constants.X_OK);
+      found = candidate;
+    } catch {
+      if (setting) throw new Error(`MINISANDBOX_HELPER=${setting}: not an executable file`);
+    }
+  }
+  helper = found;
+  return found ?? undefined;
 }

@@ -1,10 +1,11 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import type { Readable } from "node:stream";
-import { bwrapArgs, checkPlanPaths, type MountPlan } from "./plan.js";
-import { requireTool, type LaunchMode } from "./host.js";
+import { bwrapArgs, checkPlanPaths, INIT_PATH, type MountPlan } from "./plan.js";
+import { helperPath, requireTool, type LaunchMode } from "./host.js";
 import type { SandboxCgroups } from "./limits.js";
 
 /**
+ * The fallback when the native helper is missing (its `launch` and `init` do the same in one process each).
  * Runs inside a fresh private mount namespace (made by `unshare`), before bwrap: joins the cgroups, mounts a
  * size-limited tmpfs as the scratch root, and one overlay per workspace tree on it. Every mount lives only in this
  * namespace, so it vanishes with the sandbox: nothing to unmount, nothing left on the host even after SIGKILL.
@@ -47,6 +48,8 @@ export interface LaunchRequest {
   forceCopy: boolean;
   /** prlimit arguments applied to the whole sandbox. */
   rlimits: string[];
+  /** Shown as pid 1's argument (the sandbox id), so that `ps` on the host tells sandboxes apart. */
+  label: string;
 }
 
 export interface Launched {
@@ -85,31 +88,48 @@ function isJson(text: string): boolean {
   }
 }
 
-export async function launch(req: LaunchRequest): Promise<Launched> {
-  checkPlanPaths(req.plan);
-  const unshare = requireTool("unshare", "util-linux");
+/** argv (and environment) of the process that becomes the sandbox: native helper, else unshare + sh. */
+function launchCommand(req: LaunchRequest): { argv: string[]; env: Record<string, string> } {
   const bwrap = requireTool("bwrap", "bubblewrap");
   const privileged = req.mode === "root";
+  const cgroups = [req.cgroups.memory, req.cgroups.pids].filter((c): c is string => Boolean(c));
+  const ovlOpts = privileged ? "" : ",userxattr";
+  const env: Record<string, string> = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" };
+  const helper = helperPath();
+  if (helper) {
+    const argv = [
+      helper, "launch", ...(privileged ? [] : ["--userns"]), ...cgroups.flatMap((c) => ["--cgroup", c]), ...req.rlimits,
+      "--scratch", req.scratch, "--disk", String(req.diskBytes), "--owner", req.owner, "--overlay-opts", ovlOpts,
+      ...(req.forceCopy ? ["--force-copy"] : []), ...req.plan.overlays.flatMap((o) => ["--overlay", o.lower.join(":")]),
+      "--", bwrap, ...bwrapArgs(req.plan, req.scratch, privileged, helper), "--info-fd", "3", "--", INIT_PATH, "init", req.label,
+    ];
+    return { argv, env };
+  }
   const ns = privileged
     ? ["--mount", "--propagation", "private"]
     : ["--user", "--map-root-user", "--mount", "--propagation", "private"];
   const prlimit = req.rlimits.length ? [requireTool("prlimit", "util-linux"), ...req.rlimits, "--"] : [];
-  const args = [
-    ...ns, "--", ...prlimit, "/bin/sh", "-c", LAUNCH_SCRIPT, "minisandbox-launch",
+  const argv = [
+    requireTool("unshare", "util-linux"), ...ns, "--", ...prlimit, "/bin/sh", "-c", LAUNCH_SCRIPT, "minisandbox-launch",
     bwrap, ...bwrapArgs(req.plan, req.scratch, privileged), "--info-fd", "3", "--", "/bin/sh", "-c", KEEPER,
   ];
-  const env: Record<string, string> = {
-    PATH: "/usr/sbin:/usr/bin:/sbin:/bin",
-    MSB_CGROUPS: [req.cgroups.memory, req.cgroups.pids].filter(Boolean).join(" "),
+  Object.assign(env, {
+    MSB_CGROUPS: cgroups.join(" "),
     MSB_SCRATCH: req.scratch,
     MSB_DISK: String(req.diskBytes),
     MSB_OWNER: req.owner,
     MSB_NMOUNTS: String(req.plan.overlays.length),
-    MSB_OVL_OPTS: privileged ? "" : ",userxattr",
+    MSB_OVL_OPTS: ovlOpts,
     MSB_FORCE_COPY: req.forceCopy ? "1" : "",
-  };
+  });
   req.plan.overlays.forEach((o, i) => (env[`MSB_LOWER_${i}`] = o.lower.join(":")));
-  const child = spawn(unshare, args, { env, stdio: ["ignore", "ignore", "pipe", "pipe", "pipe"] });
+  return { argv, env };
+}
+
+export async function launch(req: LaunchRequest): Promise<Launched> {
+  checkPlanPaths(req.plan);
+  const { argv, env } = launchCommand(req);
+  const child = spawn(argv[0]!, argv.slice(1), { env, stdio: ["ignore", "ignore", "pipe", "pipe", "pipe"] });
   const [, , stderr, info, ready] = child.stdio as [null, null, Readable, Readable, Readable];
   const stderrLines: string[] = [];
   stderr.setEncoding("utf8");

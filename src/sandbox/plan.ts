@@ -32,6 +32,8 @@ export interface MountPlan {
 }
 
 export const CONTROL_PATH = "/run/minisandbox";
+/** Where the native helper is bound read-only to serve as the sandbox's pid 1 (`ps` shows `sandbox-init`). */
+export const INIT_PATH = "/run/sandbox-init";
 
 /** Capabilities root keeps inside a sandbox: Docker's default set, nothing that mounts or reaches the kernel. */
 export const SANDBOX_CAPS = [
@@ -52,9 +54,9 @@ export function checkPlanPaths(plan: MountPlan): void {
 
 /**
  * The bwrap arguments for a plan. `scratch` is the (private, tmpfs) scratch root prepared by the launch script:
- * `scratch/tmp`, `scratch/home`, and `scratch/m/<i>` for the i-th overlay.
+ * `scratch/tmp`, `scratch/home`, and `scratch/m/<i>` for the i-th overlay. `initBinary` is bound at INIT_PATH.
  */
-export function bwrapArgs(plan: MountPlan, scratch: string, privileged: boolean): string[] {
+export function bwrapArgs(plan: MountPlan, scratch: string, privileged: boolean, initBinary?: string): string[] {
   const a: string[] = ["--die-with-parent", "--as-pid-1", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"];
   if (!plan.network) a.push("--unshare-net");
   a.push("--hostname", plan.hostname);
@@ -72,6 +74,7 @@ export function bwrapArgs(plan: MountPlan, scratch: string, privileged: boolean)
   plan.overlays.forEach((o, i) => a.push("--bind", `${scratch}/m/${i}`, o.target));
   for (const b of plan.binds) a.push(b.readOnly ? "--ro-bind" : "--bind", b.source, b.target);
   a.push("--ro-bind", plan.controlDir, CONTROL_PATH);
+  if (initBinary) a.push("--ro-bind", initBinary, INIT_PATH);
   a.push("--chdir", plan.cwd);
   if (privileged) {
     a.push("--cap-drop", "ALL");

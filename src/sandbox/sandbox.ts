@@ -174,6 +174,7 @@ export class Sandbox implements AsyncDisposable {
         owner: `${uid}:${gid}`,
         forceCopy: opts.forceCopy ?? false,
         rlimits,
+        label: id,
       });
       writeState(paths, {
         id,

@@ -63,9 +63,9 @@ function spawnError(r: { exitCode: number; stdout: string; stderr: string }, mer
   if (r.exitCode !== 125 && r.exitCode !== 126 && r.exitCode !== 127) return undefined;
   const text = merged ? r.stdout : r.stderr;
   if ((merged ? "" : r.stdout) !== "") return undefined;
-  let m = /^(?:\/usr\/bin\/)?env: cannot change directory to ['‘](.*)['’]: (.+)\n$/.exec(text);
+  let m = /^(?:(?:\/usr\/bin\/)?env|minisandbox): cannot change directory to ['‘](.*)['’]: (.+)\n$/.exec(text);
   if (m && cwd !== null) return osErrorFrom(m[2]!, cwd);
-  m = /^(?:\/usr\/bin\/)?env: ['‘](.*)['’]: (No such file or directory|Permission denied)\n$/.exec(text);
+  m = /^(?:(?:\/usr\/bin\/)?env|minisandbox): ['‘](.*)['’]: (No such file or directory|Permission denied)\n$/.exec(text);
   if (m) return osErrorFrom(m[2]!, m[1]!);
   // The merging wrapper (sh) reports a program it cannot start.
   m = /^sh: \d+: exec: (.*): (not found|Permission denied)\n$/.exec(text);
