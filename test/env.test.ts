@@ -9,6 +9,7 @@ import { loadDataset } from "../src/tasks/index.js";
 import { prepareInstances } from "../src/env/prepare.js";
 import { envFor, nodeCacheFor } from "../src/env/environments.js";
 import { openStore, storeStats, verifyStore } from "../src/env/store/index.js";
+import { GIT_INDEX_MTIME_SEC } from "../src/env/store/materialize.js";
 import { Sandbox } from "../src/sandbox/sandbox.js";
 import { homeLayout } from "../src/util/home.js";
 import { CLI, tempDir, tempHome } from "./helpers.js";
@@ -50,6 +51,15 @@ test("the first import in a fresh sandbox uses the cached bytecode (no recompila
   assert.deepEqual(compiled, []);
   const m = await sb.exec("python -v -c 'import calc' 2>&1 | grep -c matches");
   assert.ok(Number(m.stdout) > 0);
+});
+
+test("the first git command in a fresh sandbox trusts the index (no re-hash, no index rewrite)", async () => {
+  await using sb = await Sandbox.create({ home, instance: fx.instances[0]! });
+  // A racily clean index (as old as its files) would make git re-read every file and write a new index.
+  const r = await sb.exec("stat -c %Y .git/index; git status --porcelain; git diff --stat; stat -c %Y .git/index");
+  const [before, after] = r.stdout.trim().split("\n");
+  assert.equal(before, String(GIT_INDEX_MTIME_SEC), r.stdout);
+  assert.equal(after, before, "git rewrote the index: it did not trust its stat data");
 });
 
 test("nothing done inside a sandbox changes the store or the node cache", async () => {

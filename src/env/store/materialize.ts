@@ -121,7 +121,7 @@ async function materializeTree(ctx: Ctx, treeDir: string, tree: TreeManifest, co
       await fsp.symlink(decodeName(e.target), abs);
       await fsp.lutimes(abs, NORMALIZED_MTIME_SEC, NORMALIZED_MTIME_SEC);
     } else if (e.type === "file") {
-      files.set(pathKey(rel), { entry: e, linked: await placeFile(ctx, e, abs, displayName(rel)) });
+      files.set(pathKey(rel), { entry: e, linked: await placeFile(ctx, e, abs, displayName(rel), rel) });
     }
   });
   await mapLimit(tree.entries.filter((e) => e.type === "hardlink"), concurrency, async (e) => {
@@ -150,10 +150,23 @@ async function materializeTree(ctx: Ctx, treeDir: string, tree: TreeManifest, co
   await fsp.chmod(root, readOnlyDirMode(tree.mode));
 }
 
+/**
+ * A git index written in the same second as its work tree makes git treat every entry as "racily clean" and re-hash
+ * the whole tree on the first `git status`/`git diff` in each sandbox. Index files are therefore private copies
+ * one second newer than everything else (small: one per checkout).
+ */
+const isGitIndex = (rel: Buffer): boolean => rel.toString("latin1") === ".git/index" || rel.toString("latin1").endsWith("/.git/index");
+export const GIT_INDEX_MTIME_SEC = NORMALIZED_MTIME_SEC + 1;
+
 /** Link or copy one file; true when it was linked to the object. */
-async function placeFile(ctx: Ctx, e: FileEntry, abs: Buffer, shown: string): Promise<boolean> {
+async function placeFile(ctx: Ctx, e: FileEntry, abs: Buffer, shown: string, rel: Buffer): Promise<boolean> {
   const src = objectPath(ctx.store, e.object);
   try {
+    if (isGitIndex(rel)) {
+      await copyFile(ctx, src, abs, e.object, e.size);
+      await fsp.utimes(abs, GIT_INDEX_MTIME_SEC, GIT_INDEX_MTIME_SEC);
+      return false;
+    }
     if (ctx.link && (await takeLink(ctx, e.object))) {
       try {
         await fsp.link(src, abs);
