@@ -185,6 +185,27 @@ test("SWE-bench fixture: deterministic commits, and option validation", async ()
   assert.ok(MAX_FIXTURE_INSTANCES >= 20);
 });
 
+test("SWE-bench fixture with a large history: pack about the size asked, deterministic, instances still valid", async () => {
+  const MiB = 1024 * 1024;
+  const [a, b] = await Promise.all([
+    makeFixtureDataset(join(tmp, "hist-a"), { instances: 1, historyBytes: 4 * MiB }),
+    makeFixtureDataset(join(tmp, "hist-b"), { instances: 1, historyBytes: 4 * MiB }),
+  ]);
+  assert.ok(a.history, "history result reported");
+  assert.ok(a.history.packBytes > 3 * MiB && a.history.packBytes < 5.5 * MiB, `pack ${a.history.packBytes} bytes`);
+  assert.ok(a.history.commits > 50);
+  assert.equal(a.instances[0]!.base_commit, b.instances[0]!.base_commit);
+  const count = await git(a.repoPath, ["rev-list", "--count", a.instances[0]!.base_commit]);
+  assert.ok(Number(count) > a.history.commits, "the calc commits build on the history");
+  const inst = a.instances[0]!;
+  const work = join(tmp, "work-hist");
+  await runOk("git", ["clone", "-q", a.repoPath, work]);
+  await checkout(work, inst.base_commit);
+  await git(work, ["apply", "-"], inst.test_patch);
+  await git(work, ["apply", "-"], inst.patch);
+  assertExactly((await pytest(work, directives(inst.test_patch))).statuses, { PASSED: [...inst.FAIL_TO_PASS, ...inst.PASS_TO_PASS] }, "gold on history");
+});
+
 test("SWE-bench fixture: 20+ instances, checked at the far end of the history", async () => {
   assert.equal(fixture.instances.length, 25);
   assert.equal(new Set(fixture.instances.map((i) => i.instance_id)).size, 25);

@@ -13,6 +13,9 @@ import { defaultWorkDir, setupEnvironment } from "./setup.js";
 import { benchStorage } from "./storage.js";
 import type { BenchResults, Unavailable } from "./types.js";
 
+const PODMAN_STORAGE_METHOD =
+  "overlay layer dirs of the N images (du, each layer once): all of them — base OS, toolchain and env layers, what podman really keeps on disk for these images (storage_vs_podman, #6) — and the env layers alone (storage_vs_podman_env_layers)";
+
 export type Workload = "ready" | "storage" | "concurrency" | "session" | "evaluation";
 export const ALL_WORKLOADS: Workload[] = ["ready", "storage", "concurrency", "session", "evaluation"];
 /** What `--dataset` runs (#6: workloads 1, 2 and 5); the others do not depend on the environment. */
@@ -28,6 +31,11 @@ export interface BenchOptions {
   importModule?: string;
   /** Where built environments, archives and podman images are kept between runs. */
   work?: string;
+  /**
+   * Fixture only: approximate size of the fixture repository's git pack in MiB, generated before the calc commits.
+   * Default 0 (the small repository alone: what tests want); the CLI passes FULL_HISTORY_MIB or QUICK_HISTORY_MIB.
+   */
+  historyMiB?: number;
   /** Overrides of the sizes (the test uses tiny ones). */
   runs?: number;
   storageNs?: number[];
@@ -49,9 +57,18 @@ export interface BenchOptions {
   log?: (msg: string) => void;
 }
 
-export function sizesFor(o: BenchOptions): Required<Pick<BenchOptions, "runs" | "storageNs" | "concurrency" | "memoryUpToK" | "sessionCommands" | "evalInstances" | "evalWorkers" | "coldStampedeK">> {
+/**
+ * Real SWE-bench testbeds are mostly git history (#6's reference, sympy: a 203 MB pack in a 247 MB testbed): the full
+ * run's fixture (`npm run bench`, `minisandbox bench`) has a pack that size; --quick a smaller one that still dwarfs
+ * the checkout and keeps a run on built environments under 3 minutes.
+ */
+export const FULL_HISTORY_MIB = 200;
+export const QUICK_HISTORY_MIB = 64;
+
+export function sizesFor(o: BenchOptions): Required<Pick<BenchOptions, "runs" | "storageNs" | "concurrency" | "memoryUpToK" | "sessionCommands" | "evalInstances" | "evalWorkers" | "coldStampedeK" | "historyMiB">> {
   const quick = o.quick ?? false;
   return {
+    historyMiB: o.historyMiB ?? 0,
     runs: o.runs ?? (quick ? 6 : 25),
     storageNs: o.storageNs ?? [1, 5, 20],
     concurrency: o.concurrency ?? [1, 8, 32, 128],
@@ -77,6 +94,7 @@ export async function runBench(o: BenchOptions = {}): Promise<BenchResults> {
   const t0 = performance.now();
   const loadStart = Math.round(loadavg()[0]! * 100) / 100;
   const size = sizesFor(o);
+  if (!Number.isInteger(size.historyMiB) || size.historyMiB < 0) throw new Error(`historyMiB must be a non-negative integer, got ${size.historyMiB}`);
   const workloads = new Set(o.workloads ?? (o.dataset ? DATASET_WORKLOADS : ALL_WORKLOADS));
   const work = o.work ?? defaultWorkDir();
   const notes: string[] = [];
@@ -94,6 +112,7 @@ export async function runBench(o: BenchOptions = {}): Promise<BenchResults> {
   const env = await setupEnvironment({
     work,
     maxInstances,
+    historyMiB: size.historyMiB,
     dataset: o.dataset,
     reposDir: o.repos,
     specsFile: o.specs,
@@ -145,13 +164,15 @@ export async function runBench(o: BenchOptions = {}): Promise<BenchResults> {
       instance: env.primary.instance_id,
       envKey: env.primaryKey,
       importModule: env.importModule,
+      historyMiB: env.historyMiB,
       testbedBytes: env.testbedBytes,
+      gitPackBytes: env.gitPackBytes,
       venvBytes: env.venvBytes,
       buildMs: Math.round(env.buildMs),
       builtEnvironments: env.built,
     },
     ready: { runs: size.runs, variants: {} as BenchResults["ready"]["variants"] },
-    storage: { repo: env.repo, points: [], podman: podman instanceof Podman ? { available: true, method: "overlay layer dirs of the N images (du, each layer once), minus the base OS and toolchain image's layers" } : podman },
+    storage: { repo: env.repo, points: [], podman: podman instanceof Podman ? { available: true, method: PODMAN_STORAGE_METHOD } : podman },
     concurrency: { levels: [], k128_failures: null, cold_stampede: null },
     session: { inProcess: notRun("session round trip"), http: notRun("HTTP round trip") },
     evaluation: { minisandbox_engine: notRun("evaluation"), minisandbox_steps: notRun("evaluation"), podman: podman instanceof Podman ? notRun("evaluation") : podman },

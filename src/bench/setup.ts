@@ -1,8 +1,9 @@
 /**
- * The environments every workload runs on: the fixture dataset (default) or a user's dataset, built once into the
- * bench's own minisandbox home and reused by later runs (so `--quick` does not rebuild anything).
+ * The environments every workload runs on: the fixture dataset (default; with a generated git history sized like a
+ * real SWE-bench repository's, see `historyMiB`) or a user's dataset, built once into the bench's own minisandbox home
+ * and reused by later runs (so `--quick` does not rebuild anything).
  */
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { makeFixtureDataset, MAX_FIXTURE_INSTANCES } from "../fixtures/generate.js";
@@ -31,7 +32,11 @@ export interface BenchEnvironment {
   primarySpec: EnvSpec;
   toolchain: Toolchain;
   importModule: string;
+  /** Fixture only: size of its generated git history in MiB (0 = the small calc repository alone). */
+  historyMiB: number | null;
   testbedBytes: number;
+  /** The testbed's git packs (.git/objects/pack/*.pack): what dominates a real SWE-bench testbed. */
+  gitPackBytes: number;
   venvBytes: number;
   buildMs: number;
   built: number;
@@ -71,6 +76,8 @@ export interface SetupOptions {
   work: string;
   /** Instances of one repository to build (storage needs the largest N). */
   maxInstances: number;
+  /** Fixture only: approximate size of the fixture repository's git pack, in MiB (0 = no generated history). */
+  historyMiB: number;
   dataset?: string;
   reposDir?: string;
   specsFile?: string;
@@ -101,15 +108,20 @@ export async function setupEnvironment(opts: SetupOptions): Promise<BenchEnviron
   } else {
     kind = "fixture";
     const n = Math.min(MAX_FIXTURE_INSTANCES, Math.max(1, opts.maxInstances));
-    const dir = join(opts.work, `fixture-${n}`);
+    const mib = opts.historyMiB;
+    // The name carries both sizes: copies made with another history size are other repositories, never reused.
+    const dir = join(opts.work, `fixture-${n}-history-${mib}MiB`);
     datasetPath = join(dir, "dataset.json");
     reposDir = join(dir, "repos");
     // The generator is deterministic: an existing copy has the same commits, hence the same environment keys.
     if (!existsSync(datasetPath) || !existsSync(join(reposDir, "fixture", "calc"))) {
-      opts.log(`generating the fixture dataset (${n} instances of fixture/calc)`);
-      const fx = await makeFixtureDataset(dir, { instances: n });
+      opts.log(`generating the fixture dataset (${n} instances of fixture/calc${mib ? `, after a ${mib} MiB git history` : ""})`);
+      const t = performance.now();
+      const fx = await makeFixtureDataset(dir, { instances: n, historyBytes: mib * MiB });
       datasetPath = fx.datasetPath;
       reposDir = fx.reposDir;
+      const h = fx.history;
+      if (h) opts.log(`fixture generated in ${((performance.now() - t) / 1000).toFixed(1)} s: ${h.commits} history commits, pack ${(h.packBytes / MiB).toFixed(1)} MiB, ${h.files} extra files in the checkout`);
     }
     candidates = (await loadDataset(datasetPath)).slice(0, n);
   }
@@ -149,10 +161,12 @@ export async function setupEnvironment(opts: SetupOptions): Promise<BenchEnviron
   const toolchain = await findToolchain(primarySpec.python, { home });
   const lease = await nodeCacheFor(home).acquire(primaryKey);
   let testbedBytes = 0;
+  let gitPackBytes = 0;
   let venvBytes = 0;
   let importModule = opts.importModule ?? "";
   try {
     testbedBytes = (await diskUsage([lease.trees["testbed"]!])).apparent;
+    gitPackBytes = packBytes(lease.trees["testbed"]!);
     venvBytes = (await diskUsage([lease.trees["venv"]!])).apparent;
     importModule ||= guessImportModule(primary.repo, lease.trees["testbed"]!);
   } finally {
@@ -161,8 +175,18 @@ export async function setupEnvironment(opts: SetupOptions): Promise<BenchEnviron
   writeFileSync(join(opts.work, "last-setup.json"), JSON.stringify({ datasetPath, repo: primary.repo, instances: instances.length, primaryKey }, null, 2));
   return {
     home, kind, datasetPath, reposDir, specsFile: opts.specsFile, repo: primary.repo, instances, keys, specs,
-    primary, primaryKey, primarySpec, toolchain, importModule, testbedBytes, venvBytes, buildMs, built, notes,
+    primary, primaryKey, primarySpec, toolchain, importModule, historyMiB: kind === "fixture" ? opts.historyMiB : null,
+    testbedBytes, gitPackBytes, venvBytes, buildMs, built, notes,
   };
+}
+
+const MiB = 1024 * 1024;
+
+/** Bytes of a checkout's git packs (0 when it has none, e.g. a worktree or a repository without packs). */
+function packBytes(testbed: string): number {
+  const dir = join(testbed, ".git", "objects", "pack");
+  if (!existsSync(dir)) return 0;
+  return readdirSync(dir).filter((f) => f.endsWith(".pack")).reduce((n, f) => n + statSync(join(dir, f)).size, 0);
 }
 
 const KNOWN_MODULES: Record<string, string> = { "scikit-learn": "sklearn", "pytest-dev/pytest": "pytest", "pylint-dev/pylint": "pylint", "Pillow": "PIL" };

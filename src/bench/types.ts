@@ -64,9 +64,9 @@ export interface StoragePoint {
   minisandboxLogicalBytes: number;
   /** One venv.tar.gz + testbed.tar.gz per task. */
   targzBytes: number;
-  /** Podman's layers for the N images, shared layers counted once, excluding the base OS and toolchain layers. */
+  /** Podman's env layers alone for the N images (shared layers once), without the base OS and toolchain layers. */
   podmanBytes: number | null;
-  /** The same with the base OS and toolchain layers (what `podman` really keeps on disk for these images). */
+  /** Podman's actual disk use for the N images: every layer once, base OS and toolchain included (#6's figure). */
   podmanTotalBytes: number | null;
   /** Sum of `podman images` sizes (shared layers counted once per image, as podman lists them). */
   podmanListedBytes: number | null;
@@ -140,7 +140,12 @@ export interface BenchResults {
     instance: string;
     envKey: string;
     importModule: string;
+    /** Fixture only: the generated git history's size in MiB (0 = the small calc repository alone); null for datasets. */
+    historyMiB: number | null;
+    /** Apparent bytes of the primary instance's testbed (checkout + .git). */
     testbedBytes: number;
+    /** Of which its git packs (.git/objects/pack/*.pack). */
+    gitPackBytes: number;
     venvBytes: number;
     /** Time to build the environments this run needed (0 when all came from the bench's cache). */
     buildMs: number;
@@ -166,9 +171,10 @@ export interface BenchResults {
     warm_vs_podman: number | null;
     cold_vs_extract: number | null;
     storage_vs_targz: number | null;
+    /** #6: podman's actual disk use for the N images (every layer once, base OS and toolchain included) ÷ store. */
     storage_vs_podman: number | null;
-    /** Against podman's total for the N images including the base OS and toolchain layers. */
-    storage_vs_podman_total: number | null;
+    /** Stricter: podman's env layers alone (no base OS, no toolchain, which a sandbox takes from the host) ÷ store. */
+    storage_vs_podman_env_layers: number | null;
     warm_import_vs_extract_import: number | null;
     warm_import_vs_podman_import: number | null;
     /** Throughput of the eval engine (else the same steps) over podman's. */
