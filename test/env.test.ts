@@ -3,11 +3,13 @@ import { test, before } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { join } from "node:path";
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { makeFixtureDataset, makeSweSmithDataset, type FixtureDataset } from "../src/fixtures/generate.js";
 import { loadDataset } from "../src/tasks/index.js";
 import { prepareInstances } from "../src/env/prepare.js";
 import { envFor, nodeCacheFor } from "../src/env/environments.js";
+import { buildLogPath } from "../src/env/build.js";
+import { depsKey } from "../src/env/deps-cache.js";
 import { openStore, storeStats, verifyStore } from "../src/env/store/index.js";
 import { GIT_INDEX_MTIME_SEC } from "../src/env/store/materialize.js";
 import { Sandbox } from "../src/sandbox/sandbox.js";
@@ -27,6 +29,22 @@ before(async () => {
 test("prepare is resumable: built environments are skipped", async () => {
   const again = await prepareInstances(fx.instances, { home, reposDir: fx.reposDir, workers: 2 });
   assert.deepEqual(again.map((r) => r.status), ["cached", "cached", "cached"]);
+});
+
+test("instances of one repository version install their dependencies once (a venv snapshot), then only their own step", async () => {
+  const logs = fx.instances.map((i) => readFileSync(buildLogPath(home, envFor(i, {}).key), "utf8"));
+  const restored = logs.filter((l) => l.includes("restored the venv with dependencies from snapshot"));
+  // Two workers: the first two builds may both install from scratch; the third restores.
+  assert.ok(restored.length >= 1, "no build reused the dependencies");
+  for (const l of restored) assert.ok(!l.includes("## venv\n"), "a restored build must not create the venv again");
+  const spec = envFor(fx.instances[0]!, {}).spec;
+  const base = { spec, python: "/usr/bin/python3.11", pythonVersion: "3.11.2", pipEnv: {} };
+  const key = depsKey(base)!;
+  assert.match(key, /^[0-9a-f]{64}$/);
+  assert.equal(depsKey({ ...base, spec: { ...spec, commit: "0".repeat(40) } }), key, "the commit does not matter");
+  assert.notEqual(depsKey({ ...base, spec: { ...spec, pip_packages: [...spec.pip_packages, "six"] } }), key);
+  assert.notEqual(depsKey({ ...base, pipEnv: { PIP_INDEX_URL: "file:///other" } }), key);
+  assert.equal(depsKey({ ...base, spec: { ...spec, pre_install: ["sed -i s/a/b/ setup.cfg"] } }), undefined, "pre_install steps are never shared");
 });
 
 test("an instance sandbox has /testbed at the base commit with history, and the venv on PATH", async () => {

@@ -9,6 +9,7 @@ import { TESTBED_PATH, VENV_PATH, type EnvSpec, type LayerKey } from "./types.js
 import { findToolchain, type Toolchain } from "./toolchains.js";
 import { pipSettings } from "./pip-config.js";
 import { checkoutTestbed, repoSource } from "./repos.js";
+import { DepsCache, depsKey } from "./deps-cache.js";
 import { openStore, ingestLayer, normalizeMtimes } from "./store/index.js";
 
 export interface BuildOptions {
@@ -43,17 +44,19 @@ export function buildLogPath(home: string, key: LayerKey): string {
   return join(homeLayout(home).logs, "build", `${key}.log`);
 }
 
-/** Shell commands that install the spec into the venv; run inside the build sandbox at /testbed. */
-export function installScript(spec: EnvSpec, requirementsFile?: string): string[] {
-  const steps: string[] = [];
+/**
+ * Shell commands that install the spec into the venv, run inside the build sandbox at /testbed: the dependencies
+ * (shareable between instances, see deps-cache.ts), then the repository's own install step.
+ */
+export function installScript(spec: EnvSpec, requirementsFile?: string): { deps: string[]; install: string[] } {
+  const deps: string[] = [];
   const pip = "python -m pip install";
-  for (const c of spec.pre_install) steps.push(c);
+  for (const c of spec.pre_install) deps.push(c);
   const packages = (spec.packages ?? "").trim();
-  if (packages === "requirements.txt" && requirementsFile) steps.push(`${pip} -r ${requirementsFile}`);
-  else if (packages && packages !== "environment.yml" && packages !== "requirements.txt") steps.push(`${pip} ${packages}`);
-  if (spec.pip_packages.length) steps.push(`${pip} ${spec.pip_packages.map(quoteArg).join(" ")}`);
-  if (spec.install) steps.push(spec.install);
-  return steps;
+  if (packages === "requirements.txt" && requirementsFile) deps.push(`${pip} -r ${requirementsFile}`);
+  else if (packages && packages !== "environment.yml" && packages !== "requirements.txt") deps.push(`${pip} ${packages}`);
+  if (spec.pip_packages.length) deps.push(`${pip} ${spec.pip_packages.map(quoteArg).join(" ")}`);
+  return { deps, install: spec.install ? [spec.install] : [] };
 }
 
 function quoteArg(s: string): string {
@@ -117,9 +120,22 @@ export async function buildEnvironment(opts: BuildOptions): Promise<BuildResult>
         if (r.exitCode !== 0) throw new Error(`exit ${r.exitCode}${r.timedOut ? " (timed out)" : ""}`);
       });
     };
-    await sh("venv", `${toolchain.python} -m venv ${VENV_PATH}`);
     const activate = `. ${VENV_PATH}/bin/activate && cd ${TESTBED_PATH}`;
-    for (const [i, c] of installScript(spec, requirements?.inside).entries()) await sh(`install ${i + 1}: ${c.slice(0, 60)}`, `${activate} && ${c}`);
+    const script = installScript(spec, requirements?.inside);
+    const run = async (commands: string[], first: number): Promise<void> => {
+      for (const [i, c] of commands.entries()) await sh(`install ${first + i}: ${c.slice(0, 60)}`, `${activate} && ${c}`);
+    };
+    // Instances of one repository version share their dependencies: install them once, restore them after.
+    const deps = new DepsCache(home);
+    const depsId = depsKey({ spec, python: toolchain.python, pythonVersion: toolchain.version, requirements: requirements?.text, pipEnv: pip.env });
+    const restored = depsId !== undefined && (await step("dependencies (snapshot)", () => deps.restore(depsId, trees.venv)));
+    if (restored) log(`restored the venv with dependencies from snapshot ${depsId}`);
+    else {
+      await sh("venv", `${toolchain.python} -m venv ${VENV_PATH}`);
+      await run(script.deps, 1);
+      if (depsId !== undefined) await step("dependencies (save snapshot)", () => deps.save(depsId, trees.venv));
+    }
+    await run(script.install, script.deps.length + 1);
     await step("normalize", async () => {
       // .pyc files record their source's mtime: normalize first, then compile, so caches stay valid everywhere.
       await normalizeMtimes(trees.testbed);
@@ -153,7 +169,7 @@ export async function buildEnvironment(opts: BuildOptions): Promise<BuildResult>
 }
 
 /** SWE-bench reads requirements.txt at the environment setup commit; we take it from the repository's history. */
-async function requirementsFile(spec: EnvSpec, source: string, work: string): Promise<{ host: string; inside: string } | undefined> {
+async function requirementsFile(spec: EnvSpec, source: string, work: string): Promise<{ host: string; inside: string; text: string } | undefined> {
   if ((spec.packages ?? "").trim() !== "requirements.txt") return undefined;
   const extra = spec.extra ?? {};
   const paths = (extra["reqs_paths"] as string[] | undefined) ?? ["requirements.txt"];
@@ -165,6 +181,7 @@ async function requirementsFile(spec: EnvSpec, source: string, work: string): Pr
     lines.push(...text.split("\n").filter((l) => !/^\s*(-r|--requirement|-e)\b/.test(l)));
   }
   const host = join(work, "requirements.txt");
-  writeFileSync(host, lines.join("\n") + "\n");
-  return { host, inside: "/run/minisandbox-build/requirements.txt" };
+  const text = lines.join("\n") + "\n";
+  writeFileSync(host, text);
+  return { host, inside: "/run/minisandbox-build/requirements.txt", text };
 }
