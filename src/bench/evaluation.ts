@@ -1,6 +1,6 @@
 /**
  * Workload 5, evaluation throughput: instances graded with their gold patch, `workers` at a time.
- *   - minisandbox engine: the eval runner's own benchmark function (src/eval), when it exists;
+ *   - minisandbox engine: the eval runner's own benchmark function (src/eval), which also times each phase;
  *   - minisandbox steps: Sandbox.create({instance}) + the harness's steps (git apply, eval.sh), graded here;
  *   - podman: the very same script in `podman run -i` of the environment's image, graded the same way.
  */
@@ -11,7 +11,7 @@ import type { Instance } from "../tasks/types.js";
 import { pool } from "../util/progress.js";
 import { Podman } from "./podman.js";
 import { ensureEnvImageFor } from "./ready.js";
-import { optionalExport } from "./session.js";
+import { benchEvaluation } from "../eval/runner/bench.js";
 import type { BenchEnvironment } from "./setup.js";
 import { summarize } from "./stats.js";
 import type { EvalMeasurement, Unavailable } from "./types.js";
@@ -125,15 +125,10 @@ export async function benchEvalPodman(env: BenchEnvironment, podman: Podman, ins
   });
 }
 
-type EngineBench = (opts: Record<string, unknown>) => Promise<Record<string, unknown>>;
-
-/** The eval runner's benchmark (src/eval), if this build has it. */
+/** The eval runner's benchmark (src/eval): throughput, and the mean per-instance overhead outside the test run. */
 export async function benchEvalEngine(env: BenchEnvironment, instances: Instance[], workers: number): Promise<EvalMeasurement | Unavailable> {
-  const fn = await optionalExport<EngineBench>(["../eval/bench.js", "../eval/index.js", "../eval/runner.js"], "benchEvaluation");
-  if (!fn) return { available: false, reason: "benchEvaluation (src/eval) is not in this build yet" };
   try {
-    const t0 = performance.now();
-    const r = await fn({
+    const { timings: _t, ...r } = await benchEvaluation({
       home: env.home,
       datasetPath: env.datasetPath,
       reposDir: env.reposDir,
@@ -141,19 +136,18 @@ export async function benchEvalEngine(env: BenchEnvironment, instances: Instance
       workers,
       instanceIds: instances.map((i) => i.instance_id),
     });
-    // BenchEvaluationResult: evalWallMs is the evaluation itself (environment builds excluded).
-    const wallMs = typeof r["evalWallMs"] === "number" ? (r["evalWallMs"] as number) : performance.now() - t0;
-    const n = typeof r["instances"] === "number" ? (r["instances"] as number) : instances.length;
     return {
       available: true,
-      label: "minisandbox eval engine (benchEvaluation)",
-      instances: n,
+      label: `minisandbox eval engine (benchEvaluation), ${workers} worker${workers === 1 ? "" : "s"}`,
+      instances: r.instances,
       workers,
-      wallMs: Math.round(wallMs),
-      instancesPerMinute: typeof r["instancesPerMinute"] === "number" ? (r["instancesPerMinute"] as number) : Math.round((n / (wallMs / 60_000)) * 100) / 100,
-      resolved: typeof r["resolved"] === "number" ? (r["resolved"] as number) : NaN,
+      // Environment builds are excluded: evalWallMs is the evaluation itself.
+      wallMs: Math.round(r.evalWallMs),
+      instancesPerMinute: r.instancesPerMinute,
+      resolved: r.resolved,
       perInstance: null,
-      detail: Object.fromEntries(Object.entries(r).filter(([k]) => k !== "timings")),
+      overheadMs: r.meanOverheadMs,
+      detail: r,
     };
   } catch (e) {
     return { available: false, reason: `benchEvaluation failed: ${(e as Error).message.split("\n")[0]}` };

@@ -85,6 +85,11 @@ export function computeTargets(r: Omit<BenchResults, "targets">): Target[] {
   at("memory per idle sandbox with a session, summed PSS", "≤ 10 MB", mem ? `${mb(mem.pssPerIdleBytes)} (K=${mem.k})` : "n/a", mem ? mem.pssPerIdleBytes! <= 10 * 1024 * 1024 : null);
   const stampede = r.concurrency.cold_stampede;
   if (stampede) at(`${stampede.k} sandboxes on a cold env materialize once (#3)`, "1 materialization", `${stampede.materializations}, ${stampede.failures} failures`, stampede.materializations === 1 && stampede.failures === 0);
+  for (const e of [r.evaluation.minisandbox_engine, r.evaluation.minisandbox_engine_1worker]) {
+    if (e?.available && e.overheadMs !== undefined) {
+      at(`evaluation overhead per instance outside the tests, ${e.workers} worker${e.workers === 1 ? "" : "s"} (#4)`, "≤ 0.5 s", ms(e.overheadMs), e.overheadMs <= 500);
+    }
+  }
   const pycs = Object.entries(r.ready.variants).filter(([, v]) => ok(v) && v.pyc) as [string, ReadyVariant][];
   const bad = pycs.filter(([, v]) => !v.pyc!.ok).map(([n]) => n);
   at("no .pyc recompiled or rewritten (every variant)", "0", bad.length ? `stale/rewritten in ${bad.join(", ")}` : `0 (${pycs.length} variants checked)`, pycs.length ? bad.length === 0 : null);
@@ -149,10 +154,11 @@ export function renderMarkdown(r: BenchResults): string {
   const h = r.session.http as Record<string, unknown>;
   L.push(h["available"] === false ? `Over HTTP: not available — ${String(h["reason"])}` : `Over HTTP: ${summarizeHttp(h)}`);
 
-  L.push("", "## 5. Evaluation throughput (gold patches, graded)", "", "| runner | instances | workers | wall | instances/min | resolved | p50 per instance |", "|---|---|---|---|---|---|---|");
+  L.push("", "## 5. Evaluation throughput (gold patches, graded)", "", "| runner | instances | workers | wall | instances/min | resolved | p50 per instance | mean overhead outside the tests |", "|---|---|---|---|---|---|---|---|");
   for (const [name, e] of Object.entries(r.evaluation)) {
-    if (!e.available) L.push(`| ${name} | not available: ${e.reason} | | | | | |`);
-    else L.push(`| ${e.label} | ${e.instances} | ${e.workers} | ${ms(e.wallMs)} | ${e.instancesPerMinute} | ${Number.isNaN(e.resolved) ? "n/a" : e.resolved} | ${ms(e.perInstance?.p50Ms)} |`);
+    if (!e) continue;
+    if (!e.available) L.push(`| ${name} | not available: ${e.reason} | | | | | | |`);
+    else L.push(`| ${e.label} | ${e.instances} | ${e.workers} | ${ms(e.wallMs)} | ${e.instancesPerMinute} | ${Number.isNaN(e.resolved) ? "n/a" : e.resolved} | ${ms(e.perInstance?.p50Ms)} | ${ms(e.overheadMs)} |`);
   }
   if (r.notes.length) L.push("", "## Notes", "", ...r.notes.map((n) => `- ${n}`));
   return L.join("\n") + "\n";

@@ -209,7 +209,10 @@ export async function runBench(o: BenchOptions = {}): Promise<BenchResults> {
   if (workloads.has("evaluation")) {
     const instances = env.instances.slice(0, size.evalInstances);
     log(`workload 5: evaluation of ${instances.length} instance(s), ${size.evalWorkers} workers`);
-    if (o.evalEngine !== false) results.evaluation.minisandbox_engine = await benchEvalEngine(env, instances, size.evalWorkers);
+    if (o.evalEngine !== false) {
+      results.evaluation.minisandbox_engine = await benchEvalEngine(env, instances, size.evalWorkers);
+      if (size.evalWorkers > 1) results.evaluation.minisandbox_engine_1worker = await benchEvalEngine(env, instances, 1);
+    }
     results.evaluation.minisandbox_steps = await benchEvalSteps(env, instances, size.evalWorkers);
     if (podman instanceof Podman) {
       const p = podman;

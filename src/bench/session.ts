@@ -1,8 +1,9 @@
 /**
  * Workload 4: session round trip. In process: one sandbox, one persistent session, `echo` commands back to back.
- * Over HTTP: src/server/bench.ts (`benchServerRoundTrip`), when that module exists.
+ * Over HTTP: src/server/bench.ts (`benchServerRoundTrip`).
  */
 import { Sandbox } from "../sandbox/sandbox.js";
+import { benchServerRoundTrip } from "../server/bench.js";
 import type { BenchEnvironment } from "./setup.js";
 import { summarize } from "./stats.js";
 import type { Dist, Unavailable } from "./types.js";
@@ -25,32 +26,10 @@ export async function benchSessionInProcess(env: BenchEnvironment, commands: num
   }
 }
 
-/** What src/server/bench.ts is expected to export. */
-type ServerBench = (opts: Record<string, unknown>) => Promise<Record<string, unknown>>;
-
-/**
- * Optional modules written by other parts of the project are imported by a computed specifier, so that the bench
- * compiles and runs without them and reports the workload as not available.
- */
-export async function optionalExport<T>(modules: string[], name: string): Promise<T | undefined> {
-  for (const m of modules) {
-    try {
-      const mod = (await import(new URL(m, import.meta.url).href)) as Record<string, unknown>;
-      if (typeof mod[name] === "function") return mod[name] as T;
-    } catch (e) {
-      const code = (e as { code?: string }).code;
-      if (code !== "ERR_MODULE_NOT_FOUND") throw e;
-    }
-  }
-  return undefined;
-}
-
 export async function benchSessionHttp(env: BenchEnvironment, opts: { quick: boolean; log: (m: string) => void }): Promise<Record<string, unknown> | Unavailable> {
-  const fn = await optionalExport<ServerBench>(["../server/bench.js"], "benchServerRoundTrip");
-  if (!fn) return { available: false, reason: "src/server/bench.ts (benchServerRoundTrip) is not in this build yet" };
   try {
     // ServerBenchOptions: its own server on 127.0.0.1, sequential round trips, then 64 sessions at once.
-    const r = await fn({
+    const r = await benchServerRoundTrip({
       home: env.home,
       roundTrips: opts.quick ? 50 : 200,
       warmup: 20,

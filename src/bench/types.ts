@@ -1,15 +1,7 @@
 /** The results file's shape (bench/results/<date>.json, `--out DIR` -> DIR/results.json). See README.md. */
 
-/** Latency distribution of one measured quantity. */
-export interface Dist {
-  n: number;
-  p50Ms: number;
-  p90Ms: number;
-  p99Ms: number;
-  meanMs: number;
-  minMs: number;
-  maxMs: number;
-}
+import type { Dist } from "../util/stats.js";
+export type { Dist };
 
 /** A baseline or workload that could not run: why, and what to do about it. */
 export interface Unavailable {
@@ -97,6 +89,8 @@ export interface EvalMeasurement {
   resolved: number;
   /** Per instance: create/run -> graded. */
   perInstance: Dist | null;
+  /** Mean time per instance outside the test run itself (sandbox, patch, grading, cleanup), where measured. */
+  overheadMs?: number;
   detail?: unknown;
 }
 
@@ -163,6 +157,8 @@ export interface BenchResults {
   session: { inProcess: Dist | Unavailable; http: Record<string, unknown> | Unavailable };
   evaluation: {
     minisandbox_engine: EvalMeasurement | Unavailable;
+    /** The same with one worker (#4 asks for 1 and 2), when the main run uses more. */
+    minisandbox_engine_1worker?: EvalMeasurement | Unavailable;
     minisandbox_steps: EvalMeasurement | Unavailable;
     podman: EvalMeasurement | Unavailable;
   };

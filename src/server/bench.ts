@@ -4,6 +4,7 @@
  */
 import { Sandbox } from "../sandbox/sandbox.js";
 import { startServer } from "./server.js";
+import { summarize, type Dist } from "../util/stats.js";
 
 export interface ServerBenchOptions {
   /** minisandbox home for the sandboxes (default: MINISANDBOX_HOME / per-user default). */
@@ -21,14 +22,7 @@ export interface ServerBenchOptions {
   sandboxes?: number;
 }
 
-export interface LatencyStats {
-  p50Ms: number;
-  p90Ms: number;
-  p99Ms: number;
-  meanMs: number;
-  minMs: number;
-  maxMs: number;
-}
+export type LatencyStats = Dist;
 
 export interface ServerBenchResult extends LatencyStats {
   roundTrips: number;
@@ -51,19 +45,7 @@ export interface ServerBenchResult extends LatencyStats {
   };
 }
 
-function stats(samples: number[]): LatencyStats {
-  const s = [...samples].sort((a, b) => a - b);
-  const q = (p: number): number => (s.length ? s[Math.min(s.length - 1, Math.floor(p * s.length))]! : NaN);
-  const r = (x: number): number => Math.round(x * 100) / 100;
-  return {
-    p50Ms: r(q(0.5)),
-    p90Ms: r(q(0.9)),
-    p99Ms: r(q(0.99)),
-    meanMs: r(s.reduce((a, b) => a + b, 0) / (s.length || 1)),
-    minMs: r(s[0] ?? NaN),
-    maxMs: r(s[s.length - 1] ?? NaN),
-  };
-}
+const stats = summarize;
 
 export async function benchServerRoundTrip(opts: ServerBenchOptions = {}): Promise<ServerBenchResult> {
   const token = opts.authToken ?? (opts.url ? undefined : "bench-token");
