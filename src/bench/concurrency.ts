@@ -1,7 +1,7 @@
 /**
  * Workload 3: K sandboxes on one (warm) environment created at once. Per sandbox: create -> first output of `echo`;
  * wall time to all ready; failures; then one session opened in each and the memory of an idle sandbox measured as
- * the sum over its processes (pid namespace + the host-side bwrap monitor and nsenter), RSS and PSS.
+ * the sum over its processes (pid namespace + the host-side bwrap monitor and enter helper), RSS and PSS.
  */
 import { Sandbox } from "../sandbox/sandbox.js";
 import { memoryOf, processTable, sandboxProcesses } from "./proc.js";

@@ -6,6 +6,7 @@
  */
 import { Sandbox } from "../sandbox/sandbox.js";
 import { pipSettings } from "../env/pip-config.js";
+import { nodeCacheFor } from "../env/environments.js";
 import { gradeInstance, heredocDelimiter, makeEvalScript } from "../eval/index.js";
 import type { Instance } from "../tasks/types.js";
 import { pool } from "../util/progress.js";
@@ -123,6 +124,15 @@ export async function benchEvalPodman(env: BenchEnvironment, podman: Podman, ins
     });
     return r.stdout + r.stderr;
   });
+}
+
+/**
+ * Materialize the instances' layers in the node cache before anything is timed: evaluation is measured on a prepared
+ * node, as podman's is measured with its images present (cold starts are workload 1's business).
+ */
+export async function prepareNode(env: BenchEnvironment, instances: Instance[]): Promise<void> {
+  const cache = nodeCacheFor(env.home);
+  for (const key of new Set(instances.map((i) => env.keys.get(i.instance_id)!))) await (await cache.acquire(key)).release();
 }
 
 /** The eval runner's benchmark (src/eval): throughput, and the mean per-instance overhead outside the test run. */

@@ -105,7 +105,7 @@ export function processTable(): ProcessTable {
 
 /**
  * The processes that make up one sandbox: everything in its pid namespace (pid 1, sessions' shells) plus the host-side
- * parents holding them (the bwrap monitor, each session's nsenter), never the bench process itself.
+ * parents holding them (the bwrap monitor, each session's enter helper), never the bench process itself.
  */
 export function sandboxProcesses(pid1: number, table: ProcessTable): number[] {
   const ns = pidNs(pid1);

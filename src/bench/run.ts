@@ -3,7 +3,7 @@ import { readFileSync } from "node:fs";
 import { cpus, hostname, loadavg, release, totalmem } from "node:os";
 import { findTool } from "../sandbox/host.js";
 import { benchConcurrency, coldStampede } from "./concurrency.js";
-import { benchEvalEngine, benchEvalPodman, benchEvalSteps } from "./evaluation.js";
+import { benchEvalEngine, benchEvalPodman, benchEvalSteps, prepareNode } from "./evaluation.js";
 import { Podman } from "./podman.js";
 import { timedRun } from "./proc.js";
 import { benchReady } from "./ready.js";
@@ -209,6 +209,7 @@ export async function runBench(o: BenchOptions = {}): Promise<BenchResults> {
   if (workloads.has("evaluation")) {
     const instances = env.instances.slice(0, size.evalInstances);
     log(`workload 5: evaluation of ${instances.length} instance(s), ${size.evalWorkers} workers`);
+    await prepareNode(env, instances);
     if (o.evalEngine !== false) {
       results.evaluation.minisandbox_engine = await benchEvalEngine(env, instances, size.evalWorkers);
       if (size.evalWorkers > 1) results.evaluation.minisandbox_engine_1worker = await benchEvalEngine(env, instances, 1);

@@ -54,7 +54,7 @@ export interface LaunchRequest {
 
 export interface Launched {
   child: ChildProcess;
-  /** Host pid of the sandbox's pid 1 (target for nsenter). */
+  /** Host pid of the sandbox's pid 1 (whose namespaces commands enter). */
   pid1: number;
   /** Lines the launch printed on stderr (e.g. the copy fallback notice). */
   notices: string[];

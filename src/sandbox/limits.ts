@@ -97,8 +97,8 @@ export function cgroupPids(dir: string): number[] {
 
 /**
  * SIGKILL everything in a cgroup (repeatedly, since a fork can race the kill) and remove it. Processes in `spareFirst`
- * (the host-side `nsenter` parents) die last: killed first, their children would be orphaned to the host's init
- * instead of being reaped by them.
+ * (the host-side parents of entered commands: `msb-helper enter` or `nsenter`) die last: killed first, their children
+ * would be orphaned to the host's init instead of being reaped by them.
  */
 export async function killCgroup(dir: string, removeDir = true, spareFirst: number[] = []): Promise<void> {
   // No new process can start in the group from now on: a fork bomb cannot outrun the kill.
