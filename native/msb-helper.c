@@ -6,7 +6,8 @@
  *                                                  overlays, rlimits, then exec bwrap
  *   msb-helper init [LABEL]                        pid 1 of a sandbox: signals readiness on fd 4, reaps orphans
  *   msb-helper enter [options] -- CMD ARGS...      join cgroups, rlimits, enter pid 1's namespaces and root, fork,
- *                                                  drop capabilities and user, clean environment, cwd, exec CMD
+ *                                                  drop capabilities and user, clean environment, cwd, (stderr onto
+ *                                                  stdout), exec CMD
  *
  * Every input comes from minisandbox itself (src/sandbox/launcher.ts and enter.ts); errors go to stderr with the
  * step that failed. The shell-chain fallback in those files does exactly the same when this binary is missing.
@@ -302,7 +303,7 @@ static int wait_and_mirror(pid_t child) {
 static int cmd_enter(int argc, char **argv) {
   const char *cgroups[MAX_ITEMS];
   const char **envs = calloc((size_t)argc + 1, sizeof *envs);
-  int ncg = 0, nenv = 0, userns = 0, set_ids = 0;
+  int ncg = 0, nenv = 0, userns = 0, set_ids = 0, merge = 0;
   const char *pid = NULL, *cwd = "/", *caps = NULL;
   uid_t uid = 0;
   gid_t gid = 0;
@@ -313,6 +314,7 @@ static int cmd_enter(int argc, char **argv) {
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (take_rlimit(&limits, a)) continue;
     if (!strcmp(a, "--userns")) userns = 1;
+    else if (!strcmp(a, "--merge-stderr")) merge = 1;
     else if (!v) die(2, "%s needs a value", a);
     else if (!strcmp(a, "--pid")) pid = v, i++;
     else if (!strcmp(a, "--cgroup")) push(cgroups, &ncg, v), i++;
@@ -352,6 +354,8 @@ static int cmd_enter(int argc, char **argv) {
   }
   // The same messages and codes as `env -i -C DIR`, so that callers map them to errors alike.
   if (chdir(cwd) != 0) die(125, "cannot change directory to '%s': %s", cwd, strerror(errno));
+  // One descriptor for both streams, so that the order of writes survives (subprocess's stderr=STDOUT).
+  if (merge && dup2(1, 2) < 0) die(1, "dup2: %s", strerror(errno));
   clearenv();
   for (int e = 0; e < nenv; e++) putenv((char *)envs[e]);
   execvp(cmd[0], cmd);

@@ -62,7 +62,7 @@ describe("rewards", { concurrency: 3 }, () => {
       evaluate({ instance: inst, patch: inst.patch }, { home }),
       evaluateAttempt({ instance: inst.instance_id, patch: fx.partialFix.patch }, { home, dataset: fx.datasetPath, reward: "fraction" }),
     ]);
-    assert.equal(gold.status, "FULL");
+    assert.equal(gold.status, "FULL", JSON.stringify({ grade: gold.grade, error: gold.error, tail: gold.testOutput?.slice(-4000) }));
     assert.equal(gold.resolved, true);
     assert.equal(gold.reward, 1);
     assert.equal(gold.report?.[inst.instance_id]?.resolved, true);

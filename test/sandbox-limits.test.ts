@@ -90,3 +90,11 @@ test("binary output survives byte for byte", async () => {
   const r = await sb.exec("printf '\\000\\001\\377\\376abc'");
   assert.deepEqual([...r.stdoutBytes], [0, 1, 255, 254, 97, 98, 99]);
 });
+
+test("merged output keeps the order of writes across stdout and stderr", async () => {
+  await using sb = await Sandbox.create({ home });
+  const r = await sb.exec("for i in $(seq 1 3000); do echo out$i; echo err$i >&2; done", { mergeOutput: true });
+  const expected = Array.from({ length: 3000 }, (_, i) => `out${i + 1}\nerr${i + 1}\n`).join("");
+  assert.equal(r.stdout, expected);
+  assert.equal(r.stderr, "");
+});

@@ -12,6 +12,8 @@ export interface EnterSpec {
   gid: number;
   cwd: string;
   env: Record<string, string>;
+  /** stderr onto stdout: one descriptor, so that the order of writes is kept. */
+  mergeStderr?: boolean;
 }
 
 // Joins cgroups as its first act, so that nothing the command forks escapes its accounting.
@@ -30,6 +32,7 @@ export function enterArgv(spec: EnterSpec, command: readonly string[]): string[]
       ...spec.cgroupDirs.flatMap((c) => ["--cgroup", c]), ...spec.rlimits,
       ...(spec.mode === "root" ? ["--caps", SANDBOX_CAPS.join(",")] : []),
       ...(spec.uid !== 0 || spec.gid !== 0 ? ["--uid", String(spec.uid), "--gid", String(spec.gid)] : []),
+      ...(spec.mergeStderr ? ["--merge-stderr"] : []),
       "--cwd", spec.cwd, ...Object.entries(spec.env).flatMap(([k, v]) => ["--env", `${k}=${v}`]), "--", ...command,
     ];
   }
@@ -53,6 +56,7 @@ function fallbackArgv(spec: EnterSpec, command: readonly string[]): string[] {
   if (priv.length > 1) argv.push(...priv, "--");
   argv.push("/usr/bin/env", "-i", "-C", spec.cwd);
   for (const [k, v] of Object.entries(spec.env)) argv.push(`${k}=${v}`);
+  if (spec.mergeStderr) argv.push("/bin/sh", "-c", 'exec 2>&1; exec "$@"', "sh");
   argv.push(...command);
   return argv;
 }

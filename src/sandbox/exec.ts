@@ -28,7 +28,7 @@ export interface ExecOptions {
   timeoutMs?: number;
   /** Cap per stream; head and tail are kept. */
   outputLimitBytes?: number;
-  /** Merge stderr into stdout (in arrival order). */
+  /** Merge stderr into stdout: the command gets one descriptor for both, so the order of its writes is kept. */
   mergeOutput?: boolean;
   /** Run as this user inside (default: the sandbox's). */
   uid?: number;

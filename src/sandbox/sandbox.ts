@@ -225,7 +225,7 @@ export class Sandbox implements AsyncDisposable {
   /** argv running `command` inside, in its own pids cgroup; cleanup removes that cgroup. */
   commandArgv(
     command: string[],
-    o: { cwd?: string; env?: Record<string, string>; uid?: number; gid?: number },
+    o: { cwd?: string; env?: Record<string, string>; uid?: number; gid?: number; mergeOutput?: boolean },
   ): { argv: string[]; group?: string; cleanup: () => void } {
     if (this.closed) throw new SandboxError(`sandbox ${this.id} is closed`);
     const group = createCommandCgroup(this.cgroups, `c${++this.execCounter}`);
@@ -239,6 +239,7 @@ export class Sandbox implements AsyncDisposable {
         gid: o.gid ?? this.gid,
         cwd: o.cwd ?? this.cwd,
         env: { ...this.env, ...o.env },
+        mergeStderr: o.mergeOutput ?? false,
       },
       command,
     );

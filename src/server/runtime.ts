@@ -67,7 +67,7 @@ function spawnError(r: { exitCode: number; stdout: string; stderr: string }, mer
   if (m && cwd !== null) return osErrorFrom(m[2]!, cwd);
   m = /^(?:(?:\/usr\/bin\/)?env|minisandbox): ['‘](.*)['’]: (No such file or directory|Permission denied)\n$/.exec(text);
   if (m) return osErrorFrom(m[2]!, m[1]!);
-  // The merging wrapper (sh) reports a program it cannot start.
+  // The fallback's merging wrapper (sh) reports a program it cannot start.
   m = /^sh: \d+: exec: (.*): (not found|Permission denied)\n$/.exec(text);
   if (m && merged) return osErrorFrom(m[2] === "not found" ? "No such file or directory" : m[2]!, m[1]!);
   return undefined;
@@ -194,8 +194,6 @@ export function registerRuntimeRoutes(app: FastifyInstance, prefix: string, reso
         }
       } else argv = c.command;
       if (argv.length === 0) throw new PyError("builtins.IndexError", "list index out of range");
-      // stderr=STDOUT: one file descriptor for both, so the order of writes is kept.
-      if (c.merge_output_streams) argv = ["/bin/sh", "-c", 'exec 2>&1; exec "$@"', "sh", ...argv];
       if (c.env) {
         for (const k of Object.keys(c.env)) {
           if (k === "" || k.includes("=")) throw new PyError("builtins.ValueError", "illegal environment variable name");
