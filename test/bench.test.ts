@@ -101,6 +101,12 @@ test("bench: option parsing and helpers", () => {
   assert.throws(() => benchOptionsFrom({ repos: "/x" }), /--dataset/);
   assert.throws(() => benchOptionsFrom({ runs: "0" }), /positive integer/);
   assert.deepEqual(benchOptionsFrom({ only: "ready, storage", quick: true }).workloads, ["ready", "storage"]);
+  // The CLI measures a sympy-sized workspace, quick or not; 0 is the small repository; a dataset brings its own.
+  assert.equal(benchOptionsFrom({ quick: true }).historyMiB, 200);
+  assert.equal(benchOptionsFrom({}).historyMiB, 200);
+  assert.equal(benchOptionsFrom({ historyMb: "0" }).historyMiB, 0);
+  assert.throws(() => benchOptionsFrom({ historyMb: "-3" }), /non-negative integer/);
+  assert.throws(() => benchOptionsFrom({ historyMb: "8", dataset: "d.json" }), /--dataset/);
 
   const d = summarize([5, 1, 4, 2, 3]);
   assert.equal(d.p50Ms, 3);

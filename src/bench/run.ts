@@ -33,7 +33,7 @@ export interface BenchOptions {
   work?: string;
   /**
    * Fixture only: approximate size of the fixture repository's git pack in MiB, generated before the calc commits.
-   * Default 0 (the small repository alone: what tests want); the CLI passes FULL_HISTORY_MIB or QUICK_HISTORY_MIB.
+   * Default 0 (the small repository alone: what tests want); the CLI passes DEFAULT_HISTORY_MIB.
    */
   historyMiB?: number;
   /** Overrides of the sizes (the test uses tiny ones). */
@@ -58,12 +58,11 @@ export interface BenchOptions {
 }
 
 /**
- * Real SWE-bench testbeds are mostly git history (#6's reference, sympy: a 203 MB pack in a 247 MB testbed): the full
- * run's fixture (`npm run bench`, `minisandbox bench`) has a pack that size; --quick a smaller one that still dwarfs
- * the checkout and keeps a run on built environments under 3 minutes.
+ * Real SWE-bench testbeds are mostly git history (#6's reference, sympy: a 203 MB pack in a 247 MB testbed): the CLI's
+ * fixture has a pack that size, for the full run and --quick alike, so that both measure the same workspace and share
+ * one set of built environments, archives and images.
  */
-export const FULL_HISTORY_MIB = 200;
-export const QUICK_HISTORY_MIB = 64;
+export const DEFAULT_HISTORY_MIB = 200;
 
 export function sizesFor(o: BenchOptions): Required<Pick<BenchOptions, "runs" | "storageNs" | "concurrency" | "memoryUpToK" | "sessionCommands" | "evalInstances" | "evalWorkers" | "coldStampedeK" | "historyMiB">> {
   const quick = o.quick ?? false;

@@ -1,6 +1,6 @@
 import { Command } from "commander";
 import { benchMain, type BenchOptions } from "../bench/index.js";
-import { ALL_WORKLOADS, FULL_HISTORY_MIB, QUICK_HISTORY_MIB, type Workload } from "../bench/run.js";
+import { ALL_WORKLOADS, DEFAULT_HISTORY_MIB, type Workload } from "../bench/run.js";
 import { fail } from "./common.js";
 
 export interface BenchCliOptions {
@@ -28,7 +28,7 @@ export function addBenchOptions(cmd: Command): Command {
     .option("--import <MODULE>", "module of the real first command (default: guessed from the repository)")
     .option("--work <DIR>", "where built environments, archives and podman images are kept between runs")
     .option("--runs <N>", "rounds of the ready workload (default 25, --quick 6)")
-    .option("--history-mb <N>", `fixture: git history (pack) of about N MiB before its commits, like a real repository's (default ${FULL_HISTORY_MIB}, --quick ${QUICK_HISTORY_MIB}; 0 = the small repository alone)`)
+    .option("--history-mb <N>", `fixture: git history (pack) of about N MiB before its commits, like a real repository's (default ${DEFAULT_HISTORY_MIB}, like sympy's; 0 = the small repository alone)`)
     .option("--only <LIST>", `comma-separated workloads (${ALL_WORKLOADS.join(",")})`)
     .option("--no-podman", "skip the podman baselines even if podman is installed")
     .option("--json", "print the results JSON instead of the Markdown table");
@@ -47,7 +47,7 @@ export function benchOptionsFrom(o: BenchCliOptions): BenchOptions & { outDir?: 
   if (o.historyMb !== undefined && !/^\d{1,6}$/.test(o.historyMb.trim())) throw new Error(`--history-mb expects a non-negative integer (MiB), got ${o.historyMb}`);
   if (o.historyMb !== undefined && o.dataset) throw new Error("--history-mb sizes the fixture; it does not go with --dataset");
   // The CLI measures a realistic workspace by default (the API's default, for tests, is the small repository).
-  const historyMiB = o.historyMb !== undefined ? Number(o.historyMb) : o.dataset ? undefined : o.quick ? QUICK_HISTORY_MIB : FULL_HISTORY_MIB;
+  const historyMiB = o.historyMb !== undefined ? Number(o.historyMb) : o.dataset ? undefined : DEFAULT_HISTORY_MIB;
   return {
     quick: o.quick ?? false,
     outDir: o.out,
