@@ -1,6 +1,7 @@
 /** Host processes for the baselines: timed runs and memory of a sandbox's processes. */
 import { spawn } from "node:child_process";
 import { readdirSync, readFileSync, readlinkSync } from "node:fs";
+import { parentPid } from "../sandbox/procfs.js";
 
 export interface TimedRun {
   /** Spawn -> first byte on stdout (NaN when nothing came). */
@@ -57,15 +58,6 @@ export async function mustRun(cmd: string, args: readonly string[], opts: Parame
   return r;
 }
 
-function ppid(pid: number): number | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-  } catch {
-    return undefined;
-  }
-}
-
 function pidNs(pid: number): string | undefined {
   try {
     return readlinkSync(`/proc/${pid}/ns/pid`);
@@ -95,7 +87,7 @@ export function processTable(): ProcessTable {
   const pids = readdirSync("/proc").filter((n) => /^\d+$/.test(n)).map(Number);
   const table: ProcessTable = { pids, ppid: new Map(), ns: new Map() };
   for (const p of pids) {
-    const pp = ppid(p);
+    const pp = parentPid(p);
     const ns = pidNs(p);
     if (pp !== undefined) table.ppid.set(p, pp);
     if (ns) table.ns.set(p, ns);

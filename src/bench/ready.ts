@@ -65,31 +65,38 @@ function minisandboxVariant(env: BenchEnvironment, cold: boolean): Variant {
       ? "layer evicted from the node cache first; Sandbox.create({instance}) materializes it (hard links from the store), then exec"
       : "layer in the node cache; Sandbox.create({instance}) + exec (bwrap + overlayfs, clean environment)",
     before: cold ? () => evictLayer(env.home, env.primaryKey) : async () => void (await nodeCacheFor(env.home).acquire(env.primaryKey)).release(),
-    once: async (command, started) => {
-      const t = performance.now();
-      const sb = await create();
-      try {
-        const r = await sb.exec(command);
-        const ms = performance.now() - t;
-        if (r.exitCode !== 0) throw new Error(`exit ${r.exitCode}: ${r.stderr.trim().slice(-300)}`);
-        let pycNewer: number | null = null;
-        if (command !== ECHO) pycNewer = Number((await sb.exec(pycNewerCommand([TESTBED_PATH, VENV_PATH], started))).stdout.trim()) || 0;
-        return { ms, output: r.stdout, pycNewer };
-      } finally {
-        await sb.close();
-      }
-    },
+    once: (command, started) => sandboxOnce(create, command, started),
     probe: async () => {
       if (cold) await evictLayer(env.home, env.primaryKey);
-      const sb = await create();
-      try {
-        const r = await sb.exec(`${pycProbe(env.importModule)} 2>&1`);
-        return r.stdout;
-      } finally {
-        await sb.close();
-      }
+      return sandboxProbe(create, env.importModule);
     },
   };
+}
+
+/** One timed minisandbox workspace: create → `command`'s output; then, untimed, the .pyc files it wrote. */
+async function sandboxOnce(create: () => Promise<Sandbox>, command: string, started: number): ReturnType<Variant["once"]> {
+  const t = performance.now();
+  const sb = await create();
+  try {
+    const r = await sb.exec(command);
+    const ms = performance.now() - t;
+    if (r.exitCode !== 0) throw new Error(`exit ${r.exitCode}: ${r.stderr.trim().slice(-300)}`);
+    let pycNewer: number | null = null;
+    if (command !== ECHO) pycNewer = Number((await sb.exec(pycNewerCommand([TESTBED_PATH, VENV_PATH], started))).stdout.trim()) || 0;
+    return { ms, output: r.stdout, pycNewer };
+  } finally {
+    await sb.close();
+  }
+}
+
+/** The `python -v` probe in a fresh minisandbox workspace. */
+async function sandboxProbe(create: () => Promise<Sandbox>, importModule: string): Promise<string> {
+  const sb = await create();
+  try {
+    return (await sb.exec(`${pycProbe(importModule)} 2>&1`)).stdout;
+  } finally {
+    await sb.close();
+  }
 }
 
 /**
@@ -105,28 +112,8 @@ async function resolvedVariant(env: BenchEnvironment): Promise<Variant> {
     name: "minisandbox_warm_resolved",
     label: "minisandbox warm, env resolved once",
     method: "workspaceFor() once (toolchain lookup, lease) then per run Sandbox.create(options) + exec: what a server or pool pays",
-    once: async (command, started) => {
-      const t = performance.now();
-      const sb = await Sandbox.create(opts);
-      try {
-        const r = await sb.exec(command);
-        const ms = performance.now() - t;
-        if (r.exitCode !== 0) throw new Error(`exit ${r.exitCode}: ${r.stderr.trim().slice(-300)}`);
-        let pycNewer: number | null = null;
-        if (command !== ECHO) pycNewer = Number((await sb.exec(pycNewerCommand([TESTBED_PATH, VENV_PATH], started))).stdout.trim()) || 0;
-        return { ms, output: r.stdout, pycNewer };
-      } finally {
-        await sb.close();
-      }
-    },
-    probe: async () => {
-      const sb = await Sandbox.create(opts);
-      try {
-        return (await sb.exec(`${pycProbe(env.importModule)} 2>&1`)).stdout;
-      } finally {
-        await sb.close();
-      }
-    },
+    once: (command, started) => sandboxOnce(() => Sandbox.create(opts), command, started),
+    probe: () => sandboxProbe(() => Sandbox.create(opts), env.importModule),
     before: async () => void (await nodeCacheFor(env.home).acquire(env.primaryKey)).release(),
   };
 }

@@ -4,7 +4,7 @@
  */
 import { readFileSync, statSync } from "node:fs";
 import { basename } from "node:path";
-import type { CheckMode, RunResult } from "../session/bash-session.js";
+import type { RunOptions, RunResult } from "../session/bash-session.js";
 import type { Limits } from "../sandbox/limits.js";
 import type { LimitHit } from "../sandbox/exec.js";
 import { NotFoundError } from "../util/errors.js";
@@ -80,14 +80,8 @@ export interface RemoteExecResult {
   durationMs: number;
 }
 
-export interface RemoteRunOptions {
-  timeoutMs?: number;
-  check?: CheckMode;
-  errorMsg?: string;
-  expect?: string[];
-  interactive?: boolean;
-  interactiveQuit?: boolean;
-}
+/** The same options as an in-process session's `run`. */
+export type RemoteRunOptions = RunOptions;
 
 interface Observation {
   output: string;

@@ -1,14 +1,34 @@
 import { readFileSync, readdirSync } from "node:fs";
 
-/** Start time of a process (clock ticks since boot), used to tell a live process from a reused pid. */
-export function processStartTime(pid: number): number | undefined {
+/** Fields of /proc/<pid>/stat after the command name (field 3, the state, first); undefined once it exited. */
+function statFields(pid: number | string): string[] | undefined {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
     // The command name may contain spaces and parentheses: fields start after the last ')'.
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return Number(fields[19]);
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
   } catch {
     return undefined;
+  }
+}
+
+/** Start time of a process (clock ticks since boot), used to tell a live process from a reused pid. */
+export function processStartTime(pid: number): number | undefined {
+  const f = statFields(pid);
+  return f ? Number(f[19]) : undefined;
+}
+
+export function parentPid(pid: number): number | undefined {
+  const f = statFields(pid);
+  return f ? Number(f[1]) : undefined;
+}
+
+/** The process's command name ("" once it exited). */
+export function commandName(pid: number | undefined): string {
+  if (!pid) return "";
+  try {
+    return readFileSync(`/proc/${pid}/comm`, "utf8").trim();
+  } catch {
+    return "";
   }
 }
 
@@ -22,15 +42,11 @@ export function descendants(root: number): number[] {
   const children = new Map<number, number[]>();
   for (const name of readdirSync("/proc")) {
     if (!/^\d+$/.test(name)) continue;
-    try {
-      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
-      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-      const list = children.get(ppid) ?? [];
-      list.push(Number(name));
-      children.set(ppid, list);
-    } catch {
-      /* exited meanwhile */
-    }
+    const ppid = parentPid(Number(name));
+    if (ppid === undefined) continue; // exited meanwhile
+    const list = children.get(ppid) ?? [];
+    list.push(Number(name));
+    children.set(ppid, list);
   }
   const out: number[] = [];
   const stack = [...(children.get(root) ?? [])];

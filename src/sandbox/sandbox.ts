@@ -17,7 +17,7 @@ import {
   type Limits, type SandboxCgroups,
 } from "./limits.js";
 import { CONTROL_PATH, defaultCwd, type BindMount, type MountPlan, type OverlayMount } from "./plan.js";
-import { descendants, killQuietly, processStartTime } from "./procfs.js";
+import { commandName, descendants, killQuietly, parentPid, processStartTime } from "./procfs.js";
 import { reapLeftovers } from "./reaper.js";
 import { makeSandboxDirs, sandboxPaths, writeState, type SandboxPaths } from "./state.js";
 
@@ -284,7 +284,7 @@ export class Sandbox implements AsyncDisposable {
     const shellPid = (): number | undefined => {
       // script -> bash: the shell is the child of the `script` process.
       for (const pid of descendants(child.pid!)) {
-        if (commOf(pid) === "bash" && commOf(ppidOf(pid)) === "script") return pid;
+        if (commandName(pid) === "bash" && commandName(parentPid(pid)) === "script") return pid;
       }
       return undefined;
     };
@@ -335,24 +335,6 @@ export class Sandbox implements AsyncDisposable {
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
-  }
-}
-
-function commOf(pid: number | undefined): string {
-  if (!pid) return "";
-  try {
-    return readFileSync(`/proc/${pid}/comm`, "utf8").trim();
-  } catch {
-    return "";
-  }
-}
-
-function ppidOf(pid: number): number | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-  } catch {
-    return undefined;
   }
 }
 

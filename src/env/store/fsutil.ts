@@ -1,6 +1,6 @@
 /** Small filesystem and process helpers shared by the store and the node cache. */
 import { randomBytes } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { processStartTime as procStartTime } from "../../sandbox/procfs.js";
 import * as fsp from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { performance } from "node:perf_hooks";
@@ -15,16 +15,10 @@ export function scratchName(prefix: string): string {
   return `${prefix}-${process.pid}-${randomBytes(6).toString("hex")}`;
 }
 
-/** Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat); undefined if gone. */
+/** Start time of a process in clock ticks since boot, as recorded in lease and marker names; undefined if gone. */
 export function processStartTime(pid: number): string | undefined {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    // The command name (field 2) may contain spaces and parentheses: fields resume after the last ")".
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return fields[19];
-  } catch {
-    return undefined;
-  }
+  const ticks = procStartTime(pid);
+  return ticks === undefined ? undefined : String(ticks);
 }
 
 /** Our own identity as recorded in leases and markers: pid plus start time, so a reused pid is not mistaken. */

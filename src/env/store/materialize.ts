@@ -155,7 +155,10 @@ async function materializeTree(ctx: Ctx, treeDir: string, tree: TreeManifest, co
  * the whole tree on the first `git status`/`git diff` in each sandbox. Index files are therefore private copies
  * one second newer than everything else (small: one per checkout).
  */
-const isGitIndex = (rel: Buffer): boolean => rel.toString("latin1") === ".git/index" || rel.toString("latin1").endsWith("/.git/index");
+const isGitIndex = (rel: Buffer): boolean => {
+  const path = rel.toString("latin1");
+  return path === ".git/index" || path.endsWith("/.git/index");
+};
 export const GIT_INDEX_MTIME_SEC = NORMALIZED_MTIME_SEC + 1;
 
 /** Link or copy one file; true when it was linked to the object. */
