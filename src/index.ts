@@ -1,11 +1,28 @@
 /** minisandbox's public TypeScript API. */
-export { Sandbox, SessionManager, type SandboxOptions, type SessionCreateOptions, type InstanceSandboxRequest } from "./sandbox/sandbox.js";
+export {
+  Sandbox,
+  SessionManager,
+  type SandboxOptions,
+  type SessionCreateOptions,
+  type InstanceSandboxRequest,
+} from "./sandbox/sandbox.js";
 export type { ExecOptions, ExecResult, LimitHit } from "./sandbox/exec.js";
 export type { Limits } from "./sandbox/limits.js";
 export type { FileEntry } from "./sandbox/files.js";
-export { BashSession, type RunOptions as SessionRunOptions, type RunResult as SessionRunResult } from "./session/bash-session.js";
+export {
+  BashSession,
+  type RunOptions as SessionRunOptions,
+  type RunResult as SessionRunResult,
+} from "./session/bash-session.js";
 export { SessionError } from "./session/errors.js";
-export { MinisandboxError, NotFoundError, TimeoutError, LimitError, InvalidInputError, SandboxError } from "./util/errors.js";
+export {
+  MinisandboxError,
+  NotFoundError,
+  TimeoutError,
+  LimitError,
+  InvalidInputError,
+  SandboxError,
+} from "./util/errors.js";
 export { loadDataset, type Instance } from "./tasks/index.js";
 export { specForInstance, specKey } from "./env/spec.js";
 export { prepareInstances, type PrepareResult } from "./env/prepare.js";

@@ -29,7 +29,13 @@ test("bench: a tiny run of every workload gives well-formed results and files", 
   assert.equal(r.schema, 1);
   assert.equal(r.source.kind, "fixture");
   assert.equal(r.source.instances, 1);
-  for (const key of ["warm_vs_extract", "warm_vs_podman", "cold_vs_extract", "storage_vs_targz", "storage_vs_podman"] as const) {
+  for (const key of [
+    "warm_vs_extract",
+    "warm_vs_podman",
+    "cold_vs_extract",
+    "storage_vs_targz",
+    "storage_vs_podman",
+  ] as const) {
     assert.ok(key in r.ratios, key);
     const v = r.ratios[key];
     assert.ok(v === null || (typeof v === "number" && v > 0), `${key} = ${v}`);
@@ -44,7 +50,13 @@ test("bench: a tiny run of every workload gives well-formed results and files", 
   assert.equal(typeof r.ratios.cold_vs_extract, "number");
   assert.equal(typeof r.ratios.storage_vs_targz, "number");
 
-  for (const name of ["minisandbox_warm", "minisandbox_warm_resolved", "minisandbox_cold", "bwrap_raw", "extract_per_task"] as const) {
+  for (const name of [
+    "minisandbox_warm",
+    "minisandbox_warm_resolved",
+    "minisandbox_cold",
+    "bwrap_raw",
+    "extract_per_task",
+  ] as const) {
     const v = r.ready.variants[name];
     assert.ok(v.available, `${name}: ${JSON.stringify(v)}`);
     assert.equal(v.echo.n, 1);
@@ -64,14 +76,20 @@ test("bench: a tiny run of every workload gives well-formed results and files", 
   assert.ok(p.minisandboxBytes > 0 && p.minisandboxStoreBytes > 0 && p.targzBytes > 0 && p.minisandboxLogicalBytes > 0);
   assert.equal(p.podmanBytes, null);
 
-  assert.deepEqual(r.concurrency.levels.map((l) => l.k), [1, 3]);
+  assert.deepEqual(
+    r.concurrency.levels.map((l) => l.k),
+    [1, 3],
+  );
   for (const l of r.concurrency.levels) {
     assert.equal(l.failures, 0, l.errors.join("; "));
     assert.equal(l.perSandbox?.n, l.k);
     assert.ok(l.rssPerIdleBytes! > 0 && l.pssPerIdleBytes! > 0 && l.processesPerIdle! >= 3, JSON.stringify(l));
   }
   assert.equal(r.concurrency.k128_failures, null);
-  assert.deepEqual({ ...r.concurrency.cold_stampede, wallMs: 0 }, { k: 2, wallMs: 0, failures: 0, materializations: 1 });
+  assert.deepEqual(
+    { ...r.concurrency.cold_stampede, wallMs: 0 },
+    { k: 2, wallMs: 0, failures: 0, materializations: 1 },
+  );
 
   assert.ok("p50Ms" in r.session.inProcess && r.session.inProcess.n === 5);
   assert.equal(r.session.http["available"], false);
@@ -113,9 +131,13 @@ test("bench: option parsing and helpers", () => {
   assert.equal(d.minMs, 1);
   assert.equal(d.maxMs, 5);
 
-  const good = parsePycProbe("# code object from '/opt/venv/lib/python3.11/site-packages/calc/__pycache__/ops.cpython-311.pyc'\nMSB_DWB=False\n");
+  const good = parsePycProbe(
+    "# code object from '/opt/venv/lib/python3.11/site-packages/calc/__pycache__/ops.cpython-311.pyc'\nMSB_DWB=False\n",
+  );
   assert.ok(good.ok);
-  const stale = parsePycProbe("# code object from /testbed/calc/ops.py\n# created '/testbed/calc/__pycache__/ops.cpython-311.pyc'\nMSB_DWB=False\n");
+  const stale = parsePycProbe(
+    "# code object from /testbed/calc/ops.py\n# created '/testbed/calc/__pycache__/ops.cpython-311.pyc'\nMSB_DWB=False\n",
+  );
   assert.equal(stale.ok, false);
   assert.equal(stale.compiledFromSource, 1);
   assert.equal(stale.written, 1);

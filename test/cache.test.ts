@@ -55,7 +55,12 @@ test("acquire materializes a layer once, read-only, and later acquires reuse it"
   assert.equal(lease.path, join(dir, "cache", "layers", "L"));
   assert.deepEqual(lease.trees, { testbed: join(lease.path, "testbed") });
   assert.equal(fs.readFileSync(join(lease.trees.testbed!, "MARKER"), "utf8"), "L");
-  for (const p of [lease.path, lease.trees.testbed!, join(lease.trees.testbed!, "pkg"), join(lease.trees.testbed!, "MARKER")]) {
+  for (const p of [
+    lease.path,
+    lease.trees.testbed!,
+    join(lease.trees.testbed!, "pkg"),
+    join(lease.trees.testbed!, "MARKER"),
+  ]) {
     assert.equal(fs.statSync(p).mode & 0o222, 0, `${p} is read-only`);
   }
   await lease.release();
@@ -112,10 +117,14 @@ test("16 concurrent acquires from 4 processes materialize exactly once", async (
   const log = join(dir, "materializations.log");
   fs.writeFileSync(log, "");
   const children = Array.from({ length: 4 }, () => {
-    const child = spawn(process.execPath, [script, store.root, join(dir, "cache"), "L", "4", go, log], { stdio: ["ignore", "ignore", "pipe"] });
+    const child = spawn(process.execPath, [script, store.root, join(dir, "cache"), "L", "4", go, log], {
+      stdio: ["ignore", "ignore", "pipe"],
+    });
     let stderr = "";
     child.stderr.on("data", (b: Buffer) => (stderr += b.toString()));
-    return new Promise<{ code: number | null; stderr: string }>((r) => child.once("close", (code) => r({ code, stderr })));
+    return new Promise<{ code: number | null; stderr: string }>((r) =>
+      child.once("close", (code) => r({ code, stderr })),
+    );
   });
   await sleep(300); // let every child start and wait at the barrier
   fs.writeFileSync(go, "");
@@ -137,7 +146,10 @@ test("LRU eviction removes least recently used layers not in use; stale leases d
   await sleep(5);
   await (await cache.acquire("C")).release(); // 3 layers > budget of 2: A (least recent, unused) goes
   assert.deepEqual(evicted, ["A"]);
-  assert.deepEqual((await cache.list()).map((l) => l.key), ["B", "C"]);
+  assert.deepEqual(
+    (await cache.list()).map((l) => l.key),
+    ["B", "C"],
+  );
 
   // Using C again makes B the least recent; B is leased, so the next eviction takes C instead.
   await sleep(5);
@@ -192,7 +204,10 @@ test("acquire of an unknown layer: NotFoundError, and no lease or scratch left b
   const dir = tmpDir(t);
   const store = await storeWith(dir, []);
   const cache = new NodeCache({ store, dir: join(dir, "cache") });
-  await assert.rejects(cache.acquire("missing"), (e: Error) => e instanceof NotFoundError && /layer missing not found in store/.test(e.message));
+  await assert.rejects(
+    cache.acquire("missing"),
+    (e: Error) => e instanceof NotFoundError && /layer missing not found in store/.test(e.message),
+  );
   assert.deepEqual(fs.readdirSync(join(dir, "cache", "leases", "missing")), []);
   assert.deepEqual(fs.readdirSync(join(dir, "cache", "tmp")), []);
   await assert.rejects(cache.acquire("../escape"), /invalid layer key/);

@@ -6,12 +6,23 @@ import { join } from "node:path";
 import { CLI, tempDir, tempHome } from "./helpers.js";
 
 const home = tempHome();
-const cli = (...args: string[]) => spawnSync(process.execPath, [CLI, "--home", home, ...args], { encoding: "utf8", timeout: 60_000 });
+const cli = (...args: string[]) =>
+  spawnSync(process.execPath, [CLI, "--home", home, ...args], { encoding: "utf8", timeout: 60_000 });
 
 test("exec streams output and exits with the command's status", () => {
   const dir = tempDir();
   writeFileSync(join(dir, "f.txt"), "data\n");
-  const r = cli("exec", "--dir", dir, "--env", "X=1", "--", "sh", "-c", "cat f.txt; echo $X; echo oops >&2; echo new > f.txt; exit 5");
+  const r = cli(
+    "exec",
+    "--dir",
+    dir,
+    "--env",
+    "X=1",
+    "--",
+    "sh",
+    "-c",
+    "cat f.txt; echo $X; echo oops >&2; echo new > f.txt; exit 5",
+  );
   assert.equal(r.status, 5);
   assert.equal(r.stdout, "data\n1\n");
   assert.equal(r.stderr, "oops\n");
@@ -46,12 +57,19 @@ test("doctor reports each check and succeeds here; --json is machine-readable", 
   const report = JSON.parse(r.stdout) as { ok: boolean; checks: { name: string; status: string }[] };
   assert.equal(report.ok, true);
   for (const name of ["bwrap", "user namespaces", "overlayfs", "cgroups", "sandbox"]) {
-    assert.ok(report.checks.some((c) => c.name === name), name);
+    assert.ok(
+      report.checks.some((c) => c.name === name),
+      name,
+    );
   }
 });
 
 test("shell runs an interactive shell on the caller's terminal", () => {
-  const r = spawnSync(process.execPath, [CLI, "--home", home, "shell"], { input: "echo inside $HOSTNAME\nexit 3\n", encoding: "utf8", timeout: 30_000 });
+  const r = spawnSync(process.execPath, [CLI, "--home", home, "shell"], {
+    input: "echo inside $HOSTNAME\nexit 3\n",
+    encoding: "utf8",
+    timeout: 30_000,
+  });
   assert.equal(r.status, 3);
   assert.match(r.stdout, /inside sb-/);
 });
@@ -63,7 +81,26 @@ test("unprivileged users get sandboxes through user namespaces", () => {
   spawnSync("chmod", ["755", dir]);
   writeFileSync(join(dir, "f"), "x\n");
   spawnSync("chown", ["-R", "65534:65534", dir]);
-  const r = spawnSync("setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", process.execPath, CLI, "--home", join(h, "home"), "exec", "--dir", dir, "--", "sh", "-c", "id -u; cat f; echo y >> f; cat f; ps -e --no-headers | wc -l"], { encoding: "utf8", timeout: 30_000 });
+  const r = spawnSync(
+    "setpriv",
+    [
+      "--reuid=65534",
+      "--regid=65534",
+      "--clear-groups",
+      process.execPath,
+      CLI,
+      "--home",
+      join(h, "home"),
+      "exec",
+      "--dir",
+      dir,
+      "--",
+      "sh",
+      "-c",
+      "id -u; cat f; echo y >> f; cat f; ps -e --no-headers | wc -l",
+    ],
+    { encoding: "utf8", timeout: 30_000 },
+  );
   assert.equal(r.status, 0, r.stderr);
   const [uid, ...rest] = r.stdout.trim().split("\n");
   assert.equal(uid, "0");

@@ -5,7 +5,15 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { startServer, type RunningServer, type WorkspaceProvider } from "../src/server/index.js";
 import {
-  AuthError, CommandTimeoutError, InvalidInputError, LimitError, NotFoundError, RemoteSandbox, SandboxError, SessionError, TimeoutError,
+  AuthError,
+  CommandTimeoutError,
+  InvalidInputError,
+  LimitError,
+  NotFoundError,
+  RemoteSandbox,
+  SandboxError,
+  SessionError,
+  TimeoutError,
 } from "../src/client/index.js";
 import { runOk } from "../src/util/run.js";
 import type { Sandbox } from "../src/sandbox/sandbox.js";
@@ -46,7 +54,13 @@ test("create from a directory; commands.run mirrors Sandbox.exec; await using de
   writeFileSync(join(dir, "data.txt"), "host data\n");
   let id = "";
   {
-    await using sb = await RemoteSandbox.create({ ...conn(), dir, env: { GREETING: "hi" }, limits: { pids: 200, memoryBytes: 512 * 1024 ** 2 }, labels: { who: "sdk" } });
+    await using sb = await RemoteSandbox.create({
+      ...conn(),
+      dir,
+      env: { GREETING: "hi" },
+      limits: { pids: 200, memoryBytes: 512 * 1024 ** 2 },
+      labels: { who: "sdk" },
+    });
     id = sb.id;
     assert.equal(sb.runtimeUrl, `${srv.url}/sandboxes/${sb.id}`);
     assert.equal(sb.info.limits.pids, 200);
@@ -79,11 +93,31 @@ test("sessions: create / run / interrupt / close, with the in-process error clas
   await session.run("cd /tmp && export V=1");
   assert.deepEqual(await session.run("pwd; echo $V"), { output: "/tmp\n1\n", exitCode: 0, expectString: "" });
   assert.equal((await sb.sessions.run("main", "(exit 4)", { check: "silent" })).exitCode, 4);
-  await assert.rejects(session.run("false"), (e: unknown) => e instanceof SessionError && e.code === "non_zero_exit" && e.swerexClass === "swerex.exceptions.NonZeroExitCodeError");
-  await assert.rejects(session.run("if then"), (e: unknown) => e instanceof SessionError && e.code === "bash_syntax_error" && typeof e.extraInfo.bash_stderr === "string");
-  await assert.rejects(sb.sessions.create("main"), (e: unknown) => e instanceof SessionError && e.code === "session_exists");
-  await assert.rejects(sb.sessions.run("nope", "true"), (e: unknown) => e instanceof SessionError && e.code === "not_found");
-  await assert.rejects(session.run("sleep 30", { timeoutMs: 300 }), (e: unknown) => e instanceof CommandTimeoutError && e instanceof TimeoutError && /timeout after 0.3 seconds/.test(e.message));
+  await assert.rejects(
+    session.run("false"),
+    (e: unknown) =>
+      e instanceof SessionError &&
+      e.code === "non_zero_exit" &&
+      e.swerexClass === "swerex.exceptions.NonZeroExitCodeError",
+  );
+  await assert.rejects(
+    session.run("if then"),
+    (e: unknown) =>
+      e instanceof SessionError && e.code === "bash_syntax_error" && typeof e.extraInfo.bash_stderr === "string",
+  );
+  await assert.rejects(
+    sb.sessions.create("main"),
+    (e: unknown) => e instanceof SessionError && e.code === "session_exists",
+  );
+  await assert.rejects(
+    sb.sessions.run("nope", "true"),
+    (e: unknown) => e instanceof SessionError && e.code === "not_found",
+  );
+  await assert.rejects(
+    session.run("sleep 30", { timeoutMs: 300 }),
+    (e: unknown) =>
+      e instanceof CommandTimeoutError && e instanceof TimeoutError && /timeout after 0.3 seconds/.test(e.message),
+  );
   await session.interrupt();
   assert.equal((await session.run("echo back")).output, "back\n");
   const py = await session.run("python3 -i -q", { interactive: true, expect: [">>> "], timeoutMs: 10_000 });
@@ -129,25 +163,43 @@ test("instances: evaluate and diff through the server's provider", async () => {
   assert.match(await sb.diff(), /^\+VALUE = 2$/m);
   assert.deepEqual(await sb.evaluate<{ resolved: boolean }>(), { instance_id: "app-1", resolved: true });
   await assert.rejects(RemoteSandbox.create({ ...conn(), instanceId: "missing" }), NotFoundError);
-  await assert.rejects(RemoteSandbox.create({ ...conn(), envKey: "abc" }), (e: unknown) => e instanceof SandboxError && /environment keys/.test((e as Error).message));
+  await assert.rejects(
+    RemoteSandbox.create({ ...conn(), envKey: "abc" }),
+    (e: unknown) => e instanceof SandboxError && /environment keys/.test((e as Error).message),
+  );
   await using plain = await RemoteSandbox.create(conn());
   await assert.rejects(plain.evaluate(), InvalidInputError);
 });
 
 test("typed errors: auth, limits, bad input, unreachable server, client timeouts", async () => {
-  await assert.rejects(RemoteSandbox.create({ url: srv.url, apiKey: "wrong" }), (e: unknown) => e instanceof AuthError && e.status === 401);
-  await assert.rejects(RemoteSandbox.create({ url: srv.url }), (e: unknown) => e instanceof AuthError && e.status === 403);
+  await assert.rejects(
+    RemoteSandbox.create({ url: srv.url, apiKey: "wrong" }),
+    (e: unknown) => e instanceof AuthError && e.status === 401,
+  );
+  await assert.rejects(
+    RemoteSandbox.create({ url: srv.url }),
+    (e: unknown) => e instanceof AuthError && e.status === 403,
+  );
   await assert.rejects(RemoteSandbox.create({ ...conn(), dir: "/no/such/dir" }), InvalidInputError);
   const held: RemoteSandbox[] = [];
   try {
     for (let i = 0; i < 4; i++) held.push(await RemoteSandbox.create(conn()));
-    await assert.rejects(RemoteSandbox.create(conn()), (e: unknown) => e instanceof LimitError && /max-sandboxes/.test((e as Error).message));
+    await assert.rejects(
+      RemoteSandbox.create(conn()),
+      (e: unknown) => e instanceof LimitError && /max-sandboxes/.test((e as Error).message),
+    );
   } finally {
     await Promise.all(held.map((s) => s.close()));
   }
-  await assert.rejects(RemoteSandbox.create({ url: "http://127.0.0.1:1", apiKey: KEY }), (e: unknown) => e instanceof SandboxError && /cannot reach/.test((e as Error).message));
+  await assert.rejects(
+    RemoteSandbox.create({ url: "http://127.0.0.1:1", apiKey: KEY }),
+    (e: unknown) => e instanceof SandboxError && /cannot reach/.test((e as Error).message),
+  );
   await using sb = await RemoteSandbox.create({ ...conn(), requestTimeoutMs: 1500 });
-  await assert.rejects(sb.commands.run("sleep 10"), (e: unknown) => e instanceof TimeoutError && !(e instanceof CommandTimeoutError));
+  await assert.rejects(
+    sb.commands.run("sleep 10"),
+    (e: unknown) => e instanceof TimeoutError && !(e instanceof CommandTimeoutError),
+  );
   await sb.close();
   await sb.close(); // idempotent
 });

@@ -23,12 +23,19 @@ let fx: FixtureDataset;
 before(async () => {
   fx = await makeFixtureDataset(fxDir, { instances: 3 });
   const results = await prepareInstances(fx.instances, { home, reposDir: fx.reposDir, workers: 2 });
-  assert.deepEqual(results.map((r) => r.status), ["built", "built", "built"], JSON.stringify(results, null, 2));
+  assert.deepEqual(
+    results.map((r) => r.status),
+    ["built", "built", "built"],
+    JSON.stringify(results, null, 2),
+  );
 });
 
 test("prepare is resumable: built environments are skipped", async () => {
   const again = await prepareInstances(fx.instances, { home, reposDir: fx.reposDir, workers: 2 });
-  assert.deepEqual(again.map((r) => r.status), ["cached", "cached", "cached"]);
+  assert.deepEqual(
+    again.map((r) => r.status),
+    ["cached", "cached", "cached"],
+  );
 });
 
 test("instances of one repository version install their dependencies once (a venv snapshot), then only their own step", async () => {
@@ -44,13 +51,19 @@ test("instances of one repository version install their dependencies once (a ven
   assert.equal(depsKey({ ...base, spec: { ...spec, commit: "0".repeat(40) } }), key, "the commit does not matter");
   assert.notEqual(depsKey({ ...base, spec: { ...spec, pip_packages: [...spec.pip_packages, "six"] } }), key);
   assert.notEqual(depsKey({ ...base, pipEnv: { PIP_INDEX_URL: "file:///other" } }), key);
-  assert.equal(depsKey({ ...base, spec: { ...spec, pre_install: ["sed -i s/a/b/ setup.cfg"] } }), undefined, "pre_install steps are never shared");
+  assert.equal(
+    depsKey({ ...base, spec: { ...spec, pre_install: ["sed -i s/a/b/ setup.cfg"] } }),
+    undefined,
+    "pre_install steps are never shared",
+  );
 });
 
 test("an instance sandbox has /testbed at the base commit with history, and the venv on PATH", async () => {
   const inst = fx.instances[1]!;
   await using sb = await Sandbox.create({ home, instance: inst });
-  const r = await sb.exec("git rev-parse HEAD && git log --oneline | wc -l && git status --porcelain && which python && python -m pytest -q -p no:cacheprovider 2>&1 | tail -1");
+  const r = await sb.exec(
+    "git rev-parse HEAD && git log --oneline | wc -l && git status --porcelain && which python && python -m pytest -q -p no:cacheprovider 2>&1 | tail -1",
+  );
   const [head, commits, python, summary] = r.stdout.trim().split("\n");
   assert.equal(head, inst.base_commit);
   assert.ok(Number(commits) > 1, "history is there");
@@ -85,8 +98,8 @@ test("nothing done inside a sandbox changes the store or the node cache", async 
   await using sb = await Sandbox.create({ home, instance: inst });
   const r = await sb.exec(
     "set -e; find /testbed /opt/venv -type f | head -2000 > /tmp/files; " +
-      "while read f; do echo x >> \"$f\"; done < /tmp/files; " +
-      "head -100 /tmp/files | while read f; do : > \"$f\"; chmod 777 \"$f\"; done; " +
+      'while read f; do echo x >> "$f"; done < /tmp/files; ' +
+      'head -100 /tmp/files | while read f; do : > "$f"; chmod 777 "$f"; done; ' +
       "echo overwritten > /testbed/calc/__init__.py; find /testbed /opt/venv -mindepth 1 -delete; ls -A /testbed | wc -l",
   );
   assert.equal(r.stdout.trim(), "0", r.stderr);
@@ -106,7 +119,9 @@ test("16 simultaneous sandboxes on a cold environment materialize it exactly onc
   const onMat = (e: { key: string }): void => void (e.key === key && materialized++);
   cache.on("materialize", onMat);
   try {
-    const boxes = await Promise.all(Array.from({ length: 16 }, () => Sandbox.create({ home, instance: fx.instances[2]! })));
+    const boxes = await Promise.all(
+      Array.from({ length: 16 }, () => Sandbox.create({ home, instance: fx.instances[2]! })),
+    );
     const outs = await Promise.all(boxes.map((b) => b.exec(["git", "rev-parse", "HEAD"])));
     assert.ok(outs.every((o) => o.stdout.trim() === fx.instances[2]!.base_commit));
     await Promise.all(boxes.map((b) => b.close()));
@@ -123,21 +138,60 @@ test("N environments of one repository cost little more than one in the store", 
 });
 
 test("exec --instance from the CLI; a missing environment is a clear error", async () => {
-  const r = spawnSync(process.execPath, [CLI, "--home", home, "exec", "--instance", fx.instances[0]!.instance_id, "--dataset", fx.datasetPath, "--", "git", "rev-parse", "HEAD"], { encoding: "utf8" });
+  const r = spawnSync(
+    process.execPath,
+    [
+      CLI,
+      "--home",
+      home,
+      "exec",
+      "--instance",
+      fx.instances[0]!.instance_id,
+      "--dataset",
+      fx.datasetPath,
+      "--",
+      "git",
+      "rev-parse",
+      "HEAD",
+    ],
+    { encoding: "utf8" },
+  );
   assert.equal(r.status, 0, r.stderr);
   assert.equal(r.stdout.trim(), fx.instances[0]!.base_commit);
   const other = tempHome();
-  const m = spawnSync(process.execPath, [CLI, "--home", other, "exec", "--instance", fx.instances[0]!.instance_id, "--dataset", fx.datasetPath, "--", "true"], { encoding: "utf8" });
+  const m = spawnSync(
+    process.execPath,
+    [
+      CLI,
+      "--home",
+      other,
+      "exec",
+      "--instance",
+      fx.instances[0]!.instance_id,
+      "--dataset",
+      fx.datasetPath,
+      "--",
+      "true",
+    ],
+    { encoding: "utf8" },
+  );
   assert.notEqual(m.status, 0);
   assert.match(m.stderr, /is not built: run `minisandbox prepare` first/);
-  const u = spawnSync(process.execPath, [CLI, "--home", home, "exec", "--instance", "nope__nope-1", "--dataset", fx.datasetPath, "--", "true"], { encoding: "utf8" });
+  const u = spawnSync(
+    process.execPath,
+    [CLI, "--home", home, "exec", "--instance", "nope__nope-1", "--dataset", fx.datasetPath, "--", "true"],
+    { encoding: "utf8" },
+  );
   assert.match(u.stderr, /nope__nope-1/);
 });
 
 test("a failing build names the failing step and shows the tail of its log", async () => {
   const data = JSON.parse(JSON.stringify(fx.instances[0]!)) as Record<string, unknown>;
   data["instance_id"] = "fixture__calc-broken";
-  data["spec"] = { ...(data["spec"] as object), install: "python -c 'import sys; print(\"boom-marker\"); sys.exit(3)'" };
+  data["spec"] = {
+    ...(data["spec"] as object),
+    install: "python -c 'import sys; print(\"boom-marker\"); sys.exit(3)'",
+  };
   const file = join(tempDir(), "broken.json");
   writeFileSync(file, JSON.stringify([data]));
   const [inst] = await loadDataset(file);
@@ -166,10 +220,12 @@ test("SWE-smith tasks share one environment and start with their bug applied and
   assert.match(stat!, /changed/);
 });
 
-
 test("a store on shared storage serves as a remote: another node pulls the layer and runs it", async () => {
   const node2 = tempHome("msb-node2-");
-  writeFileSync(join(node2, "config.json"), JSON.stringify({ cache: { remotes: [homeLayout(home).store], maxConcurrent: 1 } }));
+  writeFileSync(
+    join(node2, "config.json"),
+    JSON.stringify({ cache: { remotes: [homeLayout(home).store], maxConcurrent: 1 } }),
+  );
   await using sb = await Sandbox.create({ home: node2, instance: fx.instances[0]! });
   assert.equal((await sb.exec(["git", "rev-parse", "HEAD"])).stdout.trim(), fx.instances[0]!.base_commit);
   const stats = await storeStats(openStore(homeLayout(node2).store));

@@ -133,10 +133,7 @@ test("diff helpers agree with git on a real diff (rename, delete, binary, quoted
   assert.deepEqual(new Set(modifiedFiles(patch)), new Set(modified));
   assert.deepEqual(new Set(newFiles(patch)), new Set(created));
   assert.deepEqual(new Set(touchedFiles(patch)), new Set(touched));
-  assert.deepEqual(
-    new Set(modified),
-    new Set(["src/a.py", "old name.py", "gone.py", "img.png", "tests/test_x.py"]),
-  );
+  assert.deepEqual(new Set(modified), new Set(["src/a.py", "old name.py", "gone.py", "img.png", "tests/test_x.py"]));
   assert.deepEqual(new Set(created), new Set(["tests/test_new.py", "tests/tést_ü.py"]));
 
   // Directives: the harness's regex reads every `diff --git a/… b/…` line (greedy, so the rename gives its new
@@ -149,7 +146,8 @@ test("diff helpers agree with git on a real diff (rename, delete, binary, quoted
 });
 
 test("test directives follow the harness: non-test files dropped, django modules, humaneval, sympy paths", () => {
-  const header = (path: string): string => `diff --git a/${path} b/${path}\n--- a/${path}\n+++ b/${path}\n@@ -1 +1 @@\n-a\n+b\n`;
+  const header = (path: string): string =>
+    `diff --git a/${path} b/${path}\n--- a/${path}\n+++ b/${path}\n@@ -1 +1 @@\n-a\n+b\n`;
   const files = [
     "tests/admin_views/tests.py",
     "tests/admin_views/models.py",
@@ -251,7 +249,10 @@ test("heredoc delimiter never collides with the patch; odd paths are quoted for 
   assert.equal(delimiter, `${HEREDOC_DELIMITER}_2`);
   // The heredoc really delivers the body verbatim, $ and backticks included.
   const tricky = `${body}\n$HOME \`id\` '"\n`;
-  const out = await runOk("bash", ["-c", `cat <<'${heredocDelimiter(tricky)}'\n${tricky}\n${heredocDelimiter(tricky)}`]);
+  const out = await runOk("bash", [
+    "-c",
+    `cat <<'${heredocDelimiter(tricky)}'\n${tricky}\n${heredocDelimiter(tricky)}`,
+  ]);
   assert.equal(out, `${tricky}\n`);
 
   const script = makeEvalScript({
@@ -259,7 +260,8 @@ test("heredoc delimiter never collides with the patch; odd paths are quoted for 
       instance_id: "x",
       repo: "acme/calc",
       base_commit: "abc",
-      test_patch: "diff --git a/tests/it's here.py b/tests/it's here.py\n--- a/tests/it's here.py\n+++ b/tests/it's here.py\n@@ -1 +1 @@\n-a\n+b\n",
+      test_patch:
+        "diff --git a/tests/it's here.py b/tests/it's here.py\n--- a/tests/it's here.py\n+++ b/tests/it's here.py\n@@ -1 +1 @@\n-a\n+b\n",
     },
     spec: { test_cmd: "pytest -rA", eval_commands: [] },
   });
@@ -273,7 +275,8 @@ test("heredoc delimiter never collides with the patch; odd paths are quoted for 
 const CALC_FILES: Record<string, string> = {
   "pytest.ini": "[pytest]\npythonpath = .\n",
   "calc.py": "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n",
-  "tests/test_calc.py": "from calc import add, mul\n\n\ndef test_mul():\n    assert mul(2, 3) == 6\n\n\ndef test_add_zero():\n    assert add(0, 0) == 0\n",
+  "tests/test_calc.py":
+    "from calc import add, mul\n\n\ndef test_mul():\n    assert mul(2, 3) == 6\n\n\ndef test_add_zero():\n    assert add(0, 0) == 0\n",
 };
 
 /** A calc repository with its test patch and gold fix made by git, back at the base commit. */
@@ -281,7 +284,8 @@ async function calcInstance(): Promise<{ root: string; base: string; testPatch: 
   const { root, base } = await gitRepo(CALC_FILES);
   writeFiles(root, {
     "tests/test_calc.py": `${CALC_FILES["tests/test_calc.py"]}\n\ndef test_add():\n    assert add(2, 3) == 5\n`,
-    "tests/test_new.py": "from calc import add\n\n\ndef test_add_more():\n    assert add(-1, 1) == 0\n    assert add(1, 1) == 2\n",
+    "tests/test_new.py":
+      "from calc import add\n\n\ndef test_add_more():\n    assert add(-1, 1) == 0\n    assert add(1, 1) == 2\n",
     "tests/data.json": "{}\n",
   });
   await git(root, "add", "-A");
@@ -356,8 +360,15 @@ test("eval.sh runs for real: test patch applied, tests run between markers, file
   for (const name of [LOG_FILES.patch, LOG_FILES.evalScript, LOG_FILES.testOutput, LOG_FILES.report]) {
     assert.ok(existsSync(join(dir, name)), name);
   }
-  const predictions = indexPredictions([{ instance_id: instance.instance_id, model_name_or_path: "org/model", model_patch: gold }]);
-  const summary = await makeRunSummaryFromDisk({ baseDir, runId: "run-1", datasetIds: [instance.instance_id], predictions });
+  const predictions = indexPredictions([
+    { instance_id: instance.instance_id, model_name_or_path: "org/model", model_patch: gold },
+  ]);
+  const summary = await makeRunSummaryFromDisk({
+    baseDir,
+    runId: "run-1",
+    datasetIds: [instance.instance_id],
+    predictions,
+  });
   assert.deepEqual(summary.resolved_ids, ["acme__calc-1"]);
   assert.equal(summary.completed_instances, 1);
 });
@@ -441,9 +452,21 @@ test("run summary: every field as the harness computes it, in its order, byte-id
     schema_version: 2,
   });
   assert.deepEqual(Object.keys(summary), [
-    "total_instances", "submitted_instances", "completed_instances", "resolved_instances", "unresolved_instances",
-    "empty_patch_instances", "error_instances", "completed_ids", "incomplete_ids", "empty_patch_ids", "submitted_ids",
-    "resolved_ids", "unresolved_ids", "error_ids", "schema_version",
+    "total_instances",
+    "submitted_instances",
+    "completed_instances",
+    "resolved_instances",
+    "unresolved_instances",
+    "empty_patch_instances",
+    "error_instances",
+    "completed_ids",
+    "incomplete_ids",
+    "empty_patch_ids",
+    "submitted_ids",
+    "resolved_ids",
+    "unresolved_ids",
+    "error_ids",
+    "schema_version",
   ]);
 
   // The same from report.json files on disk (an empty report.json is unreadable).
@@ -472,8 +495,12 @@ test("run summary: every field as the harness computes it, in its order, byte-id
   assert.match(table, /^Instances with empty patches: 2$/m);
   assert.match(table, /^Instances with errors: 2$/m);
   for (const [id, outcome] of [
-    ["r__r-1", "resolved"], ["r__r-2", "unresolved"], ["r__r-3", "empty patch"], ["r__r-5", "error"],
-    ["r__r-6", "error"], ["r__r-7", "incomplete"],
+    ["r__r-1", "resolved"],
+    ["r__r-2", "unresolved"],
+    ["r__r-3", "empty patch"],
+    ["r__r-5", "error"],
+    ["r__r-6", "error"],
+    ["r__r-7", "incomplete"],
   ]) {
     assert.match(table, new RegExp(`^${id} +${outcome}$`, "m"));
   }
@@ -487,7 +514,10 @@ test("predictions: JSON list, JSONL, keyed object (mini-swe-agent preds.json), g
   const dir = tempDir();
   const list = [pred("a__a-1", "diff 1"), pred("a__a-2", null)];
   writeFileSync(join(dir, "preds.json"), JSON.stringify(list, null, 2));
-  writeFileSync(join(dir, "preds.jsonl"), `${JSON.stringify(list[0])}\n\n${JSON.stringify({ ...list[1], extra: 7 })}\n`);
+  writeFileSync(
+    join(dir, "preds.jsonl"),
+    `${JSON.stringify(list[0])}\n\n${JSON.stringify({ ...list[1], extra: 7 })}\n`,
+  );
   writeFileSync(
     join(dir, "mini.json"),
     JSON.stringify({ "a__a-1": list[0], "a__a-2": { model_name_or_path: "org/model-v1", model_patch: "" } }, null, 2),
@@ -503,7 +533,10 @@ test("predictions: JSON list, JSONL, keyed object (mini-swe-agent preds.json), g
     { instance_id: "z", model_name_or_path: "None", model_patch: null },
   ]);
 
-  const dataset = [{ instance_id: "a__a-1", patch: "gold 1" }, { instance_id: "a__a-2", patch: "gold 2" }];
+  const dataset = [
+    { instance_id: "a__a-1", patch: "gold 1" },
+    { instance_id: "a__a-2", patch: "gold 2" },
+  ];
   assert.deepEqual(await loadPredictions("gold", dataset), [
     { instance_id: "a__a-1", model_name_or_path: "gold", model_patch: "gold 1" },
     { instance_id: "a__a-2", model_name_or_path: "gold", model_patch: "gold 2" },
@@ -528,17 +561,28 @@ test("predictions: malformed files give errors naming the file and line", async 
   };
   const good = JSON.stringify(pred("a", "d"));
   const badLine = write("bad.jsonl", `${good}\n${good}\n{"instance_id": "c", "model_patch": \n`);
-  await assert.rejects(loadPredictions(badLine), (e: Error) => e instanceof InvalidInputError && e.message.startsWith(`${badLine}:3: not valid JSON`));
+  await assert.rejects(
+    loadPredictions(badLine),
+    (e: Error) => e instanceof InvalidInputError && e.message.startsWith(`${badLine}:3: not valid JSON`),
+  );
   const badList = write("bad.json", `[\n  ${good},\n  {"instance_id": "b",, }\n]\n`);
-  await assert.rejects(loadPredictions(badList), new RegExp(`^InvalidInputError: ${badList}:3:\\d+: not valid JSON`.replace(/\//g, "\\/")));
+  await assert.rejects(
+    loadPredictions(badList),
+    new RegExp(`^InvalidInputError: ${badList}:3:\\d+: not valid JSON`.replace(/\//g, "\\/")),
+  );
   const noId = write("noid.json", JSON.stringify([pred("a", "d"), { model_patch: "x" }]));
   await assert.rejects(loadPredictions(noId), { message: `${noId}: entry 1: missing "instance_id"` });
   const numPatch = write("num.jsonl", `${good}\n{"instance_id": "b", "model_patch": 5}\n`);
-  await assert.rejects(loadPredictions(numPatch), { message: `${numPatch}:2: "model_patch" must be a string or null, got number` });
+  await assert.rejects(loadPredictions(numPatch), {
+    message: `${numPatch}:2: "model_patch" must be a string or null, got number`,
+  });
   const mismatch = write("mismatch.json", JSON.stringify({ a: pred("b", "d") }));
   await assert.rejects(loadPredictions(mismatch), /entry "a": key "a" differs from its "instance_id" "b"/);
   const scalar = write("scalar.json", "42");
-  await assert.rejects(loadPredictions(scalar), /predictions must be a list, JSON Lines, or an object keyed by instance id/);
+  await assert.rejects(
+    loadPredictions(scalar),
+    /predictions must be a list, JSON Lines, or an object keyed by instance id/,
+  );
   const empty = write("empty.json", "\n");
   await assert.rejects(loadPredictions(empty), /contains no predictions/);
   await assert.rejects(loadPredictions(join(dir, "missing.json")), NotFoundError);

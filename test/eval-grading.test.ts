@@ -31,7 +31,8 @@ const SM: StatusMap = {
 test("passed = PASSED|XFAIL; failed = absent|FAILED|ERROR; SKIPPED and raw tokens are neither", () => {
   assert.equal(testPassed("t::passed", SM), true);
   assert.equal(testPassed("t::xfail", SM), true);
-  for (const name of ["t::failed", "t::error", "t::skipped", "file", "t::absent"]) assert.equal(testPassed(name, SM), false);
+  for (const name of ["t::failed", "t::error", "t::skipped", "file", "t::absent"])
+    assert.equal(testPassed(name, SM), false);
   for (const name of ["t::failed", "t::error", "t::absent"]) assert.equal(testFailed(name, SM), true);
   for (const name of ["t::passed", "t::xfail", "t::skipped", "file"]) assert.equal(testFailed(name, SM), false);
   // Names that exist on every object's prototype are still absent.
@@ -57,26 +58,38 @@ test("tests_status lists keep order; skipped tests are in neither list; *_TO_FAI
     PASS_TO_FAIL: { success: [], failure: [] },
   });
   assert.deepEqual(Object.keys(ts), ["FAIL_TO_PASS", "PASS_TO_PASS", "FAIL_TO_FAIL", "PASS_TO_FAIL"]);
-  const withToFail = getTestsStatus(SM, { FAIL_TO_PASS: [], PASS_TO_PASS: [], FAIL_TO_FAIL: ["t::failed"], PASS_TO_FAIL: ["t::passed"] }, { calculateToFail: true });
+  const withToFail = getTestsStatus(
+    SM,
+    { FAIL_TO_PASS: [], PASS_TO_PASS: [], FAIL_TO_FAIL: ["t::failed"], PASS_TO_FAIL: ["t::passed"] },
+    { calculateToFail: true },
+  );
   assert.deepEqual(withToFail.FAIL_TO_FAIL, { success: [], failure: ["t::failed"] });
   assert.deepEqual(withToFail.PASS_TO_FAIL, { success: ["t::passed"], failure: [] });
 });
 
 test("fail-only evaluation counts a test as failed only when it shows FAILED", () => {
-  const ts = getTestsStatus(SM, { FAIL_TO_PASS: ["t::failed", "t::error", "t::absent", "t::skipped"], PASS_TO_PASS: [] }, { evalType: "fail_only" });
+  const ts = getTestsStatus(
+    SM,
+    { FAIL_TO_PASS: ["t::failed", "t::error", "t::absent", "t::skipped"], PASS_TO_PASS: [] },
+    { evalType: "fail_only" },
+  );
   assert.deepEqual(ts.FAIL_TO_PASS, { success: ["t::error", "t::absent", "t::skipped"], failure: ["t::failed"] });
 });
 
-function statusOf(f2p: readonly string[], p2p: readonly string[]): { ts: TestsStatus; f2p: number; p2p: number; res: string } {
+function statusOf(
+  f2p: readonly string[],
+  p2p: readonly string[],
+): { ts: TestsStatus; f2p: number; p2p: number; res: string } {
   const ts = getTestsStatus(SM, { FAIL_TO_PASS: f2p, PASS_TO_PASS: p2p });
   return { ts, f2p: f2pRatio(ts), p2p: p2pRatio(ts), res: resolutionStatus(ts) };
 }
 
 test("ratios and FULL / PARTIAL / NO", () => {
-  assert.deepEqual(
-    (({ f2p, p2p, res }) => ({ f2p, p2p, res }))(statusOf(["t::passed", "t::xfail"], ["t::passed"])),
-    { f2p: 1, p2p: 1, res: "FULL" },
-  );
+  assert.deepEqual((({ f2p, p2p, res }) => ({ f2p, p2p, res }))(statusOf(["t::passed", "t::xfail"], ["t::passed"])), {
+    f2p: 1,
+    p2p: 1,
+    res: "FULL",
+  });
   const partial = statusOf(["t::passed", "t::failed", "t::absent"], ["t::xfail"]);
   assert.equal(partial.f2p, 1 / 3);
   assert.equal(partial.res, "PARTIAL");
@@ -129,10 +142,17 @@ test("gradeInstance: the report entry in every situation", () => {
   // A patch, but the eval script never produced a log.
   const noLog = gradeInstance({ instance: INSTANCE, modelPatch: "diff", testOutput: null });
   assert.deepEqual(noLog.report["acme__calc-1"], {
-    patch_is_None: false, patch_exists: true, patch_successfully_applied: false, resolved: false,
+    patch_is_None: false,
+    patch_exists: true,
+    patch_successfully_applied: false,
+    resolved: false,
   });
   // A log carrying a failure marker.
-  const timedOut = gradeInstance({ instance: INSTANCE, modelPatch: "diff", testOutput: `${log("PASSED x")}\n${MARKERS.testsTimeout}` });
+  const timedOut = gradeInstance({
+    instance: INSTANCE,
+    modelPatch: "diff",
+    testOutput: `${log("PASSED x")}\n${MARKERS.testsTimeout}`,
+  });
   assert.equal(timedOut.report["acme__calc-1"]!.patch_successfully_applied, false);
   assert.equal(timedOut.report["acme__calc-1"]!.tests_status, undefined);
   assert.deepEqual(timedOut.log, { found: false, statusMap: null, reason: "tests_timed_out" });
@@ -167,7 +187,11 @@ test("gradeInstance: the report entry in every situation", () => {
   });
   assert.equal(missing.resolution, "NO"); // the absent PASS_TO_PASS test breaks it
   assert.deepEqual(Object.keys(missing.report["acme__calc-1"]!), [
-    "patch_is_None", "patch_exists", "patch_successfully_applied", "resolved", "tests_status",
+    "patch_is_None",
+    "patch_exists",
+    "patch_successfully_applied",
+    "resolved",
+    "tests_status",
   ]);
 
   const partialLog = log(
@@ -178,13 +202,28 @@ test("gradeInstance: the report entry in every situation", () => {
       "FAILED tests/test_calc.py::test_sub - assert 1 == 2",
     ].join("\n"),
   );
-  const partial = gradeInstance({ instance: INSTANCE, modelPatch: "", testOutput: partialLog, includeTestsStatus: false });
+  const partial = gradeInstance({
+    instance: INSTANCE,
+    modelPatch: "",
+    testOutput: partialLog,
+    includeTestsStatus: false,
+  });
   assert.equal(partial.resolution, "PARTIAL");
   assert.deepEqual(partial.report["acme__calc-1"], {
-    patch_is_None: false, patch_exists: true, patch_successfully_applied: true, resolved: false,
+    patch_is_None: false,
+    patch_exists: true,
+    patch_successfully_applied: true,
+    resolved: false,
   });
 
-  const fixed = gradeInstance({ instance: INSTANCE, modelPatch: "d", testOutput: partialLog.replace("FAILED tests/test_calc.py::test_sub - assert 1 == 2", "PASSED tests/test_calc.py::test_sub") });
+  const fixed = gradeInstance({
+    instance: INSTANCE,
+    modelPatch: "d",
+    testOutput: partialLog.replace(
+      "FAILED tests/test_calc.py::test_sub - assert 1 == 2",
+      "PASSED tests/test_calc.py::test_sub",
+    ),
+  });
   assert.equal(fixed.resolution, "FULL");
   assert.equal(fixed.report["acme__calc-1"]!.resolved, true);
 });
@@ -199,21 +238,42 @@ test("gradeInstance uses the row's log_parser, else its repository's parser", ()
   };
   assert.equal(gradeInstance({ instance: row, modelPatch: "d", testOutput: djangoLog }).resolution, "FULL");
   // Read as pytest output, the same log has no such test.
-  const asPytest = gradeInstance({ instance: { ...row, log_parser: "parse_log_pytest" }, modelPatch: "d", testOutput: djangoLog });
+  const asPytest = gradeInstance({
+    instance: { ...row, log_parser: "parse_log_pytest" },
+    modelPatch: "d",
+    testOutput: djangoLog,
+  });
   assert.equal(asPytest.resolution, "NO");
   assert.equal(asPytest.log?.found && asPytest.log.wholeLog, true); // nothing parsed between the markers
 });
 
 test("rewards: binary (default), fraction, custom", () => {
   const grade = (summary: string): Grade =>
-    gradeInstance({ instance: { ...INSTANCE, PASS_TO_PASS: ["tests/test_calc.py::test_mul"] }, modelPatch: "d", testOutput: log(summary) });
+    gradeInstance({
+      instance: { ...INSTANCE, PASS_TO_PASS: ["tests/test_calc.py::test_mul"] },
+      modelPatch: "d",
+      testOutput: log(summary),
+    });
   const half = grade("PASSED tests/test_calc.py::test_add\nPASSED tests/test_calc.py::test_mul");
-  const all = grade("PASSED tests/test_calc.py::test_add\nPASSED tests/test_calc.py::test_sub\nPASSED tests/test_calc.py::test_mul");
-  const broken = grade("PASSED tests/test_calc.py::test_add\nPASSED tests/test_calc.py::test_sub\nFAILED tests/test_calc.py::test_mul");
+  const all = grade(
+    "PASSED tests/test_calc.py::test_add\nPASSED tests/test_calc.py::test_sub\nPASSED tests/test_calc.py::test_mul",
+  );
+  const broken = grade(
+    "PASSED tests/test_calc.py::test_add\nPASSED tests/test_calc.py::test_sub\nFAILED tests/test_calc.py::test_mul",
+  );
   const none = gradeInstance({ instance: INSTANCE, modelPatch: null, testOutput: null });
-  assert.deepEqual([half, all, broken, none].map((g) => reward(g)), [0, 1, 0, 0]);
-  assert.deepEqual([half, all, broken, none].map((g) => reward(g, "fraction")), [0.5, 1, 0, 0]);
-  assert.equal(reward(half, (g) => (g.resolution === "PARTIAL" ? 0.25 : 0)), 0.25);
+  assert.deepEqual(
+    [half, all, broken, none].map((g) => reward(g)),
+    [0, 1, 0, 0],
+  );
+  assert.deepEqual(
+    [half, all, broken, none].map((g) => reward(g, "fraction")),
+    [0.5, 1, 0, 0],
+  );
+  assert.equal(
+    reward(half, (g) => (g.resolution === "PARTIAL" ? 0.25 : 0)),
+    0.25,
+  );
   assert.equal(parseRewardSpec("fraction"), "fraction");
   assert.throws(() => parseRewardSpec("bogus"), /unknown reward "bogus"/);
 });

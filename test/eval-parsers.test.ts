@@ -222,10 +222,7 @@ test("pytest v2 parser: ANSI colours (--color=yes) are stripped", async () => {
 
 test("pytest v2 parser: old-style verbose lines (`name STATUS`) are read too", async () => {
   // astropy's alternative test_cmd.
-  const log = await runMarked(
-    pytestProject(),
-    `${PYTEST_CMD} -vv -o console_output_style=classic --tb=no`,
-  );
+  const log = await runMarked(pytestProject(), `${PYTEST_CMD} -vv -o console_output_style=classic --tb=no`);
   assert.match(log, /test_demo\.py::test_skip SKIPPED \(not today\)/);
   // Summary lines come last and overwrite; the verbose lines add the skipped test by name.
   assert.deepEqual(statuses("pytest_v2", log), { ...PYTEST_EXPECTED, [`${D}test_skip`]: "SKIPPED" });
@@ -352,11 +349,23 @@ class Noisy(SimpleTestCase):
 };
 
 test("django parser: real `django test --verbosity 2` log, including the multi-line cases", async () => {
-  const log = await runMarked(project(DJANGO_FILES), "python -m django test --settings=proj.settings --verbosity 2 app");
+  const log = await runMarked(
+    project(DJANGO_FILES),
+    "python -m django test --settings=proj.settings --verbosity 2 app",
+  );
   // The shapes the special rules exist for really occur:
-  assert.match(log, /test_internal_error \(app\.tests\.Noisy\.test_internal_error\) \.\.\. Internal Server Error: \/boom\/\nok\n/);
-  assert.match(log, /test_system_check \(app\.tests\.Noisy\.test_system_check\) \.\.\. System check identified no issues \(0 silenced\)\.\nok\n/);
-  assert.match(log, /test_runs_inner_suite \(app\.tests\.Noisy\.test_runs_inner_suite\) \.\.\. Testing against Django installed in /);
+  assert.match(
+    log,
+    /test_internal_error \(app\.tests\.Noisy\.test_internal_error\) \.\.\. Internal Server Error: \/boom\/\nok\n/,
+  );
+  assert.match(
+    log,
+    /test_system_check \(app\.tests\.Noisy\.test_system_check\) \.\.\. System check identified no issues \(0 silenced\)\.\nok\n/,
+  );
+  assert.match(
+    log,
+    /test_runs_inner_suite \(app\.tests\.Noisy\.test_runs_inner_suite\) \.\.\. Testing against Django installed in /,
+  );
   const name = (cls: string, method: string): string => `${method} (app.tests.${cls}.${method})`;
   assert.deepEqual(statuses("django", log), {
     [name("Basics", "test_ok")]: "PASSED",
@@ -483,7 +492,9 @@ test("evalTestLog: markers, failure markers, and the whole-log fallback", async 
 
 test("every Python repository of the spec table has a parser; log_parser fields and names resolve", () => {
   // The repo's copy of the table (data/), else the shared one beside the checkout.
-  const candidates = ["../../data/", "../../../shared/data/"].map((d) => new URL(`${d}swebench-python-specs.json`, import.meta.url));
+  const candidates = ["../../data/", "../../../shared/data/"].map(
+    (d) => new URL(`${d}swebench-python-specs.json`, import.meta.url),
+  );
   const specsPath = candidates.find((u) => existsSync(u));
   assert.ok(specsPath, "swebench-python-specs.json not found in data/ or ../shared/data/");
   const table = JSON.parse(readFileSync(specsPath, "utf8")) as { specs: Record<string, unknown> };

@@ -35,7 +35,10 @@ before(async () => {
     prepareInstances(fx.instances, { home, reposDir: fx.reposDir, workers: 1 }),
     prepareInstances([smith], { home, reposDir: smithRepos, workers: 1 }),
   ]);
-  assert.deepEqual(built.flat().filter((r) => r.status === "failed"), []);
+  assert.deepEqual(
+    built.flat().filter((r) => r.status === "failed"),
+    [],
+  );
 });
 
 /** A live agent sandbox of the instance, after `script` ran in it. */
@@ -52,7 +55,9 @@ async function agent(script: string, stdin?: string, instance: Instance = inst):
 
 /** Everything about the agent's repository that evaluating must not change. */
 async function repoState(sb: Sandbox): Promise<string> {
-  const r = await sb.exec("git status --porcelain --untracked-files=all; md5sum .git/index; git count-objects -v; git rev-parse HEAD; git stash list");
+  const r = await sb.exec(
+    "git status --porcelain --untracked-files=all; md5sum .git/index; git count-objects -v; git rev-parse HEAD; git stash list",
+  );
   return r.stdout;
 }
 
@@ -60,16 +65,27 @@ describe("rewards", { concurrency: 3 }, () => {
   it("a patch: gold is FULL with reward 1, the partial fix PARTIAL (binary 0, fraction = share of FAIL_TO_PASS fixed)", async () => {
     const [gold, partial] = await Promise.all([
       evaluate({ instance: inst, patch: inst.patch }, { home }),
-      evaluateAttempt({ instance: inst.instance_id, patch: fx.partialFix.patch }, { home, dataset: fx.datasetPath, reward: "fraction" }),
+      evaluateAttempt(
+        { instance: inst.instance_id, patch: fx.partialFix.patch },
+        { home, dataset: fx.datasetPath, reward: "fraction" },
+      ),
     ]);
-    assert.equal(gold.status, "FULL", JSON.stringify({ grade: gold.grade, error: gold.error, tail: gold.testOutput?.slice(-4000) }));
+    assert.equal(
+      gold.status,
+      "FULL",
+      JSON.stringify({ grade: gold.grade, error: gold.error, tail: gold.testOutput?.slice(-4000) }),
+    );
     assert.equal(gold.resolved, true);
     assert.equal(gold.reward, 1);
     assert.equal(gold.report?.[inst.instance_id]?.resolved, true);
     assert.ok(gold.timings.testsMs > 0 && gold.timings.sandboxMs > 0 && gold.timings.overheadMs > 0);
     assert.ok(gold.timings.totalMs >= gold.timings.testsMs + gold.timings.sandboxMs);
 
-    assert.equal(partial.status, "PARTIAL", JSON.stringify({ grade: partial.grade, tail: partial.testOutput?.slice(-4000) }));
+    assert.equal(
+      partial.status,
+      "PARTIAL",
+      JSON.stringify({ grade: partial.grade, tail: partial.testOutput?.slice(-4000) }),
+    );
     assert.equal(partial.resolved, false);
     const fixed = fx.partialFix.fixedTests.length;
     assert.equal(partial.reward, fixed / (fixed + fx.partialFix.stillFailingTests.length));
@@ -84,7 +100,11 @@ describe("rewards", { concurrency: 3 }, () => {
     try {
       const before = await repoState(sb);
       // The sandbox knows its instance id (label); the dataset says what the instance is.
-      const r = await evaluate(sb, { home, dataset: fx.datasetPath, reward: (g) => (g.resolution === "FULL" ? 10 : -1) });
+      const r = await evaluate(sb, {
+        home,
+        dataset: fx.datasetPath,
+        reward: (g) => (g.resolution === "FULL" ? 10 : -1),
+      });
       assert.equal(r.status, "FULL", r.log);
       assert.equal(r.reward, 10);
       assert.match(r.patch, /^diff --git a\/calc\/blob\.bin b\/calc\/blob\.bin\nnew file mode 100644\n/m);
@@ -109,7 +129,11 @@ describe("rewards", { concurrency: 3 }, () => {
       assert.equal(r.reward, 0);
       assert.equal(r.resolved, false);
       const ts = r.report?.[inst.instance_id]?.tests_status;
-      assert.deepEqual(ts?.FAIL_TO_PASS.failure, inst.FAIL_TO_PASS, "the test patch is re-applied: the bug is still there");
+      assert.deepEqual(
+        ts?.FAIL_TO_PASS.failure,
+        inst.FAIL_TO_PASS,
+        "the test patch is re-applied: the bug is still there",
+      );
     } finally {
       await sb.close();
     }
@@ -117,7 +141,9 @@ describe("rewards", { concurrency: 3 }, () => {
 
   it("an agent that replaces the venv's pytest gets nothing", async () => {
     const fake = [...inst.FAIL_TO_PASS, ...inst.PASS_TO_PASS].map((t) => `PASSED ${t}`).join("\n");
-    const sb = await agent(`printf '#!/bin/sh\\ncat <<"EOF"\\n${fake}\\nEOF\\n' > /opt/venv/bin/pytest && chmod +x /opt/venv/bin/pytest`);
+    const sb = await agent(
+      `printf '#!/bin/sh\\ncat <<"EOF"\\n${fake}\\nEOF\\n' > /opt/venv/bin/pytest && chmod +x /opt/venv/bin/pytest`,
+    );
     try {
       // In its own sandbox, the fake works...
       const own = await sb.exec("pytest -rA tests/test_ops.py");
@@ -146,7 +172,8 @@ describe("rewards", { concurrency: 3 }, () => {
       const r = await evaluate(sb, { home, instance: smith });
       assert.equal(r.status, "FULL", r.log);
       assert.equal(r.reward, 1);
-      const headers = (p: string): string[] => p.split("\n").filter((l) => l.startsWith("diff --git ") || /^[-+](?![-+])/.test(l));
+      const headers = (p: string): string[] =>
+        p.split("\n").filter((l) => l.startsWith("diff --git ") || /^[-+](?![-+])/.test(l));
       assert.deepEqual(headers(r.patch), headers(smith.patch), "the diff is the fix, not the bug");
     } finally {
       await sb.close();
@@ -159,9 +186,12 @@ describe("rewards", { concurrency: 3 }, () => {
     const pending = runInstanceEvaluation({ home, instance: inst, patch: inst.patch, sandbox: fresh });
     // eval.sh re-installs the package first (seconds): the sandbox is closed under it.
     const killer = setInterval(() => {
-      void fresh.exec("pgrep -f 'pip install' >/dev/null").then((r) => {
-        if (r.exitCode === 0) void fresh.close();
-      }).catch(() => {});
+      void fresh
+        .exec("pgrep -f 'pip install' >/dev/null")
+        .then((r) => {
+          if (r.exitCode === 0) void fresh.close();
+        })
+        .catch(() => {});
     }, 300);
     const r = await pending;
     clearInterval(killer);
@@ -172,7 +202,10 @@ describe("rewards", { concurrency: 3 }, () => {
   });
 
   it("errors: a patch that does not apply is ERROR with reward 0; misuse throws", async () => {
-    const r = await evaluate({ instance: inst, patch: "diff --git a/nope.py b/nope.py\n--- a/nope.py\n+++ b/nope.py\n@@ -1 +1 @@\n-a\n+b\n" }, { home });
+    const r = await evaluate(
+      { instance: inst, patch: "diff --git a/nope.py b/nope.py\n--- a/nope.py\n+++ b/nope.py\n@@ -1 +1 @@\n-a\n+b\n" },
+      { home },
+    );
     assert.equal(r.status, "ERROR");
     assert.equal(r.error?.kind, "Patch Apply Failed");
     assert.equal(r.reward, 0);

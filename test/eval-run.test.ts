@@ -102,28 +102,61 @@ before(async () => {
     ].join("\n"),
   );
   const built = await prepareInstances(fx.instances, { home, reposDir: fx.reposDir, workers: 2 });
-  assert.deepEqual(built.filter((r) => r.status === "failed"), [], "fixture environments build");
+  assert.deepEqual(
+    built.filter((r) => r.status === "failed"),
+    [],
+    "fixture environments build",
+  );
 
   // Two runs at once (they share nothing but the environments): gold on two instances with the default report
   // dir (the current directory), and a mixed predictions file with --json and --report-dir.
   const { mkdirSync } = await import("node:fs");
   mkdirSync(goldCwd, { recursive: true });
   goldRun = runCli(
-    ["evaluate", "--dataset", fx.datasetPath, "--repos", fx.reposDir, "--predictions", "gold", "--run-id", "gold-run", "--instance-ids", id1, "--instance-ids", id2, "--workers", "2"],
+    [
+      "evaluate",
+      "--dataset",
+      fx.datasetPath,
+      "--repos",
+      fx.reposDir,
+      "--predictions",
+      "gold",
+      "--run-id",
+      "gold-run",
+      "--instance-ids",
+      id1,
+      "--instance-ids",
+      id2,
+      "--workers",
+      "2",
+    ],
     { cwd: goldCwd },
   );
   const preds = join(work, "preds.jsonl");
   writeFileSync(
     preds,
-    [
+    `${[
       { instance_id: id1, model_name_or_path: "my/model", model_patch: fx.partialFix.patch },
       { instance_id: id2, model_name_or_path: "my/model", model_patch: BAD_PATCH },
       { instance_id: "nobody__nothing-1", model_name_or_path: "my/model", model_patch: fx.instances[0]!.patch },
     ]
       .map((p) => JSON.stringify(p))
-      .join("\n") + "\n",
+      .join("\n")}\n`,
   );
-  mixedRun = runCli(["evaluate", "--dataset", fx.datasetPath, "--predictions", preds, "--run-id", "mixed", "--report-dir", mixedDir, "--json", "--workers", "2"]);
+  mixedRun = runCli([
+    "evaluate",
+    "--dataset",
+    fx.datasetPath,
+    "--predictions",
+    preds,
+    "--run-id",
+    "mixed",
+    "--report-dir",
+    mixedDir,
+    "--json",
+    "--workers",
+    "2",
+  ]);
 });
 
 test("gold patches resolve; the harness's files, summary and timing side files", async () => {
@@ -144,17 +177,46 @@ test("gold patches resolve; the harness's files, summary and timing side files",
 
   for (const inst of fx.instances.slice(0, 2)) {
     const dir = join(goldCwd, "logs", "run_evaluation", "gold-run", "gold", inst.instance_id);
-    assert.deepEqual(readdirSync(dir).sort(), ["eval.sh", "patch.diff", "report.json", "run_instance.log", "test_output.txt", "timings.json"]);
+    assert.deepEqual(readdirSync(dir).sort(), [
+      "eval.sh",
+      "patch.diff",
+      "report.json",
+      "run_instance.log",
+      "test_output.txt",
+      "timings.json",
+    ]);
     assert.equal(readFileSync(join(dir, "patch.diff"), "utf8"), inst.patch);
-    assert.equal(readFileSync(join(dir, "eval.sh"), "utf8"), makeEvalScript({ instance: inst, spec: envFor(inst, {}).spec }));
+    assert.equal(
+      readFileSync(join(dir, "eval.sh"), "utf8"),
+      makeEvalScript({ instance: inst, spec: envFor(inst, {}).spec }),
+    );
     const output = readFileSync(join(dir, "test_output.txt"), "utf8");
     assert.match(output, />>>>> Start Test Output/);
     assert.match(output, />>>>> End Test Output/);
     const reportText = readFileSync(join(dir, "report.json"), "utf8");
-    const report = JSON.parse(reportText) as Record<string, { resolved: boolean; tests_status: { FAIL_TO_PASS: { success: string[]; failure: string[] }; PASS_TO_PASS: { success: string[]; failure: string[] } } }>;
-    assert.equal(reportText, reportJsonText(report as never), "report.json is json.dumps(indent=4), no trailing newline");
+    const report = JSON.parse(reportText) as Record<
+      string,
+      {
+        resolved: boolean;
+        tests_status: {
+          FAIL_TO_PASS: { success: string[]; failure: string[] };
+          PASS_TO_PASS: { success: string[]; failure: string[] };
+        };
+      }
+    >;
+    assert.equal(
+      reportText,
+      reportJsonText(report as never),
+      "report.json is json.dumps(indent=4), no trailing newline",
+    );
     const entry = report[inst.instance_id]!;
-    assert.deepEqual(Object.keys(entry), ["patch_is_None", "patch_exists", "patch_successfully_applied", "resolved", "tests_status"]);
+    assert.deepEqual(Object.keys(entry), [
+      "patch_is_None",
+      "patch_exists",
+      "patch_successfully_applied",
+      "resolved",
+      "tests_status",
+    ]);
     assert.equal(entry.resolved, true);
     assert.deepEqual(entry.tests_status.FAIL_TO_PASS, { success: inst.FAIL_TO_PASS, failure: [] });
     assert.deepEqual(entry.tests_status.PASS_TO_PASS, { success: inst.PASS_TO_PASS, failure: [] });
@@ -166,12 +228,17 @@ test("gold patches resolve; the harness's files, summary and timing side files",
     assert.match(log, /Timings for .*: sandbox ready \d+ ms, patch apply \d+ ms, tests \d+ ms, grading \d+ ms/);
     const timings = readJson<Record<string, number | string>>(join(dir, "timings.json"));
     assert.equal(timings["status"], "resolved");
-    for (const k of ["sandboxMs", "applyMs", "testsMs", "gradingMs", "totalMs", "overheadMs"]) assert.equal(typeof timings[k], "number", k);
+    for (const k of ["sandboxMs", "applyMs", "testsMs", "gradingMs", "totalMs", "overheadMs"])
+      assert.equal(typeof timings[k], "number", k);
     assert.ok((timings["testsMs"] as number) > 0 && (timings["overheadMs"] as number) > 0);
   }
-  const runTimings = readJson<{ instancesRun: number; totals: Record<string, number>; means: Record<string, number>; instances: Record<string, unknown>; instancesPerMinute: number }>(
-    join(goldCwd, "gold.gold-run.timings.json"),
-  );
+  const runTimings = readJson<{
+    instancesRun: number;
+    totals: Record<string, number>;
+    means: Record<string, number>;
+    instances: Record<string, unknown>;
+    instancesPerMinute: number;
+  }>(join(goldCwd, "gold.gold-run.timings.json"));
   assert.equal(runTimings.instancesRun, 2);
   assert.ok(runTimings.instancesPerMinute > 0);
   assert.deepEqual(Object.keys(runTimings.instances).sort(), [id1, id2]);
@@ -215,9 +282,14 @@ test("--json: a partial fix is PARTIAL (not resolved), a patch that does not app
   assert.deepEqual(s.incomplete_ids, [endless]);
 
   const base = join(mixedDir, "logs", "run_evaluation", "mixed", "my__model");
-  const partial = readJson<Record<string, { resolved: boolean; tests_status: { FAIL_TO_PASS: { success: string[]; failure: string[] } } }>>(join(base, id1, "report.json"))[id1]!;
+  const partial = readJson<
+    Record<string, { resolved: boolean; tests_status: { FAIL_TO_PASS: { success: string[]; failure: string[] } } }>
+  >(join(base, id1, "report.json"))[id1]!;
   assert.equal(partial.resolved, false);
-  assert.deepEqual(partial.tests_status.FAIL_TO_PASS, { success: fx.partialFix.fixedTests, failure: fx.partialFix.stillFailingTests });
+  assert.deepEqual(partial.tests_status.FAIL_TO_PASS, {
+    success: fx.partialFix.fixedTests,
+    failure: fx.partialFix.stillFailingTests,
+  });
 
   const failed = join(base, id2);
   assert.ok(!existsSync(join(failed, "report.json")));
@@ -228,11 +300,24 @@ test("--json: a partial fix is PARTIAL (not resolved), a patch that does not app
     assert.ok(log.includes(`Failed to apply patch to sandbox: ${cmd}\n`), cmd);
   }
   assert.match(log, />>>>> Patch Apply Failed/);
-  assert.match(readFileSync(join(base, "nobody__nothing-1", "run_instance.log"), "utf8"), /ERROR - instance nobody__nothing-1 is not in/);
+  assert.match(
+    readFileSync(join(base, "nobody__nothing-1", "run_instance.log"), "utf8"),
+    /ERROR - instance nobody__nothing-1 is not in/,
+  );
 });
 
 test("empty predictions are not run (empty_patch), and a second run with the same id resumes", async () => {
-  const r = await runCli(["evaluate", "--dataset", fx.datasetPath, "--predictions", "empty", "--run-id", "nothing", "--report-dir", join(work, "empty")]);
+  const r = await runCli([
+    "evaluate",
+    "--dataset",
+    fx.datasetPath,
+    "--predictions",
+    "empty",
+    "--run-id",
+    "nothing",
+    "--report-dir",
+    join(work, "empty"),
+  ]);
   assert.equal(r.code, 0, r.stderr);
   const s = readJson<RunSummary>(join(work, "empty", "empty.nothing.json"));
   assert.equal(s.empty_patch_instances, 3);
@@ -243,7 +328,19 @@ test("empty predictions are not run (empty_patch), and a second run with the sam
 
   await goldRun;
   const again = await runCli(
-    ["evaluate", "--dataset", fx.datasetPath, "--predictions", "gold", "--run-id", "gold-run", "--instance-ids", id1, "--instance-ids", id2],
+    [
+      "evaluate",
+      "--dataset",
+      fx.datasetPath,
+      "--predictions",
+      "gold",
+      "--run-id",
+      "gold-run",
+      "--instance-ids",
+      id1,
+      "--instance-ids",
+      id2,
+    ],
     { cwd: goldCwd },
   );
   assert.equal(again.code, 0, again.stderr);
@@ -253,12 +350,35 @@ test("empty predictions are not run (empty_patch), and a second run with the sam
 
 test("an endless test ends as Tests Timed Out within the timeout, leaving nothing behind", async () => {
   await Promise.all([goldRun, mixedRun]);
-  const r = await runCli(["evaluate", "--dataset", fx.datasetPath, "--repos", fx.reposDir, "--predictions", "gold", "--run-id", "slow", "--instance-ids", endless, "--timeout", "20", "--report-dir", join(work, "slow"), "--json"]);
+  const r = await runCli([
+    "evaluate",
+    "--dataset",
+    fx.datasetPath,
+    "--repos",
+    fx.reposDir,
+    "--predictions",
+    "gold",
+    "--run-id",
+    "slow",
+    "--instance-ids",
+    endless,
+    "--timeout",
+    "20",
+    "--report-dir",
+    join(work, "slow"),
+    "--json",
+  ]);
   assert.equal(r.code, 0, r.stderr);
-  const out = JSON.parse(r.stdout) as { instances: Array<{ status: string; error?: { kind: string }; timings: { testsMs: number } }>; summary: RunSummary };
+  const out = JSON.parse(r.stdout) as {
+    instances: Array<{ status: string; error?: { kind: string }; timings: { testsMs: number } }>;
+    summary: RunSummary;
+  };
   const rec = out.instances[0]!;
   assert.equal(rec.error?.kind, "Tests Timed Out");
-  assert.ok(rec.timings.testsMs >= 19_500 && rec.timings.testsMs < 30_000, `tests ran ${rec.timings.testsMs} ms for a 20 s timeout`);
+  assert.ok(
+    rec.timings.testsMs >= 19_500 && rec.timings.testsMs < 30_000,
+    `tests ran ${rec.timings.testsMs} ms for a 20 s timeout`,
+  );
   assert.ok(r.ms < 90_000, `the whole command took ${r.ms} ms`);
   assert.deepEqual(out.summary.error_ids, [endless]);
   const dir = join(work, "slow", "logs", "run_evaluation", "slow", "gold", endless);
@@ -270,20 +390,55 @@ test("an endless test ends as Tests Timed Out within the timeout, leaving nothin
 });
 
 test("an environment that is not built (--no-build) is that instance's error; bad input is a clear error", async () => {
-  const extra = { ...fx.instances[0]!, instance_id: "fixture__calc-99", spec: { ...fx.instances[0]!.spec, env: { CALC_VARIANT: "unbuilt" } } };
+  const extra = {
+    ...fx.instances[0]!,
+    instance_id: "fixture__calc-99",
+    spec: { ...fx.instances[0]!.spec, env: { CALC_VARIANT: "unbuilt" } },
+  };
   const ds = join(work, "with-unbuilt.json");
   writeFileSync(ds, JSON.stringify([...fx.instances, extra]));
-  const r = await runCli(["evaluate", "--dataset", ds, "--predictions", "gold", "--run-id", "nobuild", "--instance-ids", "fixture__calc-99", "--no-build", "--report-dir", join(work, "nobuild"), "--json"]);
+  const r = await runCli([
+    "evaluate",
+    "--dataset",
+    ds,
+    "--predictions",
+    "gold",
+    "--run-id",
+    "nobuild",
+    "--instance-ids",
+    "fixture__calc-99",
+    "--no-build",
+    "--report-dir",
+    join(work, "nobuild"),
+    "--json",
+  ]);
   assert.equal(r.code, 0, r.stderr);
-  const out = JSON.parse(r.stdout) as { instances: Array<{ error?: { kind: string; message: string } }>; summary: RunSummary };
+  const out = JSON.parse(r.stdout) as {
+    instances: Array<{ error?: { kind: string; message: string } }>;
+    summary: RunSummary;
+  };
   assert.equal(out.instances[0]!.error?.kind, "Environment Missing");
   assert.match(out.instances[0]!.error!.message, /not built/);
   assert.deepEqual(out.summary.error_ids, ["fixture__calc-99"]);
 
-  const missing = await runCli(["evaluate", "--dataset", fx.datasetPath, "--predictions", join(work, "no-such-preds.json")]);
+  const missing = await runCli([
+    "evaluate",
+    "--dataset",
+    fx.datasetPath,
+    "--predictions",
+    join(work, "no-such-preds.json"),
+  ]);
   assert.notEqual(missing.code, 0);
   assert.match(missing.stderr, /predictions file not found/);
-  const badWorkers = await runCli(["evaluate", "--dataset", fx.datasetPath, "--predictions", "gold", "--workers", "zero"]);
+  const badWorkers = await runCli([
+    "evaluate",
+    "--dataset",
+    fx.datasetPath,
+    "--predictions",
+    "gold",
+    "--workers",
+    "zero",
+  ]);
   assert.equal(badWorkers.code, 2);
   assert.match(badWorkers.stderr, /--workers expects a positive integer/);
 });

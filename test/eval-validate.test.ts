@@ -45,7 +45,10 @@ before(async () => {
   datasetPath = join(work, "dataset.json");
   writeFileSync(datasetPath, JSON.stringify([good, wrong], null, 2));
   const built = await prepareInstances([good, wrong], { home, reposDir: fx.reposDir, workers: 2 });
-  assert.deepEqual(built.filter((r) => r.status === "failed"), []);
+  assert.deepEqual(
+    built.filter((r) => r.status === "failed"),
+    [],
+  );
   report = await validateInstances([good, wrong], { home, reposDir: fx.reposDir, workers: 2, progress: false });
 });
 
@@ -61,7 +64,10 @@ test("a valid instance passes; a wrong FAIL_TO_PASS list is invalid with the tes
   assert.equal(w!.instanceId, wrong.instance_id);
   assert.equal(w!.valid, false);
   assert.deepEqual(w!.problems, [`FAIL_TO_PASS test ${moved} passes without the fix`]);
-  assert.deepEqual(report.invalid.map((r) => r.instanceId), [wrong.instance_id]);
+  assert.deepEqual(
+    report.invalid.map((r) => r.instanceId),
+    [wrong.instance_id],
+  );
   assert.deepEqual(report.skipped, []);
 
   const text = renderValidation(report);
@@ -101,9 +107,15 @@ test("evaluate warns (stderr and run_instance.log) when grading on an environmen
   });
   assert.equal(r.summary.resolved_instances, 1, "the gold patch still resolves it: the warning is the point");
   assert.equal(warnings.length, 1);
-  assert.match(warnings[0]!, new RegExp(`${wrong.instance_id}: environment [0-9a-f]{12} of ${wrong.instance_id} failed validation`));
+  assert.match(
+    warnings[0]!,
+    new RegExp(`${wrong.instance_id}: environment [0-9a-f]{12} of ${wrong.instance_id} failed validation`),
+  );
   assert.ok(warnings[0]!.includes(`FAIL_TO_PASS test ${moved} passes without the fix`));
-  const log = readFileSync(join(reportDir, "logs", "run_evaluation", "warned", "gold", wrong.instance_id, "run_instance.log"), "utf8");
+  const log = readFileSync(
+    join(reportDir, "logs", "run_evaluation", "warned", "gold", wrong.instance_id, "run_instance.log"),
+    "utf8",
+  );
   assert.match(log, / - WARNING - environment [0-9a-f]{12} of .* failed validation/);
 });
 
@@ -125,7 +137,18 @@ test("problem wording for each direction (from real log text, no sandbox)", () =
   const inst = { ...good, FAIL_TO_PASS: ["t::f2p_a", "t::f2p_b"], PASS_TO_PASS: ["t::p2p"] };
   const run = (log: string): InstanceEvalResult => {
     const grade = gradeInstance({ instance: inst, modelPatch: "x", testOutput: log });
-    return { instanceId: inst.instance_id, status: "unresolved", resolution: grade.resolution, grade, report: grade.report, testOutput: log, applyCommand: null, timings: {} as never, warnings: [], log: "" };
+    return {
+      instanceId: inst.instance_id,
+      status: "unresolved",
+      resolution: grade.resolution,
+      grade,
+      report: grade.report,
+      testOutput: log,
+      applyCommand: null,
+      timings: {} as never,
+      warnings: [],
+      log: "",
+    };
   };
   const wrap = (lines: string[]): string => [">>>>> Start Test Output", ...lines, ">>>>> End Test Output"].join("\n");
   assert.deepEqual(goldProblems(inst, run(wrap(["PASSED t::f2p_a", "FAILED t::f2p_b", "FAILED t::p2p"]))), [
@@ -138,7 +161,13 @@ test("problem wording for each direction (from real log text, no sandbox)", () =
   assert.deepEqual(baseProblems(inst, run(wrap(["PASSED t::f2p_a", "FAILED t::f2p_b", "PASSED t::p2p"]))), [
     "FAIL_TO_PASS test t::f2p_a passes without the fix",
   ]);
-  assert.deepEqual(goldProblems(inst, run("no markers at all")), ["no test results with the gold patch (missing_markers)"]);
-  const errored: InstanceEvalResult = { ...run(""), status: "error", error: { kind: "Patch Apply Failed", message: "x" } };
+  assert.deepEqual(goldProblems(inst, run("no markers at all")), [
+    "no test results with the gold patch (missing_markers)",
+  ]);
+  const errored: InstanceEvalResult = {
+    ...run(""),
+    status: "error",
+    error: { kind: "Patch Apply Failed", message: "x" },
+  };
   assert.deepEqual(goldProblems(inst, errored), ["with the gold patch: Patch Apply Failed"]);
 });

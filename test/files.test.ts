@@ -24,7 +24,13 @@ test("list, exists, remove", async () => {
   await sb.files.write("/tmp/d/one", "1");
   await sb.files.mkdir("/tmp/d/sub");
   const entries = await sb.files.list("/tmp/d");
-  assert.deepEqual(entries.map((e) => [e.name, e.type]), [["one", "file"], ["sub", "dir"]]);
+  assert.deepEqual(
+    entries.map((e) => [e.name, e.type]),
+    [
+      ["one", "file"],
+      ["sub", "dir"],
+    ],
+  );
   assert.equal(await sb.files.exists("/tmp/d/one"), true);
   await sb.files.remove("/tmp/d");
   assert.equal(await sb.files.exists("/tmp/d"), false);

@@ -39,7 +39,10 @@ before(async () => {
   await runOk(py.python, ["-m", "venv", venv]);
   venvPython = join(venv, "bin", "python");
   // Offline machine: fail fast on the unreachable default index, resolve from the configured local one.
-  await runOk(venvPython, ["-m", "pip", "install", "-q", "pytest"], { env: { ...process.env, PIP_RETRIES: "0" }, timeoutMs: 300_000 });
+  await runOk(venvPython, ["-m", "pip", "install", "-q", "pytest"], {
+    env: { ...process.env, PIP_RETRIES: "0" },
+    timeoutMs: 300_000,
+  });
 });
 
 after(() => {
@@ -98,12 +101,20 @@ test("SWE-bench fixture: FAIL_TO_PASS fail and PASS_TO_PASS pass at base; gold p
     await git(work, ["apply", "-"], inst.test_patch);
     const files = directives(inst.test_patch);
     const before = await pytest(work, files);
-    assertExactly(before.statuses, { FAILED: inst.FAIL_TO_PASS, PASSED: inst.PASS_TO_PASS }, `${inst.instance_id} before`);
+    assertExactly(
+      before.statuses,
+      { FAILED: inst.FAIL_TO_PASS, PASSED: inst.PASS_TO_PASS },
+      `${inst.instance_id} before`,
+    );
 
     await git(work, ["apply", "-"], inst.patch);
     const afterGold = await pytest(work, files);
     assert.equal(afterGold.code, 0, afterGold.stdout);
-    assertExactly(afterGold.statuses, { PASSED: [...inst.FAIL_TO_PASS, ...inst.PASS_TO_PASS] }, `${inst.instance_id} gold`);
+    assertExactly(
+      afterGold.statuses,
+      { PASSED: [...inst.FAIL_TO_PASS, ...inst.PASS_TO_PASS] },
+      `${inst.instance_id} gold`,
+    );
   }
 });
 
@@ -166,9 +177,12 @@ test("SWE-bench fixture: history, dataset file and row specs", async () => {
     assert.equal(spec.test_cmd, "pytest -rA");
   }
   // Nearby commits: every base is a distinct ancestor of HEAD.
-  assert.equal(new Set(rows.filter((r) => r.instance_id !== fixture.endlessInstanceId).map((r) => r.base_commit)).size, 24);
+  assert.equal(
+    new Set(rows.filter((r) => r.instance_id !== fixture.endlessInstanceId).map((r) => r.base_commit)).size,
+    24,
+  );
   const tc = await findToolchain(fixture.python);
-  assert.ok(tc.version.startsWith(fixture.python + "."));
+  assert.ok(tc.version.startsWith(`${fixture.python}.`));
 });
 
 test("SWE-bench fixture: deterministic commits, and option validation", async () => {
@@ -180,7 +194,10 @@ test("SWE-bench fixture: deterministic commits, and option validation", async ()
     a.instances.map((i) => [i.base_commit, i.patch, i.test_patch, i.environment_setup_commit]),
     b.instances.map((i) => [i.base_commit, i.patch, i.test_patch, i.environment_setup_commit]),
   );
-  await assert.rejects(makeFixtureDataset(join(tmp, "bad"), { instances: 0 }), /instances must be an integer from 1 to \d+/);
+  await assert.rejects(
+    makeFixtureDataset(join(tmp, "bad"), { instances: 0 }),
+    /instances must be an integer from 1 to \d+/,
+  );
   await assert.rejects(makeFixtureDataset(join(tmp, "bad"), { instances: MAX_FIXTURE_INSTANCES + 1 }), /from 1 to/);
   assert.ok(MAX_FIXTURE_INSTANCES >= 20);
 });
@@ -203,7 +220,11 @@ test("SWE-bench fixture with a large history: pack about the size asked, determi
   await checkout(work, inst.base_commit);
   await git(work, ["apply", "-"], inst.test_patch);
   await git(work, ["apply", "-"], inst.patch);
-  assertExactly((await pytest(work, directives(inst.test_patch))).statuses, { PASSED: [...inst.FAIL_TO_PASS, ...inst.PASS_TO_PASS] }, "gold on history");
+  assertExactly(
+    (await pytest(work, directives(inst.test_patch))).statuses,
+    { PASSED: [...inst.FAIL_TO_PASS, ...inst.PASS_TO_PASS] },
+    "gold on history",
+  );
 });
 
 test("SWE-bench fixture: 20+ instances, checked at the far end of the history", async () => {
@@ -216,9 +237,17 @@ test("SWE-bench fixture: 20+ instances, checked at the far end of the history", 
   await checkout(work, inst.base_commit);
   await git(work, ["apply", "-"], inst.test_patch);
   const files = directives(inst.test_patch);
-  assertExactly((await pytest(work, files)).statuses, { FAILED: inst.FAIL_TO_PASS, PASSED: inst.PASS_TO_PASS }, "#24 before");
+  assertExactly(
+    (await pytest(work, files)).statuses,
+    { FAILED: inst.FAIL_TO_PASS, PASSED: inst.PASS_TO_PASS },
+    "#24 before",
+  );
   await git(work, ["apply", "-"], inst.patch);
-  assertExactly((await pytest(work, files)).statuses, { PASSED: [...inst.FAIL_TO_PASS, ...inst.PASS_TO_PASS] }, "#24 gold");
+  assertExactly(
+    (await pytest(work, files)).statuses,
+    { PASSED: [...inst.FAIL_TO_PASS, ...inst.PASS_TO_PASS] },
+    "#24 gold",
+  );
 });
 
 test("SWE-smith fixture: snapshot passes, bug patch breaks FAIL_TO_PASS only, reversed patch fixes it", async () => {
@@ -249,6 +278,10 @@ test("SWE-smith fixture: snapshot passes, bug patch breaks FAIL_TO_PASS only, re
 
     // Gold = reverse of the bug patch: it must restore the snapshot exactly (which passes, as checked above).
     await git(work, ["apply", "-"], inst.patch);
-    assert.equal((await git(work, ["status", "--porcelain"])).trim(), "", `${inst.instance_id}: gold restores the snapshot`);
+    assert.equal(
+      (await git(work, ["status", "--porcelain"])).trim(),
+      "",
+      `${inst.instance_id}: gold restores the snapshot`,
+    );
   }
 });

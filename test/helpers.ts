@@ -1,5 +1,14 @@
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { runOk } from "../src/util/run.js";
 import { tmpdir } from "node:os";
@@ -72,7 +81,9 @@ export const CLI = join(import.meta.dirname, "..", "src", "cli", "index.js");
  */
 export async function cachedVenv(name: string, packages: readonly string[]): Promise<string> {
   const pyVersion = (await runOk("python3", ["-c", "import sys; print(sys.version)"])).trim();
-  const key = createHash("sha256").update(JSON.stringify({ pyVersion, VENV_PACKAGES: packages, recipe: 1 })).digest("hex");
+  const key = createHash("sha256")
+    .update(JSON.stringify({ pyVersion, VENV_PACKAGES: packages, recipe: 1 }))
+    .digest("hex");
   const dir = join(tmpdir(), `msb-${name}-venv-${key.slice(0, 16)}`);
   const ready = join(dir, ".msb-ready");
   const lock = `${dir}.lock`;
@@ -95,7 +106,9 @@ export async function cachedVenv(name: string, packages: readonly string[]): Pro
         rmSync(dir, { recursive: true, force: true });
         await runOk("python3", ["-m", "venv", dir]);
         // --retries 0: an unreachable default index fails at once and pip uses the local one.
-        await runOk(join(dir, "bin", "python"), ["-m", "pip", "install", "--quiet", "--retries", "0", ...packages], { timeoutMs: 280_000 });
+        await runOk(join(dir, "bin", "python"), ["-m", "pip", "install", "--quiet", "--retries", "0", ...packages], {
+          timeoutMs: 280_000,
+        });
         writeFileSync(ready, new Date().toISOString());
       }
     } finally {

@@ -158,7 +158,13 @@ asyncio.run(main())
 });
 
 test("runtime client: 401 / 403 are HTTP errors and not alive; unknown class paths fall back to SwerexException", async () => {
-  const sb = (await (await fetch(`${srv.url}/sandboxes`, { method: "POST", headers: { "X-API-Key": TOKEN, "content-type": "application/json" }, body: "{}" })).json()) as { runtime_url: string; id: string };
+  const sb = (await (
+    await fetch(`${srv.url}/sandboxes`, {
+      method: "POST",
+      headers: { "X-API-Key": TOKEN, "content-type": "application/json" },
+      body: "{}",
+    })
+  ).json()) as { runtime_url: string; id: string };
   try {
     await py(
       "auth",

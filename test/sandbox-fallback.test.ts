@@ -26,7 +26,10 @@ test("fallback: copy-on-write workspace, clean environment, cwd, exit codes, err
   assert.ok(!/\bPWD=|OLDPWD|MSB_/.test(r.stdout), r.stdout);
   assert.equal(readFileSync(join(dir, "f"), "utf8"), "host\n");
   assert.equal((await sb.exec(["cat", "f"])).stdout, "changed\n");
-  assert.match((await sb.exec(["no-such-program"])).stderr, /^(\/usr\/bin\/)?env: .no-such-program.: No such file or directory\n$/);
+  assert.match(
+    (await sb.exec(["no-such-program"])).stderr,
+    /^(\/usr\/bin\/)?env: .no-such-program.: No such file or directory\n$/,
+  );
   assert.equal((await sb.exec(["true"], { cwd: "/no/dir" })).exitCode, 125);
   const merged = await sb.exec("for i in 1 2 3 4 5 6 7 8; do echo o$i; echo e$i >&2; done", { mergeOutput: true });
   assert.equal(merged.stdout, "o1\ne1\no2\ne2\no3\ne3\no4\ne4\no5\ne5\no6\ne6\no7\ne7\no8\ne8\n");

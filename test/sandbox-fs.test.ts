@@ -18,20 +18,41 @@ function workspace(): string {
 test("host paths outside the mount plan are invisible", async () => {
   await using sb = await Sandbox.create({ home, dir: workspace() });
   // /root inside is a private empty home, not the host's (which has .pyenv, .npm...).
-  const r = await sb.exec("ls -A /root; ls /home 2>&1; ls /work 2>&1; ls " + JSON.stringify(home) + " 2>&1; echo done");
+  const r = await sb.exec(`ls -A /root; ls /home 2>&1; ls /work 2>&1; ls ${JSON.stringify(home)} 2>&1; echo done`);
   assert.match(r.stdout, /No such file or directory[\s\S]*No such file or directory[\s\S]*No such file or directory/);
   assert.ok(!r.stdout.includes(".pyenv"), r.stdout);
   assert.match(r.stdout, /done\n$/);
   // The top level holds only what the plan names.
   const top = (await sb.exec(["ls", "/"])).stdout.split("\n").filter(Boolean).sort();
-  for (const name of top) assert.ok(["bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "root", "run", "sbin", "testbed", "tmp", "usr"].includes(name), `unexpected /${name}`);
+  for (const name of top)
+    assert.ok(
+      [
+        "bin",
+        "dev",
+        "etc",
+        "lib",
+        "lib32",
+        "lib64",
+        "libx32",
+        "proc",
+        "root",
+        "run",
+        "sbin",
+        "testbed",
+        "tmp",
+        "usr",
+      ].includes(name),
+      `unexpected /${name}`,
+    );
 });
 
 test("another sandbox's scratch, and the store and cache, cannot be reached", async () => {
   await using a = await Sandbox.create({ home, dir: workspace() });
   await using b = await Sandbox.create({ home, dir: workspace() });
   await a.exec("echo secret > /tmp/secret-a; echo s > /testbed/written-by-a");
-  const r = await b.exec("cat /tmp/secret-a; ls /testbed; find / -xdev -name 'secret-a' 2>/dev/null; ls /run/minisandbox");
+  const r = await b.exec(
+    "cat /tmp/secret-a; ls /testbed; find / -xdev -name 'secret-a' 2>/dev/null; ls /run/minisandbox",
+  );
   assert.ok(!r.stdout.includes("secret"), r.stdout);
   assert.ok(!r.stdout.includes("written-by-a"), r.stdout);
   // The store and node cache live in the home, which no sandbox sees.
@@ -48,7 +69,9 @@ test("system directories are read-only, /tmp and home are private and writable",
     assert.match(r.stderr, /Read-only file system|Permission denied/);
   }
   assert.ok(!existsSync("/usr/x") && !existsSync("/etc/x"));
-  const w = await sb.exec("echo ok > /tmp/t && cat /tmp/t && mkdir -p /root/tools && echo '{}' > /root/state.json && cat /root/state.json && echo $HOME");
+  const w = await sb.exec(
+    "echo ok > /tmp/t && cat /tmp/t && mkdir -p /root/tools && echo '{}' > /root/state.json && cat /root/state.json && echo $HOME",
+  );
   assert.equal(w.exitCode, 0, w.stderr);
   assert.equal(w.stdout, "ok\n{}\n/root\n");
   assert.ok(!existsSync("/tmp/t") || readFileSync("/tmp/t", "utf8") !== "ok\n");
@@ -71,7 +94,10 @@ test("the workspace is copy-on-write: the host directory never changes", async (
 test("the copy fallback gives the same workspace semantics", async () => {
   const dir = workspace();
   await using sb = await Sandbox.create({ home, dir, forceCopy: true });
-  assert.ok(sb.notices.some((n) => /copying/.test(n)), sb.notices.join("\n"));
+  assert.ok(
+    sb.notices.some((n) => /copying/.test(n)),
+    sb.notices.join("\n"),
+  );
   const r = await sb.exec("cat a.txt && echo changed > a.txt && cat a.txt");
   assert.equal(r.stdout, "original\nchanged\n");
   assert.equal(readFileSync(join(dir, "a.txt"), "utf8"), "original\n");

@@ -21,7 +21,10 @@ test("200 create/close cycles leave no process, mount, cgroup or scratch directo
   }
   assert.deepEqual(processesMatching(home), []);
   // pid 1 of each sandbox carries its id (the native helper's init; the fallback's keeper is checked through home).
-  assert.deepEqual(processesMatching("sandbox-init").filter((p) => ids.some((id) => p.includes(id))), []);
+  assert.deepEqual(
+    processesMatching("sandbox-init").filter((p) => ids.some((id) => p.includes(id))),
+    [],
+  );
   assert.deepEqual(mountsUnder(home), []);
   assert.deepEqual(scratchDirs(home), []);
   assert.deepEqual(cgroupsLeft(ids), []);

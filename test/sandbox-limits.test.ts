@@ -21,7 +21,9 @@ test("a fork bomb hits the process limit; the host and other sandboxes keep work
 
 test("a memory hog is stopped by the memory limit with a clear status", async () => {
   await using sb = await Sandbox.create({ home, limits: { memoryBytes: 128 * 1024 ** 2 } });
-  const r = await sb.exec(["python3", "-c", "x = bytearray(600 * 1024 * 1024); print('allocated')"], { timeoutMs: 30_000 });
+  const r = await sb.exec(["python3", "-c", "x = bytearray(600 * 1024 * 1024); print('allocated')"], {
+    timeoutMs: 30_000,
+  });
   assert.notEqual(r.exitCode, 0);
   assert.ok(!r.stdout.includes("allocated"));
   if (cg.memory) {
@@ -82,7 +84,11 @@ test("a command that leaves a background child holding stdout returns when the c
   assert.equal(r.exitCode, 0);
   assert.equal(r.stdout, "before\nafter\n");
   assert.ok(Date.now() - started < 3000, "must not wait for the background child");
-  assert.match((await sb.exec(["pgrep", "-c", "-f", "-x", "sleep 100"])).stdout, /^1\n$/, "the background child lives on");
+  assert.match(
+    (await sb.exec(["pgrep", "-c", "-f", "-x", "sleep 100"])).stdout,
+    /^1\n$/,
+    "the background child lives on",
+  );
 });
 
 test("binary output survives byte for byte", async () => {

@@ -11,7 +11,10 @@ const home = tempHome();
 test("own pid namespace: only the sandbox's processes are visible, pid 1 is ours", async () => {
   await using sb = await Sandbox.create({ home });
   const r = await sb.exec(["ps", "-eo", "pid,comm", "--no-headers"]);
-  const procs = r.stdout.trim().split("\n").map((l) => l.trim().split(/\s+/));
+  const procs = r.stdout
+    .trim()
+    .split("\n")
+    .map((l) => l.trim().split(/\s+/));
   assert.equal(procs[0]![0], "1");
   assert.ok(procs.length <= 4, r.stdout);
   assert.ok(!r.stdout.includes("node"), "host processes must be invisible");
@@ -49,13 +52,19 @@ test("no network by default: loopback only, host services unreachable", async ()
   try {
     await using sb = await Sandbox.create({ home });
     const links = await sb.exec(["cat", "/proc/net/dev"]);
-    const ifaces = links.stdout.split("\n").slice(2).filter(Boolean).map((l) => l.trim().split(":")[0]);
+    const ifaces = links.stdout
+      .split("\n")
+      .slice(2)
+      .filter(Boolean)
+      .map((l) => l.trim().split(":")[0]);
     assert.deepEqual(ifaces, ["lo"]);
     const r = await sb.exec(`exec 3<>/dev/tcp/127.0.0.1/${port} && cat <&3`, { timeoutMs: 5000 });
     assert.notEqual(r.exitCode, 0);
     assert.ok(!r.stdout.includes("hello"));
     // Loopback inside works (a server inside can be reached from inside).
-    const lo = await sb.exec("python3 -c \"import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); s.listen(); c=socket.create_connection(s.getsockname()); print('lo ok')\"");
+    const lo = await sb.exec(
+      "python3 -c \"import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); s.listen(); c=socket.create_connection(s.getsockname()); print('lo ok')\"",
+    );
     assert.equal(lo.stdout, "lo ok\n", lo.stderr);
 
     await using net = await Sandbox.create({ home, network: true });
@@ -70,7 +79,7 @@ test("root inside has a reduced capability set", async () => {
   await using sb = await Sandbox.create({ home });
   const r = await sb.exec("mount -t tmpfs x /mnt 2>&1; echo rc=$?; grep CapEff /proc/self/status");
   assert.match(r.stdout, /rc=(1|32)/);
-  const eff = BigInt("0x" + /CapEff:\s+([0-9a-f]+)/.exec(r.stdout)![1]!);
+  const eff = BigInt(`0x${/CapEff:\s+([0-9a-f]+)/.exec(r.stdout)![1]!}`);
   const CAP_SYS_ADMIN = 21n;
   assert.equal((eff >> CAP_SYS_ADMIN) & 1n, 0n, "CAP_SYS_ADMIN must be dropped");
   // Exactly Docker's default set, in the bounding set too (so no exec can regain more).

@@ -15,9 +15,17 @@ test("serve --dataset: instance sandboxes over HTTP, their diff, and a graded ev
   const [prep] = await prepareInstances(fx.instances, { home, reposDir: fx.reposDir });
   assert.equal(prep!.status, "built", prep!.error);
   const inst = fx.instances[0]!;
-  const server = await startServer({ home, authToken: "tok", provider: envProvider({ home, instances: fx.instances, reposDir: fx.reposDir }) });
+  const server = await startServer({
+    home,
+    authToken: "tok",
+    provider: envProvider({ home, instances: fx.instances, reposDir: fx.reposDir }),
+  });
   after(() => server.close());
-  const call = async (method: string, path: string, body?: unknown): Promise<{ status: number; json: Record<string, unknown> }> => {
+  const call = async (
+    method: string,
+    path: string,
+    body?: unknown,
+  ): Promise<{ status: number; json: Record<string, unknown> }> => {
     const r = await fetch(`${server.url}${path}`, {
       method,
       headers: { "X-API-Key": "tok", ...(body ? { "content-type": "application/json" } : {}) },
@@ -34,7 +42,11 @@ test("serve --dataset: instance sandboxes over HTTP, their diff, and a graded ev
   assert.equal((head.json["output"] as string).trim(), inst.base_commit);
   // The agent applies the gold patch through the runtime, then asks for its diff and its reward.
   assert.equal((await call("POST", `${rt}/write_file`, { path: "/tmp/fix.diff", content: inst.patch })).status, 200);
-  const applied = await call("POST", `${rt}/execute`, { command: "git apply /tmp/fix.diff", shell: true, cwd: "/testbed" });
+  const applied = await call("POST", `${rt}/execute`, {
+    command: "git apply /tmp/fix.diff",
+    shell: true,
+    cwd: "/testbed",
+  });
   assert.equal(applied.json["exit_code"], 0, JSON.stringify(applied.json));
   const diff = await call("GET", `${rt}/diff`);
   assert.match(diff.json["diff"] as string, /^diff --git/);

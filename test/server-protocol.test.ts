@@ -22,6 +22,7 @@ let srv: RunningServer;
 let P = "";
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
+// biome-ignore lint/suspicious/noExplicitAny: test bodies are read loosely
 type Json = any;
 interface Res {
   status: number;
@@ -142,9 +143,18 @@ test("create_session: defaults, startup_source, output shape, duplicates, valida
   const r = await post(`${P}/create_session`, {});
   assert.equal(r.status, 200, r.text);
   assert.deepEqual(r.json, { output: "", session_type: "bash" });
-  is511(await post(`${P}/create_session`, { session: "default" }), "swerex.exceptions.SessionExistsError", "session default already exists");
+  is511(
+    await post(`${P}/create_session`, { session: "default" }),
+    "swerex.exceptions.SessionExistsError",
+    "session default already exists",
+  );
   await post(`${P}/write_file`, { path: "/root/.bashrc", content: "export FROM_RC=yes\nPS1='custom> '\n" });
-  const rc = await post(`${P}/create_session`, { session: "rc", startup_source: ["/root/.bashrc"], startup_timeout: 10, session_type: "bash" });
+  const rc = await post(`${P}/create_session`, {
+    session: "rc",
+    startup_source: ["/root/.bashrc"],
+    startup_timeout: 10,
+    session_type: "bash",
+  });
   assert.deepEqual(rc.json, { output: "", session_type: "bash" });
   const echo = await post(`${P}/run_in_session`, { session: "rc", command: "echo $FROM_RC" });
   assert.equal(echo.json.output, "yes\n");
@@ -176,14 +186,33 @@ test("run_in_session: state persists; observation shape; check raise/silent/igno
     "swerex.exceptions.NonZeroExitCodeError",
     "Command 'echo out; false' failed with exit code 1. Here is the output:\n'out\\n'",
   );
-  is511(await s({ command: "exit_three() { return 3; }; exit_three", error_msg: "setup failed" }), "swerex.exceptions.NonZeroExitCodeError", /^setup failed: Command /);
+  is511(
+    await s({ command: "exit_three() { return 3; }; exit_three", error_msg: "setup failed" }),
+    "swerex.exceptions.NonZeroExitCodeError",
+    /^setup failed: Command /,
+  );
   // Every field has its default; the discriminator may be given or not.
-  const explicit = await s({ command: "echo x", timeout: null, is_interactive_command: false, is_interactive_quit: false, check: "raise", error_msg: "", expect: [], action_type: "bash" });
+  const explicit = await s({
+    command: "echo x",
+    timeout: null,
+    is_interactive_command: false,
+    is_interactive_quit: false,
+    check: "raise",
+    error_msg: "",
+    expect: [],
+    action_type: "bash",
+  });
   assert.equal(explicit.json.output, "x\n");
-  is511(await post(`${P}/run_in_session`, { session: "nope", command: "true" }), "swerex.exceptions.SessionDoesNotExistError", "session 'nope' does not exist");
+  is511(
+    await post(`${P}/run_in_session`, { session: "nope", command: "true" }),
+    "swerex.exceptions.SessionDoesNotExistError",
+    "session 'nope' does not exist",
+  );
   const missing = await post(`${P}/run_in_session`, { session: "run" });
   assert.equal(missing.status, 422);
-  assert.deepEqual(missing.json.detail, [{ type: "missing", loc: ["body", "bash", "command"], msg: "Field required", input: { session: "run" } }]);
+  assert.deepEqual(missing.json.detail, [
+    { type: "missing", loc: ["body", "bash", "command"], msg: "Field required", input: { session: "run" } },
+  ]);
   const badCheck = await s({ command: "true", check: "loud" });
   assert.equal(badCheck.json.detail[0].msg, "Input should be 'silent', 'raise' or 'ignore'");
 });
@@ -191,7 +220,11 @@ test("run_in_session: state persists; observation shape; check raise/silent/igno
 test("run_in_session: syntax errors raise BashIncorrectSyntaxError with extra_info and run nothing", async () => {
   await post(`${P}/create_session`, { session: "syn" });
   const r = await post(`${P}/run_in_session`, { session: "syn", command: "touch /tmp/ran; if true; then echo" });
-  is511(r, "swerex.exceptions.BashIncorrectSyntaxError", /^Error \(exit code 2\) while checking bash command \n'touch \/tmp\/ran; if true; then echo'\n---- Stderr ----\n/);
+  is511(
+    r,
+    "swerex.exceptions.BashIncorrectSyntaxError",
+    /^Error \(exit code 2\) while checking bash command \n'touch \/tmp\/ran; if true; then echo'\n---- Stderr ----\n/,
+  );
   assert.deepEqual(Object.keys(r.json.swerexception.extra_info).sort(), ["bash_stderr", "bash_stdout"]);
   assert.match(r.json.swerexception.extra_info.bash_stderr, /syntax error/);
   const ran = await post(`${P}/run_in_session`, { session: "syn", command: "test -e /tmp/ran", check: "silent" });
@@ -206,7 +239,13 @@ test("timeout raises CommandTimeoutError (float seconds), interrupt brings the s
   is511(t2, "swerex.exceptions.CommandTimeoutError", "timeout after 0.3 seconds while running command 'sleep 31'");
   const i = await post(`${P}/run_in_session`, { session: "slow", action_type: "bash_interrupt" });
   assert.equal(i.status, 200, i.text);
-  assert.deepEqual(Object.keys(i.json).sort(), ["exit_code", "expect_string", "failure_reason", "output", "session_type"]);
+  assert.deepEqual(Object.keys(i.json).sort(), [
+    "exit_code",
+    "expect_string",
+    "failure_reason",
+    "output",
+    "session_type",
+  ]);
   assert.equal(i.json.exit_code, 0);
   assert.equal((await post(`${P}/run_in_session`, { session: "slow", command: "echo back" })).json.output, "back\n");
   // A command that ignores SIGINT is stopped by stronger means.
@@ -215,9 +254,18 @@ test("timeout raises CommandTimeoutError (float seconds), interrupt brings the s
     command: "python3 -c 'import signal,time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)'",
     timeout: 0.5,
   });
-  const i2 = await post(`${P}/run_in_session`, { session: "slow", action_type: "bash_interrupt", timeout: 0.2, n_retry: 2, expect: [] });
+  const i2 = await post(`${P}/run_in_session`, {
+    session: "slow",
+    action_type: "bash_interrupt",
+    timeout: 0.2,
+    n_retry: 2,
+    expect: [],
+  });
   assert.equal(i2.status, 200, i2.text);
-  assert.equal((await post(`${P}/run_in_session`, { session: "slow", command: "echo recovered", timeout: 5 })).json.output, "recovered\n");
+  assert.equal(
+    (await post(`${P}/run_in_session`, { session: "slow", command: "echo recovered", timeout: 5 })).json.output,
+    "recovered\n",
+  );
 });
 
 test("expect patterns and interactive programs", async () => {
@@ -226,7 +274,10 @@ test("expect patterns and interactive programs", async () => {
   const start = await s({ command: "python3 -i -q", is_interactive_command: true, expect: [">>> "], timeout: 10 });
   assert.equal(start.json.expect_string, ">>> ");
   assert.equal(start.json.exit_code, 0);
-  assert.match((await s({ command: "print(6 * 7)", is_interactive_command: true, expect: [">>> "], timeout: 5 })).json.output, /42/);
+  assert.match(
+    (await s({ command: "print(6 * 7)", is_interactive_command: true, expect: [">>> "], timeout: 5 })).json.output,
+    /42/,
+  );
   assert.equal((await s({ command: "exit()", is_interactive_quit: true, timeout: 5 })).status, 200);
   assert.equal((await s({ command: "echo shell" })).json.output, "shell\n");
   const e = await s({ command: "echo ready-now; sleep 5", expect: ["ready-\\w+"], timeout: 5 });
@@ -240,7 +291,11 @@ test("large outputs come back whole up to the limit, then head and tail with a m
   await post(`${P}/create_session`, { session: "big" });
   const mid = await post(`${P}/run_in_session`, { session: "big", command: "seq 1 50000" });
   assert.equal(mid.json.output, Array.from({ length: 50000 }, (_, i) => `${i + 1}\n`).join(""));
-  const huge = await post(`${P}/run_in_session`, { session: "big", command: "echo START; seq 1 1500000; echo END", timeout: 60 });
+  const huge = await post(`${P}/run_in_session`, {
+    session: "big",
+    command: "echo START; seq 1 1500000; echo END",
+    timeout: 60,
+  });
   assert.ok(huge.json.output.startsWith("START\n1\n2\n"));
   assert.ok(huge.json.output.endsWith("1500000\nEND\n"));
   assert.match(huge.json.output, /characters of output omitted/);
@@ -256,7 +311,10 @@ test("sessions and sandboxes are independent: a long command delays nothing else
   await post(`${Q}/create_session`, {});
   // Ordering, not wall-clock budgets: the host may be loaded. Blocked requests would finish after the long one.
   let longDone = 0;
-  const long = post(`${P}/run_in_session`, { session: "long", command: "sleep 5; echo done" }).then((r) => ((longDone = Date.now()), r));
+  const long = post(`${P}/run_in_session`, { session: "long", command: "sleep 5; echo done" }).then((r) => {
+    longDone = Date.now();
+    return r;
+  });
   await new Promise((r) => setTimeout(r, 200));
   const results = await Promise.all([
     ...Array.from({ length: 10 }, (_, i) => post(`${P}/run_in_session`, { session: "quick", command: `echo q${i}` })),
@@ -266,8 +324,8 @@ test("sessions and sandboxes are independent: a long command delays nothing else
     post("/sandboxes", {}),
   ]);
   assert.equal(longDone, 0, "the other requests finished while the long command was still running");
-  results.slice(0, 10).forEach((r, i) => assert.equal(r.json.output, `q${i}\n`));
-  results.slice(10, 20).forEach((r, i) => assert.equal(r.json.output, `o${i}\n`));
+  for (const [i, r] of results.slice(0, 10).entries()) assert.equal(r.json.output, `q${i}\n`);
+  for (const [i, r] of results.slice(10, 20).entries()) assert.equal(r.json.output, `o${i}\n`);
   assert.equal((await long).json.output, "done\n");
   await call("DELETE", `/sandboxes/${results[results.length - 1]!.json.id}`);
   await call("DELETE", `/sandboxes/${other.id}`);
@@ -279,7 +337,9 @@ test("close_session and close: sessions end, the sandbox stays", async () => {
   await post(`${Q}/create_session`, { session: "a" });
   await post(`${Q}/create_session`, { session: "b" });
   assert.deepEqual((await call("GET", Q)).json.sessions.sort(), ["a", "b"]);
-  assert.deepEqual((await post(`${Q}/close_session`, { session: "a", session_type: "bash" })).json, { session_type: "bash" });
+  assert.deepEqual((await post(`${Q}/close_session`, { session: "a", session_type: "bash" })).json, {
+    session_type: "bash",
+  });
   is511(await post(`${Q}/close_session`, { session: "a" }), "swerex.exceptions.SessionDoesNotExistError");
   // SWE-ReX's client POSTs /close with no body at all.
   const res = await fetch(`${srv.url}${Q}/close`, { method: "POST", headers: { "X-API-Key": TOKEN } });
@@ -295,7 +355,11 @@ test("close_session and close: sessions end, the sandbox stays", async () => {
 
 test("execute: shlex split, shell, lists, env replaces, cwd, merged streams, exit codes", async () => {
   const x = (body: Record<string, unknown>) => post(`${P}/execute`, body);
-  assert.deepEqual((await x({ command: `printf '%s|' 'a b' "c d" e\\ f` })).json, { stdout: "a b|c d|e f|", stderr: "", exit_code: 0 });
+  assert.deepEqual((await x({ command: `printf '%s|' 'a b' "c d" e\\ f` })).json, {
+    stdout: "a b|c d|e f|",
+    stderr: "",
+    exit_code: 0,
+  });
   const sh = await x({ command: "echo $HOME; echo err >&2; exit 3", shell: true });
   assert.deepEqual(sh.json, { stdout: "/root\n", stderr: "err\n", exit_code: 3 });
   assert.deepEqual((await x({ command: ["sh", "-c", "echo $0 $1", "zero", "one"] })).json.stdout, "zero one\n");
@@ -308,29 +372,68 @@ test("execute: shlex split, shell, lists, env replaces, cwd, merged streams, exi
   assert.deepEqual(merged.json, { stdout: "a\nb\nc\n", stderr: "", exit_code: 0 });
   assert.equal((await x({ command: ["sh", "-c", "kill -9 $$"] })).json.exit_code, -9);
   assert.equal((await x({ command: ["cat"] })).json.stdout, "", "stdin is closed");
-  assert.equal((await x({ command: ["sh", "-c", "printf 'ok\\377\\n'"] })).json.stdout, "ok\\xff\n", "bytes.decode(errors='backslashreplace')");
+  assert.equal(
+    (await x({ command: ["sh", "-c", "printf 'ok\\377\\n'"] })).json.stdout,
+    "ok\\xff\n",
+    "bytes.decode(errors='backslashreplace')",
+  );
 });
 
 test("execute: errors are Python's (FileNotFoundError, ValueError...) and SWE-ReX's (timeout, check)", async () => {
   const x = (body: Record<string, unknown>) => post(`${P}/execute`, body);
-  is511(await x({ command: ["no-such-program", "x"] }), "builtins.FileNotFoundError", "[Errno 2] No such file or directory: 'no-such-program'");
-  is511(await x({ command: "ls", cwd: "/no/dir" }), "builtins.FileNotFoundError", "[Errno 2] No such file or directory: '/no/dir'");
-  is511(await x({ command: ["/etc/passwd"] }), "builtins.PermissionError", "[Errno 13] Permission denied: '/etc/passwd'");
-  is511(await x({ command: ["no-such-program"], merge_output_streams: true }), "builtins.FileNotFoundError", "[Errno 2] No such file or directory: 'no-such-program'");
-  assert.equal((await x({ command: ["sh", "-c", "echo $A >&2"], env: { A: "z" }, merge_output_streams: true })).json.stdout, "z\n");
+  is511(
+    await x({ command: ["no-such-program", "x"] }),
+    "builtins.FileNotFoundError",
+    "[Errno 2] No such file or directory: 'no-such-program'",
+  );
+  is511(
+    await x({ command: "ls", cwd: "/no/dir" }),
+    "builtins.FileNotFoundError",
+    "[Errno 2] No such file or directory: '/no/dir'",
+  );
+  is511(
+    await x({ command: ["/etc/passwd"] }),
+    "builtins.PermissionError",
+    "[Errno 13] Permission denied: '/etc/passwd'",
+  );
+  is511(
+    await x({ command: ["no-such-program"], merge_output_streams: true }),
+    "builtins.FileNotFoundError",
+    "[Errno 2] No such file or directory: 'no-such-program'",
+  );
+  assert.equal(
+    (await x({ command: ["sh", "-c", "echo $A >&2"], env: { A: "z" }, merge_output_streams: true })).json.stdout,
+    "z\n",
+  );
   is511(await x({ command: "echo 'unterminated" }), "builtins.ValueError", "No closing quotation");
   is511(await x({ command: "" }), "builtins.IndexError");
-  is511(await x({ command: ["true"], env: { "A=B": "1" } }), "builtins.ValueError", "illegal environment variable name");
+  is511(
+    await x({ command: ["true"], env: { "A=B": "1" } }),
+    "builtins.ValueError",
+    "illegal environment variable name",
+  );
   const t0 = Date.now();
-  is511(await x({ command: ["sleep", "30"], timeout: 0.5 }), "swerex.exceptions.CommandTimeoutError", "Timeout (0.5s) exceeded while running command");
+  is511(
+    await x({ command: ["sleep", "30"], timeout: 0.5 }),
+    "swerex.exceptions.CommandTimeoutError",
+    "Timeout (0.5s) exceeded while running command",
+  );
   assert.ok(Date.now() - t0 < 5000);
-  is511(await x({ command: "sleep 30", shell: true, timeout: 1 }), "swerex.exceptions.CommandTimeoutError", "Timeout (1.0s) exceeded while running command");
+  is511(
+    await x({ command: "sleep 30", shell: true, timeout: 1 }),
+    "swerex.exceptions.CommandTimeoutError",
+    "Timeout (1.0s) exceeded while running command",
+  );
   is511(
     await x({ command: ["sh", "-c", "echo o; echo e >&2; exit 2"], check: true }),
     "swerex.exceptions.NonZeroExitCodeError",
     "Command ['sh', '-c', 'echo o; echo e >&2; exit 2'] failed with exit code 2. Stdout:\n'o\\n'\nStderr:\n'e\\n'",
   );
-  is511(await x({ command: "false", check: true, error_msg: "oops" }), "swerex.exceptions.NonZeroExitCodeError", /^oops: Command 'false' failed/);
+  is511(
+    await x({ command: "false", check: true, error_msg: "oops" }),
+    "swerex.exceptions.NonZeroExitCodeError",
+    /^oops: Command 'false' failed/,
+  );
   assert.equal((await x({ command: "false", check: false })).json.exit_code, 1);
   const v = await x({ command: 5, timeout: "x", env: ["a"] });
   assert.equal(v.status, 422);
@@ -343,33 +446,81 @@ test("execute: errors are Python's (FileNotFoundError, ValueError...) and SWE-Re
 // ----------------------------------------------------------------------------------------------- files
 
 test("read_file / write_file: parents created, text semantics, encodings, OSError classes", async () => {
-  assert.deepEqual((await post(`${P}/write_file`, { path: "/tmp/w/deep/f.txt", content: "héllo\r\nworld\r" })).json, {});
+  assert.deepEqual(
+    (await post(`${P}/write_file`, { path: "/tmp/w/deep/f.txt", content: "héllo\r\nworld\r" })).json,
+    {},
+  );
   assert.deepEqual((await post(`${P}/read_file`, { path: "/tmp/w/deep/f.txt" })).json, { content: "héllo\nworld\n" });
-  assert.equal((await post(`${P}/execute`, { command: ["od", "-An", "-c", "/tmp/w/deep/f.txt"] })).json.stdout.includes("\\r"), true, "written as given");
+  assert.equal(
+    (await post(`${P}/execute`, { command: ["od", "-An", "-c", "/tmp/w/deep/f.txt"] })).json.stdout.includes("\\r"),
+    true,
+    "written as given",
+  );
   await post(`${P}/execute`, { command: ["sh", "-c", "printf 'a\\377b' > /tmp/w/bin"] });
-  is511(await post(`${P}/read_file`, { path: "/tmp/w/bin" }), "builtins.UnicodeDecodeError", /can't decode byte 0xff in position 1/);
+  is511(
+    await post(`${P}/read_file`, { path: "/tmp/w/bin" }),
+    "builtins.UnicodeDecodeError",
+    /can't decode byte 0xff in position 1/,
+  );
   assert.equal((await post(`${P}/read_file`, { path: "/tmp/w/bin", errors: "replace" })).json.content, "a\ufffdb");
   assert.equal((await post(`${P}/read_file`, { path: "/tmp/w/bin", encoding: "latin-1" })).json.content, "a\u00ffb");
-  assert.equal((await post(`${P}/read_file`, { path: "/tmp/w/bin", errors: "backslashreplace" })).json.content, "a\\xffb");
-  is511(await post(`${P}/read_file`, { path: "/tmp/w/bin", encoding: "klingon" }), "builtins.LookupError", "unknown encoding: klingon");
-  is511(await post(`${P}/read_file`, { path: "/tmp/none" }), "builtins.FileNotFoundError", "[Errno 2] No such file or directory: '/tmp/none'");
-  is511(await post(`${P}/read_file`, { path: "/tmp/w" }), "builtins.IsADirectoryError", "[Errno 21] Is a directory: '/tmp/w'");
-  is511(await post(`${P}/write_file`, { path: "/usr/x.txt", content: "x" }), "builtins.OSError", "[Errno 30] Read-only file system: '/usr/x.txt'");
+  assert.equal(
+    (await post(`${P}/read_file`, { path: "/tmp/w/bin", errors: "backslashreplace" })).json.content,
+    "a\\xffb",
+  );
+  is511(
+    await post(`${P}/read_file`, { path: "/tmp/w/bin", encoding: "klingon" }),
+    "builtins.LookupError",
+    "unknown encoding: klingon",
+  );
+  is511(
+    await post(`${P}/read_file`, { path: "/tmp/none" }),
+    "builtins.FileNotFoundError",
+    "[Errno 2] No such file or directory: '/tmp/none'",
+  );
+  is511(
+    await post(`${P}/read_file`, { path: "/tmp/w" }),
+    "builtins.IsADirectoryError",
+    "[Errno 21] Is a directory: '/tmp/w'",
+  );
+  is511(
+    await post(`${P}/write_file`, { path: "/usr/x.txt", content: "x" }),
+    "builtins.OSError",
+    "[Errno 30] Read-only file system: '/usr/x.txt'",
+  );
   is511(await post(`${P}/write_file`, { path: "/tmp/w", content: "x" }), "builtins.IsADirectoryError");
   const v = await post(`${P}/write_file`, { path: "/tmp/x" });
   assert.equal(v.status, 422);
-  assert.deepEqual(v.json.detail, [{ type: "missing", loc: ["body", "content"], msg: "Field required", input: { path: "/tmp/x" } }]);
+  assert.deepEqual(v.json.detail, [
+    { type: "missing", loc: ["body", "content"], msg: "Field required", input: { path: "/tmp/x" } },
+  ]);
   assert.equal((await post(`${P}/read_file`, {})).json.detail[0].loc.join("."), "body.path");
 });
 
 test("upload: single files land at target_path; zipped directories unpack with modes and inner symlinks", async () => {
-  const f = await post(`${P}/upload`, form({ target_path: "/root/tools/one/bin/tool.sh", unzip: "false" }, { data: Buffer.from("#!/bin/sh\necho tool\n"), name: "tool.sh" }));
+  const f = await post(
+    `${P}/upload`,
+    form(
+      { target_path: "/root/tools/one/bin/tool.sh", unzip: "false" },
+      { data: Buffer.from("#!/bin/sh\necho tool\n"), name: "tool.sh" },
+    ),
+  );
   assert.equal(f.status, 200, f.text);
   assert.deepEqual(f.json, {});
-  assert.equal((await post(`${P}/read_file`, { path: "/root/tools/one/bin/tool.sh" })).json.content, "#!/bin/sh\necho tool\n");
+  assert.equal(
+    (await post(`${P}/read_file`, { path: "/root/tools/one/bin/tool.sh" })).json.content,
+    "#!/bin/sh\necho tool\n",
+  );
   // unzip defaults to false
-  assert.equal((await post(`${P}/upload`, form({ target_path: "/root/plain.bin" }, { data: Buffer.from([0, 1, 2]), name: "x" }))).status, 200);
-  assert.equal((await post(`${P}/execute`, { command: ["wc", "-c", "/root/plain.bin"] })).json.stdout, "3 /root/plain.bin\n");
+  assert.equal(
+    (await post(`${P}/upload`, form({ target_path: "/root/plain.bin" }, { data: Buffer.from([0, 1, 2]), name: "x" })))
+      .status,
+    200,
+  );
+  assert.equal(
+    (await post(`${P}/execute`, { command: ["wc", "-c", "/root/plain.bin"] })).json.stdout,
+    "3 /root/plain.bin\n",
+  );
   const dir = tempDir();
   mkdirSync(join(dir, "bin"));
   mkdirSync(join(dir, "lib", "deep"), { recursive: true });
@@ -377,37 +528,85 @@ test("upload: single files land at target_path; zipped directories unpack with m
   writeFileSync(join(dir, "lib", "deep", "data.txt"), "x".repeat(10_000));
   writeFileSync(join(dir, "README"), "hi\n");
   await runOk("ln", ["-s", "../lib/deep/data.txt", join(dir, "bin", "data")]);
-  const z = await post(`${P}/upload`, form({ target_path: "/root/tools/bundle", unzip: "true" }, { data: zipDirectory(dir), name: "zipped_transfer.zip" }));
+  const z = await post(
+    `${P}/upload`,
+    form(
+      { target_path: "/root/tools/bundle", unzip: "true" },
+      { data: zipDirectory(dir), name: "zipped_transfer.zip" },
+    ),
+  );
   assert.equal(z.status, 200, z.text);
   assert.equal((await post(`${P}/execute`, { command: ["/root/tools/bundle/bin/run"] })).json.stdout, "ran\n");
-  assert.equal((await post(`${P}/execute`, { command: ["wc", "-c", "/root/tools/bundle/bin/data"] })).json.stdout, "10000 /root/tools/bundle/bin/data\n");
-  assert.equal((await post(`${P}/execute`, { command: ["readlink", "/root/tools/bundle/bin/data"] })).json.stdout, "../lib/deep/data.txt\n");
+  assert.equal(
+    (await post(`${P}/execute`, { command: ["wc", "-c", "/root/tools/bundle/bin/data"] })).json.stdout,
+    "10000 /root/tools/bundle/bin/data\n",
+  );
+  assert.equal(
+    (await post(`${P}/execute`, { command: ["readlink", "/root/tools/bundle/bin/data"] })).json.stdout,
+    "../lib/deep/data.txt\n",
+  );
   const missing = await post(`${P}/upload`, form({ unzip: "true" }));
   assert.equal(missing.status, 422);
-  assert.deepEqual(missing.json.detail.map((d: Json) => d.loc.join(".")), ["body.file", "body.target_path"]);
+  assert.deepEqual(
+    missing.json.detail.map((d: Json) => d.loc.join(".")),
+    ["body.file", "body.target_path"],
+  );
   const notForm = await post(`${P}/upload`, { target_path: "/x" });
   assert.equal(notForm.status, 422);
 });
 
 test("upload: archives escaping the target are rejected before anything is written", async () => {
   const evil: Record<string, Parameters<typeof buildZip>[0]> = {
-    dotdot: [{ name: "ok.txt", data: "fine" }, { name: "../escape.txt", data: "bad" }],
-    nested: [{ name: "a/", type: "dir" }, { name: "a/../../escape.txt", data: "bad" }],
-    absolute: [{ name: "ok.txt", data: "fine" }, { name: "/tmp/escape.txt", data: "bad" }],
-    linkOut: [{ name: "ok.txt", data: "fine" }, { name: "out", type: "symlink", data: "../../.." }],
+    dotdot: [
+      { name: "ok.txt", data: "fine" },
+      { name: "../escape.txt", data: "bad" },
+    ],
+    nested: [
+      { name: "a/", type: "dir" },
+      { name: "a/../../escape.txt", data: "bad" },
+    ],
+    absolute: [
+      { name: "ok.txt", data: "fine" },
+      { name: "/tmp/escape.txt", data: "bad" },
+    ],
+    linkOut: [
+      { name: "ok.txt", data: "fine" },
+      { name: "out", type: "symlink", data: "../../.." },
+    ],
     linkAbs: [{ name: "etc", type: "symlink", data: "/etc" }],
-    linkThenFile: [{ name: "sub", type: "symlink", data: "." }, { name: "sub/x.txt", data: "bad" }],
-    linkChain: [{ name: "d/", type: "dir" }, { name: "d/self", type: "symlink", data: "." }, { name: "hop", type: "symlink", data: "d/self/../.." }],
-    duplicate: [{ name: "x.txt", data: "1" }, { name: "x.txt", data: "2" }],
+    linkThenFile: [
+      { name: "sub", type: "symlink", data: "." },
+      { name: "sub/x.txt", data: "bad" },
+    ],
+    linkChain: [
+      { name: "d/", type: "dir" },
+      { name: "d/self", type: "symlink", data: "." },
+      { name: "hop", type: "symlink", data: "d/self/../.." },
+    ],
+    duplicate: [
+      { name: "x.txt", data: "1" },
+      { name: "x.txt", data: "2" },
+    ],
   };
   for (const [name, entries] of Object.entries(evil)) {
     const target = `/root/evil-${name}`;
-    const r = await post(`${P}/upload`, form({ target_path: target, unzip: "true" }, { data: buildZip(entries), name: "z.zip" }));
+    const r = await post(
+      `${P}/upload`,
+      form({ target_path: target, unzip: "true" }, { data: buildZip(entries), name: "z.zip" }),
+    );
     is511(r, "builtins.ValueError", /^upload rejected, nothing was extracted: /);
-    const ls = await post(`${P}/execute`, { command: ["sh", "-c", `ls -A ${target} /root/escape.txt /escape.txt /tmp/escape.txt 2>/dev/null; true`] });
+    const ls = await post(`${P}/execute`, {
+      command: ["sh", "-c", `ls -A ${target} /root/escape.txt /escape.txt /tmp/escape.txt 2>/dev/null; true`],
+    });
     assert.equal(ls.json.stdout, "", `${name}: nothing may be written (${ls.json.stdout})`);
   }
-  is511(await post(`${P}/upload`, form({ target_path: "/root/nz", unzip: "true" }, { data: Buffer.from("not a zip at all"), name: "z.zip" })), "zipfile.BadZipFile");
+  is511(
+    await post(
+      `${P}/upload`,
+      form({ target_path: "/root/nz", unzip: "true" }, { data: Buffer.from("not a zip at all"), name: "z.zip" }),
+    ),
+    "zipfile.BadZipFile",
+  );
 });
 
 // ----------------------------------------------------------------------------------------- idempotency
@@ -423,7 +622,9 @@ test("X-Request-ID: a repeated id replays the stored response, also while the fi
   const slow = { session: "idem", command: "sleep 0.5; n=$((n+1)); echo $n" };
   const [c, d] = await Promise.all([
     post(`${P}/run_in_session`, slow, { headers: { "X-Request-ID": "req-3" } }),
-    new Promise((r) => setTimeout(r, 100)).then(() => post(`${P}/run_in_session`, slow, { headers: { "X-Request-ID": "req-3" } })),
+    new Promise((r) => setTimeout(r, 100)).then(() =>
+      post(`${P}/run_in_session`, slow, { headers: { "X-Request-ID": "req-3" } }),
+    ),
   ]);
   assert.equal(c.json.output, "3\n");
   assert.equal(d.text, c.text);
@@ -439,15 +640,27 @@ test("X-Request-ID: a repeated id replays the stored response, also while the fi
   assert.equal(await lost, "TimeoutError");
   assert.equal(retried.json.output, "4\n");
   // Errors are replayed too.
-  const e1 = await post(`${P}/run_in_session`, { session: "idem", command: "n=$((n+1)); false" }, { headers: { "X-Request-ID": "req-4" } });
-  const e2 = await post(`${P}/run_in_session`, { session: "idem", command: "n=$((n+1)); false" }, { headers: { "X-Request-ID": "req-4" } });
+  const e1 = await post(
+    `${P}/run_in_session`,
+    { session: "idem", command: "n=$((n+1)); false" },
+    { headers: { "X-Request-ID": "req-4" } },
+  );
+  const e2 = await post(
+    `${P}/run_in_session`,
+    { session: "idem", command: "n=$((n+1)); false" },
+    { headers: { "X-Request-ID": "req-4" } },
+  );
   assert.equal(e1.status, 511);
   assert.equal(e2.status, 511);
   assert.equal((await post(`${P}/run_in_session`, { session: "idem", command: "echo $n" })).json.output, "5\n");
 });
 
 test("validation: JSON errors, wrong body types, extra fields ignored", async () => {
-  const bad = await fetch(`${srv.url}${P}/execute`, { method: "POST", headers: { "X-API-Key": TOKEN, "content-type": "application/json" }, body: "{nope" });
+  const bad = await fetch(`${srv.url}${P}/execute`, {
+    method: "POST",
+    headers: { "X-API-Key": TOKEN, "content-type": "application/json" },
+    body: "{nope",
+  });
   assert.equal(bad.status, 422);
   assert.equal(((await bad.json()) as Json).detail[0].type, "json_invalid");
   const arr = await post(`${P}/execute`, [1, 2]);
@@ -455,7 +668,9 @@ test("validation: JSON errors, wrong body types, extra fields ignored", async ()
   assert.equal(arr.json.detail[0].type, "model_attributes_type");
   const none = await fetch(`${srv.url}${P}/run_in_session`, { method: "POST", headers: { "X-API-Key": TOKEN } });
   assert.equal(none.status, 422);
-  assert.deepEqual(((await none.json()) as Json).detail, [{ type: "missing", loc: ["body"], msg: "Field required", input: null }]);
+  assert.deepEqual(((await none.json()) as Json).detail, [
+    { type: "missing", loc: ["body"], msg: "Field required", input: null },
+  ]);
   assert.equal((await post(`${P}/execute`, { command: "true", unknown_field: 1 })).status, 200);
   const lax = await post(`${P}/execute`, { command: "echo x", timeout: "5", merge_output_streams: "yes" });
   assert.equal(lax.status, 200, "pydantic coerces numeric strings and yes/no");
@@ -466,7 +681,13 @@ test("validation: JSON errors, wrong body types, extra fields ignored", async ()
 test("lifecycle: create from a directory, inspect, list, delete; errors have clear statuses", async () => {
   const dir = tempDir();
   writeFileSync(join(dir, "hello.txt"), "from host\n");
-  const sb = await newSandbox({ dir, network: false, limits: { memory_bytes: 512 * 1024 ** 2, pids: 200 }, labels: { run: "t1" }, env: { MY: "var" } });
+  const sb = await newSandbox({
+    dir,
+    network: false,
+    limits: { memory_bytes: 512 * 1024 ** 2, pids: 200 },
+    labels: { run: "t1" },
+    env: { MY: "var" },
+  });
   assert.match(sb.id, /^sb-[0-9a-f]{12}$/);
   assert.equal(sb.runtime_url, `${srv.url}/sandboxes/${sb.id}`);
   assert.equal(sb.source, "dir");
@@ -493,7 +714,10 @@ test("lifecycle: create from a directory, inspect, list, delete; errors have cle
   assert.equal(both.status, 422);
   const badLimits = await post("/sandboxes", { limits: { memory_bytes: -1, cores: 2 } });
   assert.equal(badLimits.status, 422);
-  assert.deepEqual(badLimits.json.detail.map((d: Json) => d.loc.join(".")), ["body.limits.memory_bytes", "body.limits.cores"]);
+  assert.deepEqual(
+    badLimits.json.detail.map((d: Json) => d.loc.join(".")),
+    ["body.limits.memory_bytes", "body.limits.cores"],
+  );
   const ev = await post(`${P}/evaluate`);
   assert.equal(ev.status, 501);
   assert.equal((await call("GET", `${P}/diff`)).status, 501);
@@ -510,7 +734,11 @@ test("provider: instance sandboxes, evaluate and diff through a real provider; r
   const provider: WorkspaceProvider = {
     async forInstance(id) {
       if (id !== "calc-1") throw new NotFoundError(`instance ${id} not in the dataset`);
-      return { options: { dir: repo, env: { PYTHONDONTWRITEBYTECODE: "1" } }, release: () => released++, meta: { repo: "calc" } };
+      return {
+        options: { dir: repo, env: { PYTHONDONTWRITEBYTECODE: "1" } },
+        release: () => released++,
+        meta: { repo: "calc" },
+      };
     },
     async evaluate(sb: Sandbox, id: string) {
       const r = await sb.exec(["bash", "/testbed/run_tests.sh"], { cwd: "/testbed", timeoutMs: 30_000 });
@@ -537,7 +765,7 @@ test("provider: instance sandboxes, evaluate and diff through a real provider; r
     assert.equal(before.json.result.resolved, false);
     await post(`${Q}/write_file`, { path: "/testbed/calc.py", content: "def add(a, b):\n    return a + b\n" }, o);
     const diff = (await call("GET", `${Q}/diff`, undefined, o)).json.diff;
-    assert.match(diff, /^-    return a - b\n\+    return a \+ b$/m);
+    assert.match(diff, /^- {4}return a - b\n\+ {4}return a \+ b$/m);
     const afterEv = await post(`${Q}/evaluate`, undefined, o);
     assert.equal(afterEv.json.result.resolved, true);
     assert.match(afterEv.json.result.log, /PASSED/);
@@ -553,10 +781,21 @@ test("provider: instance sandboxes, evaluate and diff through a real provider; r
 });
 
 test("429 over --max-sandboxes; body and upload size limits", async () => {
-  const s3 = await startServer({ home, authToken: TOKEN, maxSandboxes: 2, maxBodyBytes: 64 * 1024, maxUploadBytes: 100_000, maxReadBytes: 1000 });
+  const s3 = await startServer({
+    home,
+    authToken: TOKEN,
+    maxSandboxes: 2,
+    maxBodyBytes: 64 * 1024,
+    maxUploadBytes: 100_000,
+    maxReadBytes: 1000,
+  });
   try {
     const o = { base: s3.url };
-    const created = await Promise.all([post("/sandboxes", {}, o), post("/sandboxes", {}, o), post("/sandboxes", {}, o)]);
+    const created = await Promise.all([
+      post("/sandboxes", {}, o),
+      post("/sandboxes", {}, o),
+      post("/sandboxes", {}, o),
+    ]);
     const statuses = created.map((r) => r.status).sort();
     assert.deepEqual(statuses, [201, 201, 429]);
     const limited = created.find((r) => r.status === 429)!;
@@ -567,10 +806,18 @@ test("429 over --max-sandboxes; body and upload size limits", async () => {
     const big = await post(`/sandboxes/${id}/write_file`, { path: "/tmp/x", content: "x".repeat(100_000) }, o);
     assert.equal(big.status, 413);
     const other = created.find((r) => r.status === 201 && r.json.id !== id)!.json.id;
-    const up = await post(`/sandboxes/${other}/upload`, form({ target_path: "/tmp/big" }, { data: Buffer.alloc(200_000), name: "big" }), o);
+    const up = await post(
+      `/sandboxes/${other}/upload`,
+      form({ target_path: "/tmp/big" }, { data: Buffer.alloc(200_000), name: "big" }),
+      o,
+    );
     assert.equal(up.status, 413, up.text);
     await post(`/sandboxes/${other}/execute`, { command: "head -c 2000 /dev/zero > /tmp/big.bin", shell: true }, o);
-    is511(await post(`/sandboxes/${other}/read_file`, { path: "/tmp/big.bin" }, o), "builtins.OSError", /^\[Errno 27\] File too large: '\/tmp\/big.bin'/);
+    is511(
+      await post(`/sandboxes/${other}/read_file`, { path: "/tmp/big.bin" }, o),
+      "builtins.OSError",
+      /^\[Errno 27\] File too large: '\/tmp\/big.bin'/,
+    );
     assert.equal((await call("GET", `/sandboxes/${other}/files?path=/tmp/big.bin`, undefined, o)).status, 400);
     const m = (await call("GET", "/metrics", undefined, o)).text;
     assert.match(m, /^minisandbox_sandbox_creations_total\{result="rejected"\} 1$/m);
@@ -585,10 +832,16 @@ test("TTL and idle timeouts reap sandboxes (a busy sandbox is not idle); process
   const ttl = await newSandbox({ ttl_seconds: 3 });
   const idle = await newSandbox({ idle_timeout_seconds: 2 });
   await post(`/sandboxes/${ttl.id}/create_session`, {});
-  await post(`/sandboxes/${ttl.id}/run_in_session`, { command: "exec -a msb-ttl-marker sleep 1000 &" , check: "ignore" });
+  await post(`/sandboxes/${ttl.id}/run_in_session`, {
+    command: "exec -a msb-ttl-marker sleep 1000 &",
+    check: "ignore",
+  });
   assert.ok(processesMatching("msb-ttl-marker").length > 0);
   let busyDone = 0;
-  const busy = post(`/sandboxes/${idle.id}/execute`, { command: ["sleep", "4"] }).then((r) => ((busyDone = Date.now()), r));
+  const busy = post(`/sandboxes/${idle.id}/execute`, { command: ["sleep", "4"] }).then((r) => {
+    busyDone = Date.now();
+    return r;
+  });
   await waitFor(async () => (await call("GET", `/sandboxes/${ttl.id}`)).status === 404, 12000, "ttl reaping");
   assert.ok(Date.now() >= Date.parse(ttl.expires_at), "not before its ttl");
   assert.ok(Date.parse(ttl.expires_at) - Date.parse(ttl.created_at) >= 3000);
@@ -614,7 +867,8 @@ test("metrics: Prometheus text with sandboxes, sessions, creations and command l
     "minisandbox_evaluations_total",
     "minisandbox_command_duration_seconds_bucket",
     "minisandbox_command_duration_seconds_count",
-  ]) assert.match(r.text, new RegExp(`^# TYPE ${name.replace(/_(bucket|count)$/, "")} `, "m"), name);
+  ])
+    assert.match(r.text, new RegExp(`^# TYPE ${name.replace(/_(bucket|count)$/, "")} `, "m"), name);
   assert.match(r.text, /^minisandbox_command_duration_seconds_count\{kind="session"\} \d+$/m);
   assert.match(r.text, /^minisandbox_sessions_live [1-9]\d*$/m);
 });
@@ -652,8 +906,26 @@ test("SIGTERM to a real `serve` process closes every sandbox: no process, scratc
     await p.parseAsync(process.argv.slice(1), { from: "user" });`;
   const child = spawn(
     process.execPath,
-    ["--input-type=module", "-e", code, "--", "--home", h, "serve", "--port", "0", "--dir", dir, "--log-level", "silent"],
-    { cwd: join(import.meta.dirname, ".."), stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, MINISANDBOX_AUTH_TOKEN: TOKEN } },
+    [
+      "--input-type=module",
+      "-e",
+      code,
+      "--",
+      "--home",
+      h,
+      "serve",
+      "--port",
+      "0",
+      "--dir",
+      dir,
+      "--log-level",
+      "silent",
+    ],
+    {
+      cwd: join(import.meta.dirname, ".."),
+      stdio: ["ignore", "ignore", "pipe"],
+      env: { ...process.env, MINISANDBOX_AUTH_TOKEN: TOKEN },
+    },
   );
   let stderr = "";
   const url = await new Promise<string>((resolve, reject) => {
@@ -670,7 +942,11 @@ test("SIGTERM to a real `serve` process closes every sandbox: no process, scratc
     const sb = await newSandbox({ limits: { pids: 100 } }, url);
     ids.push(sb.id);
     await post(`/sandboxes/${sb.id}/create_session`, {}, o);
-    await post(`/sandboxes/${sb.id}/run_in_session`, { command: `exec -a msb-sigterm-marker-${i} sleep 1000 &`, check: "ignore" }, o);
+    await post(
+      `/sandboxes/${sb.id}/run_in_session`,
+      { command: `exec -a msb-sigterm-marker-${i} sleep 1000 &`, check: "ignore" },
+      o,
+    );
   }
   const root = (await call("GET", "/sandboxes", undefined, o)).json.sandboxes.find((s: Json) => s.default).id;
   ids.push(root);

@@ -12,7 +12,8 @@ async function withSession<T>(fn: (sb: Sandbox) => Promise<T>): Promise<T> {
   return await fn(sb);
 }
 
-const swerexClass = (cls: string) => (e: unknown) => e instanceof SessionError && e.swerexClass === `swerex.exceptions.${cls}`;
+const swerexClass = (cls: string) => (e: unknown) =>
+  e instanceof SessionError && e.swerexClass === `swerex.exceptions.${cls}`;
 
 test("cwd, exports and functions persist between commands; exit codes are returned", () =>
   withSession(async (sb) => {
@@ -22,7 +23,10 @@ test("cwd, exports and functions persist between commands; exit codes are return
     assert.deepEqual(r, { output: "/tmp\nbar\nhi you\n", exitCode: 0, expectString: "" });
     assert.equal((await s.run("(exit 7)", { check: "silent" })).exitCode, 7);
     assert.equal((await s.run("false", { check: "ignore" })).exitCode, null);
-    await assert.rejects(s.run("echo out; false"), (e: unknown) => swerexClass("NonZeroExitCodeError")(e) && /out/.test((e as Error).message));
+    await assert.rejects(
+      s.run("echo out; false"),
+      (e: unknown) => swerexClass("NonZeroExitCodeError")(e) && /out/.test((e as Error).message),
+    );
   }));
 
 test("syntax errors are reported without running anything", () =>
@@ -42,8 +46,8 @@ test("multi-line commands, heredocs and long commands (beyond the 4 KiB tty line
     const s = sb.sessions.get();
     const r = await s.run("cat <<'EOF' > /tmp/f.py\nprint('x' * 3)\nEOF\npython3 /tmp/f.py");
     assert.equal(r.output, "xxx\n");
-    const long = "echo " + "a".repeat(20_000);
-    assert.equal((await s.run(long)).output, "a".repeat(20_000) + "\n");
+    const long = `echo ${"a".repeat(20_000)}`;
+    assert.equal((await s.run(long)).output, `${"a".repeat(20_000)}\n`);
   }));
 
 test("output is cleaned: no ANSI escapes, no \\r\\n, no sentinels; isatty holds", () =>
@@ -57,7 +61,12 @@ test("output is cleaned: no ANSI escapes, no \\r\\n, no sentinels; isatty holds"
 test("a timeout leaves the command running; interrupt brings the session back", () =>
   withSession(async (sb) => {
     const s = sb.sessions.get();
-    await assert.rejects(s.run("sleep 30", { timeoutMs: 300 }), (e: unknown) => swerexClass("CommandTimeoutError")(e) && /timeout after 0.3 seconds while running command 'sleep 30'/.test((e as Error).message));
+    await assert.rejects(
+      s.run("sleep 30", { timeoutMs: 300 }),
+      (e: unknown) =>
+        swerexClass("CommandTimeoutError")(e) &&
+        /timeout after 0.3 seconds while running command 'sleep 30'/.test((e as Error).message),
+    );
     const ps = await sb.exec(["pgrep", "-c", "-f", "-x", "sleep 30"]);
     assert.equal(ps.stdout, "1\n", "the timed-out command keeps running");
     await s.interrupt();
@@ -67,7 +76,12 @@ test("a timeout leaves the command running; interrupt brings the session back", 
 test("a command that ignores SIGINT is stopped by stronger means", () =>
   withSession(async (sb) => {
     const s = sb.sessions.get();
-    await assert.rejects(s.run("trap '' INT; python3 -c 'import signal,time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)'", { timeoutMs: 300 }));
+    await assert.rejects(
+      s.run(
+        "trap '' INT; python3 -c 'import signal,time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)'",
+        { timeoutMs: 300 },
+      ),
+    );
     await s.interrupt({ timeoutMs: 200, retries: 2 });
     assert.equal((await s.run("echo recovered", { timeoutMs: 5000 })).output, "recovered\n");
   }));
@@ -128,7 +142,10 @@ test("sessions are independent and run concurrently; names are unique", async ()
 test("startup files are sourced; the shell exiting is reported", async () => {
   await using sb = await Sandbox.create({ home });
   await sb.files.write("/root/.bashrc", "export FROM_RC=yes\nPS1='custom> '\n");
-  const { session, output } = await sb.sessions.create("rc", { startupSource: ["/root/.bashrc"], startupTimeoutMs: 5000 });
+  const { session, output } = await sb.sessions.create("rc", {
+    startupSource: ["/root/.bashrc"],
+    startupTimeoutMs: 5000,
+  });
   assert.equal(output, "");
   assert.equal((await session.run("echo $FROM_RC")).output, "yes\n");
   await assert.rejects(session.run("exit 3", { timeoutMs: 5000 }), swerexClass("SessionNotInitializedError"));

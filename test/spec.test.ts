@@ -68,7 +68,10 @@ test("real lookups: requirement paths, env setup commit, eval commands and unkno
   const raw = rawFile.specs["django/django"]!["3.0"]!;
   assert.equal(django.packages, "requirements.txt");
   assert.deepEqual(django.eval_commands, raw.eval_commands);
-  assert.deepEqual(django.extra, { reqs_paths: rawFile.reqs_paths["django/django"], environment_setup_commit: "e".repeat(40) });
+  assert.deepEqual(django.extra, {
+    reqs_paths: rawFile.reqs_paths["django/django"],
+    environment_setup_commit: "e".repeat(40),
+  });
 
   const pylint = specForInstance(instance("pylint-dev/pylint", "2.14"));
   assert.equal(pylint.extra?.nano_cpus, rawFile.specs["pylint-dev/pylint"]!["2.14"]!.nano_cpus);
@@ -89,7 +92,10 @@ test("every repo/version of the table maps to a valid EnvSpec", () => {
       n++;
     }
   }
-  assert.equal(n, Object.values(rawFile.specs).reduce((sum, v) => sum + Object.keys(v).length, 0));
+  assert.equal(
+    n,
+    Object.values(rawFile.specs).reduce((sum, v) => sum + Object.keys(v).length, 0),
+  );
   assert.ok(n >= 300);
 });
 
@@ -98,20 +104,25 @@ test("unknown repo / version / missing version: clear errors listing what is kno
     () => specForInstance(instance("sympy/sympy", "9.9")),
     (e: Error & { code?: string }) => {
       assert.equal(e.code, "not_found");
-      assert.match(e.message, /no environment spec for sympy\/sympy version 9\.9 .*known versions of sympy\/sympy: 0\.7, 1\.0, 1\.1, 1\.2, .*1\.14; give one with --specs FILE/);
+      assert.match(
+        e.message,
+        /no environment spec for sympy\/sympy version 9\.9 .*known versions of sympy\/sympy: 0\.7, 1\.0, 1\.1, 1\.2, .*1\.14; give one with --specs FILE/,
+      );
       return true;
     },
   );
   const repoCount = Object.keys(rawFile.specs).length;
   assert.throws(
     () => specForInstance(instance("acme/widgets", "1.0")),
-    new RegExp(`no environment spec for acme/widgets .*knows ${repoCount} repositories \\(astropy/astropy, .*sympy/sympy\\)`),
+    new RegExp(
+      `no environment spec for acme/widgets .*knows ${repoCount} repositories \\(astropy/astropy, .*sympy/sympy\\)`,
+    ),
   );
   assert.throws(() => specForInstance(instance("sympy/sympy", undefined)), /has no "version"/);
   assert.deepEqual(knownVersions("acme/widgets"), []);
 });
 
-test("overrides: table < repo \"*\" < repo version < instance entry < row spec, field by field", () => {
+test('overrides: table < repo "*" < repo version < instance entry < row spec, field by field', () => {
   const file = join(tmp, "specs.json");
   const id = "sympy__sympy-1.1";
   writeFileSync(
@@ -145,30 +156,53 @@ test("overrides: table < repo \"*\" < repo version < instance entry < row spec, 
 });
 
 test("overrides can define repos and versions the table lacks; the table's own format is accepted", () => {
-  const overrides = parseOverrides({ specs: { "acme/widgets": { "2.0": { python: 3.12, install: "pip install -e .", test_cmd: "pytest -rA" } } } }, "mine.json");
+  const overrides = parseOverrides(
+    { specs: { "acme/widgets": { "2.0": { python: 3.12, install: "pip install -e .", test_cmd: "pytest -rA" } } } },
+    "mine.json",
+  );
   const spec = specForInstance(instance("acme/widgets", "2.0"), { overrides });
   assert.equal(spec.python, "3.12");
   assert.equal(spec.test_cmd, "pytest -rA");
-  assert.throws(() => specForInstance(instance("acme/widgets", "2.1"), { overrides }), /no environment spec for acme\/widgets version 2\.1/);
+  assert.throws(
+    () => specForInstance(instance("acme/widgets", "2.1"), { overrides }),
+    /no environment spec for acme\/widgets version 2\.1/,
+  );
   // Only a row spec.
-  const rowOnly = specForInstance(instance("acme/gadgets", "0.1", { spec: { python: "3.11", commit: "b".repeat(40) } }));
+  const rowOnly = specForInstance(
+    instance("acme/gadgets", "0.1", { spec: { python: "3.11", commit: "b".repeat(40) } }),
+  );
   assert.equal(rowOnly.python, "3.11");
   assert.equal(rowOnly.commit, "b".repeat(40), "commit can be pinned by a spec");
   // A spec source without python is an error naming the sources.
-  assert.throws(() => specForInstance(instance("acme/gadgets", "0.1", { spec: { install: "x" } })), /no python version .*row spec of acme__gadgets-0\.1/);
+  assert.throws(
+    () => specForInstance(instance("acme/gadgets", "0.1", { spec: { install: "x" } })),
+    /no python version .*row spec of acme__gadgets-0\.1/,
+  );
 });
 
 test("override files: clear errors for bad shapes and types", () => {
-  assert.throws(() => parseOverrides({ "sympy/sympy": { python: "3.9" } }, "o.json"), /o\.json: "sympy\/sympy" -> "python" must be an object of spec fields .*"\*"/);
+  assert.throws(
+    () => parseOverrides({ "sympy/sympy": { python: "3.9" } }, "o.json"),
+    /o\.json: "sympy\/sympy" -> "python" must be an object of spec fields .*"\*"/,
+  );
   assert.throws(() => parseOverrides({ "some-id": "3.9" }, "o.json"), /instance entry "some-id" must be an object/);
   assert.throws(() => parseOverrides([1], "o.json"), /expected a JSON object/);
   const bad = parseOverrides({ "sympy/sympy": { "1.1": { pip_packages: "mpmath" } } }, "o.json");
-  assert.throws(() => specForInstance(instance("sympy/sympy", "1.1"), { overrides: bad }), /"pip_packages" .*must be a list of strings \(from o\.json sympy\/sympy 1\.1\)/);
+  assert.throws(
+    () => specForInstance(instance("sympy/sympy", "1.1"), { overrides: bad }),
+    /"pip_packages" .*must be a list of strings \(from o\.json sympy\/sympy 1\.1\)/,
+  );
   const missing = join(tmp, "nope.json");
-  assert.throws(() => specForInstance(instance("sympy/sympy", "1.1"), { specsFile: missing }), (e: Error & { code?: string }) => e.code === "not_found");
+  assert.throws(
+    () => specForInstance(instance("sympy/sympy", "1.1"), { specsFile: missing }),
+    (e: Error & { code?: string }) => e.code === "not_found",
+  );
   const broken = join(tmp, "broken.json");
   writeFileSync(broken, "{ nope");
-  assert.throws(() => specForInstance(instance("sympy/sympy", "1.1"), { specsFile: broken }), /broken\.json: invalid JSON/);
+  assert.throws(
+    () => specForInstance(instance("sympy/sympy", "1.1"), { specsFile: broken }),
+    /broken\.json: invalid JSON/,
+  );
 });
 
 test("SWE-smith instances start from SWE-smith defaults; snapshot overrides apply", () => {
@@ -186,7 +220,9 @@ test("SWE-smith instances start from SWE-smith defaults; snapshot overrides appl
   assert.equal(spec.python, SWESMITH_DEFAULTS.python);
   assert.equal(spec.install, SWESMITH_DEFAULTS.install);
   const pinned = specForInstance(smith, {
-    overrides: parseOverrides({ "swesmith/oauthlib__oauthlib.1fd52536": { "*": { commit: "c".repeat(40), python: "3.11" } } }),
+    overrides: parseOverrides({
+      "swesmith/oauthlib__oauthlib.1fd52536": { "*": { commit: "c".repeat(40), python: "3.11" } },
+    }),
   });
   assert.equal(pinned.commit, "c".repeat(40));
   assert.equal(pinned.python, "3.11");

@@ -98,7 +98,12 @@ function snapshot(root: string): Map<string, Node> {
       } else if (st.isSymbolicLink()) {
         out.set(r, { type: "symlink", target: fs.readlinkSync(p, { encoding: "buffer" }).toString("latin1") });
       } else if (st.isFile()) {
-        out.set(r, { type: "file", mode: st.mode & 0o111 ? 1 : 0, sha: createHash("sha256").update(fs.readFileSync(p)).digest("hex"), ino: st.ino });
+        out.set(r, {
+          type: "file",
+          mode: st.mode & 0o111 ? 1 : 0,
+          sha: createHash("sha256").update(fs.readFileSync(p)).digest("hex"),
+          ino: st.ino,
+        });
       } else out.set(r, { type: "special" });
     }
   };
@@ -119,8 +124,15 @@ function assertSameTree(actual: Map<string, Node>, expected: Map<string, Node>, 
     return [...byIno.values()].filter((g) => g.length > 1);
   };
   const expectedGroups = groups(expected);
-  if (linksExact) assert.deepEqual(groups(actual).map((g) => g.join("|")).sort(), expectedGroups.map((g) => g.join("|")).sort());
-  for (const g of expectedGroups) assert.equal(new Set(g.map((p) => actual.get(p)!.ino)).size, 1, `${g.join(", ")} must stay hard-linked`);
+  if (linksExact)
+    assert.deepEqual(
+      groups(actual)
+        .map((g) => g.join("|"))
+        .sort(),
+      expectedGroups.map((g) => g.join("|")).sort(),
+    );
+  for (const g of expectedGroups)
+    assert.equal(new Set(g.map((p) => actual.get(p)!.ino)).size, 1, `${g.join(", ")} must stay hard-linked`);
 }
 
 /** Every path, type, mode and content under a directory: "the store is exactly as before". */
@@ -151,11 +163,23 @@ test("ingest + materialize round-trips files, exec bits, symlinks, empty dirs, h
   await richTree(t, src);
   const store = openStore(join(dir, "store"));
   const r = await ingestLayer(store, "rich", { testbed: src });
-  assert.ok(r.warnings.some((w) => /skipped FIFO testbed\/fifo/.test(w)), r.warnings.join("\n"));
-  assert.ok(r.warnings.some((w) => /skipped socket testbed\/sock/.test(w)), r.warnings.join("\n"));
+  assert.ok(
+    r.warnings.some((w) => /skipped FIFO testbed\/fifo/.test(w)),
+    r.warnings.join("\n"),
+  );
+  assert.ok(
+    r.warnings.some((w) => /skipped socket testbed\/sock/.test(w)),
+    r.warnings.join("\n"),
+  );
   const manifest = await readManifest(store, "rich");
   const entries = manifest.trees.testbed!.entries;
-  assert.ok(entries.some((e) => typeof e.path === "object" && Buffer.from(e.path.b64, "base64").equals(Buffer.from("latin1-\xe9.txt", "latin1"))));
+  assert.ok(
+    entries.some(
+      (e) =>
+        typeof e.path === "object" &&
+        Buffer.from(e.path.b64, "base64").equals(Buffer.from("latin1-\xe9.txt", "latin1")),
+    ),
+  );
   assert.ok(entries.some((e) => e.type === "hardlink"));
   assert.ok(entries.some((e) => e.type === "dir" && e.path === "empty/nested-empty"));
 
@@ -175,7 +199,8 @@ test("ingest + materialize round-trips files, exec bits, symlinks, empty dirs, h
     const st = fs.lstatSync(p);
     if (!st.isSymbolicLink()) assert.equal(st.mode & 0o222, 0, `${p.toString()} must not be writable`);
     assert.equal(st.mtimeMs, NORMALIZED_MTIME_SEC * 1000, `${p.toString()} mtime`);
-    if (st.isDirectory()) for (const n of fs.readdirSync(p, { encoding: "buffer" })) visit(Buffer.concat([p, Buffer.from("/"), n]));
+    if (st.isDirectory())
+      for (const n of fs.readdirSync(p, { encoding: "buffer" })) visit(Buffer.concat([p, Buffer.from("/"), n]));
   };
   visit(Buffer.from(out));
   visit(Buffer.from(join(dir, "copy")));
@@ -264,7 +289,10 @@ test("materialize restores the recorded mtime exactly, so .pyc caches compiled b
   const out = join(dir, "out");
   await materializeLayer(store, "pyc", out, { mode: "copy" });
   // Python itself confirms the cached bytecode matches the materialized source (mtime + size in the pyc header).
-  const py = await run("python3", ["-v", "-c", "import pkg.mod"], { cwd: join(out, "testbed"), env: { PATH: process.env.PATH ?? "" } });
+  const py = await run("python3", ["-v", "-c", "import pkg.mod"], {
+    cwd: join(out, "testbed"),
+    env: { PATH: process.env.PATH ?? "" },
+  });
   assert.equal(py.code, 0, py.stderr);
   assert.match(py.stderr, /mod\.cpython-\d+\.pyc matches .*pkg\/mod\.py/);
 });
@@ -300,7 +328,10 @@ test("past the link limit (EMLINK), materialize copies instead of linking", asyn
 test("clear errors: unknown layer, invalid key, existing destination, missing object", async (t) => {
   const dir = tmpDir(t);
   const store = openStore(join(dir, "store"));
-  await assert.rejects(materializeLayer(store, "nope", join(dir, "out")), (e: Error) => e instanceof NotFoundError && /layer nope not found/.test(e.message));
+  await assert.rejects(
+    materializeLayer(store, "nope", join(dir, "out")),
+    (e: Error) => e instanceof NotFoundError && /layer nope not found/.test(e.message),
+  );
   await assert.rejects(readManifest(store, "../etc/passwd"), NotFoundError);
   await assert.rejects(ingestLayer(store, "../bad", { t: dir }), InvalidInputError);
   await assert.rejects(ingestLayer(store, "k", { t: join(dir, "missing") }), /is not a directory/);
@@ -312,10 +343,16 @@ test("clear errors: unknown layer, invalid key, existing destination, missing ob
   const e = manifest.trees.t!.entries[0]!;
   assert.ok(e.type === "file");
   fs.rmSync(objectPath(store, e.object));
-  await assert.rejects(materializeLayer(store, "k", join(dir, "out")), (err: Error) => err instanceof StoreCorruptError && /missing from store/.test(err.message));
+  await assert.rejects(
+    materializeLayer(store, "k", join(dir, "out")),
+    (err: Error) => err instanceof StoreCorruptError && /missing from store/.test(err.message),
+  );
   assert.equal(fs.existsSync(join(dir, "out")), false, "a failed materialization leaves nothing behind");
   fs.writeFileSync(join(store.manifestsDir, "broken.json"), "{ not json");
-  await assert.rejects(readManifest(store, "broken"), (err: Error) => err instanceof StoreCorruptError && /manifest of layer broken is corrupt/.test(err.message));
+  await assert.rejects(
+    readManifest(store, "broken"),
+    (err: Error) => err instanceof StoreCorruptError && /manifest of layer broken is corrupt/.test(err.message),
+  );
 });
 
 test("verify finds corrupt and missing objects; gc frees exactly the unreferenced ones", async (t) => {
@@ -350,13 +387,19 @@ test("verify finds corrupt and missing objects; gc frees exactly the unreference
   fs.rmSync(objectPath(store, shared!));
   const report = await verifyStore(store);
   assert.equal(report.ok, false);
-  assert.deepEqual(report.corrupt.map((c) => c.id), [own]);
+  assert.deepEqual(
+    report.corrupt.map((c) => c.id),
+    [own],
+  );
   assert.match(report.corrupt[0]!.reason, /content hash/);
   assert.deepEqual(report.missing, [{ id: shared, layers: ["a"] }]);
 
   // gc refuses to guess when a manifest is unreadable.
   fs.writeFileSync(join(store.manifestsDir, "junk.json"), "[]");
-  await assert.rejects(gcStore(store), (e: Error) => e instanceof StoreCorruptError && /refusing to gc/.test(e.message));
+  await assert.rejects(
+    gcStore(store),
+    (e: Error) => e instanceof StoreCorruptError && /refusing to gc/.test(e.message),
+  );
 });
 
 test("an ingest killed at any moment leaves a consistent store, and re-ingesting completes it", async (t) => {
@@ -385,7 +428,11 @@ test("an ingest killed at any moment leaves a consistent store, and re-ingesting
     if (!fs.existsSync(join(store.manifestsDir, "victim.json"))) interrupted++;
     // Whatever was interrupted: objects are complete (verify) and a manifest, if present, is whole and backed.
     const report = await verifyStore(store);
-    assert.deepEqual([report.corrupt, report.missing, report.badManifests], [[], [], []], `after kill at ${killAtObjects} objects`);
+    assert.deepEqual(
+      [report.corrupt, report.missing, report.badManifests],
+      [[], [], []],
+      `after kill at ${killAtObjects} objects`,
+    );
   }
   assert.ok(interrupted > 0, "at least one kill landed mid-ingest");
   await gcStore(store);
@@ -409,7 +456,10 @@ test("packs: export then import into an empty store round-trips layers, one copy
   const members = (await runOk("tar", ["-tf", pack, "-I", "zstd"])).trim().split("\n");
   assert.equal(members.filter((m) => m.startsWith("objects/")).length, r.objects);
   assert.equal(new Set(members).size, members.length, "each object once");
-  assert.deepEqual(members.filter((m) => m.startsWith("manifests/")), ["manifests/one.json", "manifests/two.json"]);
+  assert.deepEqual(
+    members.filter((m) => m.startsWith("manifests/")),
+    ["manifests/one.json", "manifests/two.json"],
+  );
 
   const other = openStore(join(dir, "other"));
   const imported = await importPack(other, pack);
@@ -428,7 +478,12 @@ test("packs: export then import into an empty store round-trips layers, one copy
 });
 
 /** Build a pack by hand from a staging dir: `files` maps member name -> content (written in that order). */
-async function handPack(dir: string, name: string, files: [string, string | Buffer][], extraTarArgs: string[] = []): Promise<string> {
+async function handPack(
+  dir: string,
+  name: string,
+  files: [string, string | Buffer][],
+  extraTarArgs: string[] = [],
+): Promise<string> {
   const staging = join(dir, `${name}-staging`);
   for (const [member, content] of files) {
     fs.mkdirSync(join(staging, member, ".."), { recursive: true });
@@ -443,7 +498,12 @@ const sha = (data: string | Buffer): string => createHash("sha256").update(data)
 const objMember = (id: string): string => `objects/${id.slice(0, 2)}/${id.slice(2)}`;
 const header = (layers: string[]): string => JSON.stringify({ format: "minisandbox-pack", version: 1, layers });
 function manifestFor(key: string, entries: unknown[]): string {
-  return JSON.stringify({ format: 1, key, mtime: { policy: "fixed", epochSec: NORMALIZED_MTIME_SEC }, trees: { t: { mode: 0o755, entries } } });
+  return JSON.stringify({
+    format: 1,
+    key,
+    mtime: { policy: "fixed", epochSec: NORMALIZED_MTIME_SEC },
+    trees: { t: { mode: 0o755, entries } },
+  });
 }
 
 test("hostile or broken packs fail with a clear error and leave the store exactly as it was", async (t) => {
@@ -457,84 +517,159 @@ test("hostile or broken packs fail with a clear error and leave the store exactl
 
   const good = "payload\n";
   const goodId = sha(good);
-  const goodManifest = manifestFor("evil", [{ path: "f", type: "file", mode: 0o644, object: goodId, size: good.length }]);
+  const goodManifest = manifestFor("evil", [
+    { path: "f", type: "file", mode: 0o644, object: goodId, size: good.length },
+  ]);
   const outside = join(dir, "outside");
   fs.mkdirSync(outside);
 
   const cases: [string, () => Promise<string>, RegExp][] = [
-    ["truncated", async () => {
-      const full = fs.readFileSync(join(dir, "good.tar.zst"));
-      fs.writeFileSync(join(dir, "trunc.tar.zst"), full.subarray(0, Math.floor(full.length / 2)));
-      return join(dir, "trunc.tar.zst");
-    }, /corrupt or truncated|truncated archive/],
-    ["not zstd", async () => {
-      fs.writeFileSync(join(dir, "plain.tar.zst"), "just some text\n");
-      return join(dir, "plain.tar.zst");
-    }, /corrupt or truncated compressed data/],
-    ["object content does not match its name", () =>
-      handPack(dir, "badhash", [["msb-pack.json", header(["evil"])], [objMember(goodId), "tampered\n"], ["manifests/evil.json", goodManifest]]),
-      /content does not match its hash/],
-    ["absolute path", async () => {
-      const abs = join(outside, "abs-evil");
-      fs.writeFileSync(abs, "x");
-      const pack = join(dir, "abs.tar.zst");
-      await runOk("tar", ["-c", "-P", "-I", "zstd -q", "-f", pack, abs]);
-      fs.rmSync(abs);
-      return pack;
-    }, /absolute path/],
-    ["'..' escape", async () => {
-      fs.mkdirSync(join(dir, "dd/sub"), { recursive: true });
-      fs.writeFileSync(join(dir, "dd/escape"), "x");
-      const pack = join(dir, "dotdot.tar.zst");
-      await runOk("tar", ["-c", "-P", "-I", "zstd -q", "-f", pack, "-C", join(dir, "dd/sub"), "../escape"]);
-      return pack;
-    }, /escapes the store/],
-    ["symlink entry pointing out", async () => {
-      const staging = join(dir, "sym-staging");
-      fs.mkdirSync(join(staging, "objects"), { recursive: true });
-      fs.symlinkSync(outside, join(staging, "objects", goodId.slice(0, 2)));
-      const pack = join(dir, "sym.tar.zst");
-      await runOk("tar", ["-c", "-I", "zstd -q", "-f", pack, "-C", staging, "objects"]);
-      return pack;
-    }, /is a symlink/],
-    ["hard link entry", async () => {
-      const staging = join(dir, "hl-staging");
-      fs.mkdirSync(join(staging, "objects", goodId.slice(0, 2)), { recursive: true });
-      fs.writeFileSync(join(staging, "msb-pack.json"), header([]));
-      fs.linkSync(join(staging, "msb-pack.json"), join(staging, objMember(goodId)));
-      const pack = join(dir, "hl.tar.zst");
-      await runOk("tar", ["-c", "-I", "zstd -q", "-f", pack, "-C", staging, "msb-pack.json", objMember(goodId)]);
-      return pack;
-    }, /is a hardlink/],
-    ["unexpected member", () => handPack(dir, "etc", [["msb-pack.json", header([])], ["etc/passwd", "root::0:0\n"]]), /unexpected entry "etc\/passwd"/],
-    ["manifest references an absent object", () =>
-      handPack(dir, "dangling", [["msb-pack.json", header(["evil"])], ["manifests/evil.json", goodManifest]]),
-      /neither in the pack nor in the store/],
-    ["manifest path escaping its tree", () =>
-      handPack(dir, "mpath", [
-        ["msb-pack.json", header(["evil"])],
-        [objMember(goodId), good],
-        ["manifests/evil.json", manifestFor("evil", [{ path: "../../f", type: "file", mode: 0o644, object: goodId, size: good.length }])],
-      ]),
-      /'\.\.' path component/],
-    ["write through a symlink in the manifest", () =>
-      handPack(dir, "mlink", [
-        ["msb-pack.json", header(["evil"])],
-        [objMember(goodId), good],
-        ["manifests/evil.json", manifestFor("evil", [
-          { path: "l", type: "symlink", target: outside },
-          { path: "l/f", type: "file", mode: 0o644, object: goodId, size: good.length },
-        ])],
-      ]),
-      /parent is not a directory/],
-    ["no pack header", () => handPack(dir, "nohdr", [[objMember(goodId), good], ["manifests/evil.json", goodManifest]]), /not a minisandbox pack/],
-    ["swapping the content of an existing layer", () =>
-      handPack(dir, "swap", [
-        ["msb-pack.json", header(["existing"])],
-        [objMember(goodId), good],
-        ["manifests/existing.json", manifestFor("existing", [{ path: "keep.txt", type: "file", mode: 0o644, object: goodId, size: good.length }])],
-      ]),
-      /layer existing already exists .* with different content/],
+    [
+      "truncated",
+      async () => {
+        const full = fs.readFileSync(join(dir, "good.tar.zst"));
+        fs.writeFileSync(join(dir, "trunc.tar.zst"), full.subarray(0, Math.floor(full.length / 2)));
+        return join(dir, "trunc.tar.zst");
+      },
+      /corrupt or truncated|truncated archive/,
+    ],
+    [
+      "not zstd",
+      async () => {
+        fs.writeFileSync(join(dir, "plain.tar.zst"), "just some text\n");
+        return join(dir, "plain.tar.zst");
+      },
+      /corrupt or truncated compressed data/,
+    ],
+    [
+      "object content does not match its name",
+      () =>
+        handPack(dir, "badhash", [
+          ["msb-pack.json", header(["evil"])],
+          [objMember(goodId), "tampered\n"],
+          ["manifests/evil.json", goodManifest],
+        ]),
+      /content does not match its hash/,
+    ],
+    [
+      "absolute path",
+      async () => {
+        const abs = join(outside, "abs-evil");
+        fs.writeFileSync(abs, "x");
+        const pack = join(dir, "abs.tar.zst");
+        await runOk("tar", ["-c", "-P", "-I", "zstd -q", "-f", pack, abs]);
+        fs.rmSync(abs);
+        return pack;
+      },
+      /absolute path/,
+    ],
+    [
+      "'..' escape",
+      async () => {
+        fs.mkdirSync(join(dir, "dd/sub"), { recursive: true });
+        fs.writeFileSync(join(dir, "dd/escape"), "x");
+        const pack = join(dir, "dotdot.tar.zst");
+        await runOk("tar", ["-c", "-P", "-I", "zstd -q", "-f", pack, "-C", join(dir, "dd/sub"), "../escape"]);
+        return pack;
+      },
+      /escapes the store/,
+    ],
+    [
+      "symlink entry pointing out",
+      async () => {
+        const staging = join(dir, "sym-staging");
+        fs.mkdirSync(join(staging, "objects"), { recursive: true });
+        fs.symlinkSync(outside, join(staging, "objects", goodId.slice(0, 2)));
+        const pack = join(dir, "sym.tar.zst");
+        await runOk("tar", ["-c", "-I", "zstd -q", "-f", pack, "-C", staging, "objects"]);
+        return pack;
+      },
+      /is a symlink/,
+    ],
+    [
+      "hard link entry",
+      async () => {
+        const staging = join(dir, "hl-staging");
+        fs.mkdirSync(join(staging, "objects", goodId.slice(0, 2)), { recursive: true });
+        fs.writeFileSync(join(staging, "msb-pack.json"), header([]));
+        fs.linkSync(join(staging, "msb-pack.json"), join(staging, objMember(goodId)));
+        const pack = join(dir, "hl.tar.zst");
+        await runOk("tar", ["-c", "-I", "zstd -q", "-f", pack, "-C", staging, "msb-pack.json", objMember(goodId)]);
+        return pack;
+      },
+      /is a hardlink/,
+    ],
+    [
+      "unexpected member",
+      () =>
+        handPack(dir, "etc", [
+          ["msb-pack.json", header([])],
+          ["etc/passwd", "root::0:0\n"],
+        ]),
+      /unexpected entry "etc\/passwd"/,
+    ],
+    [
+      "manifest references an absent object",
+      () =>
+        handPack(dir, "dangling", [
+          ["msb-pack.json", header(["evil"])],
+          ["manifests/evil.json", goodManifest],
+        ]),
+      /neither in the pack nor in the store/,
+    ],
+    [
+      "manifest path escaping its tree",
+      () =>
+        handPack(dir, "mpath", [
+          ["msb-pack.json", header(["evil"])],
+          [objMember(goodId), good],
+          [
+            "manifests/evil.json",
+            manifestFor("evil", [{ path: "../../f", type: "file", mode: 0o644, object: goodId, size: good.length }]),
+          ],
+        ]),
+      /'\.\.' path component/,
+    ],
+    [
+      "write through a symlink in the manifest",
+      () =>
+        handPack(dir, "mlink", [
+          ["msb-pack.json", header(["evil"])],
+          [objMember(goodId), good],
+          [
+            "manifests/evil.json",
+            manifestFor("evil", [
+              { path: "l", type: "symlink", target: outside },
+              { path: "l/f", type: "file", mode: 0o644, object: goodId, size: good.length },
+            ]),
+          ],
+        ]),
+      /parent is not a directory/,
+    ],
+    [
+      "no pack header",
+      () =>
+        handPack(dir, "nohdr", [
+          [objMember(goodId), good],
+          ["manifests/evil.json", goodManifest],
+        ]),
+      /not a minisandbox pack/,
+    ],
+    [
+      "swapping the content of an existing layer",
+      () =>
+        handPack(dir, "swap", [
+          ["msb-pack.json", header(["existing"])],
+          [objMember(goodId), good],
+          [
+            "manifests/existing.json",
+            manifestFor("existing", [
+              { path: "keep.txt", type: "file", mode: 0o644, object: goodId, size: good.length },
+            ]),
+          ],
+        ]),
+      /layer existing already exists .* with different content/,
+    ],
   ];
   for (const [what, build, message] of cases) {
     const pack = await build();
@@ -577,7 +712,10 @@ test("pullLayer copies only the missing objects from a remote store, verifying t
   assert.ok(badObj?.type === "file");
   fs.chmodSync(objectPath(remote, badObj.object), 0o644);
   fs.writeFileSync(objectPath(remote, badObj.object), bytes("evil", 1000));
-  await assert.rejects(pullLayer(local, remote.root, "bad"), (e: Error) => e instanceof StoreCorruptError && /remote store .* is corrupt/.test(e.message));
+  await assert.rejects(
+    pullLayer(local, remote.root, "bad"),
+    (e: Error) => e instanceof StoreCorruptError && /remote store .* is corrupt/.test(e.message),
+  );
   assert.deepEqual(await listLayers(local), ["base", "next"]);
   assert.deepEqual(fs.readdirSync(local.tmpDir), []);
   await assert.rejects(pullLayer(local, remote.root, "absent"), NotFoundError);

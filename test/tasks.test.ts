@@ -57,15 +57,18 @@ test("JSON list: string-encoded test lists become lists, unknown fields are kept
   const rows = swebenchRows();
   const insts = await loadDataset(write("d.json", JSON.stringify(rows, null, 2)));
   assert.equal(insts.length, 3);
-  insts.forEach((inst, i) => expectNormalized(inst, rows[i]!));
+  for (const [i, inst] of insts.entries()) expectNormalized(inst, rows[i]!);
 });
 
 test("JSONL: lists or strings, blank lines and a BOM are fine", async () => {
   const rows = swebenchRows();
   rows[1]!.FAIL_TO_PASS = ["test_a2"]; // already a list
-  const text = "\uFEFF" + rows.map((r) => JSON.stringify(r)).join("\n\n") + "\n";
+  const text = `\uFEFF${rows.map((r) => JSON.stringify(r)).join("\n\n")}\n`;
   const insts = await loadDataset(write("d.jsonl", text));
-  assert.deepEqual(insts.map((i) => i.FAIL_TO_PASS), [["test_a1"], ["test_a2"], ["test_a3"]]);
+  assert.deepEqual(
+    insts.map((i) => i.FAIL_TO_PASS),
+    [["test_a1"], ["test_a2"], ["test_a3"]],
+  );
   // A .json name holding JSONL is sniffed by content.
   assert.equal((await loadDataset(write("jsonl-named.json", text))).length, 3);
 });
@@ -101,7 +104,12 @@ function listSchema(name: string): SchemaElement[] {
   ];
 }
 
-const strCol = (name: string): SchemaElement => ({ name, type: "BYTE_ARRAY", converted_type: "UTF8", repetition_type: "OPTIONAL" });
+const strCol = (name: string): SchemaElement => ({
+  name,
+  type: "BYTE_ARRAY",
+  converted_type: "UTF8",
+  repetition_type: "OPTIONAL",
+});
 
 function sweSmithRows(): Record<string, unknown>[] {
   return ["combine_file__09vlzwgc", "lm_rewrite__q9ve64pd"].map((bug) => ({
@@ -169,7 +177,10 @@ test("SWE-smith JSON: gather output (old repo form, base_commit = bug branch) an
   assert.equal(upstreamNamed.task_format, "swesmith");
   assert.equal(upstreamNamed.repo, "swesmith/oauthlib__oauthlib.1fd52536");
   // Forcing the SWE-bench format makes the missing base_commit an error.
-  await assert.rejects(loadDataset(join(tmp, "smith.json"), { format: "swebench" }), /smith\.json row 2 .*missing "base_commit"/);
+  await assert.rejects(
+    loadDataset(join(tmp, "smith.json"), { format: "swebench" }),
+    /smith\.json row 2 .*missing "base_commit"/,
+  );
   // A SWE-smith row needs a bug patch.
   assert.throws(() => normalizeInstance({ ...b!, patch: "" }, "row 9"), /row 9 .*no bug patch/);
 });
@@ -177,7 +188,10 @@ test("SWE-smith JSON: gather output (old repo form, base_commit = bug branch) an
 test("selection by instance id keeps dataset order; missing ids are named", async () => {
   const file = write("sel.json", JSON.stringify(swebenchRows()));
   const picked = await loadDataset(file, { instanceIds: ["sympy__sympy-1003", "sympy__sympy-1001"] });
-  assert.deepEqual(picked.map((i) => i.instance_id), ["sympy__sympy-1001", "sympy__sympy-1003"]);
+  assert.deepEqual(
+    picked.map((i) => i.instance_id),
+    ["sympy__sympy-1001", "sympy__sympy-1003"],
+  );
   await assert.rejects(
     loadDataset(file, { instanceIds: ["sympy__sympy-1001", "nope-1", "nope-2"] }),
     (e: Error & { code?: string }) => {
@@ -198,7 +212,10 @@ test("malformed input: errors name the file and the line or row", async () => {
   await assert.rejects(loadDataset(write("bad.jsonl", lines.join("\n"))), /bad\.jsonl line 2: invalid JSON/);
 
   const noId = [{ ...rows[0]!, instance_id: undefined }];
-  await assert.rejects(loadDataset(write("noid.json", JSON.stringify(noId))), /noid\.json row 1: missing "instance_id"/);
+  await assert.rejects(
+    loadDataset(write("noid.json", JSON.stringify(noId))),
+    /noid\.json row 1: missing "instance_id"/,
+  );
 
   const badList = [rows[0], { ...rows[1]!, FAIL_TO_PASS: "test_a2" }];
   await assert.rejects(
@@ -206,19 +223,37 @@ test("malformed input: errors name the file and the line or row", async () => {
     /badlist\.jsonl line 2 \(sympy__sympy-1002\): FAIL_TO_PASS is a string but not a JSON list/,
   );
   const numbers = [{ ...rows[0]!, PASS_TO_PASS: [1, 2] }];
-  await assert.rejects(loadDataset(write("nums.json", JSON.stringify(numbers))), /row 1 .*PASS_TO_PASS must be a list of test names/);
+  await assert.rejects(
+    loadDataset(write("nums.json", JSON.stringify(numbers))),
+    /row 1 .*PASS_TO_PASS must be a list of test names/,
+  );
 
   const noBase = [rows[0], rows[1], { ...rows[2]!, base_commit: undefined }];
-  await assert.rejects(loadDataset(write("nobase.json", JSON.stringify(noBase))), /nobase\.json row 3 \(sympy__sympy-1003\): missing "base_commit"/);
+  await assert.rejects(
+    loadDataset(write("nobase.json", JSON.stringify(noBase))),
+    /nobase\.json row 3 \(sympy__sympy-1003\): missing "base_commit"/,
+  );
 
   const dup = [rows[0], rows[0]];
-  await assert.rejects(loadDataset(write("dup.json", JSON.stringify(dup))), /duplicate instance_id sympy__sympy-1001 \(dup\.json row 1 and dup\.json row 2\)/);
+  await assert.rejects(
+    loadDataset(write("dup.json", JSON.stringify(dup))),
+    /duplicate instance_id sympy__sympy-1001 \(dup\.json row 1 and dup\.json row 2\)/,
+  );
 
   await assert.rejects(loadDataset(write("obj.json", '[1, "x"]')), /obj\.json row 1: expected an object/);
   await assert.rejects(loadDataset(write("empty.jsonl", "\n\n")), /empty dataset/);
-  await assert.rejects(loadDataset(write("pretty.jsonl", JSON.stringify(rows[0], null, 2))), /line 1: invalid JSON .*one object per line/);
-  await assert.rejects(loadDataset(write("corrupt.parquet", "PAR1 this is not parquet")), /corrupt\.parquet: cannot read parquet/);
-  await assert.rejects(loadDataset(join(tmp, "missing.json")), (e: Error & { code?: string }) => e.code === "not_found");
+  await assert.rejects(
+    loadDataset(write("pretty.jsonl", JSON.stringify(rows[0], null, 2))),
+    /line 1: invalid JSON .*one object per line/,
+  );
+  await assert.rejects(
+    loadDataset(write("corrupt.parquet", "PAR1 this is not parquet")),
+    /corrupt\.parquet: cannot read parquet/,
+  );
+  await assert.rejects(
+    loadDataset(join(tmp, "missing.json")),
+    (e: Error & { code?: string }) => e.code === "not_found",
+  );
 
   // Parquet errors name the row.
   const pq = join(tmp, "nobase.parquet");
@@ -247,7 +282,8 @@ test("versions exported as numbers become strings; null optional fields are drop
 async function gitRepo(dir: string) {
   mkdirSync(dir, { recursive: true });
   const env = { ...process.env, GIT_CONFIG_GLOBAL: "/dev/null", GIT_CONFIG_NOSYSTEM: "1" };
-  const git = (...args: string[]) => runOk("git", ["-c", "user.name=t", "-c", "user.email=t@t", ...args], { cwd: dir, env });
+  const git = (...args: string[]) =>
+    runOk("git", ["-c", "user.name=t", "-c", "user.email=t@t", ...args], { cwd: dir, env });
   await git("init", "-q", "-b", "main");
   return git;
 }
@@ -255,7 +291,7 @@ async function gitRepo(dir: string) {
 test("reversePatch equals git's own reverse diff for edits, adds, deletes, renames, mode changes, no-newline ends", async () => {
   const dir = join(tmp, "rev");
   const git = await gitRepo(dir);
-  const lines = (n: number, tag: string) => Array.from({ length: n }, (_, i) => `line ${i} ${tag}`).join("\n") + "\n";
+  const lines = (n: number, tag: string) => `${Array.from({ length: n }, (_, i) => `line ${i} ${tag}`).join("\n")}\n`;
   writeFileSync(join(dir, "edit.py"), lines(40, "a"));
   writeFileSync(join(dir, "gone.py"), "bye\n");
   writeFileSync(join(dir, "old_name.py"), lines(20, "r"));
@@ -293,7 +329,10 @@ test("reversePatch equals git's own reverse diff for edits, adds, deletes, renam
 });
 
 test("reversePatch refuses binary patches and copies", () => {
-  assert.throws(() => reversePatch("diff --git a/x.bin b/x.bin\nindex 1..2 100644\nGIT binary patch\nliteral 1\n"), /binary/);
+  assert.throws(
+    () => reversePatch("diff --git a/x.bin b/x.bin\nindex 1..2 100644\nGIT binary patch\nliteral 1\n"),
+    /binary/,
+  );
   assert.throws(() => reversePatch("diff --git a/x.bin b/x.bin\nBinary files a/x.bin and b/x.bin differ\n"), /binary/);
   assert.throws(() => reversePatch("diff --git a/a b/b\nsimilarity index 100%\ncopy from a\ncopy to b\n"), /copy/);
 });

@@ -12,7 +12,9 @@ const pyenvVersions = existsSync(join(pyenvRoot, "versions"))
   ? readdirSync(join(pyenvRoot, "versions")).filter((v) => /^\d+\.\d+\.\d+$/.test(v))
   : [];
 const newestOf = (minor: string) =>
-  pyenvVersions.filter((v) => v.startsWith(minor + ".")).sort((a, b) => Number(b.split(".")[2]) - Number(a.split(".")[2]))[0];
+  pyenvVersions
+    .filter((v) => v.startsWith(`${minor}.`))
+    .sort((a, b) => Number(b.split(".")[2]) - Number(a.split(".")[2]))[0];
 
 let tmp: string;
 before(() => {
@@ -42,10 +44,11 @@ test("detects this machine's pyenv interpreters (2.7 and 3.6-3.13)", async () =>
   const pyenv = all.filter((t) => t.source === "pyenv");
   assert.deepEqual(pyenv.map((t) => t.version).sort(), [...pyenvVersions].sort());
   const minors = new Set(pyenv.map((t) => t.version.split(".").slice(0, 2).join(".")));
-  for (const m of ["2.7", "3.6", "3.7", "3.8", "3.9", "3.10", "3.11", "3.12", "3.13"]) assert.ok(minors.has(m), `pyenv ${m} found`);
+  for (const m of ["2.7", "3.6", "3.7", "3.8", "3.9", "3.10", "3.11", "3.12", "3.13"])
+    assert.ok(minors.has(m), `pyenv ${m} found`);
   for (const t of pyenv) {
     assert.equal(t.prefix, join(pyenvRoot, "versions", t.version));
-    assert.ok(t.python.startsWith(t.prefix + "/bin/"));
+    assert.ok(t.python.startsWith(`${t.prefix}/bin/`));
     assert.deepEqual(t.mounts, [t.prefix], "a pyenv build needs only its prefix");
   }
   assert.ok(!all.some((t) => t.python.includes("/shims/")), "pyenv shims are not interpreters");
@@ -94,7 +97,10 @@ test("toolchains.json overrides detection; bad entries are clear errors", async 
 
   const wrong = join(tmp, "wrong.json");
   writeFileSync(wrong, JSON.stringify({ "3.9": prefix310 }));
-  await assert.rejects(findToolchain("3.9", { configFile: wrong }), new RegExp(`"3\\.9" -> .* is Python ${v310.replace(/\./g, "\\.")}`));
+  await assert.rejects(
+    findToolchain("3.9", { configFile: wrong }),
+    new RegExp(`"3\\.9" -> .* is Python ${v310.replace(/\./g, "\\.")}`),
+  );
   writeFileSync(wrong, JSON.stringify({ "3.9": join(tmp, "nowhere") }));
   await assert.rejects(findToolchain("3.9", { configFile: wrong }), /no python interpreter there/);
   writeFileSync(wrong, "{");

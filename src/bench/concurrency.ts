@@ -34,7 +34,8 @@ export async function benchConcurrency(opts: {
           const sb = await Sandbox.create({ instance: env.primary, home: env.home, specsFile: env.specsFile });
           sandboxes[i] = sb;
           const r = await sb.exec("echo ready");
-          if (r.exitCode !== 0 || r.stdout.trim() !== "ready") throw new Error(`first command: exit ${r.exitCode} ${r.stderr.trim().slice(-200)}`);
+          if (r.exitCode !== 0 || r.stdout.trim() !== "ready")
+            throw new Error(`first command: exit ${r.exitCode} ${r.stderr.trim().slice(-200)}`);
           times.push(performance.now() - t);
         } catch (e) {
           failures++;
@@ -76,14 +77,26 @@ export async function benchConcurrency(opts: {
     } finally {
       await Promise.all(sandboxes.map((s) => s?.close()));
     }
-    out.push({ k, wallMs: Math.round(wallMs * 100) / 100, perSandbox: times.length ? summarize(times) : null, failures, errors, rssPerIdleBytes: rss, pssPerIdleBytes: pss, processesPerIdle: procs });
+    out.push({
+      k,
+      wallMs: Math.round(wallMs * 100) / 100,
+      perSandbox: times.length ? summarize(times) : null,
+      failures,
+      errors,
+      rssPerIdleBytes: rss,
+      pssPerIdleBytes: pss,
+      processesPerIdle: procs,
+    });
     opts.log(`concurrency: K=${k} all ready in ${(wallMs / 1000).toFixed(2)} s, ${failures} failure(s)`);
   }
   return out;
 }
 
 /** A cold variant of the concurrency check: K sandboxes on an evicted layer (materialized once). Not timed in detail. */
-export async function coldStampede(env: BenchEnvironment, k: number): Promise<{ wallMs: number; failures: number; materializations: number }> {
+export async function coldStampede(
+  env: BenchEnvironment,
+  k: number,
+): Promise<{ wallMs: number; failures: number; materializations: number }> {
   await evictLayer(env.home, env.primaryKey);
   const cache = nodeCacheFor(env.home);
   let materializations = 0;
@@ -92,7 +105,12 @@ export async function coldStampede(env: BenchEnvironment, k: number): Promise<{ 
   const t0 = performance.now();
   let failures = 0;
   const sbs = await Promise.all(
-    Array.from({ length: k }, () => Sandbox.create({ instance: env.primary, home: env.home, specsFile: env.specsFile }).catch(() => (failures++, undefined))),
+    Array.from({ length: k }, () =>
+      Sandbox.create({ instance: env.primary, home: env.home, specsFile: env.specsFile }).catch(() => {
+        failures++;
+        return undefined;
+      }),
+    ),
   );
   const wallMs = performance.now() - t0;
   cache.off("materialize-start", onStart);

@@ -11,7 +11,7 @@ export class DiskUsage {
 
   /** Count a file or a whole tree (symlinks are not followed). Missing paths count nothing. */
   async add(path: string): Promise<void> {
-    let st;
+    let st: import("node:fs").BigIntStats;
     try {
       st = await fsp.lstat(path, { bigint: true });
     } catch {

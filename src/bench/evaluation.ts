@@ -10,7 +10,7 @@ import { nodeCacheFor } from "../env/environments.js";
 import { gradeInstance, heredocDelimiter, makeEvalScript } from "../eval/index.js";
 import type { Instance } from "../tasks/types.js";
 import { pool } from "../util/progress.js";
-import { Podman } from "./podman.js";
+import type { Podman } from "./podman.js";
 import { ensureEnvImageFor } from "./ready.js";
 import { benchEvaluation } from "../eval/runner/bench.js";
 import type { BenchEnvironment } from "./setup.js";
@@ -89,7 +89,11 @@ async function offlinePip(env: BenchEnvironment): Promise<{ env: Record<string, 
   return { env: { ...pip.env, PIP_NO_INPUT: "1", PIP_PROGRESS_BAR: "off", PIP_RETRIES: "0" }, mounts: pip.mounts };
 }
 
-export async function benchEvalSteps(env: BenchEnvironment, instances: Instance[], workers: number): Promise<EvalMeasurement> {
+export async function benchEvalSteps(
+  env: BenchEnvironment,
+  instances: Instance[],
+  workers: number,
+): Promise<EvalMeasurement> {
   const pip = await offlinePip(env);
   return measure("minisandbox (Sandbox API + harness steps)", instances, workers, async (inst) => {
     const sb = await Sandbox.create({
@@ -100,7 +104,11 @@ export async function benchEvalSteps(env: BenchEnvironment, instances: Instance[
       env: { ...pip.env, ...env.specs.get(inst.instance_id)!.env },
     });
     try {
-      const r = await sb.exec(["/bin/bash", "-s"], { stdin: evalSteps(env, inst), mergeOutput: true, timeoutMs: 1_800_000 });
+      const r = await sb.exec(["/bin/bash", "-s"], {
+        stdin: evalSteps(env, inst),
+        mergeOutput: true,
+        timeoutMs: 1_800_000,
+      });
       return r.stdout;
     } finally {
       await sb.close();
@@ -108,11 +116,21 @@ export async function benchEvalSteps(env: BenchEnvironment, instances: Instance[
   });
 }
 
-export async function benchEvalPodman(env: BenchEnvironment, podman: Podman, instances: Instance[], workers: number): Promise<EvalMeasurement | Unavailable> {
-  if (!podman.hasGit) return { available: false, reason: "the podman base image has no git (made by an older scripts/bench-setup.sh): re-run it" };
+export async function benchEvalPodman(
+  env: BenchEnvironment,
+  podman: Podman,
+  instances: Instance[],
+  workers: number,
+): Promise<EvalMeasurement | Unavailable> {
+  if (!podman.hasGit)
+    return {
+      available: false,
+      reason: "the podman base image has no git (made by an older scripts/bench-setup.sh): re-run it",
+    };
   // Images are built before timing (the build is the container world's "prepare").
   const images = new Map<string, string>();
-  for (const inst of instances) images.set(inst.instance_id, await ensureEnvImageFor(env, podman, env.keys.get(inst.instance_id)!));
+  for (const inst of instances)
+    images.set(inst.instance_id, await ensureEnvImageFor(env, podman, env.keys.get(inst.instance_id)!));
   const pip = await offlinePip(env);
   return measure(`podman run -i (${podman.runtime})`, instances, workers, async (inst) => {
     const r = await podman.run(images.get(inst.instance_id)!, ["/bin/bash", "-s"], {
@@ -132,11 +150,16 @@ export async function benchEvalPodman(env: BenchEnvironment, podman: Podman, ins
  */
 export async function prepareNode(env: BenchEnvironment, instances: Instance[]): Promise<void> {
   const cache = nodeCacheFor(env.home);
-  for (const key of new Set(instances.map((i) => env.keys.get(i.instance_id)!))) await (await cache.acquire(key)).release();
+  for (const key of new Set(instances.map((i) => env.keys.get(i.instance_id)!)))
+    await (await cache.acquire(key)).release();
 }
 
 /** The eval runner's benchmark (src/eval): throughput, and the mean per-instance overhead outside the test run. */
-export async function benchEvalEngine(env: BenchEnvironment, instances: Instance[], workers: number): Promise<EvalMeasurement | Unavailable> {
+export async function benchEvalEngine(
+  env: BenchEnvironment,
+  instances: Instance[],
+  workers: number,
+): Promise<EvalMeasurement | Unavailable> {
   try {
     const { timings: _t, ...r } = await benchEvaluation({
       home: env.home,

@@ -16,10 +16,17 @@ export interface Tarballs {
 }
 
 /** venv.tar.gz + testbed.tar.gz of a layer's trees, made once per layer key and kept in the bench work dir. */
-export async function ensureTarballs(work: string, key: string, trees: { testbed: string; venv: string }): Promise<Tarballs> {
+export async function ensureTarballs(
+  work: string,
+  key: string,
+  trees: { testbed: string; venv: string },
+): Promise<Tarballs> {
   const dir = join(work, "targz", key);
   mkdirSync(dir, { recursive: true });
-  const out: Record<"venv" | "testbed", string> = { venv: join(dir, "venv.tar.gz"), testbed: join(dir, "testbed.tar.gz") };
+  const out: Record<"venv" | "testbed", string> = {
+    venv: join(dir, "venv.tar.gz"),
+    testbed: join(dir, "testbed.tar.gz"),
+  };
   for (const tree of ["venv", "testbed"] as const) {
     if (existsSync(out[tree])) continue;
     const tmp = `${out[tree]}.tmp`;
@@ -33,31 +40,48 @@ export async function ensureTarballs(work: string, key: string, trees: { testbed
 const q = (s: string): string => `'${s.replace(/'/g, `'\\''`)}'`;
 
 /** The per-task script: extract (both archives at once), then a private mount namespace and chroot. */
-export function extractScript(opts: { tarballs: Tarballs; runDir: string; toolchainMounts: string[]; env: Record<string, string>; command: string }): string {
+export function extractScript(opts: {
+  tarballs: Tarballs;
+  runDir: string;
+  toolchainMounts: string[];
+  env: Record<string, string>;
+  command: string;
+}): string {
   const R = `${opts.runDir}/root`;
   const mounts: string[] = [];
   for (const e of systemEntries()) {
     if (e.symlinkTo) mounts.push(`ln -s ${q(e.symlinkTo)} ${q(R + e.path)}`);
-    else mounts.push(`mkdir -p ${q(R + e.path)}`, `mount --bind ${q(e.path)} ${q(R + e.path)}`, `mount -o remount,bind,ro ${q(R + e.path)}`);
+    else
+      mounts.push(
+        `mkdir -p ${q(R + e.path)}`,
+        `mount --bind ${q(e.path)} ${q(R + e.path)}`,
+        `mount -o remount,bind,ro ${q(R + e.path)}`,
+      );
   }
-  for (const t of opts.toolchainMounts) mounts.push(`mkdir -p ${q(R + t)}`, `mount --bind ${q(t)} ${q(R + t)}`, `mount -o remount,bind,ro ${q(R + t)}`);
+  for (const t of opts.toolchainMounts)
+    mounts.push(`mkdir -p ${q(R + t)}`, `mount --bind ${q(t)} ${q(R + t)}`, `mount -o remount,bind,ro ${q(R + t)}`);
   mounts.push(
-    `mkdir -p ${q(R + TESTBED_PATH)} ${q(R + VENV_PATH)} ${q(R + "/proc")} ${q(R + "/dev")} ${q(R + "/tmp")} ${q(R + "/root")}`,
-    `mount --bind ${q(opts.runDir + "/testbed")} ${q(R + TESTBED_PATH)}`,
-    `mount --bind ${q(opts.runDir + "/venv")} ${q(R + VENV_PATH)}`,
-    `mount -t proc proc ${q(R + "/proc")}`,
-    `mount --rbind /dev ${q(R + "/dev")}`,
-    `mount -t tmpfs tmpfs ${q(R + "/tmp")}`,
+    `mkdir -p ${q(R + TESTBED_PATH)} ${q(R + VENV_PATH)} ${q(`${R}/proc`)} ${q(`${R}/dev`)} ${q(`${R}/tmp`)} ${q(`${R}/root`)}`,
+    `mount --bind ${q(`${opts.runDir}/testbed`)} ${q(R + TESTBED_PATH)}`,
+    `mount --bind ${q(`${opts.runDir}/venv`)} ${q(R + VENV_PATH)}`,
+    `mount -t proc proc ${q(`${R}/proc`)}`,
+    `mount --rbind /dev ${q(`${R}/dev`)}`,
+    `mount -t tmpfs tmpfs ${q(`${R}/tmp`)}`,
   );
-  const env = Object.entries(opts.env).map(([k, v]) => q(`${k}=${v}`)).join(" ");
-  const inner = [...mounts, `exec chroot ${q(R)} /usr/bin/env -i ${env} /bin/sh -c ${q(`cd ${TESTBED_PATH} && ${opts.command}`)}`].join("\n");
+  const env = Object.entries(opts.env)
+    .map(([k, v]) => q(`${k}=${v}`))
+    .join(" ");
+  const inner = [
+    ...mounts,
+    `exec chroot ${q(R)} /usr/bin/env -i ${env} /bin/sh -c ${q(`cd ${TESTBED_PATH} && ${opts.command}`)}`,
+  ].join("\n");
   return [
     "set -e",
-    `mkdir -p ${q(opts.runDir + "/testbed")} ${q(opts.runDir + "/venv")}`,
-    `tar -xzf ${q(opts.tarballs.venv)} -C ${q(opts.runDir + "/venv")} & a=$!`,
-    `tar -xzf ${q(opts.tarballs.testbed)} -C ${q(opts.runDir + "/testbed")} & b=$!`,
+    `mkdir -p ${q(`${opts.runDir}/testbed`)} ${q(`${opts.runDir}/venv`)}`,
+    `tar -xzf ${q(opts.tarballs.venv)} -C ${q(`${opts.runDir}/venv`)} & a=$!`,
+    `tar -xzf ${q(opts.tarballs.testbed)} -C ${q(`${opts.runDir}/testbed`)} & b=$!`,
     "wait $a; wait $b",
-    `exec unshare --mount --propagation private /bin/sh -c ${q("set -e\n" + inner)}`,
+    `exec unshare --mount --propagation private /bin/sh -c ${q(`set -e\n${inner}`)}`,
   ].join("\n");
 }
 
@@ -82,7 +106,10 @@ export async function extractRun(opts: {
     const run = await timedRun("/bin/sh", ["-c", extractScript({ ...opts, runDir })], { timeoutMs: 600_000 });
     let pycWritten: number | null = null;
     if (opts.countPycNewerThan !== undefined) {
-      const r = await timedRun("/bin/sh", ["-c", `find ${q(runDir + "/testbed")} ${q(runDir + "/venv")} -name '*.pyc' -newermt @${Math.floor(opts.countPycNewerThan)} | wc -l`]);
+      const r = await timedRun("/bin/sh", [
+        "-c",
+        `find ${q(`${runDir}/testbed`)} ${q(`${runDir}/venv`)} -name '*.pyc' -newermt @${Math.floor(opts.countPycNewerThan)} | wc -l`,
+      ]);
       pycWritten = Number(r.stdout.trim()) || 0;
     }
     return { run, pycWritten };

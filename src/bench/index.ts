@@ -28,7 +28,7 @@ function localDate(d = new Date()): string {
 export function writeResults(results: BenchResults, opts: { outDir?: string; resultsDir?: string } = {}): WrittenFiles {
   const md = renderMarkdown(results);
   const svg = renderSvg(results);
-  const json = JSON.stringify(results, null, 2) + "\n";
+  const json = `${JSON.stringify(results, null, 2)}\n`;
   const write = (dir: string, base: string): WrittenFiles => {
     mkdirSync(dir, { recursive: true });
     const files = { json: join(dir, `${base}.json`), markdown: join(dir, `${base}.md`), svg: join(dir, `${base}.svg`) };
@@ -50,7 +50,7 @@ export async function benchMain(opts: BenchOptions & { outDir?: string; json?: b
   process.env.PIP_RETRIES ??= "0";
   const results = await runBench(opts);
   const files = writeResults(results, { outDir: opts.outDir });
-  if (opts.json) process.stdout.write(JSON.stringify(results, null, 2) + "\n");
+  if (opts.json) process.stdout.write(`${JSON.stringify(results, null, 2)}\n`);
   else {
     process.stdout.write(renderMarkdown(results));
     process.stdout.write(`\nwrote ${files.json}\n      ${files.markdown}\n      ${files.svg}\n`);

@@ -10,7 +10,8 @@ import { DiskUsage } from "./du.js";
 import { mustRun, timedRun, type TimedRun } from "./proc.js";
 
 export const BASE_IMAGE = "localhost/minisandbox-bench-base";
-export const SETUP_HINT = "run `sudo scripts/bench-setup.sh` (installs podman, runc, debootstrap and imports a Debian base image)";
+export const SETUP_HINT =
+  "run `sudo scripts/bench-setup.sh` (installs podman, runc, debootstrap and imports a Debian base image)";
 
 export type PodmanStatus = { available: true; version: string; runtime: string } | { available: false; reason: string };
 
@@ -25,7 +26,16 @@ export class Podman {
     readonly root: string,
     readonly version: string,
   ) {
-    this.global = ["--root", join(root, "storage"), "--runroot", join(root, "run"), "--storage-driver", "overlay", "--log-level", "error"];
+    this.global = [
+      "--root",
+      join(root, "storage"),
+      "--runroot",
+      join(root, "run"),
+      "--storage-driver",
+      "overlay",
+      "--log-level",
+      "error",
+    ];
   }
 
   /**
@@ -40,7 +50,11 @@ export class Podman {
     mkdirSync(root, { recursive: true });
     const p = new Podman(bin, root, version);
     const info = await timedRun(bin, p.args("info", "--format", "{{.Host.OCIRuntime.Name}}"));
-    if (info.code !== 0) return { available: false, reason: `podman does not work here: ${info.stderr.trim().split("\n").pop()} (${SETUP_HINT})` };
+    if (info.code !== 0)
+      return {
+        available: false,
+        reason: `podman does not work here: ${info.stderr.trim().split("\n").pop()} (${SETUP_HINT})`,
+      };
     p.runtime = info.stdout.trim();
     const idOf = async (args: string[]): Promise<string | undefined> => {
       const r = await timedRun(bin, [...args, "image", "inspect", "--format", "{{.Id}}", BASE_IMAGE]);
@@ -63,8 +77,16 @@ export class Podman {
         rmSync(tar, { force: true });
       }
     }
-    const smoke = await timedRun(bin, p.args("run", "--rm", "--network", "none", BASE_IMAGE, "sh", "-c", "command -v git || true"), { timeoutMs: 120_000 });
-    if (smoke.code !== 0) return { available: false, reason: `podman run fails here: ${smoke.stderr.trim().split("\n").slice(-2).join(" ")} (${SETUP_HINT})` };
+    const smoke = await timedRun(
+      bin,
+      p.args("run", "--rm", "--network", "none", BASE_IMAGE, "sh", "-c", "command -v git || true"),
+      { timeoutMs: 120_000 },
+    );
+    if (smoke.code !== 0)
+      return {
+        available: false,
+        reason: `podman run fails here: ${smoke.stderr.trim().split("\n").slice(-2).join(" ")} (${SETUP_HINT})`,
+      };
     p.hasGit = smoke.stdout.trim() !== "";
     return p;
   }
@@ -79,7 +101,12 @@ export class Podman {
   async exists(image: string): Promise<boolean> {
     if (!this.tags) {
       const r = await mustRun(this.bin, this.args("images", "--format", "{{.Repository}}:{{.Tag}}"));
-      this.tags = new Set(r.stdout.split("\n").map((l) => l.trim()).filter(Boolean));
+      this.tags = new Set(
+        r.stdout
+          .split("\n")
+          .map((l) => l.trim())
+          .filter(Boolean),
+      );
     }
     return this.tags.has(image);
   }
@@ -88,7 +115,11 @@ export class Podman {
     const file = join(this.root, `Containerfile.${tag.replace(/[^\w.-]/g, "_")}`);
     writeFileSync(file, containerfile);
     try {
-      await mustRun(this.bin, this.args("build", "-q", "--layers", "--network", "none", "-t", tag, "-f", file, context), { timeoutMs: 1_800_000 });
+      await mustRun(
+        this.bin,
+        this.args("build", "-q", "--layers", "--network", "none", "-t", tag, "-f", file, context),
+        { timeoutMs: 1_800_000 },
+      );
       this.tags?.add(tag);
     } finally {
       rmSync(file, { force: true });
@@ -110,7 +141,12 @@ export class Podman {
   }
 
   /** The environment's image: venv at /opt/venv, testbed at /testbed, same PATH and variables as a sandbox. */
-  async ensureEnvImage(key: string, toolchainImage: string, layerDir: string, env: Record<string, string>): Promise<string> {
+  async ensureEnvImage(
+    key: string,
+    toolchainImage: string,
+    layerDir: string,
+    env: Record<string, string>,
+  ): Promise<string> {
     const tag = `localhost/msb-bench-env:${key.slice(0, 24)}`;
     if (await this.exists(tag)) return tag;
     const vars = {
@@ -119,20 +155,35 @@ export class Podman {
       LANG: "C.UTF-8",
       ...env,
     };
-    const envLine = Object.entries(vars).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(" ");
-    await this.build(tag, `FROM ${toolchainImage}\nCOPY venv /opt/venv\nCOPY testbed /testbed\nENV ${envLine}\nWORKDIR /testbed\n`, layerDir);
+    const envLine = Object.entries(vars)
+      .map(([k, v]) => `${k}=${JSON.stringify(v)}`)
+      .join(" ");
+    await this.build(
+      tag,
+      `FROM ${toolchainImage}\nCOPY venv /opt/venv\nCOPY testbed /testbed\nENV ${envLine}\nWORKDIR /testbed\n`,
+      layerDir,
+    );
     return tag;
   }
 
   run(
     image: string,
     command: string[],
-    opts: { input?: string; interactive?: boolean; timeoutMs?: number; env?: Record<string, string>; readOnlyMounts?: string[] } = {},
+    opts: {
+      input?: string;
+      interactive?: boolean;
+      timeoutMs?: number;
+      env?: Record<string, string>;
+      readOnlyMounts?: string[];
+    } = {},
   ): Promise<TimedRun> {
     const flags = ["run", "--rm", "--network", "none", ...(opts.interactive ? ["-i"] : [])];
     for (const [k, v] of Object.entries(opts.env ?? {})) flags.push("-e", `${k}=${v}`);
     for (const m of opts.readOnlyMounts ?? []) flags.push("-v", `${m}:${m}:ro`);
-    return timedRun(this.bin, this.args(...flags, image, ...command), { input: opts.input, timeoutMs: opts.timeoutMs ?? 600_000 });
+    return timedRun(this.bin, this.args(...flags, image, ...command), {
+      input: opts.input,
+      timeoutMs: opts.timeoutMs ?? 600_000,
+    });
   }
 
   private readonly inspected = new Map<string, { dirs: string[]; size: number }>();
@@ -142,12 +193,18 @@ export class Podman {
     const missing = [...new Set(images.filter((i) => !this.inspected.has(i)))];
     if (missing.length) {
       const r = await mustRun(this.bin, this.args("image", "inspect", ...missing));
-      const data = JSON.parse(r.stdout) as { Size?: number; GraphDriver?: { Data?: { UpperDir?: string; LowerDir?: string } } }[];
+      const data = JSON.parse(r.stdout) as {
+        Size?: number;
+        GraphDriver?: { Data?: { UpperDir?: string; LowerDir?: string } };
+      }[];
       data.forEach((d, i) => {
         const g = d.GraphDriver?.Data ?? {};
         const dirs = [...(g.LowerDir ? g.LowerDir.split(":").reverse() : []), ...(g.UpperDir ? [g.UpperDir] : [])];
         // .../overlay/<id>/diff -> .../overlay/<id> (diff, link, lower, work: everything podman keeps for the layer).
-        this.inspected.set(missing[i]!, { dirs: dirs.map((x) => x.replace(/\/diff$/, "")).filter((x) => existsSync(x)), size: d.Size ?? 0 });
+        this.inspected.set(missing[i]!, {
+          dirs: dirs.map((x) => x.replace(/\/diff$/, "")).filter((x) => existsSync(x)),
+          size: d.Size ?? 0,
+        });
       });
     }
     return new Map(images.map((i) => [i, this.inspected.get(i)!]));
@@ -157,7 +214,10 @@ export class Podman {
    * Disk use of a set of images: every layer counted once. `exclude` are layers not charged to the environments
    * (the base OS and the toolchain, which a sandbox takes from the host).
    */
-  async diskUse(images: string[], excludeImages: string[]): Promise<{ envBytes: number; totalBytes: number; listedBytes: number }> {
+  async diskUse(
+    images: string[],
+    excludeImages: string[],
+  ): Promise<{ envBytes: number; totalBytes: number; listedBytes: number }> {
     const info = await this.inspect([...images, ...excludeImages]);
     const excluded = new Set(excludeImages.flatMap((i) => info.get(i)!.dirs));
     const all = new Set(images.flatMap((i) => info.get(i)!.dirs));

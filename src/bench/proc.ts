@@ -14,9 +14,17 @@ export interface TimedRun {
 }
 
 /** The clean environment every baseline command starts from (never the bench's own, which sets PYTHONDONTWRITEBYTECODE). */
-export const CLEAN_ENV: Record<string, string> = { PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", LANG: "C.UTF-8", HOME: "/root" };
+export const CLEAN_ENV: Record<string, string> = {
+  PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+  LANG: "C.UTF-8",
+  HOME: "/root",
+};
 
-export function timedRun(cmd: string, args: readonly string[], opts: { env?: Record<string, string>; input?: string; timeoutMs?: number } = {}): Promise<TimedRun> {
+export function timedRun(
+  cmd: string,
+  args: readonly string[],
+  opts: { env?: Record<string, string>; input?: string; timeoutMs?: number } = {},
+): Promise<TimedRun> {
   return new Promise((resolve, reject) => {
     const t0 = performance.now();
     let first = NaN;
@@ -49,7 +57,11 @@ export function timedRun(cmd: string, args: readonly string[], opts: { env?: Rec
 }
 
 /** Like timedRun, but a non-zero exit is an error carrying the output's tail. */
-export async function mustRun(cmd: string, args: readonly string[], opts: Parameters<typeof timedRun>[2] = {}): Promise<TimedRun> {
+export async function mustRun(
+  cmd: string,
+  args: readonly string[],
+  opts: Parameters<typeof timedRun>[2] = {},
+): Promise<TimedRun> {
   const r = await timedRun(cmd, args, opts);
   if (r.code !== 0) {
     const tail = (r.stderr || r.stdout).trim().split("\n").slice(-15).join("\n");
@@ -84,7 +96,9 @@ export interface ProcessTable {
 }
 
 export function processTable(): ProcessTable {
-  const pids = readdirSync("/proc").filter((n) => /^\d+$/.test(n)).map(Number);
+  const pids = readdirSync("/proc")
+    .filter((n) => /^\d+$/.test(n))
+    .map(Number);
   const table: ProcessTable = { pids, ppid: new Map(), ns: new Map() };
   for (const p of pids) {
     const pp = parentPid(p);

@@ -33,7 +33,12 @@ export function parsePycProbe(output: string, newerAfterTimedRuns: number | null
     written: written.length,
     newerAfterTimedRuns,
     dontWriteBytecode,
-    ok: sawAnyImport && compiled.length === 0 && written.length === 0 && dontWriteBytecode === false && (newerAfterTimedRuns ?? 0) === 0,
+    ok:
+      sawAnyImport &&
+      compiled.length === 0 &&
+      written.length === 0 &&
+      dontWriteBytecode === false &&
+      (newerAfterTimedRuns ?? 0) === 0,
     examples: [...compiled, ...written].slice(0, 5),
   };
 }

@@ -57,14 +57,17 @@ export async function evictLayer(home: string, key: string): Promise<void> {
 }
 
 function minisandboxVariant(env: BenchEnvironment, cold: boolean): Variant {
-  const create = (): Promise<Sandbox> => Sandbox.create({ instance: env.primary, home: env.home, specsFile: env.specsFile });
+  const create = (): Promise<Sandbox> =>
+    Sandbox.create({ instance: env.primary, home: env.home, specsFile: env.specsFile });
   return {
     name: cold ? "minisandbox_cold" : "minisandbox_warm",
     label: cold ? "minisandbox cold" : "minisandbox warm",
     method: cold
       ? "layer evicted from the node cache first; Sandbox.create({instance}) materializes it (hard links from the store), then exec"
       : "layer in the node cache; Sandbox.create({instance}) + exec (bwrap + overlayfs, clean environment)",
-    before: cold ? () => evictLayer(env.home, env.primaryKey) : async () => void (await nodeCacheFor(env.home).acquire(env.primaryKey)).release(),
+    before: cold
+      ? () => evictLayer(env.home, env.primaryKey)
+      : async () => void (await nodeCacheFor(env.home).acquire(env.primaryKey)).release(),
     once: (command, started) => sandboxOnce(create, command, started),
     probe: async () => {
       if (cold) await evictLayer(env.home, env.primaryKey);
@@ -74,7 +77,11 @@ function minisandboxVariant(env: BenchEnvironment, cold: boolean): Variant {
 }
 
 /** One timed minisandbox workspace: create → `command`'s output; then, untimed, the .pyc files it wrote. */
-async function sandboxOnce(create: () => Promise<Sandbox>, command: string, started: number): ReturnType<Variant["once"]> {
+async function sandboxOnce(
+  create: () => Promise<Sandbox>,
+  command: string,
+  started: number,
+): ReturnType<Variant["once"]> {
   const t = performance.now();
   const sb = await create();
   try {
@@ -82,7 +89,8 @@ async function sandboxOnce(create: () => Promise<Sandbox>, command: string, star
     const ms = performance.now() - t;
     if (r.exitCode !== 0) throw new Error(`exit ${r.exitCode}: ${r.stderr.trim().slice(-300)}`);
     let pycNewer: number | null = null;
-    if (command !== ECHO) pycNewer = Number((await sb.exec(pycNewerCommand([TESTBED_PATH, VENV_PATH], started))).stdout.trim()) || 0;
+    if (command !== ECHO)
+      pycNewer = Number((await sb.exec(pycNewerCommand([TESTBED_PATH, VENV_PATH], started))).stdout.trim()) || 0;
     return { ms, output: r.stdout, pycNewer };
   } finally {
     await sb.close();
@@ -111,7 +119,8 @@ async function resolvedVariant(env: BenchEnvironment): Promise<Variant> {
   return {
     name: "minisandbox_warm_resolved",
     label: "minisandbox warm, env resolved once",
-    method: "workspaceFor() once (toolchain lookup, lease) then per run Sandbox.create(options) + exec: what a server or pool pays",
+    method:
+      "workspaceFor() once (toolchain lookup, lease) then per run Sandbox.create(options) + exec: what a server or pool pays",
     once: (command, started) => sandboxOnce(() => Sandbox.create(opts), command, started),
     probe: () => sandboxProbe(() => Sandbox.create(opts), env.importModule),
     before: async () => void (await nodeCacheFor(env.home).acquire(env.primaryKey)).release(),
@@ -125,7 +134,8 @@ async function bwrapVariant(env: BenchEnvironment): Promise<Variant> {
   await lease.release();
   const args = (command: string): string[] => {
     const a = ["--die-with-parent", "--unshare-all"];
-    for (const e of systemEntries()) a.push(...(e.symlinkTo ? ["--symlink", e.symlinkTo, e.path] : ["--ro-bind", e.path, e.path]));
+    for (const e of systemEntries())
+      a.push(...(e.symlinkTo ? ["--symlink", e.symlinkTo, e.path] : ["--ro-bind", e.path, e.path]));
     for (const t of env.toolchain.mounts) a.push("--ro-bind", t, t);
     // Read-only: the node cache's files are hard links into the store and must never be written.
     a.push("--ro-bind", trees["testbed"]!, TESTBED_PATH, "--ro-bind", trees["venv"]!, VENV_PATH);
@@ -136,7 +146,8 @@ async function bwrapVariant(env: BenchEnvironment): Promise<Variant> {
   return {
     name: "bwrap_raw",
     label: "raw bwrap",
-    method: "bwrap --unshare-all with read-only binds of the materialized trees (no overlay, no session machinery): the floor",
+    method:
+      "bwrap --unshare-all with read-only binds of the materialized trees (no overlay, no session machinery): the floor",
     before: async () => void (await nodeCacheFor(env.home).acquire(env.primaryKey)).release(),
     once: async (command) => {
       const r = await timedRun(bwrap, args(command));
@@ -151,7 +162,10 @@ async function extractVariant(env: BenchEnvironment, work: string): Promise<Vari
   const lease = await nodeCacheFor(env.home).acquire(env.primaryKey);
   let tarballs: Tarballs;
   try {
-    tarballs = await ensureTarballs(work, env.primaryKey, { testbed: lease.trees["testbed"]!, venv: lease.trees["venv"]! });
+    tarballs = await ensureTarballs(work, env.primaryKey, {
+      testbed: lease.trees["testbed"]!,
+      venv: lease.trees["venv"]!,
+    });
   } finally {
     await lease.release();
   }
@@ -159,9 +173,14 @@ async function extractVariant(env: BenchEnvironment, work: string): Promise<Vari
   return {
     name: "extract_per_task",
     label: "extract-per-task",
-    method: "per-task venv.tar.gz + testbed.tar.gz extracted (gzip, both at once) into a private dir, unshare --mount + bind mounts + chroot",
+    method:
+      "per-task venv.tar.gz + testbed.tar.gz extracted (gzip, both at once) into a private dir, unshare --mount + bind mounts + chroot",
     once: async (command, started) => {
-      const { run, pycWritten } = await extractRun({ ...base, command, countPycNewerThan: command === ECHO ? undefined : started });
+      const { run, pycWritten } = await extractRun({
+        ...base,
+        command,
+        countPycNewerThan: command === ECHO ? undefined : started,
+      });
       if (run.code !== 0) throw new Error(`extract exit ${run.code}: ${run.stderr.trim().slice(-300)}`);
       return { ms: run.exitMs, output: run.stdout, pycNewer: pycWritten };
     },
@@ -208,7 +227,11 @@ export interface ReadyOptions {
 export async function benchReady(opts: ReadyOptions): Promise<Record<ReadyVariantName, ReadyVariant | Unavailable>> {
   const { env } = opts;
   const out = {} as Record<ReadyVariantName, ReadyVariant | Unavailable>;
-  const variants: Variant[] = [minisandboxVariant(env, false), await resolvedVariant(env), minisandboxVariant(env, true)];
+  const variants: Variant[] = [
+    minisandboxVariant(env, false),
+    await resolvedVariant(env),
+    minisandboxVariant(env, true),
+  ];
   const tryAdd = async (name: ReadyVariantName, make: () => Promise<Variant>): Promise<void> => {
     try {
       variants.push(await make());
@@ -224,7 +247,10 @@ export async function benchReady(opts: ReadyOptions): Promise<Record<ReadyVarian
   } else out.podman = opts.podman;
 
   const importCmd = `python -c "import ${env.importModule}"`;
-  const samples = new Map<ReadyVariantName, { echo: number[]; import: number[]; failures: number; pycNewer: number | null; errors: string[] }>();
+  const samples = new Map<
+    ReadyVariantName,
+    { echo: number[]; import: number[]; failures: number; pycNewer: number | null; errors: string[] }
+  >();
   for (const v of variants) samples.set(v.name, { echo: [], import: [], failures: 0, pycNewer: null, errors: [] });
   const started = Date.now() / 1000 - 1;
   // One warm-up each (page cache, first podman/bwrap start), not counted.
@@ -235,11 +261,15 @@ export async function benchReady(opts: ReadyOptions): Promise<Record<ReadyVarian
   for (let round = 0; round < opts.runs; round++) {
     for (const v of variants) {
       const s = samples.get(v.name)!;
-      for (const [kind, cmd] of [["echo", ECHO], ["import", importCmd]] as const) {
+      for (const [kind, cmd] of [
+        ["echo", ECHO],
+        ["import", importCmd],
+      ] as const) {
         try {
           await v.before?.();
           const r = await v.once(cmd, started);
-          if (kind === "echo" && r.output.trim() !== "ready") throw new Error(`unexpected output ${JSON.stringify(r.output.slice(0, 100))}`);
+          if (kind === "echo" && r.output.trim() !== "ready")
+            throw new Error(`unexpected output ${JSON.stringify(r.output.slice(0, 100))}`);
           s[kind].push(r.ms);
           if (r.pycNewer !== null) s.pycNewer = (s.pycNewer ?? 0) + r.pycNewer;
         } catch (e) {

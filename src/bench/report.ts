@@ -3,18 +3,23 @@ import { formatBytes } from "../util/size.js";
 import { ratio } from "./stats.js";
 import type { BenchResults, ReadyVariant, ReadyVariantName, Target, Unavailable } from "./types.js";
 
-type Ready = BenchResults["ready"]["variants"];
+const ok = (v: ReadyVariant | Unavailable | undefined): v is ReadyVariant => v?.available === true;
 
-const ok = (v: ReadyVariant | Unavailable | undefined): v is ReadyVariant => v !== undefined && v.available;
-
-export function computeRatios(r: Omit<BenchResults, "ratios" | "ratio_reasons" | "targets">): Pick<BenchResults, "ratios" | "ratio_reasons"> {
+export function computeRatios(
+  r: Omit<BenchResults, "ratios" | "ratio_reasons" | "targets">,
+): Pick<BenchResults, "ratios" | "ratio_reasons"> {
   const v = r.ready.variants;
   const reasons: Record<string, string> = {};
   const why = (name: ReadyVariantName): string => {
     const x = v[name];
     return x && !x.available ? x.reason : `${name} not measured`;
   };
-  const readyRatio = (key: string, base: ReadyVariantName, ours: ReadyVariantName, kind: "echo" | "import"): number | null => {
+  const readyRatio = (
+    key: string,
+    base: ReadyVariantName,
+    ours: ReadyVariantName,
+    kind: "echo" | "import",
+  ): number | null => {
     const b = v[base];
     const o = v[ours];
     const val = ok(b) && ok(o) ? ratio(b[kind]?.p50Ms, o[kind]?.p50Ms) : null;
@@ -31,11 +36,20 @@ export function computeRatios(r: Omit<BenchResults, "ratios" | "ratio_reasons" |
   if (storagePodman === null) reasons["storage_vs_podman"] = podmanWhy;
   if (storagePodmanEnv === null) reasons["storage_vs_podman_env_layers"] = podmanWhy;
   const e = r.evaluation;
-  const ours = e.minisandbox_engine.available ? e.minisandbox_engine : e.minisandbox_steps.available ? e.minisandbox_steps : undefined;
+  const ours = e.minisandbox_engine.available
+    ? e.minisandbox_engine
+    : e.minisandbox_steps.available
+      ? e.minisandbox_steps
+      : undefined;
   const evalRatio = ours && e.podman.available ? ratio(ours.instancesPerMinute, e.podman.instancesPerMinute) : null;
-  if (evalRatio === null) reasons["eval_vs_podman"] = !e.podman.available ? e.podman.reason : "minisandbox evaluation not measured";
-  const stepsRatio = e.minisandbox_steps.available && e.podman.available ? ratio(e.minisandbox_steps.instancesPerMinute, e.podman.instancesPerMinute) : null;
-  if (stepsRatio === null) reasons["eval_steps_vs_podman"] = !e.podman.available ? e.podman.reason : "minisandbox evaluation not measured";
+  if (evalRatio === null)
+    reasons["eval_vs_podman"] = !e.podman.available ? e.podman.reason : "minisandbox evaluation not measured";
+  const stepsRatio =
+    e.minisandbox_steps.available && e.podman.available
+      ? ratio(e.minisandbox_steps.instancesPerMinute, e.podman.instancesPerMinute)
+      : null;
+  if (stepsRatio === null)
+    reasons["eval_steps_vs_podman"] = !e.podman.available ? e.podman.reason : "minisandbox evaluation not measured";
   return {
     ratios: {
       warm_vs_extract: readyRatio("warm_vs_extract", "extract_per_task", "minisandbox_warm", "echo"),
@@ -44,7 +58,12 @@ export function computeRatios(r: Omit<BenchResults, "ratios" | "ratio_reasons" |
       storage_vs_targz: storageTargz,
       storage_vs_podman: storagePodman,
       storage_vs_podman_env_layers: storagePodmanEnv,
-      warm_import_vs_extract_import: readyRatio("warm_import_vs_extract_import", "extract_per_task", "minisandbox_warm", "import"),
+      warm_import_vs_extract_import: readyRatio(
+        "warm_import_vs_extract_import",
+        "extract_per_task",
+        "minisandbox_warm",
+        "import",
+      ),
       warm_import_vs_podman_import: readyRatio("warm_import_vs_podman_import", "podman", "minisandbox_warm", "import"),
       eval_vs_podman: evalRatio,
       eval_steps_vs_podman: stepsRatio,
@@ -54,12 +73,14 @@ export function computeRatios(r: Omit<BenchResults, "ratios" | "ratio_reasons" |
 }
 
 const x = (n: number | null | undefined, d = 1): string => (n == null ? "n/a" : `${n.toFixed(d)}×`);
-const ms = (n: number | null | undefined): string => (n == null || !Number.isFinite(n) ? "n/a" : n >= 100 ? `${Math.round(n)} ms` : `${n.toFixed(1)} ms`);
+const ms = (n: number | null | undefined): string =>
+  n == null || !Number.isFinite(n) ? "n/a" : n >= 100 ? `${Math.round(n)} ms` : `${n.toFixed(1)} ms`;
 const mb = (n: number | null | undefined): string => (n == null ? "n/a" : `${(n / 1024 / 1024).toFixed(1)} MB`);
 
 export function computeTargets(r: Omit<BenchResults, "targets">): Target[] {
   const t: Target[] = [];
-  const at = (name: string, target: string, measured: string, met: boolean | null): void => void t.push({ name, target, measured, met });
+  const at = (name: string, target: string, measured: string, met: boolean | null): void =>
+    void t.push({ name, target, measured, met });
   const ge = (v: number | null, min: number): boolean | null => (v === null ? null : v >= min);
   const q = r.ratios;
   at("warm ready vs extract-per-task", "≥ 50×", x(q.warm_vs_extract), ge(q.warm_vs_extract, 50));
@@ -67,32 +88,83 @@ export function computeTargets(r: Omit<BenchResults, "targets">): Target[] {
   at("cold ready vs extract-per-task", "≤ 1/3 (≥ 3×)", x(q.cold_vs_extract), ge(q.cold_vs_extract, 3));
   const last = [...r.storage.points].sort((a, b) => b.n - a.n)[0];
   const first = r.storage.points.find((p) => p.n === 1);
-  at(`storage, ${last?.n ?? "?"} instances vs tar.gz per task`, "≤ 10% (≥ 10×)", x(q.storage_vs_targz), ge(q.storage_vs_targz, 10));
-  at(`storage, ${last?.n ?? "?"} instances vs podman's disk use (all layers once, base OS + toolchain included)`, "≤ 10% (≥ 10×)", x(q.storage_vs_podman), ge(q.storage_vs_podman, 10));
+  at(
+    `storage, ${last?.n ?? "?"} instances vs tar.gz per task`,
+    "≤ 10% (≥ 10×)",
+    x(q.storage_vs_targz),
+    ge(q.storage_vs_targz, 10),
+  );
+  at(
+    `storage, ${last?.n ?? "?"} instances vs podman's disk use (all layers once, base OS + toolchain included)`,
+    "≤ 10% (≥ 10×)",
+    x(q.storage_vs_podman),
+    ge(q.storage_vs_podman, 10),
+  );
   if (last && first && last.n > 1) {
     const g = last.minisandboxStoreBytes / first.minisandboxStoreBytes;
     at(`stored bytes, ${last.n} instances vs 1 (#3)`, "≤ 1.5×", `${g.toFixed(2)}×`, g <= 1.5);
   }
   const k128 = r.concurrency.levels.find((l) => l.k === 128);
-  at("128 concurrent sandboxes", "all ready, 0 failures", k128 ? `${k128.k - k128.failures}/${k128.k} ready in ${ms(k128.wallMs)}` : "not run", k128 ? k128.failures === 0 : null);
+  at(
+    "128 concurrent sandboxes",
+    "all ready, 0 failures",
+    k128 ? `${k128.k - k128.failures}/${k128.k} ready in ${ms(k128.wallMs)}` : "not run",
+    k128 ? k128.failures === 0 : null,
+  );
   const warm = r.ready.variants.minisandbox_warm;
-  at("create → first output, p50 (warm)", "≤ 100 ms", ok(warm) ? ms(warm.echo.p50Ms) : "n/a", ok(warm) ? warm.echo.p50Ms <= 100 : null);
+  at(
+    "create → first output, p50 (warm)",
+    "≤ 100 ms",
+    ok(warm) ? ms(warm.echo.p50Ms) : "n/a",
+    ok(warm) ? warm.echo.p50Ms <= 100 : null,
+  );
   const s = r.session.inProcess;
-  at("session round trip, p50 (in process)", "≤ 5 ms", "p50Ms" in s ? ms(s.p50Ms) : "n/a", "p50Ms" in s ? s.p50Ms <= 5 : null);
+  at(
+    "session round trip, p50 (in process)",
+    "≤ 5 ms",
+    "p50Ms" in s ? ms(s.p50Ms) : "n/a",
+    "p50Ms" in s ? s.p50Ms <= 5 : null,
+  );
   const mem = r.concurrency.levels.filter((l) => l.rssPerIdleBytes !== null).sort((a, b) => b.k - a.k)[0];
   // Both readings: summed RSS counts shared pages (libc, bash text) once per process; PSS splits them fairly.
-  at("memory per idle sandbox with a session, summed RSS", "≤ 10 MB", mem ? `${mb(mem.rssPerIdleBytes)} (${mem.processesPerIdle} processes, K=${mem.k})` : "n/a", mem ? mem.rssPerIdleBytes! <= 10 * 1024 * 1024 : null);
-  at("memory per idle sandbox with a session, summed PSS", "≤ 10 MB", mem ? `${mb(mem.pssPerIdleBytes)} (K=${mem.k})` : "n/a", mem ? mem.pssPerIdleBytes! <= 10 * 1024 * 1024 : null);
+  at(
+    "memory per idle sandbox with a session, summed RSS",
+    "≤ 10 MB",
+    mem ? `${mb(mem.rssPerIdleBytes)} (${mem.processesPerIdle} processes, K=${mem.k})` : "n/a",
+    mem ? mem.rssPerIdleBytes! <= 10 * 1024 * 1024 : null,
+  );
+  at(
+    "memory per idle sandbox with a session, summed PSS",
+    "≤ 10 MB",
+    mem ? `${mb(mem.pssPerIdleBytes)} (K=${mem.k})` : "n/a",
+    mem ? mem.pssPerIdleBytes! <= 10 * 1024 * 1024 : null,
+  );
   const stampede = r.concurrency.cold_stampede;
-  if (stampede) at(`${stampede.k} sandboxes on a cold env materialize once (#3)`, "1 materialization", `${stampede.materializations}, ${stampede.failures} failures`, stampede.materializations === 1 && stampede.failures === 0);
+  if (stampede)
+    at(
+      `${stampede.k} sandboxes on a cold env materialize once (#3)`,
+      "1 materialization",
+      `${stampede.materializations}, ${stampede.failures} failures`,
+      stampede.materializations === 1 && stampede.failures === 0,
+    );
   for (const e of [r.evaluation.minisandbox_engine, r.evaluation.minisandbox_engine_1worker]) {
     if (e?.available && e.overheadMs !== undefined) {
-      at(`evaluation overhead per instance outside the tests, ${e.workers} worker${e.workers === 1 ? "" : "s"} (#4)`, "≤ 0.5 s", ms(e.overheadMs), e.overheadMs <= 500);
+      at(
+        `evaluation overhead per instance outside the tests, ${e.workers} worker${e.workers === 1 ? "" : "s"} (#4)`,
+        "≤ 0.5 s",
+        ms(e.overheadMs),
+        e.overheadMs <= 500,
+      );
     }
   }
   const pycs = Object.entries(r.ready.variants).filter(([, v]) => ok(v) && v.pyc) as [string, ReadyVariant][];
   const bad = pycs.filter(([, v]) => !v.pyc!.ok).map(([n]) => n);
-  at("no .pyc recompiled or rewritten (every variant)", "0", bad.length ? `stale/rewritten in ${bad.join(", ")}` : `0 (${pycs.length} variants checked)`, pycs.length ? bad.length === 0 : null);
+  at(
+    "no .pyc recompiled or rewritten (every variant)",
+    "0",
+    bad.length ? `stale/rewritten in ${bad.join(", ")}` : `0 (${pycs.length} variants checked)`,
+    pycs.length ? bad.length === 0 : null,
+  );
   return t;
 }
 
@@ -100,22 +172,44 @@ export function renderMarkdown(r: BenchResults): string {
   const L: string[] = [];
   const m = r.machine;
   L.push(`# minisandbox bench — ${r.date}${r.quick ? " (--quick)" : ""}`, "");
-  L.push(`Machine: ${m.cpus} × ${m.cpuModel}, ${formatBytes(m.memoryBytes)} RAM, ${m.os}, kernel ${m.kernel}, Node ${m.node}, bwrap ${m.bwrap ?? "n/a"}, podman ${m.podman ?? "n/a"}${m.podmanRuntime ? ` (${m.podmanRuntime})` : ""}; load average ${m.loadAverageStart} at start, ${m.loadAverageEnd} at end.`);
+  L.push(
+    `Machine: ${m.cpus} × ${m.cpuModel}, ${formatBytes(m.memoryBytes)} RAM, ${m.os}, kernel ${m.kernel}, Node ${m.node}, bwrap ${m.bwrap ?? "n/a"}, podman ${m.podman ?? "n/a"}${m.podmanRuntime ? ` (${m.podmanRuntime})` : ""}; load average ${m.loadAverageStart} at start, ${m.loadAverageEnd} at end.`,
+  );
   const s = r.source;
   L.push(`Environment: ${describeSource(s)}, ${s.instances} instance(s), Python ${s.python}.`);
-  L.push(`Measured workspace (${s.instance}, single-environment workloads): ${workspaceSizes(s)}; for scale, #6's SWE-bench sympy reference: testbed 247 MB, of which git pack 203 MB; venv 23 MB. Real first command \`python -c "import ${s.importModule}"\`.`);
-  const phases = Object.entries(r.phaseMs).map(([k, v]) => `${k} ${(v / 1000).toFixed(0)} s`).join(", ");
-  L.push(`Run took ${(r.durationMs / 1000).toFixed(0)} s (${phases})${s.builtEnvironments ? ` (including ${s.builtEnvironments} environment build(s), ${(s.buildMs / 1000).toFixed(0)} s)` : ""}.`, "");
+  L.push(
+    `Measured workspace (${s.instance}, single-environment workloads): ${workspaceSizes(s)}; for scale, #6's SWE-bench sympy reference: testbed 247 MB, of which git pack 203 MB; venv 23 MB. Real first command \`python -c "import ${s.importModule}"\`.`,
+  );
+  const phases = Object.entries(r.phaseMs)
+    .map(([k, v]) => `${k} ${(v / 1000).toFixed(0)} s`)
+    .join(", ");
+  L.push(
+    `Run took ${(r.durationMs / 1000).toFixed(0)} s (${phases})${s.builtEnvironments ? ` (including ${s.builtEnvironments} environment build(s), ${(s.buildMs / 1000).toFixed(0)} s)` : ""}.`,
+    "",
+  );
 
-  L.push("## Ratios (how many times better minisandbox is; > 1 = better)", "", "| ratio | value | what |", "|---|---|---|");
+  L.push(
+    "## Ratios (how many times better minisandbox is; > 1 = better)",
+    "",
+    "| ratio | value | what |",
+    "|---|---|---|",
+  );
   for (const [k, v] of Object.entries(r.ratios)) {
-    L.push(`| ${k} | ${v === null ? `n/a — ${r.ratio_reasons[k] ?? ""}` : x(v, 2)} | ${RATIO_MEANINGS[k as keyof BenchResults["ratios"]] ?? ""} |`);
+    L.push(
+      `| ${k} | ${v === null ? `n/a — ${r.ratio_reasons[k] ?? ""}` : x(v, 2)} | ${RATIO_MEANINGS[k as keyof BenchResults["ratios"]] ?? ""} |`,
+    );
   }
   L.push("", "## Targets", "", "| target | wanted | measured | met |", "|---|---|---|---|");
-  for (const t of r.targets) L.push(`| ${t.name} | ${t.target} | ${t.measured} | ${t.met === null ? "not measured" : t.met ? "yes" : "**no**"} |`);
+  for (const t of r.targets)
+    L.push(
+      `| ${t.name} | ${t.target} | ${t.measured} | ${t.met === null ? "not measured" : t.met ? "yes" : "**no**"} |`,
+    );
 
   L.push("", `## 1. Workspace ready (create → first output), ${r.ready.runs} runs each`, "");
-  L.push("| variant | echo p50 | echo p90 | import p50 | import p90 | extract ÷ this | podman ÷ this | failures | .pyc |", "|---|---|---|---|---|---|---|---|---|");
+  L.push(
+    "| variant | echo p50 | echo p90 | import p50 | import p90 | extract ÷ this | podman ÷ this | failures | .pyc |",
+    "|---|---|---|---|---|---|---|---|---|",
+  );
   const extract = r.ready.variants.extract_per_task;
   const podman = r.ready.variants.podman;
   for (const [name, v] of Object.entries(r.ready.variants)) {
@@ -125,43 +219,78 @@ export function renderMarkdown(r: BenchResults): string {
     }
     const vsExtract = ok(extract) ? x(extract.echo.p50Ms / v.echo.p50Ms, 1) : "n/a";
     const vsPodman = ok(podman) ? x(podman.echo.p50Ms / v.echo.p50Ms, 1) : "n/a";
-    const pyc = v.pyc ? (v.pyc.ok ? "valid" : `**${v.pyc.compiledFromSource} recompiled, ${v.pyc.written} written${v.pyc.dontWriteBytecode ? ", dont_write_bytecode" : ""}**`) : "n/a";
-    L.push(`| ${v.label} | ${ms(v.echo.p50Ms)} | ${ms(v.echo.p90Ms)} | ${ms(v.import?.p50Ms)} | ${ms(v.import?.p90Ms)} | ${vsExtract} | ${vsPodman} | ${v.failures} | ${pyc} |`);
+    const pyc = v.pyc
+      ? v.pyc.ok
+        ? "valid"
+        : `**${v.pyc.compiledFromSource} recompiled, ${v.pyc.written} written${v.pyc.dontWriteBytecode ? ", dont_write_bytecode" : ""}**`
+      : "n/a";
+    L.push(
+      `| ${v.label} | ${ms(v.echo.p50Ms)} | ${ms(v.echo.p90Ms)} | ${ms(v.import?.p50Ms)} | ${ms(v.import?.p90Ms)} | ${vsExtract} | ${vsPodman} | ${v.failures} | ${pyc} |`,
+    );
   }
   L.push("");
   for (const v of Object.values(r.ready.variants)) if (v.available) L.push(`- ${v.label}: ${v.method}`);
 
   L.push("", "## 2. Storage (allocated disk bytes)", "");
-  L.push("| N instances | minisandbox store | store + node cache (all N materialized) | logical (undeduplicated) | tar.gz per task | podman disk use (all layers once) | podman env layers only | tar.gz ÷ store | podman ÷ store | podman env layers ÷ store |", "|---|---|---|---|---|---|---|---|---|---|");
+  L.push(
+    "| N instances | minisandbox store | store + node cache (all N materialized) | logical (undeduplicated) | tar.gz per task | podman disk use (all layers once) | podman env layers only | tar.gz ÷ store | podman ÷ store | podman env layers ÷ store |",
+    "|---|---|---|---|---|---|---|---|---|---|",
+  );
   const b = (n: number | null): string => (n === null ? "n/a" : formatBytes(n));
   for (const p of r.storage.points) {
-    L.push(`| ${p.n} | ${b(p.minisandboxStoreBytes)} | ${b(p.minisandboxBytes)} | ${b(p.minisandboxLogicalBytes)} | ${b(p.targzBytes)} | ${b(p.podmanTotalBytes)} | ${b(p.podmanBytes)} | ${x(ratio(p.targzBytes, p.minisandboxStoreBytes))} | ${x(ratio(p.podmanTotalBytes, p.minisandboxStoreBytes))} | ${x(ratio(p.podmanBytes, p.minisandboxStoreBytes))} |`);
+    L.push(
+      `| ${p.n} | ${b(p.minisandboxStoreBytes)} | ${b(p.minisandboxBytes)} | ${b(p.minisandboxLogicalBytes)} | ${b(p.targzBytes)} | ${b(p.podmanTotalBytes)} | ${b(p.podmanBytes)} | ${x(ratio(p.targzBytes, p.minisandboxStoreBytes))} | ${x(ratio(p.podmanTotalBytes, p.minisandboxStoreBytes))} | ${x(ratio(p.podmanBytes, p.minisandboxStoreBytes))} |`,
+    );
   }
   if (!r.storage.podman.available) L.push("", `podman: not available — ${r.storage.podman.reason}`);
   else L.push("", `podman: ${r.storage.podman.method}`);
 
   L.push("", "## 3. Concurrency (K sandboxes created at once on one warm environment)", "");
-  L.push("| K | all ready | p50 per sandbox | p99 per sandbox | failures | RSS per idle sandbox | PSS per idle sandbox | processes |", "|---|---|---|---|---|---|---|---|");
+  L.push(
+    "| K | all ready | p50 per sandbox | p99 per sandbox | failures | RSS per idle sandbox | PSS per idle sandbox | processes |",
+    "|---|---|---|---|---|---|---|---|",
+  );
   for (const c of r.concurrency.levels) {
-    L.push(`| ${c.k} | ${ms(c.wallMs)} | ${ms(c.perSandbox?.p50Ms)} | ${ms(c.perSandbox?.p99Ms)} | ${c.failures} | ${mb(c.rssPerIdleBytes)} | ${mb(c.pssPerIdleBytes)} | ${c.processesPerIdle ?? "n/a"} |`);
+    L.push(
+      `| ${c.k} | ${ms(c.wallMs)} | ${ms(c.perSandbox?.p50Ms)} | ${ms(c.perSandbox?.p99Ms)} | ${c.failures} | ${mb(c.rssPerIdleBytes)} | ${mb(c.pssPerIdleBytes)} | ${c.processesPerIdle ?? "n/a"} |`,
+    );
   }
   const st = r.concurrency.cold_stampede;
-  if (st) L.push("", `Cold stampede: ${st.k} sandboxes at once on an evicted layer: ${st.materializations} materialization(s), ${st.failures} failure(s), all created in ${ms(st.wallMs)}.`);
+  if (st)
+    L.push(
+      "",
+      `Cold stampede: ${st.k} sandboxes at once on an evicted layer: ${st.materializations} materialization(s), ${st.failures} failure(s), all created in ${ms(st.wallMs)}.`,
+    );
 
   L.push("", "## 4. Session round trip", "");
   const si = r.session.inProcess;
-  L.push("p50Ms" in si ? `In process: p50 ${ms(si.p50Ms)}, p90 ${ms(si.p90Ms)}, p99 ${ms(si.p99Ms)} over ${si.n} commands.` : `In process: not available — ${si.reason}`);
+  L.push(
+    "p50Ms" in si
+      ? `In process: p50 ${ms(si.p50Ms)}, p90 ${ms(si.p90Ms)}, p99 ${ms(si.p99Ms)} over ${si.n} commands.`
+      : `In process: not available — ${si.reason}`,
+  );
   const h = r.session.http as Record<string, unknown>;
-  L.push(h["available"] === false ? `Over HTTP: not available — ${String(h["reason"])}` : `Over HTTP: ${summarizeHttp(h)}`);
+  L.push(
+    h["available"] === false ? `Over HTTP: not available — ${String(h["reason"])}` : `Over HTTP: ${summarizeHttp(h)}`,
+  );
 
-  L.push("", "## 5. Evaluation throughput (gold patches, graded)", "", "| runner | instances | workers | wall | instances/min | resolved | p50 per instance | mean overhead outside the tests |", "|---|---|---|---|---|---|---|---|");
+  L.push(
+    "",
+    "## 5. Evaluation throughput (gold patches, graded)",
+    "",
+    "| runner | instances | workers | wall | instances/min | resolved | p50 per instance | mean overhead outside the tests |",
+    "|---|---|---|---|---|---|---|---|",
+  );
   for (const [name, e] of Object.entries(r.evaluation)) {
     if (!e) continue;
     if (!e.available) L.push(`| ${name} | not available: ${e.reason} | | | | | | |`);
-    else L.push(`| ${e.label} | ${e.instances} | ${e.workers} | ${ms(e.wallMs)} | ${e.instancesPerMinute} | ${Number.isNaN(e.resolved) ? "n/a" : e.resolved} | ${ms(e.perInstance?.p50Ms)} | ${ms(e.overheadMs)} |`);
+    else
+      L.push(
+        `| ${e.label} | ${e.instances} | ${e.workers} | ${ms(e.wallMs)} | ${e.instancesPerMinute} | ${Number.isNaN(e.resolved) ? "n/a" : e.resolved} | ${ms(e.perInstance?.p50Ms)} | ${ms(e.overheadMs)} |`,
+      );
   }
   if (r.notes.length) L.push("", "## Notes", "", ...r.notes.map((n) => `- ${n}`));
-  return L.join("\n") + "\n";
+  return `${L.join("\n")}\n`;
 }
 
 const RATIO_MEANINGS: Record<keyof BenchResults["ratios"], string> = {
@@ -180,7 +309,8 @@ const RATIO_MEANINGS: Record<keyof BenchResults["ratios"], string> = {
 /** Which environment: the fixture with its history size, or the dataset. */
 function describeSource(s: BenchResults["source"]): string {
   if (s.kind === "dataset") return `dataset ${s.dataset} — ${s.repo}`;
-  if (!s.historyMiB) return `fixture — ${s.repo} alone, no generated history (\`--history-mb 0\`: far smaller than a real SWE-bench testbed)`;
+  if (!s.historyMiB)
+    return `fixture — ${s.repo} alone, no generated history (\`--history-mb 0\`: far smaller than a real SWE-bench testbed)`;
   return `fixture — ${s.repo} after a generated ${s.historyMiB} MiB git history (\`--history-mb ${s.historyMiB}\`)`;
 }
 
@@ -189,8 +319,13 @@ function workspaceSizes(s: BenchResults["source"]): string {
 }
 
 function summarizeHttp(h: Record<string, unknown>): string {
-  const num = (o: unknown, k: string): number | null => (o && typeof o === "object" && typeof (o as Record<string, unknown>)[k] === "number" ? ((o as Record<string, unknown>)[k] as number) : null);
-  const parts = [`run_in_session p50 ${ms(num(h, "p50Ms"))}, p90 ${ms(num(h, "p90Ms"))} over ${num(h, "roundTrips") ?? "?"} sequential round trips`];
+  const num = (o: unknown, k: string): number | null =>
+    o && typeof o === "object" && typeof (o as Record<string, unknown>)[k] === "number"
+      ? ((o as Record<string, unknown>)[k] as number)
+      : null;
+  const parts = [
+    `run_in_session p50 ${ms(num(h, "p50Ms"))}, p90 ${ms(num(h, "p90Ms"))} over ${num(h, "roundTrips") ?? "?"} sequential round trips`,
+  ];
   const overhead = num(h, "httpOverheadP50Ms");
   if (overhead !== null) parts.push(`HTTP overhead at p50 ${ms(overhead)}`);
   const c = h["concurrent"];
@@ -200,7 +335,7 @@ function summarizeHttp(h: Record<string, unknown>): string {
         `${num(c, "commandsPerSecond")?.toFixed(0) ?? "?"} commands/s, ${num(c, "errors") ?? "?"} errors`,
     );
   }
-  return parts.join("; ") + ".";
+  return `${parts.join("; ")}.`;
 }
 
 const esc = (s: string): string => s.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
@@ -213,18 +348,34 @@ export function renderSvg(r: BenchResults): string {
   const left = 250;
   const right = 110;
   const plotW = W - left - right;
-  const rows: { title: string; unit: (v: number) => string; bars: { label: string; value: number; ours: boolean }[] }[] = [];
-  const ready = Object.values(r.ready.variants).filter(ok).map((v) => ({ label: v.label, value: v.echo.p50Ms, ours: v.label.startsWith("minisandbox") }));
-  rows.push({ title: "Workspace ready: create → first output (p50, log scale, lower is better)", unit: ms, bars: ready });
+  const rows: {
+    title: string;
+    unit: (v: number) => string;
+    bars: { label: string; value: number; ours: boolean }[];
+  }[] = [];
+  const ready = Object.values(r.ready.variants)
+    .filter(ok)
+    .map((v) => ({ label: v.label, value: v.echo.p50Ms, ours: v.label.startsWith("minisandbox") }));
+  rows.push({
+    title: "Workspace ready: create → first output (p50, log scale, lower is better)",
+    unit: ms,
+    bars: ready,
+  });
   const last = [...r.storage.points].sort((a, b) => b.n - a.n)[0];
   if (last) {
     const bars = [
       { label: "minisandbox store", value: last.minisandboxStoreBytes, ours: true },
       { label: "tar.gz per task", value: last.targzBytes, ours: false },
-      ...(last.podmanTotalBytes !== null ? [{ label: "podman disk use (all layers)", value: last.podmanTotalBytes, ours: false }] : []),
+      ...(last.podmanTotalBytes !== null
+        ? [{ label: "podman disk use (all layers)", value: last.podmanTotalBytes, ours: false }]
+        : []),
       ...(last.podmanBytes !== null ? [{ label: "podman env layers only", value: last.podmanBytes, ours: false }] : []),
     ];
-    rows.push({ title: `Storage for ${last.n} instances of ${r.source.repo} (log scale, lower is better)`, unit: formatBytes, bars });
+    rows.push({
+      title: `Storage for ${last.n} instances of ${r.source.repo} (log scale, lower is better)`,
+      unit: formatBytes,
+      bars,
+    });
   }
   let y = 40;
   const parts: string[] = [];
@@ -237,14 +388,20 @@ export function renderSvg(r: BenchResults): string {
     for (const b of row.bars) {
       const w = Math.max(2, ((Math.log10(Math.max(b.value, 1e-9)) - lo) / (hi - lo)) * plotW);
       parts.push(`<text x="${left - 8}" y="${y + barH * 0.7}" font-size="12" text-anchor="end">${esc(b.label)}</text>`);
-      parts.push(`<rect x="${left}" y="${y}" width="${w.toFixed(1)}" height="${barH}" fill="${b.ours ? "#2b7a4b" : "#9aa5b1"}"/>`);
-      parts.push(`<text x="${(left + w + 6).toFixed(1)}" y="${y + barH * 0.7}" font-size="12">${esc(row.unit(b.value))}</text>`);
+      parts.push(
+        `<rect x="${left}" y="${y}" width="${w.toFixed(1)}" height="${barH}" fill="${b.ours ? "#2b7a4b" : "#9aa5b1"}"/>`,
+      );
+      parts.push(
+        `<text x="${(left + w + 6).toFixed(1)}" y="${y + barH * 0.7}" font-size="12">${esc(row.unit(b.value))}</text>`,
+      );
       y += barH + gap;
     }
     y += 24;
   }
   const m = r.machine;
-  parts.push(`<text x="10" y="${y}" font-size="11" fill="#555">${esc(`${r.date} · ${m.cpus} × ${m.cpuModel} · kernel ${m.kernel} · podman ${m.podman ?? "n/a"} · ${r.source.kind === "fixture" ? "fixture env" : r.source.dataset} · testbed ${formatBytes(r.source.testbedBytes)} (git pack ${formatBytes(r.source.gitPackBytes)}), venv ${formatBytes(r.source.venvBytes)}`)}</text>`);
+  parts.push(
+    `<text x="10" y="${y}" font-size="11" fill="#555">${esc(`${r.date} · ${m.cpus} × ${m.cpuModel} · kernel ${m.kernel} · podman ${m.podman ?? "n/a"} · ${r.source.kind === "fixture" ? "fixture env" : r.source.dataset} · testbed ${formatBytes(r.source.testbedBytes)} (git pack ${formatBytes(r.source.gitPackBytes)}), venv ${formatBytes(r.source.venvBytes)}`)}</text>`,
+  );
   y += 14;
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${y}" viewBox="0 0 ${W} ${y}" font-family="sans-serif">\n<rect width="100%" height="100%" fill="white"/>\n<text x="10" y="20" font-size="16" font-weight="bold">minisandbox bench</text>\n${parts.join("\n")}\n</svg>\n`;
 }

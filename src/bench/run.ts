@@ -64,7 +64,22 @@ export interface BenchOptions {
  */
 export const DEFAULT_HISTORY_MIB = 200;
 
-export function sizesFor(o: BenchOptions): Required<Pick<BenchOptions, "runs" | "storageNs" | "concurrency" | "memoryUpToK" | "sessionCommands" | "evalInstances" | "evalWorkers" | "coldStampedeK" | "historyMiB">> {
+export function sizesFor(
+  o: BenchOptions,
+): Required<
+  Pick<
+    BenchOptions,
+    | "runs"
+    | "storageNs"
+    | "concurrency"
+    | "memoryUpToK"
+    | "sessionCommands"
+    | "evalInstances"
+    | "evalWorkers"
+    | "coldStampedeK"
+    | "historyMiB"
+  >
+> {
   const quick = o.quick ?? false;
   return {
     historyMiB: o.historyMiB ?? 0,
@@ -93,7 +108,8 @@ export async function runBench(o: BenchOptions = {}): Promise<BenchResults> {
   const t0 = performance.now();
   const loadStart = Math.round(loadavg()[0]! * 100) / 100;
   const size = sizesFor(o);
-  if (!Number.isInteger(size.historyMiB) || size.historyMiB < 0) throw new Error(`historyMiB must be a non-negative integer, got ${size.historyMiB}`);
+  if (!Number.isInteger(size.historyMiB) || size.historyMiB < 0)
+    throw new Error(`historyMiB must be a non-negative integer, got ${size.historyMiB}`);
   const workloads = new Set(o.workloads ?? (o.dataset ? DATASET_WORKLOADS : ALL_WORKLOADS));
   const work = o.work ?? defaultWorkDir();
   const notes: string[] = [];
@@ -106,7 +122,11 @@ export async function runBench(o: BenchOptions = {}): Promise<BenchResults> {
   };
   const na = (reason: string): Unavailable => ({ available: false, reason });
 
-  const maxInstances = Math.max(1, ...(workloads.has("storage") ? size.storageNs : [1]), workloads.has("evaluation") ? size.evalInstances : 1);
+  const maxInstances = Math.max(
+    1,
+    ...(workloads.has("storage") ? size.storageNs : [1]),
+    workloads.has("evaluation") ? size.evalInstances : 1,
+  );
   log(`environments in ${work} (built once, reused by later runs)`);
   const env = await setupEnvironment({
     work,
@@ -120,11 +140,16 @@ export async function runBench(o: BenchOptions = {}): Promise<BenchResults> {
     log,
   });
   notes.push(...env.notes);
-  if (env.built) notes.push(`this run built ${env.built} environment(s) first (${(env.buildMs / 1000).toFixed(0)} s); later runs reuse them from ${work}`);
+  if (env.built)
+    notes.push(
+      `this run built ${env.built} environment(s) first (${(env.buildMs / 1000).toFixed(0)} s); later runs reuse them from ${work}`,
+    );
 
   let podman: Podman | Unavailable = na("disabled for this run");
   if (o.podman !== false && (workloads.has("ready") || workloads.has("storage") || workloads.has("evaluation"))) {
-    podman = await Podman.open(work, log).catch((e: unknown) => na(`podman setup failed: ${(e as Error).message.split("\n")[0]}`));
+    podman = await Podman.open(work, log).catch((e: unknown) =>
+      na(`podman setup failed: ${(e as Error).message.split("\n")[0]}`),
+    );
     if (!(podman instanceof Podman)) {
       notes.push(`podman baselines not measured: ${podman.reason}`);
       log(`podman baselines unavailable: ${podman.reason}`);
@@ -148,7 +173,9 @@ export async function runBench(o: BenchOptions = {}): Promise<BenchResults> {
       kernel: release(),
       os: osName(),
       node: process.version,
-      bwrap: findTool("bwrap") ? (await timedRun(findTool("bwrap")!, ["--version"])).stdout.trim().replace(/^bubblewrap /, "") : null,
+      bwrap: findTool("bwrap")
+        ? (await timedRun(findTool("bwrap")!, ["--version"])).stdout.trim().replace(/^bubblewrap /, "")
+        : null,
       podman: podman instanceof Podman ? podman.version : null,
       podmanRuntime: podman instanceof Podman ? podman.runtime : null,
       loadAverageStart: loadStart,
@@ -171,10 +198,18 @@ export async function runBench(o: BenchOptions = {}): Promise<BenchResults> {
       builtEnvironments: env.built,
     },
     ready: { runs: size.runs, variants: {} as BenchResults["ready"]["variants"] },
-    storage: { repo: env.repo, points: [], podman: podman instanceof Podman ? { available: true, method: PODMAN_STORAGE_METHOD } : podman },
+    storage: {
+      repo: env.repo,
+      points: [],
+      podman: podman instanceof Podman ? { available: true, method: PODMAN_STORAGE_METHOD } : podman,
+    },
     concurrency: { levels: [], k128_failures: null, cold_stampede: null },
     session: { inProcess: notRun("session round trip"), http: notRun("HTTP round trip") },
-    evaluation: { minisandbox_engine: notRun("evaluation"), minisandbox_steps: notRun("evaluation"), podman: podman instanceof Podman ? notRun("evaluation") : podman },
+    evaluation: {
+      minisandbox_engine: notRun("evaluation"),
+      minisandbox_steps: notRun("evaluation"),
+      podman: podman instanceof Podman ? notRun("evaluation") : podman,
+    },
     notes,
   };
 
@@ -183,7 +218,15 @@ export async function runBench(o: BenchOptions = {}): Promise<BenchResults> {
     results.ready.variants = await benchReady({ env, work, runs: size.runs, podman, log });
     phase("ready");
   } else {
-    for (const n of ["minisandbox_warm", "minisandbox_warm_resolved", "minisandbox_cold", "bwrap_raw", "extract_per_task", "podman"] as const) results.ready.variants[n] = notRun("workspace ready");
+    for (const n of [
+      "minisandbox_warm",
+      "minisandbox_warm_resolved",
+      "minisandbox_cold",
+      "bwrap_raw",
+      "extract_per_task",
+      "podman",
+    ] as const)
+      results.ready.variants[n] = notRun("workspace ready");
   }
   if (workloads.has("storage")) {
     log(`workload 2: storage for N = ${size.storageNs.join(", ")}`);
@@ -194,11 +237,20 @@ export async function runBench(o: BenchOptions = {}): Promise<BenchResults> {
   }
   if (workloads.has("concurrency")) {
     log(`workload 3: concurrency K = ${size.concurrency.join(", ")}`);
-    results.concurrency.levels = await benchConcurrency({ env, levels: size.concurrency, memoryUpToK: size.memoryUpToK, log });
+    results.concurrency.levels = await benchConcurrency({
+      env,
+      levels: size.concurrency,
+      memoryUpToK: size.memoryUpToK,
+      log,
+    });
     results.concurrency.k128_failures = results.concurrency.levels.find((l) => l.k === 128)?.failures ?? null;
-    if (size.coldStampedeK > 0) results.concurrency.cold_stampede = { k: size.coldStampedeK, ...(await coldStampede(env, size.coldStampedeK)) };
+    if (size.coldStampedeK > 0)
+      results.concurrency.cold_stampede = { k: size.coldStampedeK, ...(await coldStampede(env, size.coldStampedeK)) };
     phase("concurrency");
-  } else if (o.dataset) notes.push("concurrency and session round trip are environment-independent: not run with --dataset (run without it)");
+  } else if (o.dataset)
+    notes.push(
+      "concurrency and session round trip are environment-independent: not run with --dataset (run without it)",
+    );
   if (workloads.has("session")) {
     log("workload 4: session round trip");
     results.session.inProcess = await benchSessionInProcess(env, size.sessionCommands);
@@ -211,19 +263,24 @@ export async function runBench(o: BenchOptions = {}): Promise<BenchResults> {
     await prepareNode(env, instances);
     if (o.evalEngine !== false) {
       results.evaluation.minisandbox_engine = await benchEvalEngine(env, instances, size.evalWorkers);
-      if (size.evalWorkers > 1) results.evaluation.minisandbox_engine_1worker = await benchEvalEngine(env, instances, 1);
+      if (size.evalWorkers > 1)
+        results.evaluation.minisandbox_engine_1worker = await benchEvalEngine(env, instances, 1);
     }
     results.evaluation.minisandbox_steps = await benchEvalSteps(env, instances, size.evalWorkers);
     if (podman instanceof Podman) {
       const p = podman;
-      results.evaluation.podman = await benchEvalPodman(env, p, instances, size.evalWorkers).catch((e: unknown) => na(`podman evaluation failed: ${(e as Error).message.split("\n")[0]}`));
+      results.evaluation.podman = await benchEvalPodman(env, p, instances, size.evalWorkers).catch((e: unknown) =>
+        na(`podman evaluation failed: ${(e as Error).message.split("\n")[0]}`),
+      );
     }
     phase("evaluation");
   }
   results.durationMs = Math.round(performance.now() - t0);
   results.machine.loadAverageEnd = Math.round(loadavg()[0]! * 100) / 100;
   if (Math.max(results.machine.loadAverageStart, results.machine.loadAverageEnd) > results.machine.cpus) {
-    notes.push(`the machine was busy with other work (1-min load ${results.machine.loadAverageStart} at start, ${results.machine.loadAverageEnd} at end, ${results.machine.cpus} CPUs): absolute times are inflated; ratios are taken side by side in the same rounds`);
+    notes.push(
+      `the machine was busy with other work (1-min load ${results.machine.loadAverageStart} at start, ${results.machine.loadAverageEnd} at end, ${results.machine.cpus} CPUs): absolute times are inflated; ratios are taken side by side in the same rounds`,
+    );
   }
   const withRatios = { ...results, ...computeRatios(results) };
   return { ...withRatios, targets: computeTargets(withRatios) };

@@ -18,7 +18,8 @@ export async function benchSessionInProcess(env: BenchEnvironment, commands: num
       const t = performance.now();
       const r = await session.run(`echo ${i}`);
       times.push(performance.now() - t);
-      if (r.output.trim() !== String(i) || r.exitCode !== 0) throw new Error(`session round trip: unexpected ${JSON.stringify(r)}`);
+      if (r.output.trim() !== String(i) || r.exitCode !== 0)
+        throw new Error(`session round trip: unexpected ${JSON.stringify(r)}`);
     }
     return summarize(times);
   } finally {
@@ -26,7 +27,10 @@ export async function benchSessionInProcess(env: BenchEnvironment, commands: num
   }
 }
 
-export async function benchSessionHttp(env: BenchEnvironment, opts: { quick: boolean; log: (m: string) => void }): Promise<Record<string, unknown> | Unavailable> {
+export async function benchSessionHttp(
+  env: BenchEnvironment,
+  opts: { quick: boolean; log: (m: string) => void },
+): Promise<Record<string, unknown> | Unavailable> {
   try {
     // ServerBenchOptions: its own server on 127.0.0.1, sequential round trips, then 64 sessions at once.
     const r = await benchServerRoundTrip({

@@ -69,7 +69,9 @@ export function defaultResultsDir(): string {
 /** Where the bench keeps what it reuses between runs: the checkout's bench/results/tmp (gitignored), else $TMPDIR. */
 export function defaultWorkDir(): string {
   const root = repoRoot();
-  return root ? join(root, "bench", "results", "tmp") : join(tmpdir(), `minisandbox-bench-${process.getuid?.() ?? "user"}`);
+  return root
+    ? join(root, "bench", "results", "tmp")
+    : join(tmpdir(), `minisandbox-bench-${process.getuid?.() ?? "user"}`);
 }
 
 export interface SetupOptions {
@@ -104,7 +106,10 @@ export async function setupEnvironment(opts: SetupOptions): Promise<BenchEnviron
     for (const i of all) byRepo.set(i.repo, [...(byRepo.get(i.repo) ?? []), i]);
     const [repo, rows] = [...byRepo].sort((a, b) => b[1].length - a[1].length)[0]!;
     candidates = rows.slice(0, opts.maxInstances);
-    if (byRepo.size > 1) notes.push(`dataset has ${byRepo.size} repositories; benchmarked ${repo} (${rows.length} instances, ${candidates.length} used)`);
+    if (byRepo.size > 1)
+      notes.push(
+        `dataset has ${byRepo.size} repositories; benchmarked ${repo} (${rows.length} instances, ${candidates.length} used)`,
+      );
   } else {
     kind = "fixture";
     const n = Math.min(MAX_FIXTURE_INSTANCES, Math.max(1, opts.maxInstances));
@@ -115,13 +120,18 @@ export async function setupEnvironment(opts: SetupOptions): Promise<BenchEnviron
     reposDir = join(dir, "repos");
     // The generator is deterministic: an existing copy has the same commits, hence the same environment keys.
     if (!existsSync(datasetPath) || !existsSync(join(reposDir, "fixture", "calc"))) {
-      opts.log(`generating the fixture dataset (${n} instances of fixture/calc${mib ? `, after a ${mib} MiB git history` : ""})`);
+      opts.log(
+        `generating the fixture dataset (${n} instances of fixture/calc${mib ? `, after a ${mib} MiB git history` : ""})`,
+      );
       const t = performance.now();
       const fx = await makeFixtureDataset(dir, { instances: n, historyBytes: mib * MiB });
       datasetPath = fx.datasetPath;
       reposDir = fx.reposDir;
       const h = fx.history;
-      if (h) opts.log(`fixture generated in ${((performance.now() - t) / 1000).toFixed(1)} s: ${h.commits} history commits, pack ${(h.packBytes / MiB).toFixed(1)} MiB, ${h.files} extra files in the checkout`);
+      if (h)
+        opts.log(
+          `fixture generated in ${((performance.now() - t) / 1000).toFixed(1)} s: ${h.commits} history commits, pack ${(h.packBytes / MiB).toFixed(1)} MiB, ${h.files} extra files in the checkout`,
+        );
     }
     candidates = (await loadDataset(datasetPath)).slice(0, n);
   }
@@ -144,10 +154,14 @@ export async function setupEnvironment(opts: SetupOptions): Promise<BenchEnviron
   const built = builtKeys.size;
   const buildMs = built > 0 ? performance.now() - t0 : 0;
   const failed = results.filter((r) => r.status === "failed");
-  if (failed.length) notes.push(`${failed.length} environment(s) failed to build and were left out: ${failed.map((f) => f.instanceId).join(", ")}`);
+  if (failed.length)
+    notes.push(
+      `${failed.length} environment(s) failed to build and were left out: ${failed.map((f) => f.instanceId).join(", ")}`,
+    );
   const ok = new Set(results.filter((r) => r.status !== "failed").map((r) => r.instanceId));
   const instances = candidates.filter((i) => ok.has(i.instance_id));
-  if (instances.length === 0) throw new Error(`no environment could be built; first failure: ${failed[0]?.error ?? "unknown"}`);
+  if (instances.length === 0)
+    throw new Error(`no environment could be built; first failure: ${failed[0]?.error ?? "unknown"}`);
   const keys = new Map<string, LayerKey>();
   const specs = new Map<string, EnvSpec>();
   for (const i of instances) {
@@ -172,11 +186,32 @@ export async function setupEnvironment(opts: SetupOptions): Promise<BenchEnviron
   } finally {
     await lease.release();
   }
-  writeFileSync(join(opts.work, "last-setup.json"), JSON.stringify({ datasetPath, repo: primary.repo, instances: instances.length, primaryKey }, null, 2));
+  writeFileSync(
+    join(opts.work, "last-setup.json"),
+    JSON.stringify({ datasetPath, repo: primary.repo, instances: instances.length, primaryKey }, null, 2),
+  );
   return {
-    home, kind, datasetPath, reposDir, specsFile: opts.specsFile, repo: primary.repo, instances, keys, specs,
-    primary, primaryKey, primarySpec, toolchain, importModule, historyMiB: kind === "fixture" ? opts.historyMiB : null,
-    testbedBytes, gitPackBytes, venvBytes, buildMs, built, notes,
+    home,
+    kind,
+    datasetPath,
+    reposDir,
+    specsFile: opts.specsFile,
+    repo: primary.repo,
+    instances,
+    keys,
+    specs,
+    primary,
+    primaryKey,
+    primarySpec,
+    toolchain,
+    importModule,
+    historyMiB: kind === "fixture" ? opts.historyMiB : null,
+    testbedBytes,
+    gitPackBytes,
+    venvBytes,
+    buildMs,
+    built,
+    notes,
   };
 }
 
@@ -186,10 +221,17 @@ const MiB = 1024 * 1024;
 function packBytes(testbed: string): number {
   const dir = join(testbed, ".git", "objects", "pack");
   if (!existsSync(dir)) return 0;
-  return readdirSync(dir).filter((f) => f.endsWith(".pack")).reduce((n, f) => n + statSync(join(dir, f)).size, 0);
+  return readdirSync(dir)
+    .filter((f) => f.endsWith(".pack"))
+    .reduce((n, f) => n + statSync(join(dir, f)).size, 0);
 }
 
-const KNOWN_MODULES: Record<string, string> = { "scikit-learn": "sklearn", "pytest-dev/pytest": "pytest", "pylint-dev/pylint": "pylint", "Pillow": "PIL" };
+const KNOWN_MODULES: Record<string, string> = {
+  "scikit-learn": "sklearn",
+  "pytest-dev/pytest": "pytest",
+  "pylint-dev/pylint": "pylint",
+  Pillow: "PIL",
+};
 
 /** The package a real first command imports: the repository's top-level package. */
 export function guessImportModule(repo: string, testbed: string): string {
@@ -198,7 +240,8 @@ export function guessImportModule(repo: string, testbed: string): string {
   if (known) return known;
   const isPkg = (d: string): boolean => existsSync(join(d, "__init__.py"));
   for (const cand of [name, name.replace(/-/g, "_"), name.toLowerCase()]) {
-    if (isPkg(join(testbed, cand)) || isPkg(join(testbed, "src", cand)) || existsSync(join(testbed, `${cand}.py`))) return cand;
+    if (isPkg(join(testbed, cand)) || isPkg(join(testbed, "src", cand)) || existsSync(join(testbed, `${cand}.py`)))
+      return cand;
   }
   for (const base of [testbed, join(testbed, "src")]) {
     let names: string[] = [];
@@ -207,7 +250,12 @@ export function guessImportModule(repo: string, testbed: string): string {
     } catch {
       continue;
     }
-    const pkg = names.find((n) => /^[A-Za-z_]\w*$/.test(n) && !/^(tests?|docs?|examples?|benchmarks?|scripts?|build)$/i.test(n) && isPkg(join(base, n)));
+    const pkg = names.find(
+      (n) =>
+        /^[A-Za-z_]\w*$/.test(n) &&
+        !/^(tests?|docs?|examples?|benchmarks?|scripts?|build)$/i.test(n) &&
+        isPkg(join(base, n)),
+    );
     if (pkg) return pkg;
   }
   return "sys";

@@ -38,7 +38,9 @@ export async function benchStorage(opts: {
     for (const [i, key] of keys.entries()) {
       const lease = await cache.acquire(key);
       leases.push(lease);
-      tarBytes.push((await ensureTarballs(opts.work, key, { testbed: lease.trees["testbed"]!, venv: lease.trees["venv"]! })).bytes);
+      tarBytes.push(
+        (await ensureTarballs(opts.work, key, { testbed: lease.trees["testbed"]!, venv: lease.trees["venv"]! })).bytes,
+      );
       if (podman) {
         try {
           images.push(await ensureEnvImageFor(env, podman, key));
@@ -47,9 +49,12 @@ export async function benchStorage(opts: {
           podman = undefined;
         }
       }
-      if ((i + 1) % 5 === 0) opts.log(`storage: ${i + 1}/${keys.length} environments archived${podman ? " and imaged" : ""}`);
+      if ((i + 1) % 5 === 0)
+        opts.log(`storage: ${i + 1}/${keys.length} environments archived${podman ? " and imaged" : ""}`);
     }
-    const toolchainImage = podman ? await podman.ensureToolchainImage(env.toolchain.version, env.toolchain.mounts) : undefined;
+    const toolchainImage = podman
+      ? await podman.ensureToolchainImage(env.toolchain.version, env.toolchain.mounts)
+      : undefined;
     for (const n of opts.ns) {
       if (n > keys.length) continue;
       const subset = keys.slice(0, n);
@@ -68,7 +73,8 @@ export async function benchStorage(opts: {
       // Node cache: the materialized trees; files are hard links to objects already counted, directories are new.
       for (const key of subset) await store_.add(cache.layerPath(key));
       let podmanPoint: { envBytes: number; totalBytes: number; listedBytes: number } | undefined;
-      if (podman && toolchainImage && images.length >= n) podmanPoint = await podman.diskUse(images.slice(0, n), [toolchainImage]);
+      if (podman && toolchainImage && images.length >= n)
+        podmanPoint = await podman.diskUse(images.slice(0, n), [toolchainImage]);
       points.push({
         n,
         minisandboxBytes: store_.allocated,

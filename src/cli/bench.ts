@@ -1,4 +1,4 @@
-import { Command } from "commander";
+import type { Command } from "commander";
 import { benchMain, type BenchOptions } from "../bench/index.js";
 import { ALL_WORKLOADS, DEFAULT_HISTORY_MIB, type Workload } from "../bench/run.js";
 import { fail } from "./common.js";
@@ -28,7 +28,10 @@ export function addBenchOptions(cmd: Command): Command {
     .option("--import <MODULE>", "module of the real first command (default: guessed from the repository)")
     .option("--work <DIR>", "where built environments, archives and podman images are kept between runs")
     .option("--runs <N>", "rounds of the ready workload (default 25, --quick 6)")
-    .option("--history-mb <N>", `fixture: git history (pack) of about N MiB before its commits, like a real repository's (default ${DEFAULT_HISTORY_MIB}, like sympy's; 0 = the small repository alone)`)
+    .option(
+      "--history-mb <N>",
+      `fixture: git history (pack) of about N MiB before its commits, like a real repository's (default ${DEFAULT_HISTORY_MIB}, like sympy's; 0 = the small repository alone)`,
+    )
     .option("--only <LIST>", `comma-separated workloads (${ALL_WORKLOADS.join(",")})`)
     .option("--no-podman", "skip the podman baselines even if podman is installed")
     .option("--json", "print the results JSON instead of the Markdown table");
@@ -40,12 +43,16 @@ export function benchOptionsFrom(o: BenchCliOptions): BenchOptions & { outDir?: 
   if (o.only) {
     workloads = o.only.split(",").map((w) => w.trim()) as Workload[];
     const bad = workloads.filter((w) => !ALL_WORKLOADS.includes(w));
-    if (bad.length) throw new Error(`--only: unknown workload(s) ${bad.join(", ")} (known: ${ALL_WORKLOADS.join(", ")})`);
+    if (bad.length)
+      throw new Error(`--only: unknown workload(s) ${bad.join(", ")} (known: ${ALL_WORKLOADS.join(", ")})`);
   }
   const runs = o.runs === undefined ? undefined : Number(o.runs);
-  if (runs !== undefined && (!Number.isInteger(runs) || runs < 1)) throw new Error(`--runs expects a positive integer, got ${o.runs}`);
-  if (o.historyMb !== undefined && !/^\d{1,6}$/.test(o.historyMb.trim())) throw new Error(`--history-mb expects a non-negative integer (MiB), got ${o.historyMb}`);
-  if (o.historyMb !== undefined && o.dataset) throw new Error("--history-mb sizes the fixture; it does not go with --dataset");
+  if (runs !== undefined && (!Number.isInteger(runs) || runs < 1))
+    throw new Error(`--runs expects a positive integer, got ${o.runs}`);
+  if (o.historyMb !== undefined && !/^\d{1,6}$/.test(o.historyMb.trim()))
+    throw new Error(`--history-mb expects a non-negative integer (MiB), got ${o.historyMb}`);
+  if (o.historyMb !== undefined && o.dataset)
+    throw new Error("--history-mb sizes the fixture; it does not go with --dataset");
   // The CLI measures a realistic workspace by default (the API's default, for tests, is the small repository).
   const historyMiB = o.historyMb !== undefined ? Number(o.historyMb) : o.dataset ? undefined : DEFAULT_HISTORY_MIB;
   return {
@@ -71,7 +78,9 @@ export function benchOptionsFrom(o: BenchCliOptions): BenchOptions & { outDir?: 
  */
 export function registerBenchCommand(program: Command, _getHome: () => string): void {
   addBenchOptions(program.command("bench"))
-    .description("benchmark minisandbox side by side with extract-per-task and podman; writes bench/results/<date>.{json,md,svg}")
+    .description(
+      "benchmark minisandbox side by side with extract-per-task and podman; writes bench/results/<date>.{json,md,svg}",
+    )
     .action(async (o: BenchCliOptions) => {
       try {
         await benchMain(benchOptionsFrom(o));

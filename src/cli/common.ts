@@ -49,7 +49,8 @@ export function limitsFrom(o: SandboxCliOptions): Limits {
   const int = (v: string | undefined, name: string): number | undefined => {
     if (v === undefined) return undefined;
     const n = Number(v);
-    if (!Number.isFinite(n) || n <= 0) throw new MinisandboxError("invalid_input", `${name} expects a positive number, got ${v}`);
+    if (!Number.isFinite(n) || n <= 0)
+      throw new MinisandboxError("invalid_input", `${name} expects a positive number, got ${v}`);
     return n;
   };
   return {
@@ -63,7 +64,8 @@ export function limitsFrom(o: SandboxCliOptions): Limits {
 export function timeoutMsFrom(o: { timeout?: string }): number | undefined {
   if (o.timeout === undefined) return undefined;
   const s = Number(o.timeout);
-  if (!Number.isFinite(s) || s <= 0) throw new MinisandboxError("invalid_input", `--timeout expects seconds, got ${o.timeout}`);
+  if (!Number.isFinite(s) || s <= 0)
+    throw new MinisandboxError("invalid_input", `--timeout expects seconds, got ${o.timeout}`);
   return s * 1000;
 }
 

@@ -28,11 +28,23 @@ export function registerDemoCommand(program: Command, getHome: () => string, hoo
           ? { datasetPath: join(dir, "dataset.json"), reposDir: join(dir, "repos") }
           : await makeFixtureDataset(dir, { instances: n });
         const instances = await loadDataset(fixture.datasetPath);
-        process.stdout.write(`example dataset: ${fixture.datasetPath} (${instances.length} instances of fixture/calc)\n\n`);
+        process.stdout.write(
+          `example dataset: ${fixture.datasetPath} (${instances.length} instances of fixture/calc)\n\n`,
+        );
         const progress = new Progress(instances.length, "prepare");
-        const results = await prepareInstances(instances, { home, reposDir: fixture.reposDir, workers: 2, onResult: (r) => progress.tick(r.status, r.instanceId) });
+        const results = await prepareInstances(instances, {
+          home,
+          reposDir: fixture.reposDir,
+          workers: 2,
+          onResult: (r) => progress.tick(r.status, r.instanceId),
+        });
         progress.finish();
-        process.stdout.write(table(["instance", "environment", "status", "seconds"], results.map((r) => [r.instanceId, r.key.slice(0, 12), r.status, (r.durationMs / 1000).toFixed(1)])));
+        process.stdout.write(
+          table(
+            ["instance", "environment", "status", "seconds"],
+            results.map((r) => [r.instanceId, r.key.slice(0, 12), r.status, (r.durationMs / 1000).toFixed(1)]),
+          ),
+        );
         const failed = results.filter((r) => r.status === "failed");
         if (failed.length) throw new Error(`environment build failed: ${failed[0]!.error}`);
         const t0 = performance.now();
@@ -40,7 +52,8 @@ export function registerDemoCommand(program: Command, getHome: () => string, hoo
         const ready = performance.now() - t0;
         const r = await sb.exec("git log --oneline -1 && python -m pytest -q 2>&1 | tail -1");
         process.stdout.write(`\nsandbox on ${instances[0]!.instance_id} ready in ${ready.toFixed(0)} ms:\n${r.stdout}`);
-        if (hooks.evaluate) await hooks.evaluate({ home, datasetPath: fixture.datasetPath, reposDir: fixture.reposDir });
+        if (hooks.evaluate)
+          await hooks.evaluate({ home, datasetPath: fixture.datasetPath, reposDir: fixture.reposDir });
       } catch (e) {
         fail(e);
       }

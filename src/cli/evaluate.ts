@@ -50,7 +50,9 @@ export function renderRun(r: RunEvaluationResult): string {
     out.push("Errors:");
     for (const e of errors) {
       const detail = e.error?.message.split("\n")[0] ?? "";
-      out.push(`  ${e.instanceId}: ${e.error?.kind ?? "error"}${detail && !detail.includes(e.error!.kind) ? ` — ${detail}` : ""}`);
+      out.push(
+        `  ${e.instanceId}: ${e.error?.kind ?? "error"}${detail && !detail.includes(e.error!.kind) ? ` — ${detail}` : ""}`,
+      );
     }
     out.push("");
   }
@@ -61,18 +63,25 @@ export function renderRun(r: RunEvaluationResult): string {
         `${(t.evalWallMs / 1000).toFixed(1)} s (${t.instancesPerMinute} instances/min)` +
         (t.buildMs >= 1000 ? `; environments built first in ${(t.buildMs / 1000).toFixed(1)} s` : ""),
     );
-    const rows = PHASES.filter((p) => p !== "diffMs").map((p) => [PHASE_LABELS[p], `${Math.round(t.totals[p])}`, `${Math.round(t.means[p])}`]);
+    const rows = PHASES.filter((p) => p !== "diffMs").map((p) => [
+      PHASE_LABELS[p],
+      `${Math.round(t.totals[p])}`,
+      `${Math.round(t.means[p])}`,
+    ]);
     out.push(table(["phase", "total ms", "mean ms"], rows).trimEnd(), "");
   }
   out.push(`Report written to ${r.summaryPath}`, `Timings written to ${r.timingsPath}`);
-  return out.join("\n") + "\n";
+  return `${out.join("\n")}\n`;
 }
 
 export function registerEvaluateCommand(program: Command, getHome: () => string): void {
   addDatasetOptions(program.command("evaluate"))
     .description("evaluate predictions as the SWE-bench harness does, each instance in a fresh sandbox without network")
     .requiredOption("--predictions <FILE|gold|empty>", "predictions (JSON list, JSONL, preds.json) or gold / empty")
-    .option("--run-id <ID>", "run id (default minisandbox-<timestamp>); instances with a report in this run are skipped")
+    .option(
+      "--run-id <ID>",
+      "run id (default minisandbox-<timestamp>); instances with a report in this run are skipped",
+    )
     .option("--workers <N>", "instances evaluated at once", "2")
     .option("--timeout <SECONDS>", "whole-instance timeout", "1800")
     .option("--report-dir <DIR>", "where logs/run_evaluation/... and the summary go (default: current directory)")
@@ -99,7 +108,7 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
         });
         if (o.json) {
           process.stdout.write(
-            JSON.stringify(
+            `${JSON.stringify(
               {
                 runId: r.runId,
                 model: r.model,
@@ -113,7 +122,7 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
               },
               null,
               2,
-            ) + "\n",
+            )}\n`,
           );
         } else process.stdout.write(renderRun(r));
         process.exitCode = 0;

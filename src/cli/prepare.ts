@@ -21,7 +21,11 @@ export function addDatasetOptions(cmd: Command): Command {
     .option("--specs <FILE>", "environment spec overrides (JSON)");
 }
 
-export function registerPrepareCommand(program: Command, getHome: () => string, hooks: { validate?: ValidateHook } = {}): void {
+export function registerPrepareCommand(
+  program: Command,
+  getHome: () => string,
+  hooks: { validate?: ValidateHook } = {},
+): void {
   addDatasetOptions(program.command("prepare"))
     .description("build every instance's environment once, deduplicated in the store (resumable)")
     .option("--workers <N>", "parallel builds", "2")
@@ -44,19 +48,32 @@ export function registerPrepareCommand(program: Command, getHome: () => string, 
         let validation: unknown;
         if (o.validate && hooks.validate) {
           const ok = instances.filter((i) => results.find((r) => r.instanceId === i.instance_id)?.status !== "failed");
-          validation = await hooks.validate(ok, { home, reposDir: o.repos, specsFile: o.specs, workers: Number(o.workers) || 2, json: o.json });
+          validation = await hooks.validate(ok, {
+            home,
+            reposDir: o.repos,
+            specsFile: o.specs,
+            workers: Number(o.workers) || 2,
+            json: o.json,
+          });
         }
-        if (o.json) process.stdout.write(JSON.stringify({ results, validation }, null, 2) + "\n");
+        if (o.json) process.stdout.write(`${JSON.stringify({ results, validation }, null, 2)}\n`);
         else {
           process.stdout.write(
             table(
               ["instance", "environment", "status", "seconds", "reason"],
-              results.map((r) => [r.instanceId, r.key.slice(0, 12), r.status, (r.durationMs / 1000).toFixed(1), r.error ? r.error.split("\n")[0]! : ""]),
+              results.map((r) => [
+                r.instanceId,
+                r.key.slice(0, 12),
+                r.status,
+                (r.durationMs / 1000).toFixed(1),
+                r.error ? r.error.split("\n")[0]! : "",
+              ]),
             ),
           );
           const n = (s: string): number => results.filter((r) => r.status === s).length;
           process.stdout.write(`\n${n("built")} built, ${n("cached")} cached, ${n("failed")} failed\n`);
-          for (const r of results.filter((x) => x.status === "failed")) process.stdout.write(`\n${r.instanceId}: ${r.error}\n`);
+          for (const r of results.filter((x) => x.status === "failed"))
+            process.stdout.write(`\n${r.instanceId}: ${r.error}\n`);
         }
         process.exitCode = results.some((r) => r.status === "failed") ? 1 : 0;
       } catch (e) {

@@ -28,7 +28,8 @@ interface ServeOptions {
 function positive(v: string | undefined, name: string, allowZero = false): number | undefined {
   if (v === undefined) return undefined;
   const n = Number(v);
-  if (!Number.isFinite(n) || n < 0 || (!allowZero && n === 0)) throw new InvalidInputError(`${name} expects a positive number, got ${v}`);
+  if (!Number.isFinite(n) || n < 0 || (!allowZero && n === 0))
+    throw new InvalidInputError(`${name} expects a positive number, got ${v}`);
   return n;
 }
 
@@ -46,7 +47,12 @@ export function registerServeCommand(program: Command, getHome: () => string, pr
     .option("--dataset <FILE>", "SWE-bench / SWE-smith dataset: create sandboxes from instance ids, evaluate, diff")
     .option("--max-sandboxes <N>", "live sandboxes at most (then HTTP 429)")
     .option("--dir <DIR>", "also serve one default sandbox of DIR at the root (like swerex-remote)")
-    .option("--allow-dir <DIR>", "restrict POST /sandboxes {dir} to directories under DIR (repeatable)", collect, [] as string[])
+    .option(
+      "--allow-dir <DIR>",
+      "restrict POST /sandboxes {dir} to directories under DIR (repeatable)",
+      collect,
+      [] as string[],
+    )
     .option("--ttl <SECONDS>", "default lifetime of a sandbox")
     .option("--idle-timeout <SECONDS>", "close sandboxes idle this long (0: never)", "3600")
     .option("--memory <SIZE>", "maximum (and default) memory per sandbox, e.g. 4G")
@@ -63,7 +69,10 @@ export function registerServeCommand(program: Command, getHome: () => string, pr
         const authToken = o.authToken ?? process.env.MINISANDBOX_AUTH_TOKEN;
         let provider: WorkspaceProvider | undefined;
         if (o.dataset) {
-          if (!providerFactory) throw new InvalidInputError("--dataset: this build has no workspace provider wired in (serve directories with --dir or POST /sandboxes {dir})");
+          if (!providerFactory)
+            throw new InvalidInputError(
+              "--dataset: this build has no workspace provider wired in (serve directories with --dir or POST /sandboxes {dir})",
+            );
           provider = await providerFactory({ home, dataset: o.dataset });
         } else if (providerFactory) {
           provider = await providerFactory({ home });

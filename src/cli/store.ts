@@ -2,7 +2,16 @@
 import type { Command } from "commander";
 import { homeLayout } from "../util/home.js";
 import { formatBytes } from "../util/size.js";
-import { exportPack, gcStore, importPack, openStore, storeStats, verifyStore, type Store, type VerifyReport } from "../env/store/index.js";
+import {
+  exportPack,
+  gcStore,
+  importPack,
+  openStore,
+  storeStats,
+  verifyStore,
+  type Store,
+  type VerifyReport,
+} from "../env/store/index.js";
 
 interface JsonFlag {
   json?: boolean;
@@ -39,7 +48,9 @@ export function registerStoreCommand(program: Command, getHome: () => string): v
       action("verify", async (opts: JsonFlag) => {
         const progress = !opts.json && process.stderr.isTTY;
         const report = await verifyStore(store(), {
-          onProgress: progress ? (done, total) => process.stderr.write(`\rverifying ${done}/${total} objects`) : undefined,
+          onProgress: progress
+            ? (done, total) => process.stderr.write(`\rverifying ${done}/${total} objects`)
+            : undefined,
         });
         if (progress) process.stderr.write("\n");
         if (opts.json) printJson(report);
@@ -56,7 +67,9 @@ export function registerStoreCommand(program: Command, getHome: () => string): v
       action("gc", async (opts: JsonFlag) => {
         const r = await gcStore(store());
         if (opts.json) return printJson(r);
-        print(`removed ${r.removedObjects} objects and ${r.removedTemp} scratch entries, freed ${formatBytes(r.freedBytes)}`);
+        print(
+          `removed ${r.removedObjects} objects and ${r.removedTemp} scratch entries, freed ${formatBytes(r.freedBytes)}`,
+        );
       }),
     );
 
@@ -70,7 +83,9 @@ export function registerStoreCommand(program: Command, getHome: () => string): v
       action("export", async (layers: string[], opts: JsonFlag & { output: string }) => {
         const r = await exportPack(store(), layers, opts.output);
         if (opts.json) return printJson(r);
-        print(`wrote ${r.file}: ${r.layers.length} layer(s), ${r.objects} objects, ${formatBytes(r.objectBytes)} -> ${formatBytes(r.packBytes)}`);
+        print(
+          `wrote ${r.file}: ${r.layers.length} layer(s), ${r.objects} objects, ${formatBytes(r.objectBytes)} -> ${formatBytes(r.packBytes)}`,
+        );
       }),
     );
 
@@ -84,7 +99,9 @@ export function registerStoreCommand(program: Command, getHome: () => string): v
       action("import", async (file: string, opts: JsonFlag & { replace?: boolean }) => {
         const r = await importPack(store(), file, { replace: opts.replace });
         if (opts.json) return printJson(r);
-        print(`imported ${r.layers.join(", ")}: ${r.objectsAdded} new objects (${formatBytes(r.bytesAdded)}), ${r.objectsPresent} already present`);
+        print(
+          `imported ${r.layers.join(", ")}: ${r.objectsAdded} new objects (${formatBytes(r.bytesAdded)}), ${r.objectsPresent} already present`,
+        );
       }),
     );
 }
@@ -100,11 +117,11 @@ function verifyLines(r: VerifyReport): string[] {
 }
 
 function print(...lines: string[]): void {
-  process.stdout.write(lines.join("\n") + "\n");
+  process.stdout.write(`${lines.join("\n")}\n`);
 }
 
 function printJson(value: unknown): void {
-  process.stdout.write(JSON.stringify(value, null, 2) + "\n");
+  process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
 }
 
 /** Failures become one clear line on stderr and exit code 1, never a stack trace. */

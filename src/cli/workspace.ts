@@ -18,7 +18,10 @@ export function addWorkspaceOptions(cmd: Command): Command {
 }
 
 /** Start the sandbox a command asked for. */
-export function openWorkspace(o: WorkspaceCliOptions, common: Omit<SandboxOptions, "dir" | "overlays">): Promise<Sandbox> {
+export function openWorkspace(
+  o: WorkspaceCliOptions,
+  common: Omit<SandboxOptions, "dir" | "overlays">,
+): Promise<Sandbox> {
   if (!o.instance) return Sandbox.create({ ...common, dir: o.dir });
   if (o.dir) throw new InvalidInputError("--dir and --instance are exclusive");
   if (!o.dataset) throw new InvalidInputError("--instance needs --dataset FILE");

@@ -3,7 +3,14 @@
  * `SessionError` for session failures, with the same `code` and `swerexClass`), so code written against `Sandbox`
  * catches the same things against `RemoteSandbox`.
  */
-import { InvalidInputError, LimitError, MinisandboxError, NotFoundError, SandboxError, TimeoutError } from "../util/errors.js";
+import {
+  InvalidInputError,
+  LimitError,
+  MinisandboxError,
+  NotFoundError,
+  SandboxError,
+  TimeoutError,
+} from "../util/errors.js";
 import { SessionError } from "../session/errors.js";
 
 export { InvalidInputError, LimitError, MinisandboxError, NotFoundError, SandboxError, TimeoutError, SessionError };
@@ -57,7 +64,10 @@ interface Swerexception {
 
 /** Turn an HTTP error answer into the SDK's error. */
 export function errorFromResponse(status: number, body: unknown, what: string): MinisandboxError {
-  const obj = (typeof body === "object" && body !== null ? body : {}) as { detail?: unknown; swerexception?: Swerexception };
+  const obj = (typeof body === "object" && body !== null ? body : {}) as {
+    detail?: unknown;
+    swerexception?: Swerexception;
+  };
   if (status === 511 && obj.swerexception) {
     const x = obj.swerexception;
     const cls = x.class_path ?? "";
@@ -69,7 +79,14 @@ export function errorFromResponse(status: number, body: unknown, what: string): 
     if (cls === "builtins.FileNotFoundError") return Object.assign(new NotFoundError(msg), { swerexClass: cls });
     return new RemoteRuntimeError(msg, cls, extra);
   }
-  const detail = typeof obj.detail === "string" ? obj.detail : obj.detail !== undefined ? JSON.stringify(obj.detail) : typeof body === "string" ? body : "";
+  const detail =
+    typeof obj.detail === "string"
+      ? obj.detail
+      : obj.detail !== undefined
+        ? JSON.stringify(obj.detail)
+        : typeof body === "string"
+          ? body
+          : "";
   const message = `${what}: ${detail || `HTTP ${status}`}`;
   if (status === 401 || status === 403) return new AuthError(message, status);
   if (status === 404) return new NotFoundError(message);

@@ -17,7 +17,8 @@ async function patientDispatcher(): Promise<object | undefined> {
       const g = (globalThis as Record<symbol, unknown>)[Symbol.for("undici.globalDispatcher.1")] as
         | { constructor: new (o: object) => object }
         | undefined;
-      if (g && g.constructor.name === "Agent") longDispatcher = new g.constructor({ headersTimeout: 0, bodyTimeout: 0 });
+      if (g && g.constructor.name === "Agent")
+        longDispatcher = new g.constructor({ headersTimeout: 0, bodyTimeout: 0 });
     } catch {
       /* keep the default */
     }
@@ -63,7 +64,9 @@ export class HttpClient {
       if (err.name === "TimeoutError" || err.name === "AbortError") {
         throw new TimeoutError(`${o.what ?? `${method} ${path}`}: no answer from ${this.base} within ${timeoutMs} ms`);
       }
-      throw new SandboxError(`${o.what ?? `${method} ${path}`}: cannot reach ${this.base}: ${err.cause?.message ?? err.message}`);
+      throw new SandboxError(
+        `${o.what ?? `${method} ${path}`}: cannot reach ${this.base}: ${err.cause?.message ?? err.message}`,
+      );
     }
   }
 

@@ -116,12 +116,17 @@ export class RemoteSessions {
     name = "default",
     opts: { startupSource?: string[]; startupTimeoutMs?: number } = {},
   ): Promise<{ session: RemoteSession; output: string }> {
-    const r = await this.rt.json<{ output: string }>("POST", "/create_session", {
-      startup_source: opts.startupSource ?? [],
-      session: name,
-      session_type: "bash",
-      startup_timeout: (opts.startupTimeoutMs ?? 10_000) / 1000,
-    }, { what: `create session ${name}` });
+    const r = await this.rt.json<{ output: string }>(
+      "POST",
+      "/create_session",
+      {
+        startup_source: opts.startupSource ?? [],
+        session: name,
+        session_type: "bash",
+        startup_timeout: (opts.startupTimeoutMs ?? 10_000) / 1000,
+      },
+      { what: `create session ${name}` },
+    );
     return { session: new RemoteSession(this, name), output: r.output };
   }
 
@@ -130,33 +135,51 @@ export class RemoteSessions {
   }
 
   async run(name: string, command: string, opts: RemoteRunOptions = {}): Promise<RunResult> {
-    const r = await this.rt.json<Observation>("POST", "/run_in_session", {
-      command,
-      session: name,
-      timeout: seconds(opts.timeoutMs),
-      is_interactive_command: opts.interactive ?? false,
-      is_interactive_quit: opts.interactiveQuit ?? false,
-      check: opts.check ?? "raise",
-      error_msg: opts.errorMsg ?? "",
-      expect: opts.expect ?? [],
-      action_type: "bash",
-    }, { what: `run in session ${name}` });
+    const r = await this.rt.json<Observation>(
+      "POST",
+      "/run_in_session",
+      {
+        command,
+        session: name,
+        timeout: seconds(opts.timeoutMs),
+        is_interactive_command: opts.interactive ?? false,
+        is_interactive_quit: opts.interactiveQuit ?? false,
+        check: opts.check ?? "raise",
+        error_msg: opts.errorMsg ?? "",
+        expect: opts.expect ?? [],
+        action_type: "bash",
+      },
+      { what: `run in session ${name}` },
+    );
     return { output: r.output, exitCode: r.exit_code, expectString: r.expect_string };
   }
 
-  async interrupt(name = "default", opts: { timeoutMs?: number; retries?: number; expect?: string[] } = {}): Promise<RunResult> {
-    const r = await this.rt.json<Observation>("POST", "/run_in_session", {
-      session: name,
-      timeout: (opts.timeoutMs ?? 200) / 1000,
-      n_retry: opts.retries ?? 3,
-      expect: opts.expect ?? [],
-      action_type: "bash_interrupt",
-    }, { what: `interrupt session ${name}` });
+  async interrupt(
+    name = "default",
+    opts: { timeoutMs?: number; retries?: number; expect?: string[] } = {},
+  ): Promise<RunResult> {
+    const r = await this.rt.json<Observation>(
+      "POST",
+      "/run_in_session",
+      {
+        session: name,
+        timeout: (opts.timeoutMs ?? 200) / 1000,
+        n_retry: opts.retries ?? 3,
+        expect: opts.expect ?? [],
+        action_type: "bash_interrupt",
+      },
+      { what: `interrupt session ${name}` },
+    );
     return { output: r.output, exitCode: r.exit_code, expectString: r.expect_string };
   }
 
   async close(name = "default"): Promise<void> {
-    await this.rt.json("POST", "/close_session", { session: name, session_type: "bash" }, { what: `close session ${name}` });
+    await this.rt.json(
+      "POST",
+      "/close_session",
+      { session: name, session_type: "bash" },
+      { what: `close session ${name}` },
+    );
   }
 
   /** Close every session (the sandbox stays). */
@@ -175,13 +198,20 @@ export class RemoteFiles {
 
   /** Text of a file (UTF-8; `\r\n` becomes `\n`, as SWE-ReX's read_file does). */
   async read(path: string, opts: { encoding?: string; errors?: string } = {}): Promise<string> {
-    const r = await this.rt.json<{ content: string }>("POST", "/read_file", { path, encoding: opts.encoding ?? null, errors: opts.errors ?? null }, { what: `read ${path}` });
+    const r = await this.rt.json<{ content: string }>(
+      "POST",
+      "/read_file",
+      { path, encoding: opts.encoding ?? null, errors: opts.errors ?? null },
+      { what: `read ${path}` },
+    );
     return r.content;
   }
 
   /** Bytes of a file, unchanged. */
   async readBytes(path: string): Promise<Buffer> {
-    const res = await this.api.fetch("GET", `/sandboxes/${this.id}/files?path=${encodeURIComponent(path)}`, undefined, { what: `read ${path}` });
+    const res = await this.api.fetch("GET", `/sandboxes/${this.id}/files?path=${encodeURIComponent(path)}`, undefined, {
+      what: `read ${path}`,
+    });
     if (!res.ok) await this.api.read(res, `read ${path}`);
     return Buffer.from(await res.arrayBuffer());
   }
@@ -197,7 +227,8 @@ export class RemoteFiles {
 
   /** Copy a local file or directory into the sandbox at `target` (a directory travels as a zip). */
   async upload(localPath: string, target: string): Promise<void> {
-    if (statSync(localPath).isDirectory()) await this.send(zipDirectory(localPath), "zipped_transfer.zip", target, true);
+    if (statSync(localPath).isDirectory())
+      await this.send(zipDirectory(localPath), "zipped_transfer.zip", target, true);
     else await this.send(readFileSync(localPath), basename(localPath), target, false);
   }
 
@@ -276,13 +307,16 @@ export class RemoteSandbox implements AsyncDisposable {
   /** Attach to an existing sandbox by id. */
   static async connect(o: ConnectOptions & { id: string }): Promise<RemoteSandbox> {
     const api = new HttpClient(o.url, o.apiKey, o.requestTimeoutMs);
-    const info = await api.json<SandboxInfo>("GET", `/sandboxes/${encodeURIComponent(o.id)}`, undefined, { what: `sandbox ${o.id}` });
+    const info = await api.json<SandboxInfo>("GET", `/sandboxes/${encodeURIComponent(o.id)}`, undefined, {
+      what: `sandbox ${o.id}`,
+    });
     return new RemoteSandbox(api, info, o.apiKey, o.requestTimeoutMs);
   }
 
   static async list(o: ConnectOptions): Promise<SandboxInfo[]> {
     const api = new HttpClient(o.url, o.apiKey, o.requestTimeoutMs);
-    return (await api.json<{ sandboxes: SandboxInfo[] }>("GET", "/sandboxes", undefined, { what: "list sandboxes" })).sandboxes;
+    return (await api.json<{ sandboxes: SandboxInfo[] }>("GET", "/sandboxes", undefined, { what: "list sandboxes" }))
+      .sandboxes;
   }
 
   get isClosed(): boolean {
@@ -296,7 +330,9 @@ export class RemoteSandbox implements AsyncDisposable {
 
   async isAlive(): Promise<boolean> {
     try {
-      const r = await this.api.json<{ is_alive: boolean }>("GET", `/sandboxes/${this.id}/is_alive`, undefined, { timeoutMs: 5000 });
+      const r = await this.api.json<{ is_alive: boolean }>("GET", `/sandboxes/${this.id}/is_alive`, undefined, {
+        timeoutMs: 5000,
+      });
       return r.is_alive;
     } catch {
       return false;
@@ -306,17 +342,28 @@ export class RemoteSandbox implements AsyncDisposable {
   /** One command in a fresh process: a string runs under `bash -c`, an array as is. A timeout gives exit 124. */
   async exec(cmd: string | string[], o: RemoteExecOptions = {}): Promise<RemoteExecResult> {
     const r = await this.api.json<{
-      exit_code: number; stdout: string; stderr: string; timed_out: boolean; truncated: boolean;
-      limit: LimitHit | null; signal: string | null; duration_ms: number;
-    }>("POST", `/sandboxes/${this.id}/exec`, {
-      command: cmd,
-      timeout_ms: o.timeoutMs,
-      cwd: o.cwd,
-      env: o.env,
-      stdin: o.stdin,
-      merge_output: o.mergeOutput,
-      output_limit_bytes: o.outputLimitBytes,
-    }, { what: "exec" });
+      exit_code: number;
+      stdout: string;
+      stderr: string;
+      timed_out: boolean;
+      truncated: boolean;
+      limit: LimitHit | null;
+      signal: string | null;
+      duration_ms: number;
+    }>(
+      "POST",
+      `/sandboxes/${this.id}/exec`,
+      {
+        command: cmd,
+        timeout_ms: o.timeoutMs,
+        cwd: o.cwd,
+        env: o.env,
+        stdin: o.stdin,
+        merge_output: o.mergeOutput,
+        output_limit_bytes: o.outputLimitBytes,
+      },
+      { what: "exec" },
+    );
     return {
       exitCode: r.exit_code,
       stdout: r.stdout,
@@ -331,13 +378,16 @@ export class RemoteSandbox implements AsyncDisposable {
 
   /** Grade the workspace against its instance's tests (instance sandboxes; the server's provider decides the shape). */
   async evaluate<T = unknown>(): Promise<T> {
-    const r = await this.api.json<{ result: T }>("POST", `/sandboxes/${this.id}/evaluate`, undefined, { what: "evaluate" });
+    const r = await this.api.json<{ result: T }>("POST", `/sandboxes/${this.id}/evaluate`, undefined, {
+      what: "evaluate",
+    });
     return r.result;
   }
 
   /** The workspace's changes as a patch (e.g. `git diff` of /testbed). */
   async diff(): Promise<string> {
-    return (await this.api.json<{ diff: string }>("GET", `/sandboxes/${this.id}/diff`, undefined, { what: "diff" })).diff;
+    return (await this.api.json<{ diff: string }>("GET", `/sandboxes/${this.id}/diff`, undefined, { what: "diff" }))
+      .diff;
   }
 
   /** Delete the sandbox on the server. Idempotent; a sandbox already gone is not an error. */

@@ -23,7 +23,7 @@ export function buildZip(entries: ZipEntry[]): Buffer {
   if (entries.length > 0xffff) throw new Error("too many entries for a zip without ZIP64");
   for (const e of entries) {
     const type = e.type ?? (e.name.endsWith("/") ? "dir" : "file");
-    const name = Buffer.from(type === "dir" && !e.name.endsWith("/") ? e.name + "/" : e.name, "utf8");
+    const name = Buffer.from(type === "dir" && !e.name.endsWith("/") ? `${e.name}/` : e.name, "utf8");
     const raw = typeof e.data === "string" ? Buffer.from(e.data, "utf8") : (e.data ?? Buffer.alloc(0));
     const deflate = type === "file" && raw.length > 64;
     const body = deflate ? deflateRawSync(raw) : raw;
@@ -87,7 +87,7 @@ export function zipDirectory(dir: string): Buffer {
       const st = lstatSync(abs);
       if (st.isSymbolicLink()) entries.push({ name: r, type: "symlink", data: readlinkSync(abs) });
       else if (st.isDirectory()) {
-        entries.push({ name: r + "/", type: "dir", mode: st.mode & 0o777 });
+        entries.push({ name: `${r}/`, type: "dir", mode: st.mode & 0o777 });
         walk(r);
       } else if (st.isFile()) entries.push({ name: r, type: "file", data: readFileSync(abs), mode: st.mode & 0o777 });
     }

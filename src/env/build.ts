@@ -54,13 +54,14 @@ export function installScript(spec: EnvSpec, requirementsFile?: string): { deps:
   for (const c of spec.pre_install) deps.push(c);
   const packages = (spec.packages ?? "").trim();
   if (packages === "requirements.txt" && requirementsFile) deps.push(`${pip} -r ${requirementsFile}`);
-  else if (packages && packages !== "environment.yml" && packages !== "requirements.txt") deps.push(`${pip} ${packages}`);
+  else if (packages && packages !== "environment.yml" && packages !== "requirements.txt")
+    deps.push(`${pip} ${packages}`);
   if (spec.pip_packages.length) deps.push(`${pip} ${spec.pip_packages.map(quoteArg).join(" ")}`);
   return { deps, install: spec.install ? [spec.install] : [] };
 }
 
 function quoteArg(s: string): string {
-  return /^[\w.,:=<>!~*+\-\[\]\/@]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`;
+  return /^[\w.,:=<>!~*+\-[\]/@]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`;
 }
 
 /**
@@ -74,7 +75,7 @@ export async function buildEnvironment(opts: BuildOptions): Promise<BuildResult>
   const logFile = buildLogPath(home, key);
   mkdirSync(join(layout.logs, "build"), { recursive: true });
   writeFileSync(logFile, `# build ${key} ${new Date().toISOString()}\n# spec ${JSON.stringify(spec)}\n`);
-  const log = (text: string): void => appendFileSync(logFile, text.endsWith("\n") ? text : text + "\n");
+  const log = (text: string): void => appendFileSync(logFile, text.endsWith("\n") ? text : `${text}\n`);
   const work = join(layout.envs, `build-${key.slice(0, 16)}-${randomBytes(4).toString("hex")}`);
   const trees = { testbed: join(work, "testbed"), venv: join(work, "venv") };
   const started = performance.now();
@@ -115,7 +116,11 @@ export async function buildEnvironment(opts: BuildOptions): Promise<BuildResult>
     const sh = async (name: string, command: string): Promise<void> => {
       await step(name, async () => {
         log(`$ ${command}`);
-        const r = await sandbox!.exec(command, { timeoutMs: opts.stepTimeoutMs ?? 30 * 60_000, mergeOutput: true, outputLimitBytes: 4 * 1024 * 1024 });
+        const r = await sandbox!.exec(command, {
+          timeoutMs: opts.stepTimeoutMs ?? 30 * 60_000,
+          mergeOutput: true,
+          outputLimitBytes: 4 * 1024 * 1024,
+        });
         log(r.stdout);
         if (r.exitCode !== 0) throw new Error(`exit ${r.exitCode}${r.timedOut ? " (timed out)" : ""}`);
       });
@@ -123,12 +128,20 @@ export async function buildEnvironment(opts: BuildOptions): Promise<BuildResult>
     const activate = `. ${VENV_PATH}/bin/activate && cd ${TESTBED_PATH}`;
     const script = installScript(spec, requirements?.inside);
     const run = async (commands: string[], first: number): Promise<void> => {
-      for (const [i, c] of commands.entries()) await sh(`install ${first + i}: ${c.slice(0, 60)}`, `${activate} && ${c}`);
+      for (const [i, c] of commands.entries())
+        await sh(`install ${first + i}: ${c.slice(0, 60)}`, `${activate} && ${c}`);
     };
     // Instances of one repository version share their dependencies: install them once, restore them after.
     const deps = new DepsCache(home);
-    const depsId = depsKey({ spec, python: toolchain.python, pythonVersion: toolchain.version, requirements: requirements?.text, pipEnv: pip.env });
-    const restored = depsId !== undefined && (await step("dependencies (snapshot)", () => deps.restore(depsId, trees.venv)));
+    const depsId = depsKey({
+      spec,
+      python: toolchain.python,
+      pythonVersion: toolchain.version,
+      requirements: requirements?.text,
+      pipEnv: pip.env,
+    });
+    const restored =
+      depsId !== undefined && (await step("dependencies (snapshot)", () => deps.restore(depsId, trees.venv)));
     if (restored) log(`restored the venv with dependencies from snapshot ${depsId}`);
     else {
       await sh("venv", `${toolchain.python} -m venv ${VENV_PATH}`);
@@ -141,7 +154,10 @@ export async function buildEnvironment(opts: BuildOptions): Promise<BuildResult>
       await normalizeMtimes(trees.testbed);
       await normalizeMtimes(trees.venv);
     });
-    await sh("compile", `${activate} && find ${VENV_PATH} -name '*.pyc' -delete && python -m compileall -q -j 0 ${VENV_PATH} >/dev/null 2>&1; python -m compileall -q -j 0 -x '/\\.git/' ${TESTBED_PATH} >/dev/null 2>&1; true`);
+    await sh(
+      "compile",
+      `${activate} && find ${VENV_PATH} -name '*.pyc' -delete && python -m compileall -q -j 0 ${VENV_PATH} >/dev/null 2>&1; python -m compileall -q -j 0 -x '/\\.git/' ${TESTBED_PATH} >/dev/null 2>&1; true`,
+    );
     await sandbox.close();
     sandbox = undefined;
     await step("finalize", async () => {
@@ -153,7 +169,11 @@ export async function buildEnvironment(opts: BuildOptions): Promise<BuildResult>
     const store = openStore(homeLayout(home).store);
     await step("store", () =>
       ingestLayer(store, key, trees, {
-        meta: { spec: spec as unknown as { [k: string]: string }, python: toolchain.version, builtAt: new Date().toISOString() },
+        meta: {
+          spec: spec as unknown as { [k: string]: string },
+          python: toolchain.version,
+          builtAt: new Date().toISOString(),
+        },
       }),
     );
     log(`\n# done in ${((performance.now() - started) / 1000).toFixed(1)} s`);
@@ -169,7 +189,11 @@ export async function buildEnvironment(opts: BuildOptions): Promise<BuildResult>
 }
 
 /** SWE-bench reads requirements.txt at the environment setup commit; we take it from the repository's history. */
-async function requirementsFile(spec: EnvSpec, source: string, work: string): Promise<{ host: string; inside: string; text: string } | undefined> {
+async function requirementsFile(
+  spec: EnvSpec,
+  source: string,
+  work: string,
+): Promise<{ host: string; inside: string; text: string } | undefined> {
   if ((spec.packages ?? "").trim() !== "requirements.txt") return undefined;
   const extra = spec.extra ?? {};
   const paths = (extra["reqs_paths"] as string[] | undefined) ?? ["requirements.txt"];
@@ -181,7 +205,7 @@ async function requirementsFile(spec: EnvSpec, source: string, work: string): Pr
     lines.push(...text.split("\n").filter((l) => !/^\s*(-r|--requirement|-e)\b/.test(l)));
   }
   const host = join(work, "requirements.txt");
-  const text = lines.join("\n") + "\n";
+  const text = `${lines.join("\n")}\n`;
   writeFileSync(host, text);
   return { host, inside: "/run/minisandbox-build/requirements.txt", text };
 }

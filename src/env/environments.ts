@@ -65,14 +65,28 @@ export async function isBuilt(home: string, key: LayerKey): Promise<boolean> {
 const inflight = new Map<string, Promise<"built" | "cached">>();
 
 /** Build the environment unless the store has it; concurrent calls for one key share the work. */
-export function ensureBuilt(opts: EnvOptions & { spec: EnvSpec; key: LayerKey; onStep?: (s: string) => void }): Promise<"built" | "cached"> {
+export function ensureBuilt(
+  opts: EnvOptions & { spec: EnvSpec; key: LayerKey; onStep?: (s: string) => void },
+): Promise<"built" | "cached"> {
   const id = `${opts.home}\0${opts.key}`;
   let p = inflight.get(id);
   if (!p) {
     p = (async () => {
       if (await isBuilt(opts.home, opts.key)) return "cached" as const;
-      const r = await buildEnvironment({ home: opts.home, spec: opts.spec, key: opts.key, reposDir: opts.reposDir, onStep: opts.onStep });
-      writeEnvRecord(opts.home, { ...readEnvRecord(opts.home, opts.key), key: opts.key, spec: opts.spec, builtAt: new Date().toISOString(), buildMs: r.durationMs });
+      const r = await buildEnvironment({
+        home: opts.home,
+        spec: opts.spec,
+        key: opts.key,
+        reposDir: opts.reposDir,
+        onStep: opts.onStep,
+      });
+      writeEnvRecord(opts.home, {
+        ...readEnvRecord(opts.home, opts.key),
+        key: opts.key,
+        spec: opts.spec,
+        builtAt: new Date().toISOString(),
+        buildMs: r.durationMs,
+      });
       return "built" as const;
     })().finally(() => inflight.delete(id));
     inflight.set(id, p);
@@ -100,7 +114,8 @@ export function readCacheConfig(home: string): CacheConfig {
   try {
     config = (JSON.parse(readFileSync(join(home, "config.json"), "utf8")) as { cache?: CacheConfig }).cache ?? {};
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw new Error(`${join(home, "config.json")}: ${(e as Error).message}`);
+    if ((e as NodeJS.ErrnoException).code !== "ENOENT")
+      throw new Error(`${join(home, "config.json")}: ${(e as Error).message}`);
   }
   const extra = (process.env.MINISANDBOX_REMOTE_STORES ?? "").split(":").filter(Boolean);
   return { ...config, remotes: [...(config.remotes ?? []), ...extra] };
@@ -109,7 +124,11 @@ export function readCacheConfig(home: string): CacheConfig {
 export function nodeCacheFor(home: string): NodeCache {
   let c = caches.get(home);
   if (!c) {
-    c = new NodeCache({ ...readCacheConfig(home), store: openStore(homeLayout(home).store), dir: homeLayout(home).cache });
+    c = new NodeCache({
+      ...readCacheConfig(home),
+      store: openStore(homeLayout(home).store),
+      dir: homeLayout(home).cache,
+    });
     caches.set(home, c);
   }
   return c;
@@ -130,8 +149,15 @@ function toolchainFor(home: string, version: string): ReturnType<typeof findTool
 }
 
 /** Sandbox options for a built environment: its trees copy-on-write, its interpreter, its venv first on PATH. */
-export async function workspaceFor(home: string, spec: EnvSpec, key: LayerKey): Promise<{ options: SandboxOptions; lease: CacheLease }> {
-  if (!(await isBuilt(home, key)) && !readCacheConfig(home).remotes?.length) throw new NotFoundError(`environment ${key.slice(0, 12)} (${spec.repo}@${spec.commit.slice(0, 12)}) is not built: run \`minisandbox prepare\` first`);
+export async function workspaceFor(
+  home: string,
+  spec: EnvSpec,
+  key: LayerKey,
+): Promise<{ options: SandboxOptions; lease: CacheLease }> {
+  if (!(await isBuilt(home, key)) && !readCacheConfig(home).remotes?.length)
+    throw new NotFoundError(
+      `environment ${key.slice(0, 12)} (${spec.repo}@${spec.commit.slice(0, 12)}) is not built: run \`minisandbox prepare\` first`,
+    );
   const toolchain = await toolchainFor(home, spec.python);
   const lease = await nodeCacheFor(home).acquire(key);
   return {

@@ -13,22 +13,34 @@ export interface PipSettings {
   mounts: string[];
 }
 
-const PATH_KEYS = new Set(["find-links", "index-url", "extra-index-url", "cert", "client-cert", "constraint", "requirement", "trusted-host-file"]);
+const PATH_KEYS = new Set([
+  "find-links",
+  "index-url",
+  "extra-index-url",
+  "cert",
+  "client-cert",
+  "constraint",
+  "requirement",
+  "trusted-host-file",
+]);
 
 function localPaths(value: string): string[] {
-  return value
-    .split(/\s+/)
-    .filter(Boolean)
-    .map((v) => (v.startsWith("file://") ? decodeURIComponent(v.slice("file://".length)) : v))
-    // A PEP 503 index directory (".../simple") usually links to files beside it: mount its parent.
-    .map((v) => v.replace(/\/+$/, "").replace(/\/simple$/, ""))
-    .filter((v) => v.startsWith("/") && existsSync(v));
+  return (
+    value
+      .split(/\s+/)
+      .filter(Boolean)
+      .map((v) => (v.startsWith("file://") ? decodeURIComponent(v.slice("file://".length)) : v))
+      // A PEP 503 index directory (".../simple") usually links to files beside it: mount its parent.
+      .map((v) => v.replace(/\/+$/, "").replace(/\/simple$/, ""))
+      .filter((v) => v.startsWith("/") && existsSync(v))
+  );
 }
 
 /** Parse `pip config list` lines: `section.key='value'`. Later sections win (env over files). */
 export function parsePipConfigList(text: string, env: NodeJS.ProcessEnv = {}): PipSettings {
   const settings = new Map<string, string>();
-  const order = (section: string): number => (section === ":env:" ? 3 : section === "install" ? 2 : section === "global" ? 1 : 0);
+  const order = (section: string): number =>
+    section === ":env:" ? 3 : section === "install" ? 2 : section === "global" ? 1 : 0;
   const rank = new Map<string, number>();
   for (const line of text.split("\n")) {
     const m = /^([^.=]+|:env:)\.([A-Za-z0-9_-]+)='(.*)'$/.exec(line.trim());
@@ -54,6 +66,8 @@ export function parsePipConfigList(text: string, env: NodeJS.ProcessEnv = {}): P
 
 /** Read the configuration as the given interpreter's pip sees it (falls back to PIP_* variables only). */
 export async function pipSettings(python: string, env: NodeJS.ProcessEnv = process.env): Promise<PipSettings> {
-  const r = await run(python, ["-m", "pip", "config", "list"], { env: { ...env, PIP_DISABLE_PIP_VERSION_CHECK: "1" } }).catch(() => undefined);
+  const r = await run(python, ["-m", "pip", "config", "list"], {
+    env: { ...env, PIP_DISABLE_PIP_VERSION_CHECK: "1" },
+  }).catch(() => undefined);
   return parsePipConfigList(r?.code === 0 ? r.stdout : "", env);
 }

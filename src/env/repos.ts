@@ -8,12 +8,15 @@ import { InvalidInputError, NotFoundError } from "../util/errors.js";
  * else a mirror in the home cloned once from GitHub.
  */
 export async function repoSource(repo: string, opts: { reposDir?: string; home: string }): Promise<string> {
-  if (!/^[\w.-]+\/[\w.-]+$/.test(repo)) throw new InvalidInputError(`invalid repository name ${JSON.stringify(repo)} (expected owner/name)`);
+  if (!/^[\w.-]+\/[\w.-]+$/.test(repo))
+    throw new InvalidInputError(`invalid repository name ${JSON.stringify(repo)} (expected owner/name)`);
   if (opts.reposDir) {
     for (const candidate of [join(opts.reposDir, repo), join(opts.reposDir, `${repo}.git`)]) {
       if (existsSync(candidate)) return candidate;
     }
-    throw new NotFoundError(`repository ${repo} not found under --repos ${opts.reposDir} (looked for ${repo} and ${repo}.git)`);
+    throw new NotFoundError(
+      `repository ${repo} not found under --repos ${opts.reposDir} (looked for ${repo} and ${repo}.git)`,
+    );
   }
   const mirror = join(opts.home, "repos", `${repo}.git`);
   if (!existsSync(mirror)) {

@@ -62,7 +62,20 @@ export const SWESMITH_DEFAULTS: Readonly<SpecFields> = Object.freeze({
 const TABLE_FILE = "data/swebench-python-specs.json";
 /** Bump when the meaning of a spec field for the builder changes, so old layers are not reused. */
 const KEY_SCHEMA = "minisandbox-env-v1";
-const MAPPED = new Set(["repo", "commit", "python", "packages", "pip_packages", "pre_install", "install", "eval_commands", "test_cmd", "env", "env_vars_test", "extra"]);
+const MAPPED = new Set([
+  "repo",
+  "commit",
+  "python",
+  "packages",
+  "pip_packages",
+  "pre_install",
+  "install",
+  "eval_commands",
+  "test_cmd",
+  "env",
+  "env_vars_test",
+  "extra",
+]);
 
 let builtinTable: SpecTable | undefined;
 
@@ -81,7 +94,8 @@ export function builtinTablePath(): string {
 export function builtinSpecTable(): SpecTable {
   if (!builtinTable) {
     const parsed = parseJsonFile(builtinTablePath());
-    if (!isRecord(parsed) || !isRecord(parsed.specs)) throw new InvalidInputError(`${builtinTablePath()}: no "specs" object`);
+    if (!isRecord(parsed) || !isRecord(parsed.specs))
+      throw new InvalidInputError(`${builtinTablePath()}: no "specs" object`);
     builtinTable = parsed as unknown as SpecTable;
   }
   return builtinTable;
@@ -146,7 +160,8 @@ export function parseOverrides(data: unknown, source = "specs"): SpecOverrides {
     } else if (key.includes("/")) {
       addRepo(key, value);
     } else {
-      if (!isRecord(value)) throw new InvalidInputError(`${source}: instance entry "${key}" must be an object of spec fields`);
+      if (!isRecord(value))
+        throw new InvalidInputError(`${source}: instance entry "${key}" must be an object of spec fields`);
       out.instances[key] = value;
     }
   }
@@ -170,11 +185,13 @@ export function specForInstance(instance: Instance, opts: SpecOptions = {}): Env
   const layers: Layer[] = [];
   const tableEntry = version !== undefined ? table.specs[repo]?.[version] : undefined;
   if (tableEntry) layers.push({ from: `built-in table ${repo} ${version}`, fields: tableEntry });
-  else if (instance.task_format === "swesmith") layers.push({ from: "SWE-smith defaults", fields: { ...SWESMITH_DEFAULTS } });
+  else if (instance.task_format === "swesmith")
+    layers.push({ from: "SWE-smith defaults", fields: { ...SWESMITH_DEFAULTS } });
   for (const o of overrides) {
     const entry = o.repos[repo];
     if (entry?.["*"]) layers.push({ from: `${o.source} ${repo} *`, fields: entry["*"] });
-    if (version !== undefined && entry?.[version]) layers.push({ from: `${o.source} ${repo} ${version}`, fields: entry[version] });
+    if (version !== undefined && entry?.[version])
+      layers.push({ from: `${o.source} ${repo} ${version}`, fields: entry[version] });
   }
   for (const o of overrides) {
     if (o.instances[id]) layers.push({ from: `${o.source} ${id}`, fields: o.instances[id] });
@@ -188,10 +205,12 @@ export function specForInstance(instance: Instance, opts: SpecOptions = {}): Env
 function unknownSpecMessage(instance: Instance, table: SpecTable, overrides: SpecOverrides[]): string {
   const { repo, version, instance_id: id } = instance;
   const hint = `; give one with --specs FILE ({"${repo}": {"${version ?? "*"}": {"python": "3.x", …}}}) or a "spec" field in the row`;
-  if (version === undefined) return `instance ${id} has no "version", so no environment spec can be looked up for ${repo}${hint}`;
+  if (version === undefined)
+    return `instance ${id} has no "version", so no environment spec can be looked up for ${repo}${hint}`;
   const fromOverrides = overrides.flatMap((o) => Object.keys(o.repos[repo] ?? {}));
   const known = [...new Set([...knownVersions(repo, table), ...fromOverrides])].sort(compareVersions);
-  if (known.length > 0) return `no environment spec for ${repo} version ${version} (instance ${id}); known versions of ${repo}: ${known.join(", ")}${hint}`;
+  if (known.length > 0)
+    return `no environment spec for ${repo} version ${version} (instance ${id}); known versions of ${repo}: ${known.join(", ")}${hint}`;
   const repos = Object.keys(table.specs).sort();
   return `no environment spec for ${repo} (instance ${id}): the built-in table knows ${repos.length} repositories (${repos.join(", ")})${hint}`;
 }
@@ -207,7 +226,9 @@ function toEnvSpec(instance: Instance, layers: Layer[], table: SpecTable): EnvSp
     }
   }
   const bad = (field: string, want: string) =>
-    new InvalidInputError(`spec field "${field}" for ${instance.instance_id} must be ${want} (from ${origin.get(field)})`);
+    new InvalidInputError(
+      `spec field "${field}" for ${instance.instance_id} must be ${want} (from ${origin.get(field)})`,
+    );
   const str = (f: string): string | undefined => {
     const v = merged[f];
     if (v === undefined || v === null) return undefined;
@@ -230,14 +251,20 @@ function toEnvSpec(instance: Instance, layers: Layer[], table: SpecTable): EnvSp
     const v = merged[f];
     if (v === undefined || v === null) return {};
     if (!isRecord(v)) throw bad(f, "an object of environment variables");
-    return Object.fromEntries(Object.entries(v).map(([k, x]) => {
-      if (typeof x !== "string" && typeof x !== "number" && typeof x !== "boolean") throw bad(f, "an object of string values");
-      return [k, String(x)];
-    }));
+    return Object.fromEntries(
+      Object.entries(v).map(([k, x]) => {
+        if (typeof x !== "string" && typeof x !== "number" && typeof x !== "boolean")
+          throw bad(f, "an object of string values");
+        return [k, String(x)];
+      }),
+    );
   };
 
   const python = str("python");
-  if (!python) throw new InvalidInputError(`no python version in the environment spec of ${instance.instance_id} (sources: ${layers.map((l) => l.from).join(", ")})`);
+  if (!python)
+    throw new InvalidInputError(
+      `no python version in the environment spec of ${instance.instance_id} (sources: ${layers.map((l) => l.from).join(", ")})`,
+    );
   const repo = str("repo") ?? instance.repo;
   const packages = str("packages");
   const extra: Record<string, unknown> = {};

@@ -62,10 +62,12 @@ export async function listToolchains(opts: ToolchainOptions = {}): Promise<Toolc
 /** The toolchain for a version ("3.9" -> newest 3.9.x; config entries win). Throws NotFoundError listing what exists. */
 export async function findToolchain(version: string, opts: ToolchainOptions = {}): Promise<Toolchain> {
   const want = String(version).trim();
-  if (!/^\d+(\.\d+){0,2}$/.test(want)) throw new InvalidInputError(`invalid Python version ${JSON.stringify(version)} (expected e.g. 3.9 or 3.9.18)`);
+  if (!/^\d+(\.\d+){0,2}$/.test(want))
+    throw new InvalidInputError(`invalid Python version ${JSON.stringify(version)} (expected e.g. 3.9 or 3.9.18)`);
   const all = await discover(opts);
   const matches = all.filter((t) => versionMatches(t.version, want));
-  const pick = matches.find((t) => t.source === "config") ?? matches.sort((a, b) => compareVersion(b.version, a.version))[0];
+  const pick =
+    matches.find((t) => t.source === "config") ?? matches.sort((a, b) => compareVersion(b.version, a.version))[0];
   if (!pick) {
     const available = [...new Set(all.map((t) => t.version))].sort(compareVersion);
     throw new NotFoundError(
@@ -88,7 +90,11 @@ async function discover(opts: ToolchainOptions): Promise<Candidate[]> {
     seen.add(id);
     return true;
   };
-  const early = [...(await fromConfig(opts)), ...fromPyenv(pyenvRoot), ...fromConda(opts.condaRoots ?? defaultCondaRoots(userHome))].filter(keep);
+  const early = [
+    ...(await fromConfig(opts)),
+    ...fromPyenv(pyenvRoot),
+    ...fromConda(opts.condaRoots ?? defaultCondaRoots(userHome)),
+  ].filter(keep);
   // PATH entries cost a process each to learn their version: skip binaries already known.
   return [...early, ...(await fromPath(env.PATH ?? "", pyenvRoot, seen))];
 }
@@ -128,14 +134,24 @@ async function fromConfig(opts: ToolchainOptions): Promise<Candidate[]> {
   }
   const out: Candidate[] = [];
   for (const [key, value] of Object.entries(data)) {
-    if (typeof value !== "string" || !isAbsolute(value)) throw new InvalidInputError(`${file}: "${key}" must map to an absolute path`);
+    if (typeof value !== "string" || !isAbsolute(value))
+      throw new InvalidInputError(`${file}: "${key}" must map to an absolute path`);
     const python = interpreterIn(value, key);
-    if (!python) throw new InvalidInputError(`${file}: "${key}" -> ${value}: no python interpreter there (looked for bin/python${key}, bin/python3, bin/python)`);
+    if (!python)
+      throw new InvalidInputError(
+        `${file}: "${key}" -> ${value}: no python interpreter there (looked for bin/python${key}, bin/python3, bin/python)`,
+      );
     // Ask the interpreter itself: the key is a claim, the binary is the truth.
     const info = await interpreterInfo(python);
     if (!info) throw new InvalidInputError(`${file}: "${key}" -> ${python} does not run`);
-    if (!versionMatches(info.version, key)) throw new InvalidInputError(`${file}: "${key}" -> ${python} is Python ${info.version}`);
-    out.push({ version: info.version, prefix: statSync(value).isDirectory() ? value : info.prefix, python, source: "config" });
+    if (!versionMatches(info.version, key))
+      throw new InvalidInputError(`${file}: "${key}" -> ${python} is Python ${info.version}`);
+    out.push({
+      version: info.version,
+      prefix: statSync(value).isDirectory() ? value : info.prefix,
+      python,
+      source: "config",
+    });
   }
   return out;
 }
@@ -155,14 +171,18 @@ function fromPyenv(root: string): Candidate[] {
     const m = /^(\d+)\.(\d+)\.(\d+)$/.exec(name); // skip virtualenvs, "system", dev builds like 3.14-dev
     if (!m) continue;
     const prefix = join(versions, name);
-    const python = [`python${m[1]}.${m[2]}`, `python${m[1]}`, "python"].map((n) => join(prefix, "bin", n)).find(isExecutableFile);
+    const python = [`python${m[1]}.${m[2]}`, `python${m[1]}`, "python"]
+      .map((n) => join(prefix, "bin", n))
+      .find(isExecutableFile);
     if (python) out.push({ version: name, prefix, python, source: "pyenv" });
   }
   return out.sort((a, b) => compareVersion(b.version, a.version));
 }
 
 function defaultCondaRoots(userHome: string): string[] {
-  return ["miniconda3", "anaconda3", "miniforge3", "mambaforge"].map((d) => join(userHome, d)).concat(["/opt/conda", "/opt/miniconda3"]);
+  return ["miniconda3", "anaconda3", "miniforge3", "mambaforge"]
+    .map((d) => join(userHome, d))
+    .concat(["/opt/conda", "/opt/miniconda3"]);
 }
 
 function fromConda(roots: string[]): Candidate[] {
@@ -176,7 +196,9 @@ function fromConda(roots: string[]): Candidate[] {
         .find((v): v is string => v !== undefined);
       if (!meta) continue;
       const [maj, min] = meta.split(".");
-      const python = [`python${maj}.${min}`, `python${maj}`, "python"].map((n) => join(prefix, "bin", n)).find(isExecutableFile);
+      const python = [`python${maj}.${min}`, `python${maj}`, "python"]
+        .map((n) => join(prefix, "bin", n))
+        .find(isExecutableFile);
       if (python) out.push({ version: meta, prefix, python, source: "conda" });
     }
   }

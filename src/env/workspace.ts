@@ -56,7 +56,8 @@ export async function applyTaskSetup(sb: Sandbox, instance: Instance): Promise<v
     "git apply --whitespace=nowarn - && git add -A && git -c core.hooksPath=/dev/null commit -q --no-verify -m 'minisandbox: task bug'",
     { stdin: instance.bug_patch },
   );
-  if (r.exitCode !== 0) throw new SandboxError(`could not apply the bug patch of ${instance.instance_id}: ${r.stderr.trim()}`);
+  if (r.exitCode !== 0)
+    throw new SandboxError(`could not apply the bug patch of ${instance.instance_id}: ${r.stderr.trim()}`);
 }
 
 export async function instanceById(id: string, dataset: string | undefined): Promise<Instance> {

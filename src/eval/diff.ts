@@ -34,7 +34,7 @@ export function parseDiff(patch: string): DiffFile[] {
     if (line.startsWith("--- ") && i + 1 < lines.length && lines[i + 1]!.startsWith("+++ ")) {
       const source = fileName(line.slice(4));
       const target = fileName(stripCr(lines[i + 1]!).slice(4));
-      if (current && current.git && !current.sawFileLines) {
+      if (current?.git && !current.sawFileLines) {
         Object.assign(current.file, makeFile(source, target), { binary: current.file.binary });
         current.sawFileLines = true;
       } else {
@@ -49,7 +49,7 @@ export function parseDiff(patch: string): DiffFile[] {
       i = skipHunk(lines, i + 1, Number(hunk[1] ?? 1), Number(hunk[2] ?? 1)) - 1;
       continue;
     }
-    if (!current || !current.git || current.sawFileLines) continue;
+    if (!current?.git || current.sawFileLines) continue;
     // git extended header lines (before ---/+++).
     if (line.startsWith("new file mode")) Object.assign(current.file, makeFile(DEV_NULL, current.file.target));
     else if (line.startsWith("deleted file mode")) Object.assign(current.file, makeFile(current.file.source, DEV_NULL));
@@ -163,7 +163,19 @@ export function newFiles(patch: string): string[] {
 }
 
 /** Test-patch files that are not tests (SWE-bench NON_TEST_EXTS; note "csv" has no dot there). */
-export const NON_TEST_EXTS: readonly string[] = [".json", ".png", "csv", ".txt", ".md", ".jpg", ".jpeg", ".pkl", ".yml", ".yaml", ".toml"];
+export const NON_TEST_EXTS: readonly string[] = [
+  ".json",
+  ".png",
+  "csv",
+  ".txt",
+  ".md",
+  ".jpg",
+  ".jpeg",
+  ".pkl",
+  ".yml",
+  ".yaml",
+  ".toml",
+];
 
 /**
  * The harness's `get_test_directives`: the b/ paths of every `diff --git` line of the test patch (matched anywhere,

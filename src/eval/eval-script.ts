@@ -75,5 +75,5 @@ export function makeEvalScript(input: EvalScriptInput): string {
     `: '${MARKERS.endTestOutput}'`,
     ...reset, // leave the tests as they were
   ];
-  return lines.join("\n") + "\n";
+  return `${lines.join("\n")}\n`;
 }

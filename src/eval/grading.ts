@@ -4,7 +4,14 @@
  */
 import { InvalidInputError } from "../util/errors.js";
 import { evalTestLog, parserForInstance, type LogEval, type ParserName } from "./parsers.js";
-import type { EvalInstance, InstanceReport, InstanceReportFile, StatusMap, SuccessFailure, TestsStatus } from "./types.js";
+import type {
+  EvalInstance,
+  InstanceReport,
+  InstanceReportFile,
+  StatusMap,
+  SuccessFailure,
+  TestsStatus,
+} from "./types.js";
 
 /** PASSED or XFAIL. */
 export function testPassed(name: string, statusMap: StatusMap): boolean {

@@ -27,7 +27,7 @@ export {
   TIMINGS_FILE,
   type InstanceEvalInput,
   type InstanceEvalResult,
-  type EvalError,
+  type EvalFailure,
   type EvalErrorKind,
 } from "./runner/instance.js";
 export { agentDiff, pristineListing, type AgentDiff } from "./runner/agent-diff.js";

@@ -54,7 +54,7 @@ function normalizeOptionName(name: string): string {
   const main = m[1]!;
   let option = m[2]!;
   if (option.startsWith("/") && !option.startsWith("//") && !option.includes("*")) {
-    option = "/" + option.split("/").at(-1)!;
+    option = `/${option.split("/").at(-1)!}`;
   }
   return `${main}[${option}]`;
 }
@@ -153,7 +153,10 @@ const EOL = "(?=\\n|$)"; // Python MULTILINE `$`
  * kept for parity.)
  */
 const DJANGO_MULTILINE: readonly RegExp[] = [
-  new RegExp(`${BOL}([^\\n]*?)${WS}\\.\\.\\.${WS}Testing against Django installed in ([\\s\\S]*?) silenced\\)\\.\\nok${EOL}`, "g"),
+  new RegExp(
+    `${BOL}([^\\n]*?)${WS}\\.\\.\\.${WS}Testing against Django installed in ([\\s\\S]*?) silenced\\)\\.\\nok${EOL}`,
+    "g",
+  ),
   new RegExp(`${BOL}([^\\n]*?)${WS}\\.\\.\\.${WS}Internal Server Error: \\/([^\\n]*)\\/\\nok${EOL}`, "g"),
   new RegExp(`${BOL}([^\\n]*?)${WS}\\.\\.\\.${WS}System check identified no issues \\(0 silenced\\)\\nok${EOL}`, "g"),
 ];
@@ -204,7 +207,15 @@ export const parseDjango: LogParser = (log) => {
   return out.toObject();
 };
 
-export const PARSER_NAMES = ["pytest", "pytest_options", "pytest_v2", "matplotlib", "seaborn", "sympy", "django"] as const;
+export const PARSER_NAMES = [
+  "pytest",
+  "pytest_options",
+  "pytest_v2",
+  "matplotlib",
+  "seaborn",
+  "sympy",
+  "django",
+] as const;
 export type ParserName = (typeof PARSER_NAMES)[number];
 
 export const PARSERS: Readonly<Record<ParserName, LogParser>> = {
@@ -278,7 +289,11 @@ export function resolveParser(repoOrParser: string): ParserName {
     const folded = Object.entries(REPO_PARSERS).find(([repo]) => repo.toLowerCase() === lower);
     return folded ? folded[1] : DEFAULT_PARSER;
   }
-  const key = repoOrParser.trim().toLowerCase().replace(/^parse_log_/, "").replaceAll("-", "_");
+  const key = repoOrParser
+    .trim()
+    .toLowerCase()
+    .replace(/^parse_log_/, "")
+    .replaceAll("-", "_");
   if (isParserName(key)) return key;
   const alias = PARSER_ALIASES[key];
   if (alias) return alias;
@@ -310,11 +325,20 @@ export const MARKERS = {
   testsTimeout: ">>>>> Tests Timed Out",
 } as const;
 
-export type LogFailure = "patch_apply_failed" | "reset_failed" | "tests_errored" | "tests_timed_out" | "missing_markers";
+export type LogFailure =
+  | "patch_apply_failed"
+  | "reset_failed"
+  | "tests_errored"
+  | "tests_timed_out"
+  | "missing_markers";
 
 /** Outcome of reading a test log: a status map, or why there is none (the instance then counts as not applied). */
 export type LogEval =
-  | { found: true; statusMap: StatusMap; /** nothing parsed between the markers, so the whole log was parsed */ wholeLog: boolean }
+  | {
+      found: true;
+      statusMap: StatusMap /** nothing parsed between the markers, so the whole log was parsed */;
+      wholeLog: boolean;
+    }
   | { found: false; statusMap: null; reason: LogFailure };
 
 const FAILURE_MARKERS: ReadonlyArray<readonly [string, LogFailure]> = [

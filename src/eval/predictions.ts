@@ -15,7 +15,8 @@ export const KEY_PREDICTION = "model_patch";
 export const DEFAULT_MODEL = "None";
 
 /** null or "": the harness counts these as empty patches and does not run them. */
-export const isEmptyPatch = (p: Pick<Prediction, "model_patch">): boolean => p.model_patch === null || p.model_patch === "";
+export const isEmptyPatch = (p: Pick<Prediction, "model_patch">): boolean =>
+  p.model_patch === null || p.model_patch === "";
 
 /** Every instance's gold `patch` (model "gold"). */
 export function goldPredictions(dataset: ReadonlyArray<{ instance_id: string; patch?: string }>): Prediction[] {
@@ -76,7 +77,8 @@ function fromJson(doc: unknown, source: string): Prediction[] {
   if (Array.isArray(doc)) return doc.map((entry, i) => toPrediction(entry, `${source}: entry ${i}`));
   if (isObject(doc)) {
     // One prediction object (a one-line JSONL file) or a map keyed by instance id.
-    if (typeof doc[KEY_INSTANCE_ID] === "string" && KEY_PREDICTION in doc) return [toPrediction(doc, `${source}: line 1`)];
+    if (typeof doc[KEY_INSTANCE_ID] === "string" && KEY_PREDICTION in doc)
+      return [toPrediction(doc, `${source}: line 1`)];
     return Object.entries(doc).map(([key, entry]) => toPrediction(entry, `${source}: entry "${key}"`, key));
   }
   throw new InvalidInputError(

@@ -9,7 +9,8 @@
  * Characters Python treats as whitespace in `str.split()`, `str.strip()` and regex `\s` (JS `\s` differs: it lacks
  * \x1c-\x1f and \x85 and adds \ufeff). A regex character-class body.
  */
-export const PY_WS = "\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000";
+export const PY_WS =
+  "\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000";
 const WS_RUN = new RegExp(`[${PY_WS}]+`);
 const LEADING_WS = new RegExp(`^[${PY_WS}]+`);
 const TRAILING_WS = new RegExp(`[${PY_WS}]+$`);

@@ -210,10 +210,15 @@ export function summaryFileName(model: string | undefined, runId: string): strin
 }
 
 /** Summary file text: the harness prints `json.dumps(report, indent=4)`, hence the trailing newline. */
-export const summaryJsonText = (summary: RunSummary): string => pyJsonDumps(summary, 4) + "\n";
+export const summaryJsonText = (summary: RunSummary): string => `${pyJsonDumps(summary, 4)}\n`;
 
 /** Write the summary into `dir`; returns its path. */
-export async function writeRunSummary(dir: string, summary: RunSummary, model: string | undefined, runId: string): Promise<string> {
+export async function writeRunSummary(
+  dir: string,
+  summary: RunSummary,
+  model: string | undefined,
+  runId: string,
+): Promise<string> {
   await mkdir(dir, { recursive: true });
   const path = join(dir, summaryFileName(model, runId));
   await writeFile(path, summaryJsonText(summary));
@@ -261,7 +266,7 @@ export function renderSummary(summary: RunSummary, opts: { perInstance?: boolean
     lines.push("", `${"instance".padEnd(width)}  result`, `${"-".repeat(width)}  ${"-".repeat(11)}`);
     for (const id of ids) lines.push(`${id.padEnd(width)}  ${outcomes.get(id)}`);
   }
-  return lines.join("\n") + "\n";
+  return `${lines.join("\n")}\n`;
 }
 
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);

@@ -18,7 +18,7 @@ import { gradeInstance, reward as rewardOf, type Grade, type RewardSpec } from "
 import type { InstanceReportFile } from "./types.js";
 import { agentDiff, pristineListing } from "./runner/agent-diff.js";
 import { openEvalSandbox } from "./runner/sandbox.js";
-import { runInstanceEvaluation, type EvalError } from "./runner/instance.js";
+import { runInstanceEvaluation, type EvalFailure } from "./runner/instance.js";
 import { emptyTimings, roundTimings, type PhaseTimings } from "./runner/timings.js";
 
 export type RewardStatus = "FULL" | "PARTIAL" | "NO" | "ERROR";
@@ -55,7 +55,7 @@ export interface EvaluateResult {
   /** report.json content (null on ERROR, as the harness writes none then). */
   report: InstanceReportFile | null;
   grade: Grade;
-  error?: EvalError;
+  error?: EvalFailure;
   timings: PhaseTimings;
   /** The patch that was graded (for a sandbox: its diff). */
   patch: string;
@@ -67,12 +67,18 @@ export interface EvaluateResult {
   log: string;
 }
 
-async function resolveInstance(ref: Instance | string | undefined, dataset: EvaluateOptions["dataset"]): Promise<Instance> {
+async function resolveInstance(
+  ref: Instance | string | undefined,
+  dataset: EvaluateOptions["dataset"],
+): Promise<Instance> {
   if (ref === undefined) {
-    throw new InvalidInputError("evaluate: which instance? pass opts.instance (or create the sandbox with createInstanceSandbox, which labels it)");
+    throw new InvalidInputError(
+      "evaluate: which instance? pass opts.instance (or create the sandbox with createInstanceSandbox, which labels it)",
+    );
   }
   if (typeof ref !== "string") return ref;
-  if (dataset === undefined) throw new InvalidInputError(`evaluate: instance ${ref} given by id: pass opts.dataset (a file or the instances)`);
+  if (dataset === undefined)
+    throw new InvalidInputError(`evaluate: instance ${ref} given by id: pass opts.dataset (a file or the instances)`);
   if (typeof dataset === "string") return (await loadDataset(dataset, { instanceIds: [ref] }))[0]!;
   const [found] = selectInstances([...dataset], [ref]);
   return found!;
@@ -87,10 +93,13 @@ export async function evaluate(target: EvaluateTarget, opts: EvaluateOptions = {
   const started = performance.now();
   const live = target instanceof Sandbox ? target : undefined;
   if (live?.isClosed) throw new InvalidInputError(`evaluate: sandbox ${live.id} is closed`);
-  const instance = await resolveInstance(live ? (opts.instance ?? live.labels["instance"]) : (target as { instance: Instance | string }).instance, opts.dataset);
+  const instance = await resolveInstance(
+    live ? (opts.instance ?? live.labels["instance"]) : (target as { instance: Instance | string }).instance,
+    opts.dataset,
+  );
   const home = resolveHome(opts.home ?? live?.home);
   const env: { spec: EnvSpec; key: LayerKey } = envFor(instance, { specsFile: opts.specsFile });
-  if (live && live.labels["env"] && live.labels["env"] !== env.key) {
+  if (live?.labels["env"] && live.labels["env"] !== env.key) {
     throw new InvalidInputError(
       `evaluate: sandbox ${live.id} runs environment ${live.labels["env"].slice(0, 12)}, but ${instance.instance_id}'s spec gives ` +
         `${env.key.slice(0, 12)} (pass the specsFile the sandbox was created with)`,
@@ -100,7 +109,7 @@ export async function evaluate(target: EvaluateTarget, opts: EvaluateOptions = {
   const timings = emptyTimings();
   const base = { instanceId: instance.instance_id, skippedPaths: [] as string[], warnings: [] as string[], log: "" };
 
-  const errored = (error: EvalError, patch: string, extra: Partial<EvaluateResult> = {}): EvaluateResult => {
+  const errored = (error: EvalFailure, patch: string, extra: Partial<EvaluateResult> = {}): EvaluateResult => {
     const grade = gradeInstance({ instance, modelPatch: patch, testOutput: null });
     timings.totalMs = performance.now() - started;
     timings.overheadMs = timings.totalMs - timings.testsMs;
@@ -123,7 +132,10 @@ export async function evaluate(target: EvaluateTarget, opts: EvaluateOptions = {
     try {
       await ensureBuilt({ home, spec: env.spec, key: env.key, reposDir: opts.reposDir, specsFile: opts.specsFile });
     } catch (e) {
-      return errored({ kind: "Environment Build Failed", message: (e as Error).message }, live ? "" : ((target as { patch: string | null }).patch ?? ""));
+      return errored(
+        { kind: "Environment Build Failed", message: (e as Error).message },
+        live ? "" : ((target as { patch: string | null }).patch ?? ""),
+      );
     }
   }
 
@@ -131,11 +143,21 @@ export async function evaluate(target: EvaluateTarget, opts: EvaluateOptions = {
   let t = performance.now();
   let fresh: Sandbox;
   try {
-    fresh = await openEvalSandbox({ home, instance, spec: env.spec, specsFile: opts.specsFile, reposDir: opts.reposDir, limits: opts.limits });
+    fresh = await openEvalSandbox({
+      home,
+      instance,
+      spec: env.spec,
+      specsFile: opts.specsFile,
+      reposDir: opts.reposDir,
+      limits: opts.limits,
+    });
   } catch (e) {
     timings.sandboxMs = performance.now() - t;
     const kind = e instanceof NotFoundError ? "Environment Missing" : "Sandbox Failed";
-    return errored({ kind, message: (e as Error).message }, live ? "" : ((target as { patch: string | null }).patch ?? ""));
+    return errored(
+      { kind, message: (e as Error).message },
+      live ? "" : ((target as { patch: string | null }).patch ?? ""),
+    );
   }
   const sandboxMs = performance.now() - t;
 
@@ -152,12 +174,16 @@ export async function evaluate(target: EvaluateTarget, opts: EvaluateOptions = {
       patchBytes = d.patchBytes;
       base.skippedPaths = d.skipped;
       preamble.push(`Patch for ${instance.instance_id} taken from sandbox ${live.id}: ${d.patchBytes.length} bytes`);
-      if (d.skipped.length > 0) preamble.push(`Left out changes to files the environment had untracked at the start: ${d.skipped.join(", ")}`);
+      if (d.skipped.length > 0)
+        preamble.push(`Left out changes to files the environment had untracked at the start: ${d.skipped.join(", ")}`);
     } catch (e) {
       timings.sandboxMs = sandboxMs;
       timings.diffMs = performance.now() - t;
       await fresh.close().catch(() => {});
-      return errored({ kind: "Tests Errored", message: `could not take the agent's diff: ${(e as Error).message}` }, "");
+      return errored(
+        { kind: "Tests Errored", message: `could not take the agent's diff: ${(e as Error).message}` },
+        "",
+      );
     }
     diffMs = performance.now() - t;
   } else {

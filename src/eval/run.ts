@@ -31,7 +31,7 @@ import {
   clearInstanceOutputs,
   DEFAULT_TIMEOUT_SECONDS,
   runInstanceEvaluation,
-  type EvalError,
+  type EvalFailure,
   type EvalErrorKind,
 } from "./runner/instance.js";
 import { roundTimings, timingStats, type PhaseTimings } from "./runner/timings.js";
@@ -76,7 +76,7 @@ export interface InstanceRunRecord {
   model: string | null;
   status: InstanceRunStatus;
   resolution: ResolutionStatus | null;
-  error?: EvalError;
+  error?: EvalFailure;
   timings?: PhaseTimings;
   warnings: string[];
   logDir?: string;
@@ -143,8 +143,10 @@ export async function runEvaluation(opts: RunEvaluationOptions): Promise<RunEval
 
   const datasetName = typeof opts.dataset === "string" ? opts.dataset : "the dataset";
   const all = typeof opts.dataset === "string" ? await loadDataset(opts.dataset) : opts.dataset;
-  const instances = opts.instanceIds && opts.instanceIds.length > 0 ? selectInstances(all, opts.instanceIds, datasetName) : all;
-  const predictions = typeof opts.predictions === "string" ? await loadPredictions(opts.predictions, all) : opts.predictions;
+  const instances =
+    opts.instanceIds && opts.instanceIds.length > 0 ? selectInstances(all, opts.instanceIds, datasetName) : all;
+  const predictions =
+    typeof opts.predictions === "string" ? await loadPredictions(opts.predictions, all) : opts.predictions;
   if (predictions.length === 0) throw new InvalidInputError("no predictions to evaluate");
   const byId = indexPredictions(predictions);
   const model = predictions[0]?.model_name_or_path ?? DEFAULT_MODEL;
@@ -152,7 +154,10 @@ export async function runEvaluation(opts: RunEvaluationOptions): Promise<RunEval
   summaryFileName(model, runId);
 
   const records = new Map<string, InstanceRunRecord>();
-  const unknown = unknownPredictionIds(predictions, all.map((i) => i.instance_id));
+  const unknown = unknownPredictionIds(
+    predictions,
+    all.map((i) => i.instance_id),
+  );
   for (const id of unknown) {
     const pred = byId.get(id)!;
     const message = `instance ${id} is not in ${datasetName}`;
@@ -200,7 +205,12 @@ export async function runEvaluation(opts: RunEvaluationOptions): Promise<RunEval
     try {
       logDir = instanceLogDir(reportDir, runId, prediction.model_name_or_path, id);
     } catch (e) {
-      records.set(id, { ...base, model: prediction.model_name_or_path, status: "error", error: { kind: "Unknown Instance", message: (e as Error).message } });
+      records.set(id, {
+        ...base,
+        model: prediction.model_name_or_path,
+        status: "error",
+        error: { kind: "Unknown Instance", message: (e as Error).message },
+      });
       continue;
     }
     if (!opts.rerun && existsSync(join(logDir, LOG_FILES.report))) {
@@ -266,12 +276,15 @@ export async function runEvaluation(opts: RunEvaluationOptions): Promise<RunEval
   const toRun: Job[] = [];
   for (const job of runnable) {
     const failure = failedEnvs.get(job.env!.key);
-    if (failure !== undefined) await errorRecord(job, "Environment Build Failed", `environment build failed: ${failure}`);
+    if (failure !== undefined)
+      await errorRecord(job, "Environment Build Failed", `environment build failed: ${failure}`);
     else toRun.push(job);
   }
 
   // Evaluate. (The pip configuration is read once per interpreter up front, not inside the first instances' timings.)
-  await Promise.all([...new Set(toRun.map((j) => j.env!.spec.python))].map((python) => evalPipSettings(opts.home, python)));
+  await Promise.all(
+    [...new Set(toRun.map((j) => j.env!.spec.python))].map((python) => evalPipSettings(opts.home, python)),
+  );
   const evalStarted = performance.now();
   const progress = showProgress && toRun.length > 0 ? new Progress(toRun.length, "evaluate") : undefined;
   const timed: Array<{ id: string; status: string; timings: PhaseTimings }> = [];
@@ -331,7 +344,7 @@ export async function runEvaluation(opts: RunEvaluationOptions): Promise<RunEval
   };
   const timingsPath = join(reportDir, timingsFileName(model, runId));
   await mkdir(reportDir, { recursive: true });
-  await writeFile(timingsPath, JSON.stringify(timings, null, 2) + "\n");
+  await writeFile(timingsPath, `${JSON.stringify(timings, null, 2)}\n`);
 
   return {
     runId,

@@ -12,7 +12,7 @@ import { envFor, isBuilt, readEnvRecord, writeEnvRecord, type ValidationVerdict 
 import { Progress, pool } from "../util/progress.js";
 import { parseTestList, testFailed, testPassed, type ResolutionStatus } from "./grading.js";
 import type { StatusMap } from "./types.js";
-import { runInstanceEvaluation, type EvalError, type InstanceEvalResult } from "./runner/instance.js";
+import { runInstanceEvaluation, type EvalFailure, type InstanceEvalResult } from "./runner/instance.js";
 import type { PhaseTimings } from "./runner/timings.js";
 import { evalPipSettings } from "./runner/sandbox.js";
 
@@ -37,7 +37,7 @@ export interface ValidateOptions {
 export interface ValidationRun {
   status: InstanceEvalResult["status"];
   resolution: ResolutionStatus | null;
-  error?: EvalError;
+  error?: EvalFailure;
   timings: PhaseTimings;
 }
 
@@ -75,7 +75,7 @@ function describeStatus(name: string, sm: StatusMap): string {
 export function goldProblems(instance: Instance, run: InstanceEvalResult): string[] {
   if (run.error) return [`with the gold patch: ${run.error.kind}`];
   const log = run.grade?.log;
-  if (!log || !log.found) return [`no test results with the gold patch (${log && !log.found ? log.reason : "no log"})`];
+  if (!log?.found) return [`no test results with the gold patch (${log && !log.found ? log.reason : "no log"})`];
   const sm = log.statusMap;
   const out: string[] = [];
   for (const field of ["FAIL_TO_PASS", "PASS_TO_PASS"] as const) {
@@ -90,12 +90,16 @@ export function goldProblems(instance: Instance, run: InstanceEvalResult): strin
 export function baseProblems(instance: Instance, run: InstanceEvalResult): string[] {
   if (run.error) return [`without the fix: ${run.error.kind}`];
   const log = run.grade?.log;
-  if (!log || !log.found) return [`no test results without the fix (${log && !log.found ? log.reason : "no log"})`];
+  if (!log?.found) return [`no test results without the fix (${log && !log.found ? log.reason : "no log"})`];
   const sm = log.statusMap;
   const out: string[] = [];
   for (const name of parseTestList(instance.FAIL_TO_PASS, "FAIL_TO_PASS")) {
     if (testFailed(name, sm)) continue;
-    out.push(testPassed(name, sm) ? `FAIL_TO_PASS test ${name} passes without the fix` : `FAIL_TO_PASS test ${name} does not fail without the fix (${sm[name]})`);
+    out.push(
+      testPassed(name, sm)
+        ? `FAIL_TO_PASS test ${name} passes without the fix`
+        : `FAIL_TO_PASS test ${name} does not fail without the fix (${sm[name]})`,
+    );
   }
   return out;
 }
@@ -108,7 +112,10 @@ const brief = (r: InstanceEvalResult): ValidationRun => ({
 });
 
 /** Validate instances on their built environments; store one verdict per environment. */
-export async function validateInstances(instances: readonly Instance[], opts: ValidateOptions): Promise<ValidationReport> {
+export async function validateInstances(
+  instances: readonly Instance[],
+  opts: ValidateOptions,
+): Promise<ValidationReport> {
   const results = new Map<string, InstanceValidation>();
   interface Item {
     instance: Instance;
@@ -121,7 +128,13 @@ export async function validateInstances(instances: readonly Instance[], opts: Va
     try {
       env = envFor(instance, { specsFile: opts.specsFile });
     } catch (e) {
-      results.set(instance.instance_id, { instanceId: instance.instance_id, key: "", valid: false, skipped: (e as Error).message, problems: [] });
+      results.set(instance.instance_id, {
+        instanceId: instance.instance_id,
+        key: "",
+        valid: false,
+        skipped: (e as Error).message,
+        problems: [],
+      });
       continue;
     }
     if (!(await isBuilt(opts.home, env.key))) {
@@ -193,7 +206,12 @@ export async function validateInstances(instances: readonly Instance[], opts: Va
     verdicts[key] = verdict;
     if (opts.store ?? true) {
       const spec = items.find((i) => i.key === key)!.spec;
-      writeEnvRecord(opts.home, { ...(readEnvRecord(opts.home, key) ?? { key, spec }), key, spec, validation: verdict });
+      writeEnvRecord(opts.home, {
+        ...(readEnvRecord(opts.home, key) ?? { key, spec }),
+        key,
+        spec,
+        validation: verdict,
+      });
     }
   }
 
@@ -206,7 +224,11 @@ export async function validateInstances(instances: readonly Instance[], opts: Va
   };
 }
 
-function verdictFor(item: { instance: Instance; key: LayerKey }, gold: InstanceEvalResult | undefined, base: InstanceEvalResult | undefined): InstanceValidation {
+function verdictFor(
+  item: { instance: Instance; key: LayerKey },
+  gold: InstanceEvalResult | undefined,
+  base: InstanceEvalResult | undefined,
+): InstanceValidation {
   const { instance } = item;
   const problems: string[] = [];
   if (parseTestList(instance.FAIL_TO_PASS, "FAIL_TO_PASS").length === 0) problems.push("FAIL_TO_PASS lists no tests");
@@ -233,5 +255,5 @@ export function renderValidation(report: ValidationReport): string {
     for (const p of r.problems) lines.push(`    - ${p}`);
   }
   for (const r of report.skipped) lines.push(`  ${r.instanceId}: not checked: ${r.skipped}`);
-  return lines.join("\n") + "\n";
+  return `${lines.join("\n")}\n`;
 }

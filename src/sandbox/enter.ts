@@ -28,12 +28,21 @@ export function enterArgv(spec: EnterSpec, command: readonly string[]): string[]
   const helper = helperPath();
   if (helper) {
     return [
-      helper, "enter", "--pid", String(spec.pid1), ...(spec.mode === "userns" ? ["--userns"] : []),
-      ...spec.cgroupDirs.flatMap((c) => ["--cgroup", c]), ...spec.rlimits,
+      helper,
+      "enter",
+      "--pid",
+      String(spec.pid1),
+      ...(spec.mode === "userns" ? ["--userns"] : []),
+      ...spec.cgroupDirs.flatMap((c) => ["--cgroup", c]),
+      ...spec.rlimits,
       ...(spec.mode === "root" ? ["--caps", SANDBOX_CAPS.join(",")] : []),
       ...(spec.uid !== 0 || spec.gid !== 0 ? ["--uid", String(spec.uid), "--gid", String(spec.gid)] : []),
       ...(spec.mergeStderr ? ["--merge-stderr"] : []),
-      "--cwd", spec.cwd, ...Object.entries(spec.env).flatMap(([k, v]) => ["--env", `${k}=${v}`]), "--", ...command,
+      "--cwd",
+      spec.cwd,
+      ...Object.entries(spec.env).flatMap(([k, v]) => ["--env", `${k}=${v}`]),
+      "--",
+      ...command,
     ];
   }
   return fallbackArgv(spec, command);
@@ -52,7 +61,8 @@ function fallbackArgv(spec: EnterSpec, command: readonly string[]): string[] {
   // setpriv and env run inside: they come from the sandbox's read-only /usr.
   const priv = ["/usr/bin/setpriv"];
   if (spec.mode === "root") priv.push("--bounding-set", ["-all", ...SANDBOX_CAPS.map((c) => `+${c}`)].join(","));
-  if (spec.uid !== 0 || spec.gid !== 0) priv.push("--reuid", String(spec.uid), "--regid", String(spec.gid), "--clear-groups");
+  if (spec.uid !== 0 || spec.gid !== 0)
+    priv.push("--reuid", String(spec.uid), "--regid", String(spec.gid), "--clear-groups");
   if (priv.length > 1) argv.push(...priv, "--");
   argv.push("/usr/bin/env", "-i", "-C", spec.cwd);
   for (const [k, v] of Object.entries(spec.env)) argv.push(`${k}=${v}`);

@@ -110,7 +110,7 @@ export function runCommand(cmd: SpawnedCommand, opts: ExecOptions): Promise<Exec
       const so = out.toBuffer();
       const se = opts.mergeOutput ? Buffer.alloc(0) : err.toBuffer();
       return {
-        exitCode: timedOut ? 124 : code ?? 128 + signalNumber(signal),
+        exitCode: timedOut ? 124 : (code ?? 128 + signalNumber(signal)),
         stdout: so.toString("utf8"),
         stderr: se.toString("utf8"),
         stdoutBytes: so,
@@ -125,7 +125,19 @@ export function runCommand(cmd: SpawnedCommand, opts: ExecOptions): Promise<Exec
   });
 }
 
-const SIGNALS: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGABRT: 6, SIGKILL: 9, SIGSEGV: 11, SIGPIPE: 13, SIGALRM: 14, SIGTERM: 15, SIGXCPU: 24, SIGXFSZ: 25 };
+const SIGNALS: Record<string, number> = {
+  SIGHUP: 1,
+  SIGINT: 2,
+  SIGQUIT: 3,
+  SIGABRT: 6,
+  SIGKILL: 9,
+  SIGSEGV: 11,
+  SIGPIPE: 13,
+  SIGALRM: 14,
+  SIGTERM: 15,
+  SIGXCPU: 24,
+  SIGXFSZ: 25,
+};
 
 function signalNumber(signal: NodeJS.Signals | null): number {
   return signal ? (SIGNALS[signal] ?? 0) : 0;

@@ -109,11 +109,21 @@ export class SandboxFiles {
     }
     mkdirSync(hostTarget, { recursive: true });
     // GNU tar defers links that point outside the target until the end and refuses `..` members.
-    await this.pipe(["/bin/tar", "-C", path, "-cf", "-", "."], ["/bin/tar", "-C", hostTarget, "-xf", "-", "--no-same-owner"], "outside", path);
+    await this.pipe(
+      ["/bin/tar", "-C", path, "-cf", "-", "."],
+      ["/bin/tar", "-C", hostTarget, "-xf", "-", "--no-same-owner"],
+      "outside",
+      path,
+    );
   }
 
   /** Stream tar from one side to the other. `inside` says which end runs in the sandbox. */
-  private pipe(producer: string[], consumer: string[], consumerSide: "inside" | "outside", what: string): Promise<void> {
+  private pipe(
+    producer: string[],
+    consumer: string[],
+    consumerSide: "inside" | "outside",
+    what: string,
+  ): Promise<void> {
     const prod = consumerSide === "inside" ? { argv: producer, cleanup: () => {} } : this.runner.spawnArgv(producer);
     const cons = consumerSide === "inside" ? this.runner.spawnArgv(consumer) : { argv: consumer, cleanup: () => {} };
     return new Promise((resolve, reject) => {

@@ -19,7 +19,8 @@ export function findTool(name: string): string | undefined {
 
 export function requireTool(name: string, pkg = name): string {
   const p = findTool(name);
-  if (!p) throw new Error(`${name} not found: install it (e.g. \`apt-get install ${pkg}\`), then run \`minisandbox doctor\``);
+  if (!p)
+    throw new Error(`${name} not found: install it (e.g. \`apt-get install ${pkg}\`), then run \`minisandbox doctor\``);
   return p;
 }
 
@@ -32,7 +33,7 @@ export interface SystemEntry {
 export function systemEntries(): SystemEntry[] {
   const out: SystemEntry[] = [];
   for (const path of ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"]) {
-    let st;
+    let st: import("node:fs").Stats;
     try {
       st = lstatSync(path);
     } catch {
@@ -54,7 +55,8 @@ let helper: string | null | undefined;
 export function helperPath(): string | undefined {
   if (helper !== undefined) return helper ?? undefined;
   const setting = process.env.MINISANDBOX_HELPER;
-  const candidate = setting && setting !== "off" ? setting : join(import.meta.dirname, "..", "..", "native", "msb-helper");
+  const candidate =
+    setting && setting !== "off" ? setting : join(import.meta.dirname, "..", "..", "native", "msb-helper");
   let found: string | null = null;
   if (setting !== "off") {
     try {

@@ -98,10 +98,30 @@ function launchCommand(req: LaunchRequest): { argv: string[]; env: Record<string
   const helper = helperPath();
   if (helper) {
     const argv = [
-      helper, "launch", ...(privileged ? [] : ["--userns"]), ...cgroups.flatMap((c) => ["--cgroup", c]), ...req.rlimits,
-      "--scratch", req.scratch, "--disk", String(req.diskBytes), "--owner", req.owner, "--overlay-opts", ovlOpts,
-      ...(req.forceCopy ? ["--force-copy"] : []), ...req.plan.overlays.flatMap((o) => ["--overlay", o.lower.join(":")]),
-      "--", bwrap, ...bwrapArgs(req.plan, req.scratch, privileged, helper), "--info-fd", "3", "--", INIT_PATH, "init", req.label,
+      helper,
+      "launch",
+      ...(privileged ? [] : ["--userns"]),
+      ...cgroups.flatMap((c) => ["--cgroup", c]),
+      ...req.rlimits,
+      "--scratch",
+      req.scratch,
+      "--disk",
+      String(req.diskBytes),
+      "--owner",
+      req.owner,
+      "--overlay-opts",
+      ovlOpts,
+      ...(req.forceCopy ? ["--force-copy"] : []),
+      ...req.plan.overlays.flatMap((o) => ["--overlay", o.lower.join(":")]),
+      "--",
+      bwrap,
+      ...bwrapArgs(req.plan, req.scratch, privileged, helper),
+      "--info-fd",
+      "3",
+      "--",
+      INIT_PATH,
+      "init",
+      req.label,
     ];
     return { argv, env };
   }
@@ -110,8 +130,22 @@ function launchCommand(req: LaunchRequest): { argv: string[]; env: Record<string
     : ["--user", "--map-root-user", "--mount", "--propagation", "private"];
   const prlimit = req.rlimits.length ? [requireTool("prlimit", "util-linux"), ...req.rlimits, "--"] : [];
   const argv = [
-    requireTool("unshare", "util-linux"), ...ns, "--", ...prlimit, "/bin/sh", "-c", LAUNCH_SCRIPT, "minisandbox-launch",
-    bwrap, ...bwrapArgs(req.plan, req.scratch, privileged), "--info-fd", "3", "--", "/bin/sh", "-c", KEEPER,
+    requireTool("unshare", "util-linux"),
+    ...ns,
+    "--",
+    ...prlimit,
+    "/bin/sh",
+    "-c",
+    LAUNCH_SCRIPT,
+    "minisandbox-launch",
+    bwrap,
+    ...bwrapArgs(req.plan, req.scratch, privileged),
+    "--info-fd",
+    "3",
+    "--",
+    "/bin/sh",
+    "-c",
+    KEEPER,
   ];
   Object.assign(env, {
     MSB_CGROUPS: cgroups.join(" "),
@@ -122,7 +156,7 @@ function launchCommand(req: LaunchRequest): { argv: string[]; env: Record<string
     MSB_OVL_OPTS: ovlOpts,
     MSB_FORCE_COPY: req.forceCopy ? "1" : "",
   });
-  req.plan.overlays.forEach((o, i) => (env[`MSB_LOWER_${i}`] = o.lower.join(":")));
+  for (const [i, o] of req.plan.overlays.entries()) env[`MSB_LOWER_${i}`] = o.lower.join(":");
   return { argv, env };
 }
 

@@ -86,10 +86,7 @@ export function createCommandCgroup(groups: SandboxCgroups, name: string): strin
 
 export function cgroupPids(dir: string): number[] {
   try {
-    return readFileSync(join(dir, "cgroup.procs"), "utf8")
-      .split("\n")
-      .filter(Boolean)
-      .map(Number);
+    return readFileSync(join(dir, "cgroup.procs"), "utf8").split("\n").filter(Boolean).map(Number);
   } catch {
     return [];
   }
@@ -127,7 +124,8 @@ export async function killCgroup(dir: string, removeDir = true, spareFirst: numb
 function cgroupTreePids(dir: string): number[] {
   const out = cgroupPids(dir);
   try {
-    for (const e of readdirSync(dir, { withFileTypes: true })) if (e.isDirectory()) out.push(...cgroupTreePids(join(dir, e.name)));
+    for (const e of readdirSync(dir, { withFileTypes: true }))
+      if (e.isDirectory()) out.push(...cgroupTreePids(join(dir, e.name)));
   } catch {
     /* gone */
   }
@@ -170,7 +168,8 @@ function sumOverTree(dir: string, file: string, re: RegExp): number {
   try {
     const m = re.exec(readFileSync(join(dir, file), "utf8"));
     total += m ? Number(m[1]) : 0;
-    for (const e of readdirSync(dir, { withFileTypes: true })) if (e.isDirectory()) total += sumOverTree(join(dir, e.name), file, re);
+    for (const e of readdirSync(dir, { withFileTypes: true }))
+      if (e.isDirectory()) total += sumOverTree(join(dir, e.name), file, re);
   } catch {
     /* gone */
   }

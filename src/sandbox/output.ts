@@ -38,7 +38,9 @@ export class CappedBuffer {
     if (!this.truncated) return Buffer.concat([head, tail]);
     tail = tail.subarray(tail.length - Math.floor(this.limitBytes / 2));
     const dropped = this.total - head.length - tail.length;
-    const marker = Buffer.from(`\n[... minisandbox: ${dropped} bytes of output omitted (limit ${this.limitBytes} bytes) ...]\n`);
+    const marker = Buffer.from(
+      `\n[... minisandbox: ${dropped} bytes of output omitted (limit ${this.limitBytes} bytes) ...]\n`,
+    );
     return Buffer.concat([head, marker, tail]);
   }
 

@@ -37,8 +37,20 @@ export const INIT_PATH = "/run/sandbox-init";
 
 /** Capabilities root keeps inside a sandbox: Docker's default set, nothing that mounts or reaches the kernel. */
 export const SANDBOX_CAPS = [
-  "chown", "dac_override", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
-  "net_bind_service", "net_raw", "sys_chroot", "mknod", "audit_write", "setfcap",
+  "chown",
+  "dac_override",
+  "fowner",
+  "fsetid",
+  "kill",
+  "setgid",
+  "setuid",
+  "setpcap",
+  "net_bind_service",
+  "net_raw",
+  "sys_chroot",
+  "mknod",
+  "audit_write",
+  "setfcap",
 ];
 
 // Paths end up inside overlay mount options and a shell script's env: refuse the characters that break them.
@@ -49,7 +61,8 @@ export function checkPlanPaths(plan: MountPlan): void {
     for (const l of o.lower) if (UNSAFE.test(l)) throw new Error(`unsupported character in path ${JSON.stringify(l)}`);
     if (!o.target.startsWith("/")) throw new Error(`mount target must be absolute: ${o.target}`);
   }
-  for (const b of plan.binds) if (!b.target.startsWith("/")) throw new Error(`mount target must be absolute: ${b.target}`);
+  for (const b of plan.binds)
+    if (!b.target.startsWith("/")) throw new Error(`mount target must be absolute: ${b.target}`);
 }
 
 /**
@@ -57,7 +70,14 @@ export function checkPlanPaths(plan: MountPlan): void {
  * `scratch/tmp`, `scratch/home`, and `scratch/m/<i>` for the i-th overlay. `initBinary` is bound at INIT_PATH.
  */
 export function bwrapArgs(plan: MountPlan, scratch: string, privileged: boolean, initBinary?: string): string[] {
-  const a: string[] = ["--die-with-parent", "--as-pid-1", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"];
+  const a: string[] = [
+    "--die-with-parent",
+    "--as-pid-1",
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-cgroup-try",
+  ];
   if (!plan.network) a.push("--unshare-net");
   a.push("--hostname", plan.hostname);
   for (const e of systemEntries()) {
@@ -71,7 +91,7 @@ export function bwrapArgs(plan: MountPlan, scratch: string, privileged: boolean,
   if (homeParent && homeParent !== "/root") a.push("--perms", "0755", "--dir", homeParent);
   a.push("--bind", `${scratch}/home`, plan.home);
   for (const t of plan.toolchains) a.push("--ro-bind", t, t);
-  plan.overlays.forEach((o, i) => a.push("--bind", `${scratch}/m/${i}`, o.target));
+  for (const [i, o] of plan.overlays.entries()) a.push("--bind", `${scratch}/m/${i}`, o.target);
   for (const b of plan.binds) a.push(b.readOnly ? "--ro-bind" : "--bind", b.source, b.target);
   a.push("--ro-bind", plan.controlDir, CONTROL_PATH);
   if (initBinary) a.push("--ro-bind", initBinary, INIT_PATH);

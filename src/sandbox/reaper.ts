@@ -63,7 +63,9 @@ export async function reapLeftovers(sandboxesDir: string): Promise<ReapReport> {
 
 function hasLiveChildren(dir: string): boolean {
   try {
-    return readdirSync(dir, { withFileTypes: true }).some((e) => e.isDirectory() && cgroupPids(join(dir, e.name)).length > 0);
+    return readdirSync(dir, { withFileTypes: true }).some(
+      (e) => e.isDirectory() && cgroupPids(join(dir, e.name)).length > 0,
+    );
   } catch {
     return false;
   }
@@ -76,7 +78,7 @@ function unmountUnder(dir: string): void {
     mounts = readFileSync("/proc/self/mountinfo", "utf8")
       .split("\n")
       .map((l) => l.split(" ")[4] ?? "")
-      .filter((m) => m === dir || m.startsWith(dir + "/"));
+      .filter((m) => m === dir || m.startsWith(`${dir}/`));
   } catch {
     return;
   }

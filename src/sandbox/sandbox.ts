@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, readFileSync, rmSync, statSync } from "node:fs";
+import { existsSync, rmSync, statSync } from "node:fs";
 import { resolve } from "node:path";
 import { homeLayout, resolveHome } from "../util/home.js";
 import { InvalidInputError, SandboxError } from "../util/errors.js";
@@ -13,8 +13,15 @@ import { SandboxFiles } from "./files.js";
 import { launchMode, type LaunchMode } from "./host.js";
 import { launch } from "./launcher.js";
 import {
-  createCgroups, createCommandCgroup, DEFAULT_DISK_BYTES, killCgroup, readCounters, removeCgroupTree, rlimitArgs,
-  type Limits, type SandboxCgroups,
+  createCgroups,
+  createCommandCgroup,
+  DEFAULT_DISK_BYTES,
+  killCgroup,
+  readCounters,
+  removeCgroupTree,
+  rlimitArgs,
+  type Limits,
+  type SandboxCgroups,
 } from "./limits.js";
 import { CONTROL_PATH, defaultCwd, type BindMount, type MountPlan, type OverlayMount } from "./plan.js";
 import { commandName, descendants, killQuietly, parentPid, processStartTime } from "./procfs.js";
@@ -70,7 +77,7 @@ export interface InstanceSandboxRequest extends Omit<SandboxOptions, "dir" | "ov
 
 const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-let reapedFor = new Set<string>();
+const reapedFor = new Set<string>();
 
 /** One running isolated workspace. Create with `Sandbox.create`; `close()` (or `await using`) ends it. */
 export class Sandbox implements AsyncDisposable {
@@ -136,15 +143,19 @@ export class Sandbox implements AsyncDisposable {
     const overlays = [...(opts.overlays ?? [])];
     if (opts.dir) {
       const dir = resolve(opts.dir);
-      if (!existsSync(dir) || !statSync(dir).isDirectory()) throw new InvalidInputError(`--dir ${dir}: not a directory`);
+      if (!existsSync(dir) || !statSync(dir).isDirectory())
+        throw new InvalidInputError(`--dir ${dir}: not a directory`);
       overlays.unshift({ lower: [dir], target: TESTBED_PATH });
     }
-    for (const o of overlays) for (const l of o.lower) if (!existsSync(l)) throw new InvalidInputError(`mount source ${l} does not exist`);
+    for (const o of overlays)
+      for (const l of o.lower) if (!existsSync(l)) throw new InvalidInputError(`mount source ${l} does not exist`);
     const mode = launchMode();
     const uid = opts.uid ?? 0;
     const gid = opts.gid ?? uid;
     if (mode === "userns" && (uid !== 0 || gid !== 0)) {
-      throw new InvalidInputError("a uid other than 0 inside needs root on the host (unprivileged sandboxes map only root)");
+      throw new InvalidInputError(
+        "a uid other than 0 inside needs root on the host (unprivileged sandboxes map only root)",
+      );
     }
     const id = `sb-${randomBytes(6).toString("hex")}`;
     const paths = sandboxPaths(layout.sandboxes, id);
@@ -196,7 +207,18 @@ export class Sandbox implements AsyncDisposable {
         HOSTNAME: plan.hostname,
         ...opts.env,
       };
-      const sb = new Sandbox(opts, paths, mode, launched.child, launched.pid1, cgroups, rlimits, env, plan.cwd, launched.notices);
+      const sb = new Sandbox(
+        opts,
+        paths,
+        mode,
+        launched.child,
+        launched.pid1,
+        cgroups,
+        rlimits,
+        env,
+        plan.cwd,
+        launched.notices,
+      );
       sb.uid = uid;
       sb.gid = gid;
       return sb;
@@ -324,7 +346,10 @@ export class Sandbox implements AsyncDisposable {
     if (!holderExited()) {
       await new Promise<void>((r) => {
         const t = setTimeout(r, 2000);
-        this.holder.once("exit", () => (clearTimeout(t), r()));
+        this.holder.once("exit", () => {
+          clearTimeout(t);
+          r();
+        });
       });
     }
     if (!holderExited()) killQuietly(this.holder.pid!);
@@ -337,7 +362,6 @@ export class Sandbox implements AsyncDisposable {
     await this.close();
   }
 }
-
 
 /** Named persistent bash sessions of one sandbox. */
 export class SessionManager {

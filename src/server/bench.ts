@@ -51,9 +51,16 @@ export async function benchServerRoundTrip(opts: ServerBenchOptions = {}): Promi
   const token = opts.authToken ?? (opts.url ? undefined : "bench-token");
   const server = opts.url ? undefined : await startServer({ home: opts.home, authToken: token });
   const base = (opts.url ?? server!.url).replace(/\/+$/, "");
-  const headers: Record<string, string> = { "content-type": "application/json", ...(token ? { "X-API-Key": token } : {}) };
+  const headers: Record<string, string> = {
+    "content-type": "application/json",
+    ...(token ? { "X-API-Key": token } : {}),
+  };
   const post = async (path: string, body?: unknown): Promise<{ status: number; json: Record<string, unknown> }> => {
-    const res = await fetch(base + path, { method: "POST", headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    const res = await fetch(base + path, {
+      method: "POST",
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
     return { status: res.status, json: (await res.json()) as Record<string, unknown> };
   };
   const created: string[] = [];
@@ -155,7 +162,9 @@ export async function benchServerRoundTrip(opts: ServerBenchOptions = {}): Promi
       },
     };
   } finally {
-    await Promise.all(created.map((id) => fetch(`${base}/sandboxes/${id}`, { method: "DELETE", headers }).catch(() => undefined)));
+    await Promise.all(
+      created.map((id) => fetch(`${base}/sandboxes/${id}`, { method: "DELETE", headers }).catch(() => undefined)),
+    );
     await server?.close();
   }
 }

@@ -14,7 +14,12 @@ import type { ProvidedWorkspace, ProviderFactory, WorkspaceProvider } from "./pr
  * The real provider behind `serve --dataset`: instance sandboxes on prepared (or built on demand) environments,
  * evaluation in a fresh sandbox (rewards), and the workspace diff.
  */
-export function envProvider(opts: { home: string; instances: readonly Instance[]; reposDir?: string; specsFile?: string }): WorkspaceProvider {
+export function envProvider(opts: {
+  home: string;
+  instances: readonly Instance[];
+  reposDir?: string;
+  specsFile?: string;
+}): WorkspaceProvider {
   const byId = new Map(opts.instances.map((i) => [i.instance_id, i]));
   const instance = (id: string): Instance => {
     const found = byId.get(id);
@@ -41,7 +46,12 @@ export function envProvider(opts: { home: string; instances: readonly Instance[]
       return { options, release: () => void lease.release(), meta: { env_key: key, repo: record.spec.repo } };
     },
     evaluate: (sandbox: Sandbox, id: string) =>
-      evaluate(sandbox, { instance: instance(id), home: opts.home, reposDir: opts.reposDir, specsFile: opts.specsFile }).then((r) => ({
+      evaluate(sandbox, {
+        instance: instance(id),
+        home: opts.home,
+        reposDir: opts.reposDir,
+        specsFile: opts.specsFile,
+      }).then((r) => ({
         instance_id: r.instanceId,
         resolved: r.resolved,
         status: r.status,
@@ -56,7 +66,11 @@ export function envProvider(opts: { home: string; instances: readonly Instance[]
       if (!id) throw new NotFoundError(`sandbox ${sandbox.id} was not created from a dataset instance`);
       let listing: Buffer;
       {
-        await using fresh = await createInstanceSandbox({ home: opts.home, instance: instance(id), specsFile: opts.specsFile });
+        await using fresh = await createInstanceSandbox({
+          home: opts.home,
+          instance: instance(id),
+          specsFile: opts.specsFile,
+        });
         listing = await pristineListing(fresh);
       }
       return (await agentDiff(sandbox, listing)).patch;

@@ -1,4 +1,11 @@
-import { InvalidInputError, LimitError, MinisandboxError, NotFoundError, SandboxError, TimeoutError } from "../util/errors.js";
+import {
+  InvalidInputError,
+  LimitError,
+  MinisandboxError,
+  NotFoundError,
+  SandboxError,
+  TimeoutError,
+} from "../util/errors.js";
 import { SessionError } from "../session/errors.js";
 import { PyError } from "./pycompat.js";
 

@@ -70,7 +70,10 @@ export function registerLifecycleRoutes(app: FastifyInstance, deps: LifecycleDep
 
   app.delete("/sandboxes/:id", { config }, async (req) => {
     const e = entry(req);
-    if (e.isDefault) throw new InvalidInputError(`sandbox ${e.id} is this server's default sandbox (serve --dir); it lives as long as the server`);
+    if (e.isDefault)
+      throw new InvalidInputError(
+        `sandbox ${e.id} is this server's default sandbox (serve --dir); it lives as long as the server`,
+      );
     await registry.delete(e.id, "delete");
     return { id: e.id, deleted: true };
   });
@@ -78,8 +81,14 @@ export function registerLifecycleRoutes(app: FastifyInstance, deps: LifecycleDep
   app.post("/sandboxes/:id/evaluate", { config }, async (req) => {
     const e = entry(req);
     const provider = registry.provider;
-    if (!provider?.evaluate) throw new NotImplementedError("this server's workspace provider cannot evaluate (start it with a dataset: serve --dataset FILE)");
-    if (!e.instanceId) throw new InvalidInputError(`sandbox ${e.id} was not created from a dataset instance; only instance sandboxes can be evaluated`);
+    if (!provider?.evaluate)
+      throw new NotImplementedError(
+        "this server's workspace provider cannot evaluate (start it with a dataset: serve --dataset FILE)",
+      );
+    if (!e.instanceId)
+      throw new InvalidInputError(
+        `sandbox ${e.id} was not created from a dataset instance; only instance sandboxes can be evaluated`,
+      );
     registry.begin(e);
     try {
       const result = await provider.evaluate(e.sandbox, e.instanceId);
@@ -147,7 +156,8 @@ export function registerLifecycleRoutes(app: FastifyInstance, deps: LifecycleDep
       try {
         bytes = await readFileCapped(e, path, deps.maxReadBytes);
       } catch (err) {
-        if (err instanceof PyError && err.classPath === "builtins.FileNotFoundError") throw new NotFoundError(err.message);
+        if (err instanceof PyError && err.classPath === "builtins.FileNotFoundError")
+          throw new NotFoundError(err.message);
         if (err instanceof PyError) throw new InvalidInputError(err.message);
         throw err;
       }
@@ -160,7 +170,8 @@ export function registerLifecycleRoutes(app: FastifyInstance, deps: LifecycleDep
 
   app.get("/instances", { config }, async () => {
     const provider = registry.provider;
-    if (!provider?.listInstances) throw new NotImplementedError("this server's workspace provider cannot list instances");
+    if (!provider?.listInstances)
+      throw new NotImplementedError("this server's workspace provider cannot list instances");
     return { instances: await provider.listInstances() };
   });
 }

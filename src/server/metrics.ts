@@ -10,7 +10,10 @@ const key = (labels: Labels): string =>
 
 class Counter {
   private readonly values = new Map<string, number>();
-  constructor(readonly name: string, readonly help: string) {}
+  constructor(
+    readonly name: string,
+    readonly help: string,
+  ) {}
   inc(labels: Labels = {}, by = 1): void {
     const k = key(labels);
     this.values.set(k, (this.values.get(k) ?? 0) + by);
@@ -28,11 +31,18 @@ class Counter {
 
 class Histogram {
   private readonly series = new Map<string, { counts: number[]; sum: number; count: number }>();
-  constructor(readonly name: string, readonly help: string, readonly buckets: number[]) {}
+  constructor(
+    readonly name: string,
+    readonly help: string,
+    readonly buckets: number[],
+  ) {}
   observe(labels: Labels, value: number): void {
     const k = key(labels);
     let s = this.series.get(k);
-    if (!s) this.series.set(k, (s = { counts: this.buckets.map(() => 0), sum: 0, count: 0 }));
+    if (!s) {
+      s = { counts: this.buckets.map(() => 0), sum: 0, count: 0 };
+      this.series.set(k, s);
+    }
     for (let i = 0; i < this.buckets.length; i++) if (value <= this.buckets[i]!) s.counts[i]!++;
     s.sum += value;
     s.count++;
@@ -41,7 +51,8 @@ class Histogram {
     const lines = [`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} histogram`];
     for (const [k, s] of this.series) {
       const sep = k ? "," : "";
-      this.buckets.forEach((b, i) => lines.push(`${this.name}_bucket{${k}${sep}le="${b}"} ${s.counts[i]}`));
+      for (const [i, b] of this.buckets.entries())
+        lines.push(`${this.name}_bucket{${k}${sep}le="${b}"} ${s.counts[i]}`);
       lines.push(`${this.name}_bucket{${k}${sep}le="+Inf"} ${s.count}`);
       lines.push(`${this.name}_sum${k ? `{${k}}` : ""} ${s.sum}`);
       lines.push(`${this.name}_count${k ? `{${k}}` : ""} ${s.count}`);
@@ -51,12 +62,21 @@ class Histogram {
 }
 
 export class ServerMetrics {
-  readonly creations = new Counter("minisandbox_sandbox_creations_total", "Sandbox creations by result (ok, error, rejected).");
-  readonly closes = new Counter("minisandbox_sandbox_closes_total", "Sandboxes closed, by reason (delete, ttl, idle, shutdown, exited).");
+  readonly creations = new Counter(
+    "minisandbox_sandbox_creations_total",
+    "Sandbox creations by result (ok, error, rejected).",
+  );
+  readonly closes = new Counter(
+    "minisandbox_sandbox_closes_total",
+    "Sandboxes closed, by reason (delete, ttl, idle, shutdown, exited).",
+  );
   readonly sessionsCreated = new Counter("minisandbox_sessions_created_total", "Bash sessions created.");
   readonly evaluations = new Counter("minisandbox_evaluations_total", "Evaluations by result (ok, error).");
   readonly requests = new Counter("minisandbox_http_requests_total", "HTTP requests by route and status code.");
-  readonly replays = new Counter("minisandbox_request_replays_total", "Responses replayed for a repeated X-Request-ID.");
+  readonly replays = new Counter(
+    "minisandbox_request_replays_total",
+    "Responses replayed for a repeated X-Request-ID.",
+  );
   readonly commands = new Histogram(
     "minisandbox_command_duration_seconds",
     "Server-side latency of commands by kind (session, interrupt, execute, exec).",
@@ -69,22 +89,21 @@ export class ServerMetrics {
   );
 
   render(gauges: { sandboxes: number; sessions: number; creating: number; maxSandboxes: number }): string {
-    const gauge = (name: string, help: string, v: number): string => `# HELP ${name} ${help}\n# TYPE ${name} gauge\n${name} ${v}`;
-    return (
-      [
-        gauge("minisandbox_sandboxes_live", "Sandboxes currently live.", gauges.sandboxes),
-        gauge("minisandbox_sandboxes_creating", "Sandbox creations in progress.", gauges.creating),
-        gauge("minisandbox_sandboxes_max", "Configured maximum of live sandboxes (0: unlimited).", gauges.maxSandboxes),
-        gauge("minisandbox_sessions_live", "Bash sessions currently open, over all sandboxes.", gauges.sessions),
-        this.creations.render(),
-        this.closes.render(),
-        this.sessionsCreated.render(),
-        this.evaluations.render(),
-        this.requests.render(),
-        this.replays.render(),
-        this.commands.render(),
-        this.creationLatency.render(),
-      ].join("\n") + "\n"
-    );
+    const gauge = (name: string, help: string, v: number): string =>
+      `# HELP ${name} ${help}\n# TYPE ${name} gauge\n${name} ${v}`;
+    return `${[
+      gauge("minisandbox_sandboxes_live", "Sandboxes currently live.", gauges.sandboxes),
+      gauge("minisandbox_sandboxes_creating", "Sandbox creations in progress.", gauges.creating),
+      gauge("minisandbox_sandboxes_max", "Configured maximum of live sandboxes (0: unlimited).", gauges.maxSandboxes),
+      gauge("minisandbox_sessions_live", "Bash sessions currently open, over all sandboxes.", gauges.sessions),
+      this.creations.render(),
+      this.closes.render(),
+      this.sessionsCreated.render(),
+      this.evaluations.render(),
+      this.requests.render(),
+      this.replays.render(),
+      this.commands.render(),
+      this.creationLatency.render(),
+    ].join("\n")}\n`;
   }
 }

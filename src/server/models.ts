@@ -18,14 +18,7 @@ export class RequestValidationError extends Error {
   }
 }
 
-type Kind =
-  | "str"
-  | "bool"
-  | "float"
-  | "int"
-  | "list_str"
-  | "str_or_list"
-  | "dict_str";
+type Kind = "str" | "bool" | "float" | "int" | "list_str" | "str_or_list" | "dict_str";
 
 interface Field {
   kind: Kind;
@@ -64,7 +57,8 @@ function coerce(field: Field, v: unknown, loc: (string | number)[], errors: Vali
         if (FALSE.has(s)) return false;
         return err("bool_parsing", "Input should be a valid boolean, unable to interpret input");
       }
-      if (typeof v === "number") return err("bool_parsing", "Input should be a valid boolean, unable to interpret input");
+      if (typeof v === "number")
+        return err("bool_parsing", "Input should be a valid boolean, unable to interpret input");
       return err("bool_type", "Input should be a valid boolean");
     }
     case "float": {
@@ -97,12 +91,23 @@ function coerce(field: Field, v: unknown, loc: (string | number)[], errors: Vali
       if (typeof v === "string") return v;
       if (Array.isArray(v) && v.every((x) => typeof x === "string")) return v;
       errors.push({ type: "string_type", loc: [...loc, "str"], msg: "Input should be a valid string", input: v });
-      if (!Array.isArray(v)) errors.push({ type: "list_type", loc: [...loc, "list[str]"], msg: "Input should be a valid list", input: v });
-      else v.forEach((x, i) => typeof x !== "string" && errors.push({ type: "string_type", loc: [...loc, "list[str]", i], msg: "Input should be a valid string", input: x }));
+      if (!Array.isArray(v))
+        errors.push({ type: "list_type", loc: [...loc, "list[str]"], msg: "Input should be a valid list", input: v });
+      else
+        for (const [i, x] of v.entries()) {
+          if (typeof x !== "string")
+            errors.push({
+              type: "string_type",
+              loc: [...loc, "list[str]", i],
+              msg: "Input should be a valid string",
+              input: x,
+            });
+        }
       return undefined;
     }
     case "dict_str": {
-      if (typeof v !== "object" || v === null || Array.isArray(v)) return err("dict_type", "Input should be a valid dictionary");
+      if (typeof v !== "object" || v === null || Array.isArray(v))
+        return err("dict_type", "Input should be a valid dictionary");
       const before = errors.length;
       const out: Record<string, string> = {};
       for (const [k, x] of Object.entries(v)) out[k] = coerce({ kind: "str" }, x, [...loc, k], errors) as string;
@@ -121,10 +126,16 @@ function isObject(v: unknown): v is Record<string, unknown> {
 }
 
 function validateModel<T>(body: unknown, model: Model, loc: (string | number)[]): T {
-  if (body === undefined) throw new RequestValidationError([{ type: "missing", loc: ["body"], msg: "Field required", input: null }]);
+  if (body === undefined)
+    throw new RequestValidationError([{ type: "missing", loc: ["body"], msg: "Field required", input: null }]);
   if (!isObject(body)) {
     throw new RequestValidationError([
-      { type: "model_attributes_type", loc, msg: "Input should be a valid dictionary or object to extract fields from", input: body },
+      {
+        type: "model_attributes_type",
+        loc,
+        msg: "Input should be a valid dictionary or object to extract fields from",
+        input: body,
+      },
     ]);
   }
   const errors: ValidationDetail[] = [];
@@ -143,15 +154,23 @@ function validateModel<T>(body: unknown, model: Model, loc: (string | number)[])
 
 /** A discriminated union (pydantic `Field(discriminator=...)`): the tag picks the model; absent, it defaults. */
 function validateUnion<T>(body: unknown, tagField: string, models: Record<string, Model>, defaultTag: string): T {
-  if (body === undefined) throw new RequestValidationError([{ type: "missing", loc: ["body"], msg: "Field required", input: null }]);
+  if (body === undefined)
+    throw new RequestValidationError([{ type: "missing", loc: ["body"], msg: "Field required", input: null }]);
   if (!isObject(body)) {
     throw new RequestValidationError([
-      { type: "model_attributes_type", loc: ["body"], msg: "Input should be a valid dictionary or object to extract fields from", input: body },
+      {
+        type: "model_attributes_type",
+        loc: ["body"],
+        msg: "Input should be a valid dictionary or object to extract fields from",
+        input: body,
+      },
     ]);
   }
   const tag = tagField in body ? body[tagField] : defaultTag;
   if (typeof tag !== "string" || !(tag in models)) {
-    const expected = Object.keys(models).map((t) => `'${t}'`).join(", ");
+    const expected = Object.keys(models)
+      .map((t) => `'${t}'`)
+      .join(", ");
     throw new RequestValidationError([
       {
         type: "union_tag_invalid",
@@ -279,16 +298,21 @@ export const parseCreateSession = (b: unknown): CreateBashSessionRequest =>
   validateUnion(b, "session_type", { bash: CREATE_BASH }, "bash");
 export const parseAction = (b: unknown): BashAction | BashInterruptAction =>
   validateUnion(b, "action_type", { bash: BASH_ACTION, bash_interrupt: BASH_INTERRUPT }, "bash");
-export const parseCloseSession = (b: unknown): CloseBashSessionRequest => validateUnion(b, "session_type", { bash: CLOSE_BASH }, "bash");
+export const parseCloseSession = (b: unknown): CloseBashSessionRequest =>
+  validateUnion(b, "session_type", { bash: CLOSE_BASH }, "bash");
 export const parseCommand = (b: unknown): CommandRequest => validateModel(b, COMMAND, ["body"]);
 export const parseReadFile = (b: unknown): ReadFileRequest => validateModel(b, READ_FILE, ["body"]);
 export const parseWriteFile = (b: unknown): WriteFileRequest => validateModel(b, WRITE_FILE, ["body"]);
 
 /** Multipart form fields of /upload (FastAPI `Form`/`File`). */
-export function parseUploadForm(fields: { target_path?: string; unzip?: string; hasFile: boolean }): { target_path: string; unzip: boolean } {
+export function parseUploadForm(fields: { target_path?: string; unzip?: string; hasFile: boolean }): {
+  target_path: string;
+  unzip: boolean;
+} {
   const errors: ValidationDetail[] = [];
   if (!fields.hasFile) errors.push({ type: "missing", loc: ["body", "file"], msg: "Field required", input: null });
-  if (fields.target_path === undefined) errors.push({ type: "missing", loc: ["body", "target_path"], msg: "Field required", input: null });
+  if (fields.target_path === undefined)
+    errors.push({ type: "missing", loc: ["body", "target_path"], msg: "Field required", input: null });
   let unzip = false;
   if (fields.unzip !== undefined) unzip = coerce({ kind: "bool" }, fields.unzip, ["body", "unzip"], errors) as boolean;
   if (errors.length) throw new RequestValidationError(errors);
@@ -315,7 +339,9 @@ export interface CreateSandboxRequest {
 export function parseCreateSandbox(body: unknown): CreateSandboxRequest {
   if (body === undefined || body === null) return {};
   if (!isObject(body)) {
-    throw new RequestValidationError([{ type: "dict_type", loc: ["body"], msg: "Input should be a valid dictionary", input: body }]);
+    throw new RequestValidationError([
+      { type: "dict_type", loc: ["body"], msg: "Input should be a valid dictionary", input: body },
+    ]);
   }
   const errors: ValidationDetail[] = [];
   const out: CreateSandboxRequest = {};
@@ -330,31 +356,61 @@ export function parseCreateSandbox(body: unknown): CreateSandboxRequest {
   out.labels = opt("labels", { kind: "dict_str" }) as Record<string, string> | undefined;
   for (const name of ["ttl_seconds", "idle_timeout_seconds"] as const) {
     const v = opt(name, { kind: "float" }) as number | undefined;
-    if (v !== undefined && !(v > 0)) errors.push({ type: "greater_than", loc: ["body", name], msg: "Input should be greater than 0", input: v, ctx: { gt: 0 } });
+    if (v !== undefined && !(v > 0))
+      errors.push({
+        type: "greater_than",
+        loc: ["body", name],
+        msg: "Input should be greater than 0",
+        input: v,
+        ctx: { gt: 0 },
+      });
     out[name] = v;
   }
   const limits = body.limits;
   if (limits !== undefined && limits !== null) {
-    if (!isObject(limits)) errors.push({ type: "dict_type", loc: ["body", "limits"], msg: "Input should be a valid dictionary", input: limits });
+    if (!isObject(limits))
+      errors.push({
+        type: "dict_type",
+        loc: ["body", "limits"],
+        msg: "Input should be a valid dictionary",
+        input: limits,
+      });
     else {
       out.limits = {};
       for (const name of ["memory_bytes", "pids", "cpu_seconds", "disk_bytes"] as const) {
         const raw = limits[name];
         if (raw === undefined || raw === null) continue;
         const v = coerce({ kind: "float" }, raw, ["body", "limits", name], errors) as number | undefined;
-        if (v !== undefined && !(v > 0)) errors.push({ type: "greater_than", loc: ["body", "limits", name], msg: "Input should be greater than 0", input: v, ctx: { gt: 0 } });
+        if (v !== undefined && !(v > 0))
+          errors.push({
+            type: "greater_than",
+            loc: ["body", "limits", name],
+            msg: "Input should be greater than 0",
+            input: v,
+            ctx: { gt: 0 },
+          });
         out.limits[name] = v;
       }
       for (const k of Object.keys(limits)) {
         if (!["memory_bytes", "pids", "cpu_seconds", "disk_bytes"].includes(k)) {
-          errors.push({ type: "extra_forbidden", loc: ["body", "limits", k], msg: "Extra inputs are not permitted", input: limits[k] });
+          errors.push({
+            type: "extra_forbidden",
+            loc: ["body", "limits", k],
+            msg: "Extra inputs are not permitted",
+            input: limits[k],
+          });
         }
       }
     }
   }
   const sources = ["dir", "instance_id", "env_key"].filter((k) => body[k] !== undefined && body[k] !== null);
   if (sources.length > 1) {
-    errors.push({ type: "value_error", loc: ["body"], msg: `Value error, give at most one of dir, instance_id, env_key (got ${sources.join(", ")})`, input: body });
+    errors.push({
+      type: "value_error",
+      loc: ["body"],
+      msg: `Value error, give at most one of dir, instance_id, env_key (got ${sources.join(", ")})`,
+      input: body,
+    });
   }
   if (errors.length) throw new RequestValidationError(errors);
   return out;
@@ -372,12 +428,15 @@ export interface NativeExecRequest {
 
 export function parseNativeExec(body: unknown): NativeExecRequest {
   if (!isObject(body)) {
-    throw new RequestValidationError([{ type: "dict_type", loc: ["body"], msg: "Input should be a valid dictionary", input: body ?? null }]);
+    throw new RequestValidationError([
+      { type: "dict_type", loc: ["body"], msg: "Input should be a valid dictionary", input: body ?? null },
+    ]);
   }
   const errors: ValidationDetail[] = [];
   const opt = (name: string, field: Field): unknown =>
     body[name] === undefined || body[name] === null ? undefined : coerce(field, body[name], ["body", name], errors);
-  if (body.command === undefined) errors.push({ type: "missing", loc: ["body", "command"], msg: "Field required", input: body });
+  if (body.command === undefined)
+    errors.push({ type: "missing", loc: ["body", "command"], msg: "Field required", input: body });
   const out: NativeExecRequest = {
     command: opt("command", { kind: "str_or_list" }) as string | string[],
     timeout_ms: opt("timeout_ms", { kind: "float" }) as number | undefined,
@@ -388,7 +447,12 @@ export function parseNativeExec(body: unknown): NativeExecRequest {
     output_limit_bytes: opt("output_limit_bytes", { kind: "int" }) as number | undefined,
   };
   if (Array.isArray(out.command) && out.command.length === 0) {
-    errors.push({ type: "too_short", loc: ["body", "command"], msg: "List should have at least 1 item after validation, not 0", input: [] });
+    errors.push({
+      type: "too_short",
+      loc: ["body", "command"],
+      msg: "List should have at least 1 item after validation, not 0",
+      input: [],
+    });
   }
   if (errors.length) throw new RequestValidationError(errors);
   return out;

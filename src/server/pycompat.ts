@@ -65,7 +65,7 @@ export function shlexSplit(s: string): string[] {
           if (i + 1 >= s.length) throw new ShlexError("No closing quotation");
           const n = s[i + 1]!;
           // In double quotes a backslash escapes only the quote and itself.
-          token += n === '"' || n === "\\" ? n : "\\" + n;
+          token += n === '"' || n === "\\" ? n : `\\${n}`;
           i += 2;
           continue;
         }
@@ -107,7 +107,7 @@ export function decodeBackslashReplace(buf: Buffer): string {
       continue;
     }
     flush(i);
-    out += "\\x" + buf[i]!.toString(16).padStart(2, "0");
+    out += `\\x${buf[i]!.toString(16).padStart(2, "0")}`;
     i++;
     start = i;
   }
@@ -160,7 +160,17 @@ export function pyReadText(buf: Buffer, encoding: string | null, errors: string 
         `'ascii' codec can't decode byte 0x${buf[bad]!.toString(16)} in position ${bad}: ordinal not in range(128)`,
       );
     }
-    text = [...buf].map((b) => (b > 0x7f ? (mode === "ignore" ? "" : mode === "replace" ? "\ufffd" : `\\x${b.toString(16)}`) : String.fromCharCode(b))).join("");
+    text = [...buf]
+      .map((b) =>
+        b > 0x7f
+          ? mode === "ignore"
+            ? ""
+            : mode === "replace"
+              ? "\ufffd"
+              : `\\x${b.toString(16)}`
+          : String.fromCharCode(b),
+      )
+      .join("");
   } else {
     throw new PyError("builtins.LookupError", `unknown encoding: ${encoding}`);
   }

@@ -102,7 +102,8 @@ export class SandboxRegistry {
 
   get(id: string): Entry {
     const e = this.entries.get(id);
-    if (!e || e.sandbox.isClosed) throw new SandboxNotFoundError(`sandbox ${id} not found (it was deleted, reaped, or never existed)`);
+    if (!e || e.sandbox.isClosed)
+      throw new SandboxNotFoundError(`sandbox ${id} not found (it was deleted, reaped, or never existed)`);
     return e;
   }
 
@@ -161,13 +162,18 @@ export class SandboxRegistry {
       } else if (req.instance_id !== undefined) {
         source = "instance";
         if (!this.o.provider) {
-          throw new NotImplementedError("this server has no workspace provider: start it with a dataset (serve --dataset FILE) to create sandboxes from instance ids");
+          throw new NotImplementedError(
+            "this server has no workspace provider: start it with a dataset (serve --dataset FILE) to create sandboxes from instance ids",
+          );
         }
         provided = await this.o.provider.forInstance(req.instance_id);
         base = provided.options;
       } else if (req.env_key !== undefined) {
         source = "env_key";
-        if (!this.o.provider?.forEnvKey) throw new NotImplementedError("this server's workspace provider cannot create sandboxes from environment keys");
+        if (!this.o.provider?.forEnvKey)
+          throw new NotImplementedError(
+            "this server's workspace provider cannot create sandboxes from environment keys",
+          );
         provided = await this.o.provider.forEnvKey(req.env_key);
         base = provided.options;
       }
@@ -232,7 +238,15 @@ export class SandboxRegistry {
       this.o.metrics.creations.inc({ result: "ok" });
       this.o.metrics.creationLatency.observe({ source }, (performance.now() - started) / 1000);
       this.o.log.info(
-        { sandbox: entry.id, source, dir, instance_id: req.instance_id, env_key: req.env_key, network, ms: Math.round(performance.now() - started) },
+        {
+          sandbox: entry.id,
+          source,
+          dir,
+          instance_id: req.instance_id,
+          env_key: req.env_key,
+          network,
+          ms: Math.round(performance.now() - started),
+        },
         "sandbox created",
       );
       for (const n of sandbox.notices) this.o.log.warn({ sandbox: entry.id }, n);
@@ -248,14 +262,18 @@ export class SandboxRegistry {
 
   private checkDir(dir: string): string {
     const abs = resolve(dir);
-    if (!existsSync(abs) || !statSync(abs).isDirectory()) throw new InvalidInputError(`dir ${abs}: not a directory on the server`);
+    if (!existsSync(abs) || !statSync(abs).isDirectory())
+      throw new InvalidInputError(`dir ${abs}: not a directory on the server`);
     if (this.o.allowDirs) {
       const real = realpathSync(abs);
       const ok = this.o.allowDirs.some((root) => {
         const r = realpathSync(resolve(root));
         return real === r || real.startsWith(r.endsWith(sep) ? r : r + sep);
       });
-      if (!ok) throw new InvalidInputError(`dir ${abs} is outside the directories this server may mount (${this.o.allowDirs.join(", ")})`);
+      if (!ok)
+        throw new InvalidInputError(
+          `dir ${abs} is outside the directories this server may mount (${this.o.allowDirs.join(", ")})`,
+        );
     }
     return abs;
   }
@@ -264,7 +282,8 @@ export class SandboxRegistry {
     const d = this.o.defaultLimits ?? {};
     const pick = (asked: number | undefined, cap: number | undefined, name: string): number | undefined => {
       if (asked === undefined) return cap;
-      if (cap !== undefined && asked > cap) throw new InvalidInputError(`limits.${name} ${asked} is above this server's maximum ${cap}`);
+      if (cap !== undefined && asked > cap)
+        throw new InvalidInputError(`limits.${name} ${asked} is above this server's maximum ${cap}`);
       return asked;
     };
     return {
@@ -292,7 +311,8 @@ export class SandboxRegistry {
       let reason: CloseReason | undefined;
       if (e.expiresAt && e.expiresAt.getTime() <= now) reason = "ttl";
       else if (e.idleTimeoutMs && e.inflight === 0 && now - e.lastActive >= e.idleTimeoutMs) reason = "idle";
-      if (reason) void this.delete(e.id, reason).catch((err) => this.o.log.error({ err, sandbox: e.id }, "reaping failed"));
+      if (reason)
+        void this.delete(e.id, reason).catch((err) => this.o.log.error({ err, sandbox: e.id }, "reaping failed"));
     }
   }
 

@@ -11,7 +11,10 @@ export interface StoredResponse {
 
 export class ReplayStore {
   private readonly done = new Map<string, StoredResponse>();
-  private readonly pending = new Map<string, { promise: Promise<StoredResponse | undefined>; resolve: (r: StoredResponse | undefined) => void }>();
+  private readonly pending = new Map<
+    string,
+    { promise: Promise<StoredResponse | undefined>; resolve: (r: StoredResponse | undefined) => void }
+  >();
   private bytes = 0;
 
   constructor(

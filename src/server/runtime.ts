@@ -16,10 +16,26 @@ import { HttpError } from "./errors.js";
 import type { Entry, SandboxRegistry } from "./registry.js";
 import type { ServerMetrics } from "./metrics.js";
 import {
-  parseAction, parseCloseSession, parseCommand, parseCreateSession, parseReadFile, parseUploadForm, parseWriteFile,
+  parseAction,
+  parseCloseSession,
+  parseCommand,
+  parseCreateSession,
+  parseReadFile,
+  parseUploadForm,
+  parseWriteFile,
   RequestValidationError,
 } from "./models.js";
-import { decodeBackslashReplace, osErrorFrom, PyError, pyFloat, pyRepr, pyReadText, pyReprValue, ShlexError, shlexSplit } from "./pycompat.js";
+import {
+  decodeBackslashReplace,
+  osErrorFrom,
+  PyError,
+  pyFloat,
+  pyRepr,
+  pyReadText,
+  pyReprValue,
+  ShlexError,
+  shlexSplit,
+} from "./pycompat.js";
 import { extractZipChecked, type ZipLimits } from "./upload.js";
 
 export interface RuntimeDeps {
@@ -53,19 +69,26 @@ function withPyTimeout(e: unknown, t: number | null): unknown {
 }
 
 function fileError(e: unknown, path: string): unknown {
-  if (e instanceof NotFoundError) return new PyError("builtins.FileNotFoundError", `[Errno 2] No such file or directory: ${pyRepr(path)}`);
+  if (e instanceof NotFoundError)
+    return new PyError("builtins.FileNotFoundError", `[Errno 2] No such file or directory: ${pyRepr(path)}`);
   if (e instanceof MinisandboxError) return osErrorFrom(e.message, path) ?? e;
   return e;
 }
 
 /** Errors `/usr/bin/env` (which starts every command inside) reports, as Python's subprocess would raise them. */
-function spawnError(r: { exitCode: number; stdout: string; stderr: string }, merged: boolean, cwd: string | null): PyError | undefined {
+function spawnError(
+  r: { exitCode: number; stdout: string; stderr: string },
+  merged: boolean,
+  cwd: string | null,
+): PyError | undefined {
   if (r.exitCode !== 125 && r.exitCode !== 126 && r.exitCode !== 127) return undefined;
   const text = merged ? r.stdout : r.stderr;
   if ((merged ? "" : r.stdout) !== "") return undefined;
   let m = /^(?:(?:\/usr\/bin\/)?env|minisandbox): cannot change directory to ['‘](.*)['’]: (.+)\n$/.exec(text);
   if (m && cwd !== null) return osErrorFrom(m[2]!, cwd);
-  m = /^(?:(?:\/usr\/bin\/)?env|minisandbox): ['‘](.*)['’]: (No such file or directory|Permission denied)\n$/.exec(text);
+  m = /^(?:(?:\/usr\/bin\/)?env|minisandbox): ['‘](.*)['’]: (No such file or directory|Permission denied)\n$/.exec(
+    text,
+  );
   if (m) return osErrorFrom(m[2]!, m[1]!);
   // The fallback's merging wrapper (sh) reports a program it cannot start.
   m = /^sh: \d+: exec: (.*): (not found|Permission denied)\n$/.exec(text);
@@ -77,15 +100,26 @@ function spawnError(r: { exitCode: number; stdout: string; stderr: string }, mer
 export async function readFileCapped(e: Entry, path: string, cap: number): Promise<Buffer> {
   const r = await e.sandbox.exec(["/bin/cat", "--", path], { outputLimitBytes: cap });
   if (r.exitCode !== 0) {
-    throw osErrorFrom(r.stderr, path) ?? new PyError("builtins.OSError", `reading ${pyRepr(path)} failed: ${r.stderr.trim() || `exit ${r.exitCode}`}`);
+    throw (
+      osErrorFrom(r.stderr, path) ??
+      new PyError("builtins.OSError", `reading ${pyRepr(path)} failed: ${r.stderr.trim() || `exit ${r.exitCode}`}`)
+    );
   }
   if (r.truncated) {
-    throw new PyError("builtins.OSError", `[Errno 27] File too large: ${pyRepr(path)} (over this server's read limit of ${cap} bytes; use /execute to inspect it)`);
+    throw new PyError(
+      "builtins.OSError",
+      `[Errno 27] File too large: ${pyRepr(path)} (over this server's read limit of ${cap} bytes; use /execute to inspect it)`,
+    );
   }
   return r.stdoutBytes;
 }
 
-export function registerRuntimeRoutes(app: FastifyInstance, prefix: string, resolve: (req: FastifyRequest) => Entry, deps: RuntimeDeps): void {
+export function registerRuntimeRoutes(
+  app: FastifyInstance,
+  prefix: string,
+  resolve: (req: FastifyRequest) => Entry,
+  deps: RuntimeDeps,
+): void {
   const { registry, metrics } = deps;
   const config = RUNTIME;
 
@@ -102,7 +136,11 @@ export function registerRuntimeRoutes(app: FastifyInstance, prefix: string, reso
       }
     };
 
-  if (prefix !== "") app.get(`${prefix}/`, { config }, async (req) => (resolve(req), { message: "hello world" }));
+  if (prefix !== "")
+    app.get(`${prefix}/`, { config }, async (req) => {
+      resolve(req);
+      return { message: "hello world" };
+    });
 
   app.get(`${prefix}/is_alive`, { config }, async (req) => {
     const e = resolve(req);
@@ -131,7 +169,10 @@ export function registerRuntimeRoutes(app: FastifyInstance, prefix: string, reso
           throw new PyError(err.swerexClass, `session ${r.session} already exists`);
         }
         if (!(err instanceof MinisandboxError) && err instanceof Error && /timed out/.test(err.message)) {
-          throw new PyError("pexpect.exceptions.TIMEOUT", `Timeout exceeded: session ${pyRepr(r.session)} did not start within ${pyFloat(startup)} seconds`);
+          throw new PyError(
+            "pexpect.exceptions.TIMEOUT",
+            `Timeout exceeded: session ${pyRepr(r.session)} did not start within ${pyFloat(startup)} seconds`,
+          );
         }
         throw err;
       }
@@ -148,7 +189,13 @@ export function registerRuntimeRoutes(app: FastifyInstance, prefix: string, reso
       if (a.action_type === "bash_interrupt") {
         const r = await session.interrupt({ timeoutMs: timeoutMs(a.timeout), retries: a.n_retry, expect: a.expect });
         metrics.commands.observe({ kind: "interrupt" }, (performance.now() - started) / 1000);
-        return { output: r.output, exit_code: r.exitCode, failure_reason: "", expect_string: r.expectString, session_type: "bash" };
+        return {
+          output: r.output,
+          exit_code: r.exitCode,
+          failure_reason: "",
+          expect_string: r.expectString,
+          session_type: "bash",
+        };
       }
       try {
         const r = await session.run(a.command, {
@@ -159,7 +206,13 @@ export function registerRuntimeRoutes(app: FastifyInstance, prefix: string, reso
           interactive: a.is_interactive_command,
           interactiveQuit: a.is_interactive_quit,
         });
-        return { output: r.output, exit_code: r.exitCode, failure_reason: "", expect_string: r.expectString, session_type: "bash" };
+        return {
+          output: r.output,
+          exit_code: r.exitCode,
+          failure_reason: "",
+          expect_string: r.expectString,
+          session_type: "bash",
+        };
       } catch (err) {
         throw withPyTimeout(err, a.timeout);
       } finally {
@@ -196,7 +249,8 @@ export function registerRuntimeRoutes(app: FastifyInstance, prefix: string, reso
       if (argv.length === 0) throw new PyError("builtins.IndexError", "list index out of range");
       if (c.env) {
         for (const k of Object.keys(c.env)) {
-          if (k === "" || k.includes("=")) throw new PyError("builtins.ValueError", "illegal environment variable name");
+          if (k === "" || k.includes("="))
+            throw new PyError("builtins.ValueError", "illegal environment variable name");
         }
         // `env` replaces the environment (subprocess semantics), it does not add to it.
         argv = ["/usr/bin/env", "-i", ...Object.entries(c.env).map(([k, v]) => `${k}=${v}`), ...argv];
@@ -208,7 +262,11 @@ export function registerRuntimeRoutes(app: FastifyInstance, prefix: string, reso
         mergeOutput: c.merge_output_streams,
       });
       metrics.commands.observe({ kind: "execute" }, (performance.now() - started) / 1000);
-      if (r.timedOut) throw new PyError("swerex.exceptions.CommandTimeoutError", `Timeout (${pyFloat(c.timeout!)}s) exceeded while running command`);
+      if (r.timedOut)
+        throw new PyError(
+          "swerex.exceptions.CommandTimeoutError",
+          `Timeout (${pyFloat(c.timeout!)}s) exceeded while running command`,
+        );
       const spawnErr = spawnError(r, c.merge_output_streams, c.cwd);
       if (spawnErr) throw spawnErr;
       const exitCode = r.signal && SIGNUMS[r.signal] ? -SIGNUMS[r.signal]! : r.exitCode;
@@ -269,7 +327,12 @@ export function registerRuntimeRoutes(app: FastifyInstance, prefix: string, reso
               continue;
             }
             await pipeline(f.file, createWriteStream(upload));
-            if (f.file.truncated) throw new HttpError(413, `upload larger than this server's limit of ${deps.maxUploadBytes} bytes`, "upload_too_large");
+            if (f.file.truncated)
+              throw new HttpError(
+                413,
+                `upload larger than this server's limit of ${deps.maxUploadBytes} bytes`,
+                "upload_too_large",
+              );
             fields.hasFile = true;
           } else {
             const v = part as MultipartValue<string>;

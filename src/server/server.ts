@@ -3,7 +3,12 @@
  * `/sandboxes/<id>/`, and (with `defaultDir`) the same runtime at the root for one default sandbox.
  */
 import { timingSafeEqual, createHash } from "node:crypto";
-import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest, type FastifyServerOptions } from "fastify";
+import Fastify, {
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+  type FastifyServerOptions,
+} from "fastify";
 import multipart from "@fastify/multipart";
 import { resolveHome } from "../util/home.js";
 import { InvalidInputError } from "../util/errors.js";
@@ -75,11 +80,12 @@ export function isLoopback(host: string): boolean {
 
 const digest = (s: string): Buffer => createHash("sha256").update(s).digest();
 
-
 export async function startServer(opts: ServerOptions = {}): Promise<RunningServer> {
   const host = opts.host ?? "127.0.0.1";
   if (!isLoopback(host) && !opts.authToken) {
-    throw new InvalidInputError(`refusing to listen on ${host} without an auth token: pass --auth-token (or bind 127.0.0.1)`);
+    throw new InvalidInputError(
+      `refusing to listen on ${host} without an auth token: pass --auth-token (or bind 127.0.0.1)`,
+    );
   }
   const home = resolveHome(opts.home);
   const metrics = new ServerMetrics();
@@ -110,7 +116,7 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
   // Known route patterns, to answer 405 (not 404) for a wrong method, as FastAPI does.
   const routes: { method: string[]; re: RegExp }[] = [];
   app.addHook("onRoute", (r) => {
-    const re = new RegExp("^" + r.url.replace(/[.*+?^${}()|[\]\\]/g, "\\$&").replace(/:[A-Za-z_]+/g, "[^/]+") + "$");
+    const re = new RegExp(`^${r.url.replace(/[.*+?^${}()|[\]\\]/g, "\\$&").replace(/:[A-Za-z_]+/g, "[^/]+")}$`);
     routes.push({ method: ([] as string[]).concat(r.method as string | string[]), re });
   });
 
@@ -121,7 +127,8 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
     if (tokenDigest) {
       const key = req.headers["x-api-key"];
       if (key === undefined) return reply.code(403).send({ detail: "Not authenticated" });
-      if (typeof key !== "string" || !timingSafeEqual(digest(key), tokenDigest)) return reply.code(401).send({ detail: "Invalid API Key" });
+      if (typeof key !== "string" || !timingSafeEqual(digest(key), tokenDigest))
+        return reply.code(401).send({ detail: "Invalid API Key" });
     }
     const rid = req.headers["x-request-id"];
     if (typeof rid === "string" && rid !== "") {
@@ -144,36 +151,55 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
       req.replayKey = undefined;
       const body = typeof payload === "string" || Buffer.isBuffer(payload) ? payload : undefined;
       const ct = reply.getHeader("content-type");
-      replay.finish(key, body === undefined ? undefined : { status: reply.statusCode, contentType: ct === undefined ? undefined : String(ct), body });
+      replay.finish(
+        key,
+        body === undefined
+          ? undefined
+          : { status: reply.statusCode, contentType: ct === undefined ? undefined : String(ct), body },
+      );
     }
     return payload;
   });
 
   app.addHook("onResponse", async (req, reply) => {
     if (req.replayKey) replay.finish(req.replayKey, undefined);
-    metrics.requests.inc({ method: req.method, route: req.routeOptions.url ?? "unmatched", status: String(reply.statusCode) });
+    metrics.requests.inc({
+      method: req.method,
+      route: req.routeOptions.url ?? "unmatched",
+      status: String(reply.statusCode),
+    });
   });
 
   // JSON bodies: empty means absent; a missing content type is read as JSON (FastAPI does the same).
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser("*", { parseAs: "buffer" }, (req: FastifyRequest, body: Buffer | string, done: (err: Error | null, body?: unknown) => void) => {
-    const text = typeof body === "string" ? body : body.toString("utf8");
-    if (text.length === 0) return done(null, undefined);
-    const ct = String(req.headers["content-type"] ?? "");
-    if (ct === "" || /json/i.test(ct)) {
-      try {
-        return done(null, JSON.parse(text));
-      } catch (e) {
-        const m = /position (\d+)/.exec((e as Error).message);
-        return done(
-          new RequestValidationError([
-            { type: "json_invalid", loc: ["body", m ? Number(m[1]) : 0], msg: "JSON decode error", input: {}, ctx: { error: (e as Error).message } },
-          ]),
-        );
+  app.addContentTypeParser(
+    "*",
+    { parseAs: "buffer" },
+    (req: FastifyRequest, body: Buffer | string, done: (err: Error | null, body?: unknown) => void) => {
+      const text = typeof body === "string" ? body : body.toString("utf8");
+      if (text.length === 0) return done(null, undefined);
+      const ct = String(req.headers["content-type"] ?? "");
+      if (ct === "" || /json/i.test(ct)) {
+        try {
+          return done(null, JSON.parse(text));
+        } catch (e) {
+          const m = /position (\d+)/.exec((e as Error).message);
+          return done(
+            new RequestValidationError([
+              {
+                type: "json_invalid",
+                loc: ["body", m ? Number(m[1]) : 0],
+                msg: "JSON decode error",
+                input: {},
+                ctx: { error: (e as Error).message },
+              },
+            ]),
+          );
+        }
       }
-    }
-    return done(null, text);
-  });
+      return done(null, text);
+    },
+  );
   await app.register(multipart, { limits: { fileSize: opts.maxUploadBytes ?? 1024 ** 3 } });
 
   app.setNotFoundHandler((req, reply) => {
@@ -186,23 +212,32 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
     return reply.code(404).send({ detail: "Not Found" });
   });
 
-  app.setErrorHandler((err: Error & { statusCode?: number; code?: string }, req: FastifyRequest, reply: FastifyReply) => {
-    if (err instanceof RequestValidationError) return reply.code(422).send({ detail: err.detail });
-    if (err instanceof HttpError) return reply.code(err.statusCode).send({ detail: err.detail });
-    if (err instanceof SandboxNotFoundError) return reply.code(404).send({ detail: err.message, code: "sandbox_not_found" });
-    // Transport-level errors of fastify and its plugins (body too large, bad multipart...): their own status.
-    if (typeof err.statusCode === "number" && err.statusCode >= 400 && err.statusCode < 500 && typeof err.code === "string" && err.code.startsWith("FST_")) {
-      return reply.code(err.statusCode).send({ detail: err.message, code: err.code });
-    }
-    const kind = req.routeOptions.config?.kind;
-    if (kind === "runtime") {
-      req.log.info({ err: { message: err.message, name: err.name } }, "runtime error (511)");
-      return reply.code(511).send(swerexception(err));
-    }
-    const status = statusFor(err);
-    if (status >= 500) req.log.error({ err }, "request failed");
-    return reply.code(status).send({ detail: err.message, code: codeFor(err) });
-  });
+  app.setErrorHandler(
+    (err: Error & { statusCode?: number; code?: string }, req: FastifyRequest, reply: FastifyReply) => {
+      if (err instanceof RequestValidationError) return reply.code(422).send({ detail: err.detail });
+      if (err instanceof HttpError) return reply.code(err.statusCode).send({ detail: err.detail });
+      if (err instanceof SandboxNotFoundError)
+        return reply.code(404).send({ detail: err.message, code: "sandbox_not_found" });
+      // Transport-level errors of fastify and its plugins (body too large, bad multipart...): their own status.
+      if (
+        typeof err.statusCode === "number" &&
+        err.statusCode >= 400 &&
+        err.statusCode < 500 &&
+        typeof err.code === "string" &&
+        err.code.startsWith("FST_")
+      ) {
+        return reply.code(err.statusCode).send({ detail: err.message, code: err.code });
+      }
+      const kind = req.routeOptions.config?.kind;
+      if (kind === "runtime") {
+        req.log.info({ err: { message: err.message, name: err.name } }, "runtime error (511)");
+        return reply.code(511).send(swerexception(err));
+      }
+      const status = statusFor(err);
+      if (status >= 500) req.log.error({ err }, "request failed");
+      return reply.code(status).send({ detail: err.message, code: codeFor(err) });
+    },
+  );
 
   app.get("/healthz", async () => ({ status: "ok", sandboxes: registry.size }));
   app.get("/metrics", async (_req, reply) => {
@@ -224,7 +259,12 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
     minStartupTimeoutS: opts.minStartupTimeoutSeconds ?? 10,
     maxReadBytes: opts.maxReadBytes ?? 256 * 1024 * 1024,
   };
-  registerLifecycleRoutes(app, { registry, metrics, publicUrl: opts.publicUrl, maxReadBytes: runtimeDeps.maxReadBytes });
+  registerLifecycleRoutes(app, {
+    registry,
+    metrics,
+    publicUrl: opts.publicUrl,
+    maxReadBytes: runtimeDeps.maxReadBytes,
+  });
   registerRuntimeRoutes(app, "/sandboxes/:id", (req) => registry.get((req.params as { id: string }).id), runtimeDeps);
 
   let defaultEntry: Entry | undefined;
@@ -250,5 +290,14 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
   const addr = app.server.address();
   const port = typeof addr === "object" && addr ? addr.port : (opts.port ?? 0);
   const urlHost = host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host.includes(":") ? `[${host}]` : host;
-  return { url: `http://${urlHost}:${port}`, host, port, app, registry, metrics, defaultSandboxId: defaultEntry?.id, close };
+  return {
+    url: `http://${urlHost}:${port}`,
+    host,
+    port,
+    app,
+    registry,
+    metrics,
+    defaultSandboxId: defaultEntry?.id,
+    close,
+  };
 }

@@ -104,8 +104,14 @@ async function plan(zip: yauzl.ZipFile, limits: ZipLimits): Promise<PlannedEntry
     if (path !== "" && seen.has(path)) problems.push(`entry ${shown} appears twice`);
     seen.add(path);
     total += entry.uncompressedSize;
-    if (total > limits.maxUnpackedBytes) throw rejected([`archive unpacks to more than ${limits.maxUnpackedBytes} bytes`]);
-    const planned: PlannedEntry = { entry, path, type: isLink ? "symlink" : isDir ? "dir" : "file", mode: unixMode & 0o777 };
+    if (total > limits.maxUnpackedBytes)
+      throw rejected([`archive unpacks to more than ${limits.maxUnpackedBytes} bytes`]);
+    const planned: PlannedEntry = {
+      entry,
+      path,
+      type: isLink ? "symlink" : isDir ? "dir" : "file",
+      mode: unixMode & 0o777,
+    };
     if (isLink && !problems.length) planned.linkTarget = await readSmall(zip, entry, 4096);
     if (path !== "") entries.push(planned);
   }
@@ -120,7 +126,8 @@ async function plan(zip: yauzl.ZipFile, limits: ZipLimits): Promise<PlannedEntry
       const t = e.linkTarget ?? "";
       if (t === "" || t.includes("\0")) problems.push(`symlink ${pyRepr(e.path)} has an invalid target`);
       else if (t.startsWith("/")) problems.push(`symlink ${pyRepr(e.path)} points to the absolute path ${pyRepr(t)}`);
-      else if (!resolveInside(parts.slice(0, -1), t, links)) problems.push(`symlink ${pyRepr(e.path)} -> ${pyRepr(t)} points outside the target`);
+      else if (!resolveInside(parts.slice(0, -1), t, links))
+        problems.push(`symlink ${pyRepr(e.path)} -> ${pyRepr(t)} points outside the target`);
     }
   }
   if (problems.length) throw rejected(problems);
@@ -131,10 +138,19 @@ async function plan(zip: yauzl.ZipFile, limits: ZipLimits): Promise<PlannedEntry
  * Validate the zip at `file` completely, then extract it into `dest` (an empty host directory the caller made).
  * Nothing is written when validation fails.
  */
-export async function extractZipChecked(file: string, dest: string, limits: ZipLimits = DEFAULT_ZIP_LIMITS): Promise<number> {
+export async function extractZipChecked(
+  file: string,
+  dest: string,
+  limits: ZipLimits = DEFAULT_ZIP_LIMITS,
+): Promise<number> {
   let zip: yauzl.ZipFile;
   try {
-    zip = await yauzl.openPromise(file, { lazyEntries: true, decodeStrings: false, autoClose: false, validateEntrySizes: true });
+    zip = await yauzl.openPromise(file, {
+      lazyEntries: true,
+      decodeStrings: false,
+      autoClose: false,
+      validateEntrySizes: true,
+    });
   } catch (e) {
     throw new PyError("zipfile.BadZipFile", `File is not a zip file (${(e as Error).message})`);
   }

@@ -82,11 +82,15 @@ export class BashSession {
 
   private constructor(private readonly opts: SessionStartOptions) {
     this.name = opts.name;
-    const safe = opts.name.replace(/[^A-Za-z0-9_.-]/g, "_") + "-" + this.token;
+    const safe = `${opts.name.replace(/[^A-Za-z0-9_.-]/g, "_")}-${this.token}`;
     this.dirHost = join(opts.controlHost, safe);
     this.dirInside = `${opts.controlInside}/${safe}`;
     const promptRe = new RegExp(`\\x1e${this.token}P(\\d+):(\\d+)\\x1e`, "g");
-    this.collector = new OutputCollector(promptRe, `\x1e${this.token}S\x1e`, opts.outputLimitChars ?? DEFAULT_OUTPUT_LIMIT_CHARS);
+    this.collector = new OutputCollector(
+      promptRe,
+      `\x1e${this.token}S\x1e`,
+      opts.outputLimitChars ?? DEFAULT_OUTPUT_LIMIT_CHARS,
+    );
   }
 
   static async start(opts: SessionStartOptions): Promise<{ session: BashSession; output: string }> {
@@ -108,7 +112,7 @@ export class BashSession {
       "unset PROMPT_COMMAND",
       `PS0=''; PS2=''; __msb_id=0; PS1=$'\\x1e'${this.token}P'\${__msb_id}:$?'$'\\x1e'`,
     ].join("\n");
-    writeFileSync(join(this.dirHost, "rc"), rc + "\n");
+    writeFileSync(join(this.dirHost, "rc"), `${rc}\n`);
     const cmd = `exec /bin/bash --rcfile ${this.dirInside}/rc --noediting -i`;
     this.proc = this.opts.spawn(["/usr/bin/script", "-qfE", "never", "-c", cmd, "/dev/null"]);
     const { child } = this.proc;
@@ -149,7 +153,7 @@ export class BashSession {
       }
     }
     const w = this.waiter;
-    if (w && w.expect.length) {
+    if (w?.expect.length) {
       for (let i = 0; i < w.expect.length; i++) {
         if (w.expect[i]!.test(this.collector.recent)) {
           this.waiter = undefined;
@@ -211,7 +215,7 @@ export class BashSession {
     const timeoutMs = opts.timeoutMs;
     const onTimeout = (): SessionError => commandTimeout(timeoutMs! / 1000, command);
     if (opts.interactive || opts.interactiveQuit) {
-      this.write(command + "\n");
+      this.write(`${command}\n`);
       const r = await this.waitFor(
         { promptId: opts.interactiveQuit ? this.lastSentId : undefined, expect: opts.expect },
         timeoutMs,
@@ -222,7 +226,7 @@ export class BashSession {
     const id = this.nextId++;
     this.lastSentId = id;
     const file = `${this.dirInside}/c${id}`;
-    writeFileSync(join(this.dirHost, `c${id}`), command.endsWith("\n") ? command : command + "\n");
+    writeFileSync(join(this.dirHost, `c${id}`), command.endsWith("\n") ? command : `${command}\n`);
     // Bash parses a whole line before running any of it, so a one-line command with a syntax error runs nothing
     // and is recognised by bash's own message. A multi-line one is checked first with `bash -n` (inside the
     // sandbox), since bash would run the lines before the faulty one; on an error a marker says so.
@@ -232,7 +236,7 @@ export class BashSession {
         ? `__msb_id=${id}; . ${file}\n`
         : `__msb_id=${id}; if /bin/bash -n ${file}; then . ${file}; else printf '\\036${this.token}S\\036'; fi\n`,
     );
-    let r;
+    let r: Awaited<ReturnType<typeof this.waitFor>>;
     try {
       r = await this.waitFor({ promptId: id, expect: opts.expect }, timeoutMs, onTimeout);
     } finally {
@@ -240,11 +244,13 @@ export class BashSession {
     }
     const output = this.collector.text();
     const parseError = oneLine && r.prompt?.exitCode === 2 && isSyntaxMessage(output, file);
-    if (r.syntax || parseError) throw syntaxError(command, output.replaceAll(`bash: ${file}: `, "bash: ").replaceAll(`${file}: `, "bash: "));
+    if (r.syntax || parseError)
+      throw syntaxError(command, output.replaceAll(`bash: ${file}: `, "bash: ").replaceAll(`${file}: `, "bash: "));
     if (!r.prompt) return { output, exitCode: null, expectString: r.expectString ?? "" };
     const check = opts.check ?? "raise";
     if (check === "ignore") return { output, exitCode: null, expectString: "" };
-    if (check === "raise" && r.prompt.exitCode !== 0) throw nonZeroExit(command, r.prompt.exitCode, output, opts.errorMsg ?? "");
+    if (check === "raise" && r.prompt.exitCode !== 0)
+      throw nonZeroExit(command, r.prompt.exitCode, output, opts.errorMsg ?? "");
     return { output, exitCode: r.prompt.exitCode, expectString: "" };
   }
 

@@ -33,7 +33,7 @@ export const syntaxError = (command: string, output: string): SessionError =>
 export const nonZeroExit = (command: string, exitCode: number, output: string, errorMsg: string): SessionError =>
   new SessionError(
     "non_zero_exit",
-    `${errorMsg ? errorMsg + ": " : ""}Command ${pyRepr(command)} failed with exit code ${exitCode}. Here is the output:\n${pyRepr(output)}`,
+    `${errorMsg ? `${errorMsg}: ` : ""}Command ${pyRepr(command)} failed with exit code ${exitCode}. Here is the output:\n${pyRepr(output)}`,
     "swerex.exceptions.NonZeroExitCodeError",
   );
 
@@ -59,11 +59,11 @@ export function pyRepr(s: string): string {
   let out = quote;
   for (const ch of s) {
     if (ch === "\\") out += "\\\\";
-    else if (ch === quote) out += "\\" + quote;
+    else if (ch === quote) out += `\\${quote}`;
     else if (ch === "\n") out += "\\n";
     else if (ch === "\r") out += "\\r";
     else if (ch === "\t") out += "\\t";
-    else if (ch < " " || ch === "\x7f") out += "\\x" + ch.charCodeAt(0).toString(16).padStart(2, "0");
+    else if (ch < " " || ch === "\x7f") out += `\\x${ch.charCodeAt(0).toString(16).padStart(2, "0")}`;
     else out += ch;
   }
   return out + quote;

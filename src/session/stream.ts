@@ -91,7 +91,9 @@ export class OutputCollector {
       dropped += tail.length - tailCap;
       tail = tail.slice(-tailCap);
     }
-    const middle = dropped ? `\n[... minisandbox: ${dropped} characters of output omitted (limit ${this.limitChars}) ...]\n` : "";
+    const middle = dropped
+      ? `\n[... minisandbox: ${dropped} characters of output omitted (limit ${this.limitChars}) ...]\n`
+      : "";
     return cleanTerminalOutput(this.head + middle + tail);
   }
 }

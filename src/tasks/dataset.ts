@@ -42,13 +42,14 @@ function checkUnique(instances: Instance[], rows: RawRow[], file: string): void 
   const seen = new Map<string, string>();
   instances.forEach((inst, n) => {
     const prev = seen.get(inst.instance_id);
-    if (prev) throw new InvalidInputError(`${file}: duplicate instance_id ${inst.instance_id} (${prev} and ${rows[n]!.where})`);
+    if (prev)
+      throw new InvalidInputError(`${file}: duplicate instance_id ${inst.instance_id} (${prev} and ${rows[n]!.where})`);
     seen.set(inst.instance_id, rows[n]!.where);
   });
 }
 
 async function isParquet(file: string): Promise<boolean> {
-  let fh;
+  let fh: Awaited<ReturnType<typeof open>>;
   try {
     fh = await open(file, "r");
   } catch (e) {
@@ -130,7 +131,9 @@ async function readParquetRows(file: string): Promise<RawRow[]> {
     objects = await parquetReadObjects({ file: buffer, compressors: compressors() });
   } catch (e) {
     const msg = (e as Error).message;
-    const hint = /compression codec/.test(msg) ? " (this Node has no decompressor for it; re-save as SNAPPY or JSONL)" : "";
+    const hint = /compression codec/.test(msg)
+      ? " (this Node has no decompressor for it; re-save as SNAPPY or JSONL)"
+      : "";
     throw new InvalidInputError(`${file}: cannot read parquet: ${msg}${hint}`);
   }
   return objects.map((o, n) => ({ value: plain(o), where: `${name} row ${n + 1}` }));
@@ -141,7 +144,8 @@ function plain(v: unknown): unknown {
   if (typeof v === "bigint") return Number.isSafeInteger(Number(v)) ? Number(v) : v.toString();
   if (v instanceof Date) return v.toISOString();
   if (v instanceof Uint8Array) return Buffer.from(v).toString("utf8");
-  if (Array.isArray(v) || (ArrayBuffer.isView(v) && !(v instanceof DataView))) return Array.from(v as ArrayLike<unknown>, plain);
+  if (Array.isArray(v) || (ArrayBuffer.isView(v) && !(v instanceof DataView)))
+    return Array.from(v as ArrayLike<unknown>, plain);
   if (typeof v === "object" && v !== null) {
     return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, plain(x)]));
   }

@@ -17,7 +17,9 @@ function testList(value: unknown, field: string, where: string): string[] {
     try {
       list = JSON.parse(value);
     } catch {
-      throw new InvalidInputError(`${where}: ${field} is a string but not a JSON list: ${JSON.stringify(value.slice(0, 80))}`);
+      throw new InvalidInputError(
+        `${where}: ${field} is a string but not a JSON list: ${JSON.stringify(value.slice(0, 80))}`,
+      );
     }
   }
   if (!Array.isArray(list) || !list.every((t) => typeof t === "string")) {
@@ -31,7 +33,8 @@ function testList(value: unknown, field: string, where: string): string[] {
  * The row object is copied; unknown fields are kept unchanged.
  */
 export function normalizeInstance(raw: unknown, where = "instance", format: "auto" | TaskFormat = "auto"): Instance {
-  if (!isRecord(raw)) throw new InvalidInputError(`${where}: expected an object, got ${Array.isArray(raw) ? "a list" : typeof raw}`);
+  if (!isRecord(raw))
+    throw new InvalidInputError(`${where}: expected an object, got ${Array.isArray(raw) ? "a list" : typeof raw}`);
   const row: Record<string, unknown> = { ...raw };
   const id = row.instance_id;
   if (typeof id !== "string" || id === "") throw new InvalidInputError(`${where}: missing "instance_id"`);
@@ -40,13 +43,15 @@ export function normalizeInstance(raw: unknown, where = "instance", format: "aut
 
   for (const f of [...TEXT_FIELDS, ...OPTIONAL_TEXT_FIELDS, "base_commit"]) {
     const v = row[f];
-    if (v !== undefined && v !== null && typeof v !== "string") throw new InvalidInputError(`${where}: "${f}" must be a string`);
+    if (v !== undefined && v !== null && typeof v !== "string")
+      throw new InvalidInputError(`${where}: "${f}" must be a string`);
     if (v === null) delete row[f];
   }
   // Exports through pandas sometimes turn "3.0" into 3; keep what we can and let spec lookup say what's known.
   if (typeof row.version === "number") row.version = String(row.version);
   else if (row.version === null) delete row.version;
-  else if (row.version !== undefined && typeof row.version !== "string") throw new InvalidInputError(`${where}: "version" must be a string`);
+  else if (row.version !== undefined && typeof row.version !== "string")
+    throw new InvalidInputError(`${where}: "version" must be a string`);
 
   row.FAIL_TO_PASS = testList(row.FAIL_TO_PASS, "FAIL_TO_PASS", where);
   row.PASS_TO_PASS = testList(row.PASS_TO_PASS, "PASS_TO_PASS", where);
@@ -60,16 +65,20 @@ export function normalizeInstance(raw: unknown, where = "instance", format: "aut
     }
   }
   if (row.spec === null) delete row.spec;
-  if (row.spec !== undefined && !isRecord(row.spec)) throw new InvalidInputError(`${where}: "spec" must be an object of spec fields`);
+  if (row.spec !== undefined && !isRecord(row.spec))
+    throw new InvalidInputError(`${where}: "spec" must be an object of spec fields`);
 
   const snap = format === "swebench" ? undefined : sweSmithSnapshot(row);
   if (format === "swesmith" && !snap) {
-    throw new InvalidInputError(`${where}: not a SWE-smith row (repo ${JSON.stringify(row.repo)} is not "swesmith/<owner>__<name>.<commit8>")`);
+    throw new InvalidInputError(
+      `${where}: not a SWE-smith row (repo ${JSON.stringify(row.repo)} is not "swesmith/<owner>__<name>.<commit8>")`,
+    );
   }
   if (snap) {
     normalizeSweSmithRow(row, snap, where);
   } else {
-    if (typeof row.base_commit !== "string" || row.base_commit === "") throw new InvalidInputError(`${where}: missing "base_commit"`);
+    if (typeof row.base_commit !== "string" || row.base_commit === "")
+      throw new InvalidInputError(`${where}: missing "base_commit"`);
     row.task_format = "swebench";
   }
   for (const f of TEXT_FIELDS) row[f] ??= "";

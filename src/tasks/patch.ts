@@ -45,7 +45,12 @@ function reverseGitHeader(lines: string[], start: number, out: string[]): number
     if (l.startsWith("GIT binary patch") || /^Binary files .* differ$/.test(l)) {
       throw new InvalidInputError(`cannot reverse a binary patch (${header.slice(11)})`);
     }
-    if (!/^(old mode|new mode|new file mode|deleted file mode|index |similarity index|dissimilarity index|rename from|rename to|copy from|copy to)/.test(l)) break;
+    if (
+      !/^(old mode|new mode|new file mode|deleted file mode|index |similarity index|dissimilarity index|rename from|rename to|copy from|copy to)/.test(
+        l,
+      )
+    )
+      break;
     ext.push(l);
     i++;
   }
@@ -75,7 +80,8 @@ function reverseGitHeader(lines: string[], start: number, out: string[]): number
   const index = rest.filter((l) => l.startsWith("index "));
   const others = rest.filter((l) => !similarity.includes(l) && !index.includes(l));
   out.push(...others, ...similarity);
-  if (renameFrom !== undefined && renameTo !== undefined) out.push(`rename from ${renameTo}`, `rename to ${renameFrom}`);
+  if (renameFrom !== undefined && renameTo !== undefined)
+    out.push(`rename from ${renameTo}`, `rename to ${renameFrom}`);
   out.push(...index);
   return i;
 }

@@ -55,7 +55,8 @@ export function normalizeSweSmithRow(row: Record<string, unknown>, snap: Snapsho
     return;
   }
   const bug = row.patch;
-  if (typeof bug !== "string" || bug.trim() === "") throw new InvalidInputError(`${where}: SWE-smith row has no bug patch in "patch"`);
+  if (typeof bug !== "string" || bug.trim() === "")
+    throw new InvalidInputError(`${where}: SWE-smith row has no bug patch in "patch"`);
   let gold: string;
   try {
     gold = reversePatch(bug);

@@ -19,7 +19,7 @@ export class Progress {
     this.done++;
     this.counts.set(outcome, (this.counts.get(outcome) ?? 0) + 1);
     if (this.tty) this.render();
-    else this.out.write(`[${this.done}/${this.total}] ${outcome}${detail ? " " + detail : ""} (ETA ${this.eta()})\n`);
+    else this.out.write(`[${this.done}/${this.total}] ${outcome}${detail ? ` ${detail}` : ""} (ETA ${this.eta()})\n`);
   }
 
   private eta(): string {
@@ -33,7 +33,9 @@ export class Progress {
     const width = 30;
     const filled = this.total ? Math.round((this.done / this.total) * width) : width;
     const counts = [...this.counts].map(([k, v]) => `${k} ${v}`).join(", ");
-    this.out.write(`\r${this.label} [${"#".repeat(filled)}${"-".repeat(width - filled)}] ${this.done}/${this.total} ${counts} ETA ${this.eta()}\x1b[K`);
+    this.out.write(
+      `\r${this.label} [${"#".repeat(filled)}${"-".repeat(width - filled)}] ${this.done}/${this.total} ${counts} ETA ${this.eta()}\x1b[K`,
+    );
   }
 
   finish(): void {
@@ -42,7 +44,11 @@ export class Progress {
 }
 
 /** Run `fn` over items with at most `workers` at once, in order of arrival. */
-export async function pool<T, R>(items: readonly T[], workers: number, fn: (item: T, index: number) => Promise<R>): Promise<R[]> {
+export async function pool<T, R>(
+  items: readonly T[],
+  workers: number,
+  fn: (item: T, index: number) => Promise<R>,
+): Promise<R[]> {
   const results = new Array<R>(items.length);
   let next = 0;
   const worker = async (): Promise<void> => {
@@ -58,6 +64,10 @@ export async function pool<T, R>(items: readonly T[], workers: number, fn: (item
 /** Fixed-width text table. */
 export function table(headers: string[], rows: string[][]): string {
   const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
-  const line = (cells: string[]): string => cells.map((c, i) => c.padEnd(widths[i]!)).join("  ").trimEnd();
-  return [line(headers), line(widths.map((w) => "-".repeat(w))), ...rows.map(line)].join("\n") + "\n";
+  const line = (cells: string[]): string =>
+    cells
+      .map((c, i) => c.padEnd(widths[i]!))
+      .join("  ")
+      .trimEnd();
+  return `${[line(headers), line(widths.map((w) => "-".repeat(w))), ...rows.map(line)].join("\n")}\n`;
 }

@@ -1,3 +1,10 @@
 /** Public API of the node cache (see README.md). */
-export { NodeCache, type CacheLease, type CachedLayer, type MaterializeEvent, type NodeCacheEvents, type NodeCacheOptions } from "./node-cache.js";
+export {
+  NodeCache,
+  type CacheLease,
+  type CachedLayer,
+  type MaterializeEvent,
+  type NodeCacheEvents,
+  type NodeCacheOptions,
+} from "./node-cache.js";
 export { IoBudget, type IoBudgetOptions } from "./io-budget.js";

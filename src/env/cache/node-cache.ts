@@ -111,7 +111,11 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
       evicting: join(opts.dir, "evicting"),
     };
     for (const dir of Object.values(this.d)) mkdirSync(dir, { recursive: true });
-    this.budget = new IoBudget({ maxConcurrent: opts.maxConcurrent, bytesPerSec: opts.bytesPerSec, slotDir: this.d.locks });
+    this.budget = new IoBudget({
+      maxConcurrent: opts.maxConcurrent,
+      bytesPerSec: opts.bytesPerSec,
+      slotDir: this.d.locks,
+    });
   }
 
   /** The cache of a minisandbox home, backed by that home's store. */
@@ -165,7 +169,13 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
       if (!meta || !(await exists(this.layerPath(key)))) continue;
       const st = await fsp.stat(join(this.d.meta, name)).catch(() => undefined);
       if (!st) continue;
-      out.push({ key, path: this.layerPath(key), logicalBytes: meta.logicalBytes, lastUsedMs: st.mtimeMs, leases: await countLiveLeases(join(this.d.leases, key)) });
+      out.push({
+        key,
+        path: this.layerPath(key),
+        logicalBytes: meta.logicalBytes,
+        lastUsedMs: st.mtimeMs,
+        leases: await countLiveLeases(join(this.d.leases, key)),
+      });
     }
     return out.sort((a, b) => a.lastUsedMs - b.lastUsedMs || a.key.localeCompare(b.key));
   }
@@ -228,15 +238,24 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
     try {
       if ((await exists(this.layerPath(key))) && (await this.readMeta(key))) return;
       // We hold the key's lock, so any scratch dir for this key is a crashed attempt's leftover.
-      for (const name of await fsp.readdir(this.d.tmp)) if (name.startsWith(`${key}@`)) await removeTree(join(this.d.tmp, name));
+      for (const name of await fsp.readdir(this.d.tmp))
+        if (name.startsWith(`${key}@`)) await removeTree(join(this.d.tmp, name));
       event = await this.budget.withSlot(async () => {
         if (!(await hasLayer(this.store, key))) await this.pullFromRemotes(key);
         this.emit("materialize-start", { key });
         const tmp = join(this.d.tmp, scratchName(`${key}@`));
-        const r = await materializeLayer(this.store, key, tmp, { ...this.opts.materialize, throttle: this.budget.consume });
+        const r = await materializeLayer(this.store, key, tmp, {
+          ...this.opts.materialize,
+          throttle: this.budget.consume,
+        });
         try {
-          const meta: LayerMeta = { key, logicalBytes: r.logicalBytes, trees: Object.keys(r.trees), materializedAtMs: Date.now() };
-          await writeFileAtomic(this.metaPath(key), JSON.stringify(meta) + "\n", this.d.tmp);
+          const meta: LayerMeta = {
+            key,
+            logicalBytes: r.logicalBytes,
+            trees: Object.keys(r.trees),
+            materializedAtMs: Date.now(),
+          };
+          await writeFileAtomic(this.metaPath(key), `${JSON.stringify(meta)}\n`, this.d.tmp);
           const damaged = await this.moveToTrash(key); // a layer dir without meta: replace it
           await renameDir(tmp, this.layerPath(key));
           if (damaged) await removeTree(damaged);
@@ -244,7 +263,14 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
           await removeTree(tmp);
           throw e;
         }
-        const done: MaterializeEvent = { key, durationMs: r.durationMs, files: r.files, linked: r.linked, copied: r.copied, bytesCopied: r.bytesCopied };
+        const done: MaterializeEvent = {
+          key,
+          durationMs: r.durationMs,
+          files: r.files,
+          linked: r.linked,
+          copied: r.copied,
+          bytesCopied: r.bytesCopied,
+        };
         this.emit("materialize", done); // inside the slot: start..end events bracket the budgeted work
         return done;
       });
@@ -253,7 +279,9 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
     }
     if (!event) return;
     if (this.opts.maxBytes !== undefined) {
-      await this.evict().catch((e: unknown) => this.emit("warning", `eviction after materializing ${key} failed: ${String(e)}`));
+      await this.evict().catch((e: unknown) =>
+        this.emit("warning", `eviction after materializing ${key} failed: ${String(e)}`),
+      );
     }
   }
 
@@ -277,7 +305,9 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
       }
     }
     const where = [this.store.root, ...(this.opts.remotes ?? [])].join(", ");
-    throw new NotFoundError(`layer ${key} not found in store ${where}${problems.length ? ` (${problems.join("; ")})` : ""}`);
+    throw new NotFoundError(
+      `layer ${key} not found in store ${where}${problems.length ? ` (${problems.join("; ")})` : ""}`,
+    );
   }
 
   /**
@@ -333,7 +363,8 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
         await fsp.rm(marker, { force: true }); // its evictor died; the layer is intact or already renamed away
         return;
       }
-      if (Date.now() > deadline) throw new TimeoutError(`timed out waiting for eviction of layer ${key} in ${this.dir}`);
+      if (Date.now() > deadline)
+        throw new TimeoutError(`timed out waiting for eviction of layer ${key} in ${this.dir}`);
       await sleep(10);
     }
   }

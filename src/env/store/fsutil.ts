@@ -109,7 +109,11 @@ async function makeDirsWritable(path: string): Promise<void> {
 }
 
 /** Run fn over items with at most `limit` in flight; rejects with the first error once in-flight work settles. */
-export async function mapLimit<T>(items: readonly T[], limit: number, fn: (item: T, index: number) => Promise<void>): Promise<void> {
+export async function mapLimit<T>(
+  items: readonly T[],
+  limit: number,
+  fn: (item: T, index: number) => Promise<void>,
+): Promise<void> {
   let next = 0;
   let failed: { error: unknown } | undefined;
   const worker = async (): Promise<void> => {

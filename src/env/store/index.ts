@@ -24,4 +24,12 @@ export { ingestLayer, normalizeMtimes, type IngestOptions, type IngestResult } f
 export { materializeLayer, type MaterializeOptions, type MaterializeResult } from "./materialize.js";
 export { exportPack, importPack, type ExportResult, type ImportResult } from "./pack.js";
 export { pullLayer, type PullOptions, type PullResult } from "./remote.js";
-export { gcStore, removeLayer, storeStats, verifyStore, type GcResult, type StoreStats, type VerifyReport } from "./maintenance.js";
+export {
+  gcStore,
+  removeLayer,
+  storeStats,
+  verifyStore,
+  type GcResult,
+  type StoreStats,
+  type VerifyReport,
+} from "./maintenance.js";

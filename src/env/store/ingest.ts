@@ -6,7 +6,14 @@ import type { LayerKey } from "../types.js";
 import { NORMALIZED_MTIME_SEC, mapLimit, syncFilesystem, yielder } from "./fsutil.js";
 import { lockFile } from "./lock.js";
 import { assertLayerKey, isTreeName, type Store } from "./layout.js";
-import { MANIFEST_FORMAT, writeManifest, type JsonValue, type LayerManifest, type ManifestEntry, type TreeManifest } from "./manifest.js";
+import {
+  MANIFEST_FORMAT,
+  writeManifest,
+  type JsonValue,
+  type LayerManifest,
+  type ManifestEntry,
+  type TreeManifest,
+} from "./manifest.js";
 import { displayName, encodeName, joinBytes } from "./names.js";
 import { putLargeFile, putSmallFileSync, SMALL_FILE_BYTES, type PutResult } from "./objects.js";
 
@@ -52,7 +59,8 @@ export async function ingestLayer(
   for (const name of names) {
     if (!isTreeName(name)) throw new InvalidInputError(`layer ${key}: invalid tree name ${JSON.stringify(name)}`);
     const st = await fsp.stat(trees[name]!).catch(() => undefined);
-    if (!st?.isDirectory()) throw new InvalidInputError(`layer ${key}: tree ${name}: ${trees[name]} is not a directory`);
+    if (!st?.isDirectory())
+      throw new InvalidInputError(`layer ${key}: tree ${name}: ${trees[name]} is not a directory`);
   }
   // Shared lock: gc (exclusive) must not delete objects we rely on before our manifest exists.
   const lock = await lockFile(store.lockPath, { shared: true });
@@ -64,7 +72,15 @@ export async function ingestLayer(
     for (const name of names) {
       const rootStat = await fsp.stat(trees[name]!);
       const entries: ManifestEntry[] = [];
-      await walk(Buffer.from(trees[name]!), Buffer.alloc(0), { tree: name, entries, pending, warnings, unnormalized, inodes: new Map(), pause: yielder() });
+      await walk(Buffer.from(trees[name]!), Buffer.alloc(0), {
+        tree: name,
+        entries,
+        pending,
+        warnings,
+        unnormalized,
+        inodes: new Map(),
+        pause: yielder(),
+      });
       manifestTrees[name] = { mode: rootStat.mode & 0o7777, entries };
     }
     if (unnormalized.length > 0) {
@@ -86,7 +102,9 @@ export async function ingestLayer(
       await pause();
     }
     const large = pending.filter((p) => p.entry.size > SMALL_FILE_BYTES);
-    await mapLimit(large, opts.concurrency ?? 4, async (p) => record(p, await putLargeFile(store, p.abs, (p.entry.mode & 0o111) !== 0)));
+    await mapLimit(large, opts.concurrency ?? 4, async (p) =>
+      record(p, await putLargeFile(store, p.abs, (p.entry.mode & 0o111) !== 0)),
+    );
     const manifest: LayerManifest = {
       format: MANIFEST_FORMAT,
       key,
@@ -138,7 +156,8 @@ async function walk(absDir: Buffer, relDir: Buffer, s: WalkState): Promise<void>
       s.entries.push({ path, type: "symlink", target: encodeName(readlinkSync(abs, { encoding: "buffer" })) });
     } else if (st.isFile()) {
       // A .pyc's own mtime never matters (Python checks the source mtime stored inside it), so don't warn on it.
-      if (st.mtimeMs !== NORMALIZED_MTIME_SEC * 1000 && !rel.toString("latin1").endsWith(".pyc")) s.unnormalized.push(shown);
+      if (st.mtimeMs !== NORMALIZED_MTIME_SEC * 1000 && !rel.toString("latin1").endsWith(".pyc"))
+        s.unnormalized.push(shown);
       const inode = `${st.dev}:${st.ino}`;
       const first = st.nlink > 1 ? s.inodes.get(inode) : undefined;
       if (first) {

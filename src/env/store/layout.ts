@@ -46,7 +46,7 @@ export function openStore(root: string, opts: { create?: boolean } = {}): Store 
   // Created up front so taking the lock never changes the store's contents.
   if (!existsSync(store.lockPath)) writeFileSync(store.lockPath, "");
   const marker = join(abs, "store.json");
-  if (!existsSync(marker)) writeFileSync(marker, JSON.stringify({ format: "minisandbox-store", version: 1 }) + "\n");
+  if (!existsSync(marker)) writeFileSync(marker, `${JSON.stringify({ format: "minisandbox-store", version: 1 })}\n`);
   return store;
 }
 

@@ -37,7 +37,16 @@ export function tryLockFile(path: string, opts: Pick<LockOptions, "shared"> = {}
 
 function spawnLock(path: string, shared: boolean, waitArgs: string[]): Promise<FileLock | null> {
   mkdirSync(dirname(path), { recursive: true });
-  const args = [shared ? "-s" : "-x", ...waitArgs, "-E", String(BUSY_EXIT), path, "sh", "-c", "echo locked; exec cat >/dev/null"];
+  const args = [
+    shared ? "-s" : "-x",
+    ...waitArgs,
+    "-E",
+    String(BUSY_EXIT),
+    path,
+    "sh",
+    "-c",
+    "echo locked; exec cat >/dev/null",
+  ];
   const child = spawn("flock", args, { stdio: ["pipe", "pipe", "pipe"] });
   const exited = new Promise<number | null>((r) => child.once("close", (code) => r(code)));
   return new Promise<FileLock | null>((resolve, reject) => {
@@ -46,7 +55,10 @@ function spawnLock(path: string, shared: boolean, waitArgs: string[]): Promise<F
     child.once("error", (e) => reject(new Error(`cannot run flock(1) for ${path}: ${e.message}`)));
     child.stdout.once("data", () => {
       // Held: stop this child from keeping the event loop alive; our exit closes its stdin and frees the lock.
-      const streams = [child.stdin, child.stdout, child.stderr] as unknown as { ref?: () => void; unref?: () => void }[];
+      const streams = [child.stdin, child.stdout, child.stderr] as unknown as {
+        ref?: () => void;
+        unref?: () => void;
+      }[];
       child.unref();
       for (const s of streams) s.unref?.();
       let released = false;

@@ -46,7 +46,9 @@ export interface GcResult {
 }
 
 /** Load every manifest; corrupt ones are returned separately rather than aborting. */
-async function loadManifests(store: Store): Promise<{ manifests: LayerManifest[]; bad: { key: LayerKey; error: string }[] }> {
+async function loadManifests(
+  store: Store,
+): Promise<{ manifests: LayerManifest[]; bad: { key: LayerKey; error: string }[] }> {
   const manifests: LayerManifest[] = [];
   const bad: { key: LayerKey; error: string }[] = [];
   for (const key of await listLayers(store)) {
@@ -94,11 +96,22 @@ export async function storeStats(store: Store): Promise<StoreStats> {
 }
 
 /** Rehash every object and check every manifest's references. `onProgress` gets (objects done, total). */
-export async function verifyStore(store: Store, opts: { concurrency?: number; onProgress?: (done: number, total: number) => void } = {}): Promise<VerifyReport> {
+export async function verifyStore(
+  store: Store,
+  opts: { concurrency?: number; onProgress?: (done: number, total: number) => void } = {},
+): Promise<VerifyReport> {
   const { manifests, bad } = await loadManifests(store);
   const refs = referenceIndex(manifests);
   const { objects, stray } = await scanObjects(store);
-  const report: VerifyReport = { ok: true, objectsChecked: 0, bytesChecked: 0, corrupt: [], missing: [], badManifests: bad, stray };
+  const report: VerifyReport = {
+    ok: true,
+    objectsChecked: 0,
+    bytesChecked: 0,
+    corrupt: [],
+    missing: [],
+    badManifests: bad,
+    stray,
+  };
   const sizes = new Map(objects.map((o) => [o.id, o.size]));
   await mapLimit(objects, opts.concurrency ?? 4, async (o) => {
     const reason = await checkObject(o.id, o.path);
@@ -122,8 +135,10 @@ async function checkObject(id: ObjectId, path: string): Promise<string | undefin
   const st = await fsp.lstat(path);
   const { hex } = await sha256File(path);
   if (objectIdFor(hex, isExecutableId(id)) !== id) return `content hash is ${hex}`;
-  if ((st.mode & 0o7777) !== objectMode(id)) return `mode ${(st.mode & 0o7777).toString(8)}, expected ${objectMode(id).toString(8)}`;
-  if (Math.floor(st.mtimeMs / 1000) !== NORMALIZED_MTIME_SEC) return `mtime ${new Date(st.mtimeMs).toISOString()} is not the normalized epoch`;
+  if ((st.mode & 0o7777) !== objectMode(id))
+    return `mode ${(st.mode & 0o7777).toString(8)}, expected ${objectMode(id).toString(8)}`;
+  if (Math.floor(st.mtimeMs / 1000) !== NORMALIZED_MTIME_SEC)
+    return `mtime ${new Date(st.mtimeMs).toISOString()} is not the normalized epoch`;
   return undefined;
 }
 
@@ -133,17 +148,20 @@ async function checkObject(id: ObjectId, path: string): Promise<string | undefin
  * Refuses to run while any manifest is corrupt: its references are unknown, so deleting could destroy a layer.
  */
 export async function gcStore(store: Store, opts: { lockTimeoutMs?: number } = {}): Promise<GcResult> {
-  let lock;
+  let lock: Awaited<ReturnType<typeof lockFile>>;
   try {
     lock = await lockFile(store.lockPath, { timeoutMs: opts.lockTimeoutMs ?? 60_000 });
   } catch (e) {
-    if (e instanceof TimeoutError) throw new TimeoutError(`store ${store.root} is busy (an ingest, import or pull is running); try gc again later`);
+    if (e instanceof TimeoutError)
+      throw new TimeoutError(`store ${store.root} is busy (an ingest, import or pull is running); try gc again later`);
     throw e;
   }
   try {
     const { manifests, bad } = await loadManifests(store);
     if (bad.length > 0) {
-      throw new StoreCorruptError(`refusing to gc: manifest of layer ${bad[0]!.key} is corrupt (${bad[0]!.error}); remove or re-import that layer first`);
+      throw new StoreCorruptError(
+        `refusing to gc: manifest of layer ${bad[0]!.key} is corrupt (${bad[0]!.error}); remove or re-import that layer first`,
+      );
     }
     const refs = referenceIndex(manifests);
     const { objects, stray } = await scanObjects(store);

@@ -4,8 +4,24 @@ import { InvalidInputError, NotFoundError } from "../../util/errors.js";
 import type { LayerKey } from "../types.js";
 import { errCode, errMessage, StoreCorruptError } from "./errors.js";
 import { writeFileAtomic } from "./fsutil.js";
-import { isLayerKey, isTreeName, manifestPath, OBJECT_ID_RE, isExecutableId, type ObjectId, type Store } from "./layout.js";
-import { decodeName, displayName, isEncodedName, parentOf, pathKey, relPathProblem, type EncodedName } from "./names.js";
+import {
+  isLayerKey,
+  isTreeName,
+  manifestPath,
+  OBJECT_ID_RE,
+  isExecutableId,
+  type ObjectId,
+  type Store,
+} from "./layout.js";
+import {
+  decodeName,
+  displayName,
+  isEncodedName,
+  parentOf,
+  pathKey,
+  relPathProblem,
+  type EncodedName,
+} from "./names.js";
 
 export const MANIFEST_FORMAT = 1;
 
@@ -80,7 +96,8 @@ export function summarizeManifest(m: LayerManifest): ManifestSummary {
 /** Distinct objects a manifest needs, with their sizes. */
 export function referencedObjects(m: LayerManifest): Map<ObjectId, number> {
   const refs = new Map<ObjectId, number>();
-  for (const tree of Object.values(m.trees)) for (const e of tree.entries) if (e.type === "file") refs.set(e.object, e.size);
+  for (const tree of Object.values(m.trees))
+    for (const e of tree.entries) if (e.type === "file") refs.set(e.object, e.size);
   return refs;
 }
 
@@ -118,7 +135,7 @@ function validateEntries(tree: string, entries: unknown[], fail: (why: string) =
   const files = new Set<string>();
   const seen = new Set<string>();
   for (const e of entries) {
-    if (!isObj(e) || !isEncodedName(e.path)) return fail(`tree ${tree}: malformed entry`);
+    if (!isObj(e) || !isEncodedName(e.path)) fail(`tree ${tree}: malformed entry`);
     const path = decodeName(e.path);
     const where = `tree ${tree}, ${JSON.stringify(displayName(path))}`;
     const problem = relPathProblem(path);
@@ -134,12 +151,13 @@ function validateEntries(tree: string, entries: unknown[], fail: (why: string) =
         break;
       case "file":
         if (!isMode(e.mode) || !isSize(e.size)) fail(`${where}: invalid mode or size`);
-        if (typeof e.object !== "string" || !OBJECT_ID_RE.test(e.object)) return fail(`${where}: invalid object id`);
-        if (isExecutableId(e.object) !== (((e.mode as number) & 0o111) !== 0)) fail(`${where}: exec bit disagrees with object id`);
+        if (typeof e.object !== "string" || !OBJECT_ID_RE.test(e.object)) fail(`${where}: invalid object id`);
+        if (isExecutableId(e.object) !== (((e.mode as number) & 0o111) !== 0))
+          fail(`${where}: exec bit disagrees with object id`);
         files.add(key);
         break;
       case "symlink": {
-        if (!isEncodedName(e.target)) return fail(`${where}: invalid symlink target`);
+        if (!isEncodedName(e.target)) fail(`${where}: invalid symlink target`);
         const target = decodeName(e.target);
         if (target.length === 0 || target.includes(0)) fail(`${where}: invalid symlink target`);
         break;
@@ -167,7 +185,8 @@ export function parseManifest(text: string, expectedKey?: LayerKey): LayerManife
 }
 
 export async function readManifest(store: Store, key: LayerKey): Promise<LayerManifest> {
-  if (!isLayerKey(key)) throw new NotFoundError(`layer ${JSON.stringify(key)} not found in store ${store.root} (not a valid layer key)`);
+  if (!isLayerKey(key))
+    throw new NotFoundError(`layer ${JSON.stringify(key)} not found in store ${store.root} (not a valid layer key)`);
   let text: string;
   try {
     text = await fsp.readFile(manifestPath(store, key), "utf8");
@@ -183,7 +202,7 @@ export async function readManifest(store: Store, key: LayerKey): Promise<LayerMa
 }
 
 export async function writeManifest(store: Store, manifest: LayerManifest): Promise<void> {
-  await writeFileAtomic(manifestPath(store, manifest.key), JSON.stringify(manifest) + "\n", store.tmpDir);
+  await writeFileAtomic(manifestPath(store, manifest.key), `${JSON.stringify(manifest)}\n`, store.tmpDir);
 }
 
 /**
@@ -200,7 +219,9 @@ export async function assertCanWrite(store: Store, manifest: LayerManifest, repl
     throw e;
   }
   if (JSON.stringify(existing) !== JSON.stringify(manifest)) {
-    throw new InvalidInputError(`layer ${manifest.key} already exists in store ${store.root} with different content (use replace to overwrite it)`);
+    throw new InvalidInputError(
+      `layer ${manifest.key} already exists in store ${store.root} with different content (use replace to overwrite it)`,
+    );
   }
 }
 

@@ -50,7 +50,12 @@ interface Ctx {
 }
 
 /** Materialize layer `key` at `dest` (which must not exist): one subdirectory per tree, everything read-only. */
-export async function materializeLayer(store: Store, key: LayerKey, dest: string, opts: MaterializeOptions = {}): Promise<MaterializeResult> {
+export async function materializeLayer(
+  store: Store,
+  key: LayerKey,
+  dest: string,
+  opts: MaterializeOptions = {},
+): Promise<MaterializeResult> {
   const started = performance.now();
   const manifest = await readManifest(store, key);
   await fsp.mkdir(dirname(dest), { recursive: true });
@@ -124,24 +129,28 @@ async function materializeTree(ctx: Ctx, treeDir: string, tree: TreeManifest, co
       files.set(pathKey(rel), { entry: e, linked: await placeFile(ctx, e, abs, displayName(rel), rel) });
     }
   });
-  await mapLimit(tree.entries.filter((e) => e.type === "hardlink"), concurrency, async (e) => {
-    if (e.type !== "hardlink") return;
-    const target = decodeName(e.target);
-    const first = joinBytes(root, target);
-    const abs = joinBytes(root, decodeName(e.path));
-    const { entry, linked } = files.get(pathKey(target))!;
-    if (!linked || (await takeLink(ctx, entry.object))) {
-      try {
-        await fsp.link(first, abs);
-        ctx.result.files++;
-        if (linked) ctx.result.linked++;
-        return;
-      } catch (err) {
-        if (errCode(err) !== "EMLINK") throw err;
+  await mapLimit(
+    tree.entries.filter((e) => e.type === "hardlink"),
+    concurrency,
+    async (e) => {
+      if (e.type !== "hardlink") return;
+      const target = decodeName(e.target);
+      const first = joinBytes(root, target);
+      const abs = joinBytes(root, decodeName(e.path));
+      const { entry, linked } = files.get(pathKey(target))!;
+      if (!linked || (await takeLink(ctx, entry.object))) {
+        try {
+          await fsp.link(first, abs);
+          ctx.result.files++;
+          if (linked) ctx.result.linked++;
+          return;
+        } catch (err) {
+          if (errCode(err) !== "EMLINK") throw err;
+        }
       }
-    }
-    await copyFile(ctx, first, abs, entry.object, entry.size);
-  });
+      await copyFile(ctx, first, abs, entry.object, entry.size);
+    },
+  );
   for (const d of dirs.reverse()) {
     await fsp.utimes(d.abs, NORMALIZED_MTIME_SEC, NORMALIZED_MTIME_SEC);
     await fsp.chmod(d.abs, readOnlyDirMode(d.mode));

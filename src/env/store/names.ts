@@ -16,12 +16,21 @@ export function decodeName(name: EncodedName): Buffer {
 
 export function isEncodedName(v: unknown): v is EncodedName {
   if (typeof v === "string") return true;
-  return typeof v === "object" && v !== null && typeof (v as { b64?: unknown }).b64 === "string" && Object.keys(v).length === 1;
+  return (
+    typeof v === "object" &&
+    v !== null &&
+    typeof (v as { b64?: unknown }).b64 === "string" &&
+    Object.keys(v).length === 1
+  );
 }
 
 /** Printable form for messages (invalid UTF-8 shown with replacement characters). */
 export function displayName(name: EncodedName | Buffer): string {
-  return Buffer.isBuffer(name) ? name.toString("utf8") : typeof name === "string" ? name : decodeName(name).toString("utf8");
+  return Buffer.isBuffer(name)
+    ? name.toString("utf8")
+    : typeof name === "string"
+      ? name
+      : decodeName(name).toString("utf8");
 }
 
 const SLASH = 0x2f;

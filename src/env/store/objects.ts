@@ -3,7 +3,18 @@
  * mtime, then rename into objects/: a crash never leaves a partial file under an object's name.
  */
 import { createHash } from "node:crypto";
-import { chmodSync, createReadStream, lstatSync, mkdirSync, readFileSync, renameSync, rmSync, utimesSync, writeFileSync, type PathLike } from "node:fs";
+import {
+  chmodSync,
+  createReadStream,
+  lstatSync,
+  mkdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  utimesSync,
+  writeFileSync,
+  type PathLike,
+} from "node:fs";
 import * as fsp from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { InvalidInputError } from "../../util/errors.js";
@@ -63,7 +74,12 @@ export async function putLargeFile(store: Store, src: PathLike, executable: bool
   const { hex, size } = await sha256File(src);
   const id = objectIdFor(hex, executable);
   if (await hasObject(store, id, size)) return { id, size, added: false };
-  await copyVerified(store, src, id, () => new InvalidInputError(`file ${String(src)} changed while it was being stored`));
+  await copyVerified(
+    store,
+    src,
+    id,
+    () => new InvalidInputError(`file ${String(src)} changed while it was being stored`),
+  );
   return { id, size, added: true };
 }
 

@@ -12,7 +12,14 @@ import { errMessage, StoreCorruptError } from "./errors.js";
 import { NORMALIZED_MTIME_SEC, removeTree, scratchName, syncFilesystem } from "./fsutil.js";
 import { isExecutableId, isLayerKey, objectIdFor, type ObjectId, type Store } from "./layout.js";
 import { lockFile } from "./lock.js";
-import { assertCanWrite, parseManifest, readManifest, referencedObjects, writeManifest, type LayerManifest } from "./manifest.js";
+import {
+  assertCanWrite,
+  parseManifest,
+  readManifest,
+  referencedObjects,
+  writeManifest,
+  type LayerManifest,
+} from "./manifest.js";
 import { hasObject, placeObject, writeHashed } from "./objects.js";
 import { readTar, TarFormatError, type TarHeader } from "./tar.js";
 
@@ -54,24 +61,42 @@ export async function exportPack(store: Store, keys: readonly LayerKey[], file: 
     for (const key of layers) {
       for (const [id, size] of referencedObjects(await readManifest(store, key))) {
         if (!(await hasObject(store, id, size))) {
-          throw new StoreCorruptError(`layer ${key} needs object ${id}, which is missing or truncated in store ${store.root}; run 'minisandbox store verify'`);
+          throw new StoreCorruptError(
+            `layer ${key} needs object ${id}, which is missing or truncated in store ${store.root}; run 'minisandbox store verify'`,
+          );
         }
         objects.set(id, size);
       }
     }
     await fsp.mkdir(staging);
-    await fsp.writeFile(join(staging, PACK_HEADER), JSON.stringify({ format: PACK_FORMAT, version: 1, layers }) + "\n");
+    await fsp.writeFile(join(staging, PACK_HEADER), `${JSON.stringify({ format: PACK_FORMAT, version: 1, layers })}\n`);
     const members = [
       ...[...objects.keys()].sort().map((id) => `objects/${id.slice(0, 2)}/${id.slice(2)}`),
       ...layers.map((k) => `manifests/${k}.json`),
     ];
     const list = join(staging, "members");
-    await fsp.writeFile(list, members.map((m) => m + "\0").join(""));
+    await fsp.writeFile(list, members.map((m) => `${m}\0`).join(""));
     // Header first, manifests last; --hard-dereference so the pack never holds link entries (import rejects them).
     await runOk("tar", [
-      "-c", "-f", partial, "-I", "zstd -T0 -q", "--format=gnu", "--hard-dereference",
-      "--owner=0", "--group=0", "--numeric-owner", `--mtime=@${NORMALIZED_MTIME_SEC}`,
-      "-C", staging, PACK_HEADER, "-C", store.root, "--null", "-T", list,
+      "-c",
+      "-f",
+      partial,
+      "-I",
+      "zstd -T0 -q",
+      "--format=gnu",
+      "--hard-dereference",
+      "--owner=0",
+      "--group=0",
+      "--numeric-owner",
+      `--mtime=@${NORMALIZED_MTIME_SEC}`,
+      "-C",
+      staging,
+      PACK_HEADER,
+      "-C",
+      store.root,
+      "--null",
+      "-T",
+      list,
     ]);
     await fsp.rename(partial, out);
     return {
@@ -117,10 +142,16 @@ export async function importPack(store: Store, file: string, opts: { replace?: b
       manifests = await checkPack(store, extracted);
       for (const m of manifests) await assertCanWrite(store, m, opts.replace ?? false);
     } catch (e) {
-      if (e instanceof TarFormatError || e instanceof InvalidInputError) throw new InvalidInputError(`invalid pack ${file}: ${e.message}`);
+      if (e instanceof TarFormatError || e instanceof InvalidInputError)
+        throw new InvalidInputError(`invalid pack ${file}: ${e.message}`);
       throw e;
     }
-    const result: ImportResult = { layers: manifests.map((m) => m.key), objectsAdded: 0, objectsPresent: 0, bytesAdded: 0 };
+    const result: ImportResult = {
+      layers: manifests.map((m) => m.key),
+      objectsAdded: 0,
+      objectsPresent: 0,
+      bytesAdded: 0,
+    };
     for (const [id, size] of extracted.objects) {
       if (await hasObject(store, id, size)) {
         result.objectsPresent++;
@@ -148,7 +179,8 @@ async function extractPack(file: string, staging: string): Promise<Extracted> {
     zstd.once("close", (code) => r(code));
     zstd.once("error", () => r(-1));
   });
-  const zstdProblem = (): string => `corrupt or truncated compressed data (${stderr.trim().split("\n").pop() || "zstd failed"})`;
+  const zstdProblem = (): string =>
+    `corrupt or truncated compressed data (${stderr.trim().split("\n").pop() || "zstd failed"})`;
   const raw = zstd.stdout[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
   let ended = false;
   const it: AsyncIterator<Buffer> = {
@@ -188,7 +220,8 @@ function entryName(h: TarHeader): string {
   const shown = JSON.stringify(raw);
   if (raw.startsWith("/")) throw new TarFormatError(`entry ${shown} has an absolute path`);
   if (raw.split("/").includes("..")) throw new TarFormatError(`entry ${shown} escapes the store ('..')`);
-  if (h.kind !== "file" && h.kind !== "dir") throw new TarFormatError(`entry ${shown} is a ${h.kind}; packs hold only files and directories`);
+  if (h.kind !== "file" && h.kind !== "dir")
+    throw new TarFormatError(`entry ${shown} is a ${h.kind}; packs hold only files and directories`);
   let name = raw;
   while (name.startsWith("./")) name = name.slice(2);
   return name.replace(/\/+$/, "");
@@ -197,9 +230,22 @@ function entryName(h: TarHeader): string {
 const OBJECT_ENTRY = /^objects\/([0-9a-f]{2})\/([0-9a-f]{62}x?)$/;
 const MANIFEST_ENTRY = /^manifests\/(.+)\.json$/;
 
-async function readEntry(name: string, h: TarHeader, body: AsyncIterable<Buffer>, staging: string, out: Extracted): Promise<void> {
+async function readEntry(
+  name: string,
+  h: TarHeader,
+  body: AsyncIterable<Buffer>,
+  staging: string,
+  out: Extracted,
+): Promise<void> {
   if (h.kind === "dir") {
-    if (name === "" || name === "." || name === "objects" || name === "manifests" || /^objects\/[0-9a-f]{2}$/.test(name)) return;
+    if (
+      name === "" ||
+      name === "." ||
+      name === "objects" ||
+      name === "manifests" ||
+      /^objects\/[0-9a-f]{2}$/.test(name)
+    )
+      return;
     throw new TarFormatError(`unexpected directory ${JSON.stringify(name)}`);
   }
   const obj = OBJECT_ENTRY.exec(name);
@@ -223,7 +269,8 @@ async function readEntry(name: string, h: TarHeader, body: AsyncIterable<Buffer>
 
 async function writeVerified(id: ObjectId, body: AsyncIterable<Buffer>, path: string): Promise<number> {
   const { hex, size } = await writeHashed(body, path);
-  if (objectIdFor(hex, isExecutableId(id)) !== id) throw new TarFormatError(`object ${id}: content does not match its hash`);
+  if (objectIdFor(hex, isExecutableId(id)) !== id)
+    throw new TarFormatError(`object ${id}: content does not match its hash`);
   return size;
 }
 
@@ -243,7 +290,8 @@ async function checkPack(store: Store, x: Extracted): Promise<LayerManifest[]> {
     throw new TarFormatError(`${PACK_HEADER}: ${errMessage(e)}`);
   }
   const h = header as { format?: unknown; version?: unknown; layers?: unknown };
-  if (h.format !== PACK_FORMAT || h.version !== 1 || !Array.isArray(h.layers)) throw new TarFormatError(`${PACK_HEADER}: unsupported pack format`);
+  if (h.format !== PACK_FORMAT || h.version !== 1 || !Array.isArray(h.layers))
+    throw new TarFormatError(`${PACK_HEADER}: unsupported pack format`);
   const listed = [...h.layers].map(String).sort();
   const present = [...x.manifests.keys()].sort();
   if (listed.join("\n") !== present.join("\n")) {

@@ -28,7 +28,12 @@ export interface PullResult {
 }
 
 /** Copy layer `key` from the store at `remoteDir` into `local`. NotFoundError if the remote lacks the layer. */
-export async function pullLayer(local: Store, remoteDir: string, key: LayerKey, opts: PullOptions = {}): Promise<PullResult> {
+export async function pullLayer(
+  local: Store,
+  remoteDir: string,
+  key: LayerKey,
+  opts: PullOptions = {},
+): Promise<PullResult> {
   const remote = openStore(remoteDir, { create: false });
   const manifest = await readManifest(remote, key);
   const lock = await lockFile(local.lockPath, { shared: true });
@@ -42,11 +47,18 @@ export async function pullLayer(local: Store, remoteDir: string, key: LayerKey, 
     }
     await mapLimit(missing, opts.concurrency ?? 4, async ([id, size]) => {
       try {
-        const corrupt = () => new StoreCorruptError(`remote store ${remote.root}: object ${id} is corrupt (content does not match its hash)`);
+        const corrupt = () =>
+          new StoreCorruptError(
+            `remote store ${remote.root}: object ${id} is corrupt (content does not match its hash)`,
+          );
         const copied = await copyVerified(local, objectPath(remote, id), id, corrupt, opts.throttle);
-        if (copied !== size) throw new StoreCorruptError(`remote store ${remote.root}: object ${id} has ${copied} bytes, manifest of ${key} says ${size}`);
+        if (copied !== size)
+          throw new StoreCorruptError(
+            `remote store ${remote.root}: object ${id} has ${copied} bytes, manifest of ${key} says ${size}`,
+          );
       } catch (e) {
-        if (errCode(e) === "ENOENT") throw new StoreCorruptError(`remote store ${remote.root}: object ${id} of layer ${key} is missing`);
+        if (errCode(e) === "ENOENT")
+          throw new StoreCorruptError(`remote store ${remote.root}: object ${id} of layer ${key} is missing`);
         throw e;
       }
       result.objectsFetched++;

@@ -74,7 +74,8 @@ export async function readTar(
     if (block === null) throw new TarFormatError("truncated archive (no end-of-archive marker)");
     if (isZero(block)) {
       const second = await r.read(BLOCK);
-      if (second === null || !isZero(second)) throw new TarFormatError("truncated archive (incomplete end-of-archive marker)");
+      if (second === null || !isZero(second))
+        throw new TarFormatError("truncated archive (incomplete end-of-archive marker)");
       return;
     }
     checkChecksum(block);
@@ -89,7 +90,11 @@ export async function readTar(
       else if (flag === "x") pax = parsePax(data);
       continue;
     }
-    const header: TarHeader = { name: pax.path ?? longName ?? headerName(block), kind: kindOf(flag), size: pax.size ?? size };
+    const header: TarHeader = {
+      name: pax.path ?? longName ?? headerName(block),
+      kind: kindOf(flag),
+      size: pax.size ?? size,
+    };
     longName = undefined;
     pax = {};
     // Only regular files carry data for the caller; other entries' data (if any) is skipped.
@@ -164,7 +169,10 @@ function parseNumber(block: Buffer, off: number, len: number): number {
     if (!Number.isSafeInteger(v)) throw new TarFormatError("tar number out of range");
     return v;
   }
-  const text = field.toString("latin1").replace(/[\0 ]+$/, "").replace(/^ +/, "");
+  const text = field
+    .toString("latin1")
+    .replace(/[\0 ]+$/, "")
+    .replace(/^ +/, "");
   if (!/^[0-7]*$/.test(text)) throw new TarFormatError("corrupt tar header (bad number)");
   return text === "" ? 0 : parseInt(text, 8);
 }

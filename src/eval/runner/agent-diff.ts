@@ -52,9 +52,18 @@ const MAX_DIFF_BYTES = 512 * 1024 * 1024;
 
 /** List the pristine snapshot of a fresh sandbox (to pass to agentDiff). */
 export async function pristineListing(fresh: Sandbox, timeoutMs = 300_000): Promise<Buffer> {
-  const r = await fresh.exec(LIST_SCRIPT, { uid: 0, gid: 0, env: SAFE_ENV, timeoutMs, outputLimitBytes: MAX_DIFF_BYTES, cwd: TESTBED_PATH });
+  const r = await fresh.exec(LIST_SCRIPT, {
+    uid: 0,
+    gid: 0,
+    env: SAFE_ENV,
+    timeoutMs,
+    outputLimitBytes: MAX_DIFF_BYTES,
+    cwd: TESTBED_PATH,
+  });
   if (r.exitCode !== 0 || r.truncated) {
-    throw new SandboxError(`could not list the pristine ${TESTBED_PATH}: ${r.timedOut ? "timed out" : r.stderr.trim() || `exit ${r.exitCode}`}`);
+    throw new SandboxError(
+      `could not list the pristine ${TESTBED_PATH}: ${r.timedOut ? "timed out" : r.stderr.trim() || `exit ${r.exitCode}`}`,
+    );
   }
   return r.stdoutBytes;
 }
@@ -72,9 +81,21 @@ export interface AgentDiff {
 /** The agent's changes in `live` relative to the pristine listing. Read-only for the agent's repository. */
 export async function agentDiff(live: Sandbox, listing: Buffer, timeoutMs = 300_000): Promise<AgentDiff> {
   // As root inside: whatever user the agent runs as, every file of /testbed is readable.
-  const r = await live.exec(DIFF_SCRIPT, { uid: 0, gid: 0, env: SAFE_ENV, stdin: listing, timeoutMs, outputLimitBytes: MAX_DIFF_BYTES, cwd: TESTBED_PATH });
-  if (r.timedOut) throw new SandboxError(`taking the diff of ${TESTBED_PATH} timed out after ${Math.round(timeoutMs / 1000)} s`);
-  if (r.exitCode !== 0) throw new SandboxError(`could not take the diff of ${TESTBED_PATH} in sandbox ${live.id}: ${r.stderr.trim() || `exit ${r.exitCode}`}`);
+  const r = await live.exec(DIFF_SCRIPT, {
+    uid: 0,
+    gid: 0,
+    env: SAFE_ENV,
+    stdin: listing,
+    timeoutMs,
+    outputLimitBytes: MAX_DIFF_BYTES,
+    cwd: TESTBED_PATH,
+  });
+  if (r.timedOut)
+    throw new SandboxError(`taking the diff of ${TESTBED_PATH} timed out after ${Math.round(timeoutMs / 1000)} s`);
+  if (r.exitCode !== 0)
+    throw new SandboxError(
+      `could not take the diff of ${TESTBED_PATH} in sandbox ${live.id}: ${r.stderr.trim() || `exit ${r.exitCode}`}`,
+    );
   if (r.truncated) throw new SandboxError(`the diff of ${TESTBED_PATH} is larger than ${MAX_DIFF_BYTES} bytes`);
   const skipped = r.stderr
     .split("\n")

@@ -18,14 +18,25 @@ import { NotFoundError } from "../../util/errors.js";
 import { makeEvalScript } from "../eval-script.js";
 import { gradeInstance, type Grade, type ResolutionStatus } from "../grading.js";
 import { MARKERS } from "../parsers.js";
-import { appendInstanceLog, formatLogLine, LOG_FILES, timeoutNote, writeInstanceFiles, type LogLevel } from "../report.js";
+import {
+  appendInstanceLog,
+  formatLogLine,
+  LOG_FILES,
+  timeoutNote,
+  writeInstanceFiles,
+  type LogLevel,
+} from "../report.js";
 import type { InstanceReportFile } from "../types.js";
 import { pyRepr } from "./pyrepr.js";
 import { openEvalSandbox } from "./sandbox.js";
 import { describeTimings, emptyTimings, roundTimings, type PhaseTimings } from "./timings.js";
 
 /** The harness's GIT_APPLY_CMDS, tried in order on /tmp/patch.diff. */
-export const GIT_APPLY_CMDS = ["git apply --verbose", "git apply --verbose --reject", "patch --batch --fuzz=5 -p1 -i"] as const;
+export const GIT_APPLY_CMDS = [
+  "git apply --verbose",
+  "git apply --verbose --reject",
+  "patch --batch --fuzz=5 -p1 -i",
+] as const;
 /** The harness's DOCKER_PATCH. */
 export const SANDBOX_PATCH_PATH = "/tmp/patch.diff";
 export const SANDBOX_EVAL_PATH = "/eval.sh";
@@ -43,7 +54,7 @@ export type EvalErrorKind =
   | "Unknown Instance"
   | "Grading Failed";
 
-export interface EvalError {
+export interface EvalFailure {
   kind: EvalErrorKind;
   message: string;
 }
@@ -83,7 +94,7 @@ export interface InstanceEvalResult {
   status: "resolved" | "unresolved" | "error";
   /** FULL / PARTIAL / NO when the log could be graded. */
   resolution: ResolutionStatus | null;
-  error?: EvalError;
+  error?: EvalFailure;
   grade: Grade | null;
   report: InstanceReportFile | null;
   /** test_output.txt as written (null when eval.sh did not run). */
@@ -241,7 +252,9 @@ export async function runInstanceEvaluation(input: InstanceEvalInput): Promise<I
     }
     timings.sandboxMs = performance.now() - t;
     result.sandboxId = sandbox.id;
-    log.info(`Sandbox for ${id} created: ${sandbox.id} (environment ${env.key.slice(0, 12)}, network ${sandbox.network ? "on" : "off"})`);
+    log.info(
+      `Sandbox for ${id} created: ${sandbox.id} (environment ${env.key.slice(0, 12)}, network ${sandbox.network ? "on" : "off"})`,
+    );
 
     // 2. The patch.
     t = performance.now();
@@ -249,12 +262,19 @@ export async function runInstanceEvaluation(input: InstanceEvalInput): Promise<I
     if (input.patch !== null) {
       if (input.logDir) {
         await writeFile(join(input.logDir, LOG_FILES.patch), input.patch);
-        log.info(`Intermediate patch for ${id} written to ${join(input.logDir, LOG_FILES.patch)}, now applying to sandbox...`);
+        log.info(
+          `Intermediate patch for ${id} written to ${join(input.logDir, LOG_FILES.patch)}, now applying to sandbox...`,
+        );
       } else log.info(`Intermediate patch for ${id}, now applying to sandbox...`);
       const nonce = `MSB_${randomBytes(8).toString("hex")}`;
       let r: ExecResult;
       try {
-        r = await sandbox.exec(applyScript(nonce), { stdin: input.patch, mergeOutput: true, timeoutMs, cwd: TESTBED_PATH });
+        r = await sandbox.exec(applyScript(nonce), {
+          stdin: input.patch,
+          mergeOutput: true,
+          timeoutMs,
+          cwd: TESTBED_PATH,
+        });
       } catch (e) {
         timings.applyMs = performance.now() - t;
         fail("Sandbox Failed", `the sandbox failed while applying the patch: ${(e as Error).message}`);
@@ -277,7 +297,11 @@ export async function runInstanceEvaluation(input: InstanceEvalInput): Promise<I
       }
       timings.applyMs = performance.now() - t;
       if (result.applyCommand === null) {
-        const why = r.timedOut ? `timed out after ${seconds(timeoutMs)} seconds` : r.exitCode === 97 ? r.stdout.trim() : lastOutput;
+        const why = r.timedOut
+          ? `timed out after ${seconds(timeoutMs)} seconds`
+          : r.exitCode === 97
+            ? r.stdout.trim()
+            : lastOutput;
         log.info(`${MARKERS.applyPatchFail}:\n${why}`);
         fail("Patch Apply Failed", `${MARKERS.applyPatchFail}:\n${why}`);
         return await finish();
@@ -297,7 +321,12 @@ export async function runInstanceEvaluation(input: InstanceEvalInput): Promise<I
     const nonce = `MSB_${randomBytes(8).toString("hex")}`;
     let r: ExecResult;
     try {
-      r = await sandbox.exec(evalRunScript(nonce), { stdin: evalScript, mergeOutput: true, timeoutMs, cwd: TESTBED_PATH });
+      r = await sandbox.exec(evalRunScript(nonce), {
+        stdin: evalScript,
+        mergeOutput: true,
+        timeoutMs,
+        cwd: TESTBED_PATH,
+      });
     } catch (e) {
       timings.testsMs = performance.now() - t;
       fail("Tests Errored", `${MARKERS.testsError}: ${(e as Error).message}`);
@@ -328,7 +357,10 @@ export async function runInstanceEvaluation(input: InstanceEvalInput): Promise<I
       return await finish();
     }
     if (!finished) {
-      fail("Tests Errored", `${MARKERS.testsError}: the eval script ended without completing (exit ${r.exitCode}${r.signal ? `, ${r.signal}` : ""})`);
+      fail(
+        "Tests Errored",
+        `${MARKERS.testsError}: the eval script ended without completing (exit ${r.exitCode}${r.signal ? `, ${r.signal}` : ""})`,
+      );
       return await finish();
     }
     if (diffAfter !== undefined) {
@@ -341,7 +373,12 @@ export async function runInstanceEvaluation(input: InstanceEvalInput): Promise<I
     log.info(`Grading answer for ${id}...`);
     let grade: Grade;
     try {
-      grade = gradeInstance({ instance, modelPatch: input.patch === null ? "" : String(input.patch.length > 0 ? "patch" : ""), testOutput, includeTestsStatus: true });
+      grade = gradeInstance({
+        instance,
+        modelPatch: input.patch === null ? "" : String(input.patch.length > 0 ? "patch" : ""),
+        testOutput,
+        includeTestsStatus: true,
+      });
     } catch (e) {
       timings.gradingMs = performance.now() - t;
       fail("Grading Failed", (e as Error).message);
@@ -377,7 +414,7 @@ export async function runInstanceEvaluation(input: InstanceEvalInput): Promise<I
       const status = result.status === "error" ? `error: ${result.error?.kind}` : result.status;
       await writeFile(
         join(input.logDir, TIMINGS_FILE),
-        JSON.stringify({ instance_id: id, status, resolution: result.resolution, ...rounded }, null, 2) + "\n",
+        `${JSON.stringify({ instance_id: id, status, resolution: result.resolution, ...rounded }, null, 2)}\n`,
       ).catch(() => {});
     }
     return { ...result, timings: rounded, warnings, log: await log.flush() };

@@ -18,7 +18,16 @@ export interface PhaseTimings {
   overheadMs: number;
 }
 
-export const PHASES = ["diffMs", "sandboxMs", "applyMs", "testsMs", "gradingMs", "cleanupMs", "totalMs", "overheadMs"] as const;
+export const PHASES = [
+  "diffMs",
+  "sandboxMs",
+  "applyMs",
+  "testsMs",
+  "gradingMs",
+  "cleanupMs",
+  "totalMs",
+  "overheadMs",
+] as const;
 export type Phase = (typeof PHASES)[number];
 
 export function emptyTimings(): PhaseTimings {
