@@ -2,11 +2,13 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdirSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startServer, type RunningServer, type WorkspaceProvider } from "../src/server/index.js";
 import {
   AuthError,
   CommandTimeoutError,
+  ForbiddenError,
   InvalidInputError,
   LimitError,
   NotFoundError,
@@ -43,7 +45,7 @@ before(async () => {
       return (await sb.exec(["git", "-C", "/testbed", "diff"])).stdout;
     },
   };
-  srv = await startServer({ home, authToken: KEY, provider, maxSandboxes: 4 });
+  srv = await startServer({ home, authToken: KEY, provider, maxSandboxes: 4, allowDirs: [tmpdir()] });
 });
 after(() => srv?.close());
 
@@ -180,7 +182,7 @@ test("typed errors: auth, limits, bad input, unreachable server, client timeouts
     RemoteSandbox.create({ url: srv.url }),
     (e: unknown) => e instanceof AuthError && e.status === 403,
   );
-  await assert.rejects(RemoteSandbox.create({ ...conn(), dir: "/no/such/dir" }), InvalidInputError);
+  await assert.rejects(RemoteSandbox.create({ ...conn(), dir: "/no/such/dir" }), ForbiddenError);
   const held: RemoteSandbox[] = [];
   try {
     for (let i = 0; i < 4; i++) held.push(await RemoteSandbox.create(conn()));

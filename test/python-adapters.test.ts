@@ -6,6 +6,7 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdirSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startServer, type RunningServer } from "../src/server/index.js";
 import { run } from "../src/util/run.js";
@@ -25,7 +26,7 @@ let python = "";
 
 before(async () => {
   python = join(await adapterVenv(), "bin", "python");
-  srv = await startServer({ home, authToken: TOKEN });
+  srv = await startServer({ home, authToken: TOKEN, allowDirs: [tmpdir()] });
 });
 after(() => srv?.close());
 

@@ -23,6 +23,7 @@ import aiohttp
 from pydantic import BaseModel
 
 from minisandbox_runtime import (
+    default_token,
     DeploymentNotStartedError,
     DeploymentStartupError,
     IsAliveResponse,
@@ -36,7 +37,9 @@ class MinisandboxDeploymentConfig(BaseModel):
     """Where the server is and what sandbox to ask for (one of ``dir``, ``instance_id``, ``env_key``, or none)."""
 
     url: str = "http://127.0.0.1:8000"
-    auth_token: str = ""
+    auth_token: str | None = None
+    """Default: the token file ``minisandbox serve`` wrote under ``home`` (see ``default_token``)."""
+    home: str | None = None
     dir: str | None = None
     instance_id: str | None = None
     env_key: str | None = None
@@ -58,6 +61,8 @@ class MinisandboxDeploymentConfig(BaseModel):
 class MinisandboxDeployment:
     def __init__(self, *, logger: logging.Logger | None = None, **kwargs: Any):
         self._config = MinisandboxDeploymentConfig(**kwargs)
+        if self._config.auth_token is None:
+            self._config.auth_token = default_token(self._config.home)
         self.logger = logger or logging.getLogger("minisandbox-deployment")
         self._runtime: MinisandboxRuntime | None = None
         self._info: dict[str, Any] | None = None

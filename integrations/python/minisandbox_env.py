@@ -14,6 +14,7 @@ In a mini-swe-agent config: ``environment: {environment_class: minisandbox_env.M
 from __future__ import annotations
 
 import json
+import os
 import platform
 import urllib.error
 import urllib.request
@@ -28,7 +29,7 @@ except ImportError:  # mini-swe-agent not installed: same shape
         """The agent printed the completion marker; ``args[0]`` is the exit message."""
 
 
-__all__ = ["MinisandboxEnvironmentConfig", "MinisandboxEnvironment", "Submitted"]
+__all__ = ["MinisandboxEnvironmentConfig", "MinisandboxEnvironment", "Submitted", "default_token"]
 
 COMPLETION_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
@@ -36,7 +37,9 @@ COMPLETION_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 @dataclass
 class MinisandboxEnvironmentConfig:
     url: str = "http://127.0.0.1:8000"
-    api_key: str = ""
+    api_key: str | None = None
+    """Default: the token file ``minisandbox serve`` wrote under ``home`` (see ``default_token``)."""
+    home: str | None = None
     dir: str | None = None
     instance_id: str | None = None
     env_key: str | None = None
@@ -56,9 +59,29 @@ class MinisandboxError(RuntimeError):
     pass
 
 
+def default_token(home: str | None = None) -> str:
+    """The token ``minisandbox serve`` wrote to ``<home>/server/token`` ("" when there is none).
+
+    The home is resolved as the CLI resolves it: ``home``, then ``$MINISANDBOX_HOME``, then
+    ``$XDG_DATA_HOME/minisandbox``, then ``~/.local/share/minisandbox``.
+    """
+    if not home:
+        home = os.environ.get("MINISANDBOX_HOME") or os.path.join(
+            os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share"), "minisandbox"
+        )
+    try:
+        with open(os.path.join(os.path.abspath(home), "server", "token"), encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+
 class MinisandboxEnvironment:
     def __init__(self, *, config_class: type = MinisandboxEnvironmentConfig, **kwargs: Any):
         self.config = config_class(**kwargs)
+        if self.config.api_key is None:
+            self.config.api_key = default_token(self.config.home)
         self.sandbox: dict[str, Any] | None = None
         body: dict[str, Any] = {"network": self.config.network}
         for key in ("dir", "instance_id", "env_key", "ttl_seconds", "idle_timeout_seconds"):

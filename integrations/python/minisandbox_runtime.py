@@ -15,6 +15,7 @@ import asyncio
 import builtins
 import importlib
 import logging
+import os
 import random
 import shutil
 import sys
@@ -29,6 +30,7 @@ from pydantic import BaseModel
 
 __all__ = [
     "MinisandboxRuntime",
+    "default_token",
     "IsAliveResponse",
     "CreateBashSessionRequest",
     "CreateBashSessionResponse",
@@ -124,6 +126,23 @@ _MIRRORS = {
         DeploymentStartupError,
     )
 }
+
+def default_token(home: str | None = None) -> str:
+    """The token ``minisandbox serve`` wrote to ``<home>/server/token`` ("" when there is none).
+
+    The home is resolved as the CLI resolves it: ``home``, then ``$MINISANDBOX_HOME``, then
+    ``$XDG_DATA_HOME/minisandbox``, then ``~/.local/share/minisandbox``.
+    """
+    if not home:
+        home = os.environ.get("MINISANDBOX_HOME") or os.path.join(
+            os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share"), "minisandbox"
+        )
+    try:
+        with open(os.path.join(os.path.abspath(home), "server", "token"), encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
 
 # -------------------------------------------------------------------------------------------------- models
 
@@ -263,7 +282,8 @@ class MinisandboxRuntime:
         *,
         host: str,
         port: int | None = None,
-        auth_token: str = "",
+        auth_token: str | None = None,
+        home: str | None = None,
         timeout: float = 0.15,
         num_retries: int = 0,
         logger: logging.Logger | None = None,
@@ -272,7 +292,8 @@ class MinisandboxRuntime:
             host = f"http://{host}"
         self.host = host.rstrip("/")
         self.port = port
-        self.auth_token = auth_token
+        # Not given: the token file of the home (same resolution as the CLI); "" means no token at all.
+        self.auth_token = default_token(home) if auth_token is None else auth_token
         self.timeout = timeout
         self.num_retries = num_retries
         self.logger = logger or logging.getLogger("minisandbox-runtime")

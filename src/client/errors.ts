@@ -25,6 +25,13 @@ export class AuthError extends MinisandboxError {
   }
 }
 
+/** The server refuses this to everyone with this token (403 with code `forbidden`: e.g. a host directory). */
+export class ForbiddenError extends MinisandboxError {
+  constructor(message: string) {
+    super("forbidden", message);
+  }
+}
+
 /** A command or session call exceeded its timeout (SWE-ReX `CommandTimeoutError`). */
 export class CommandTimeoutError extends TimeoutError {
   readonly swerexClass = "swerex.exceptions.CommandTimeoutError";
@@ -88,6 +95,7 @@ export function errorFromResponse(status: number, body: unknown, what: string): 
           ? body
           : "";
   const message = `${what}: ${detail || `HTTP ${status}`}`;
+  if (status === 403 && (body as { code?: unknown })?.code === "forbidden") return new ForbiddenError(message);
   if (status === 401 || status === 403) return new AuthError(message, status);
   if (status === 404) return new NotFoundError(message);
   if (status === 429) return new LimitError(message);

@@ -13,6 +13,7 @@ export {
 } from "./remote-sandbox.js";
 export {
   AuthError,
+  ForbiddenError,
   CommandTimeoutError,
   RemoteRuntimeError,
   errorFromResponse,
@@ -25,4 +26,5 @@ export {
   SessionError,
 } from "./errors.js";
 export { HttpClient } from "./http.js";
+export { readTokenFile, tokenFilePath } from "./token-file.js";
 export { buildZip, zipDirectory, type ZipEntry } from "./zip.js";

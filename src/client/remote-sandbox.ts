@@ -9,13 +9,19 @@ import type { Limits } from "../sandbox/limits.js";
 import type { LimitHit } from "../sandbox/exec.js";
 import { NotFoundError } from "../util/errors.js";
 import { HttpClient } from "./http.js";
+import { readTokenFile } from "./token-file.js";
 import { zipDirectory } from "./zip.js";
 
 export interface ConnectOptions {
   /** Server base URL, e.g. "http://127.0.0.1:8000". */
   url: string;
-  /** The server's token (sent as X-API-Key). */
+  /**
+   * The server's token (sent as X-API-Key). Default: the token file `serve` writes, `<home>/server/token`, with the
+   * home resolved as the CLI does (`home`, then MINISANDBOX_HOME, then the per-user default).
+   */
   apiKey?: string;
+  /** minisandbox home whose token file to read when `apiKey` is not given. */
+  home?: string;
   /** Client-side limit for each HTTP request (default: none; commands carry their own timeouts). */
   requestTimeoutMs?: number;
 }
@@ -90,6 +96,9 @@ interface Observation {
 }
 
 const seconds = (ms: number | undefined): number | null => (ms === undefined ? null : ms / 1000);
+
+/** The given key, else the home's token file. */
+const keyFor = (o: ConnectOptions): string | undefined => o.apiKey ?? readTokenFile(o.home);
 
 /** One named bash session of a remote sandbox. */
 export class RemoteSession {
@@ -281,7 +290,8 @@ export class RemoteSandbox implements AsyncDisposable {
 
   /** Create a sandbox on the server. */
   static async create(o: RemoteSandboxCreateOptions): Promise<RemoteSandbox> {
-    const api = new HttpClient(o.url, o.apiKey, o.requestTimeoutMs);
+    const apiKey = keyFor(o);
+    const api = new HttpClient(o.url, apiKey, o.requestTimeoutMs);
     const body: Record<string, unknown> = {};
     if (o.dir !== undefined) body.dir = o.dir;
     if (o.instanceId !== undefined) body.instance_id = o.instanceId;
@@ -301,20 +311,21 @@ export class RemoteSandbox implements AsyncDisposable {
     if (o.cwd) body.cwd = o.cwd;
     if (o.labels) body.labels = o.labels;
     const info = await api.json<SandboxInfo>("POST", "/sandboxes", body, { what: "create sandbox" });
-    return new RemoteSandbox(api, info, o.apiKey, o.requestTimeoutMs);
+    return new RemoteSandbox(api, info, apiKey, o.requestTimeoutMs);
   }
 
   /** Attach to an existing sandbox by id. */
   static async connect(o: ConnectOptions & { id: string }): Promise<RemoteSandbox> {
-    const api = new HttpClient(o.url, o.apiKey, o.requestTimeoutMs);
+    const apiKey = keyFor(o);
+    const api = new HttpClient(o.url, apiKey, o.requestTimeoutMs);
     const info = await api.json<SandboxInfo>("GET", `/sandboxes/${encodeURIComponent(o.id)}`, undefined, {
       what: `sandbox ${o.id}`,
     });
-    return new RemoteSandbox(api, info, o.apiKey, o.requestTimeoutMs);
+    return new RemoteSandbox(api, info, apiKey, o.requestTimeoutMs);
   }
 
   static async list(o: ConnectOptions): Promise<SandboxInfo[]> {
-    const api = new HttpClient(o.url, o.apiKey, o.requestTimeoutMs);
+    const api = new HttpClient(o.url, keyFor(o), o.requestTimeoutMs);
     return (await api.json<{ sandboxes: SandboxInfo[] }>("GET", "/sandboxes", undefined, { what: "list sandboxes" }))
       .sandboxes;
   }

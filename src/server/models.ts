@@ -3,6 +3,7 @@
  * defaulted when absent, extra fields ignored, lax coercion where pydantic is lax, and 422 details in pydantic's
  * shape (`type`, `loc`, `msg`, `input`, `ctx`).
  */
+import { MinisandboxError } from "../util/errors.js";
 
 export interface ValidationDetail {
   type: string;
@@ -12,9 +13,9 @@ export interface ValidationDetail {
   ctx?: Record<string, unknown>;
 }
 
-export class RequestValidationError extends Error {
+export class RequestValidationError extends MinisandboxError {
   constructor(readonly detail: ValidationDetail[]) {
-    super("request validation failed");
+    super("validation_error", `request validation failed: ${detail.map((d) => d.loc.join(".")).join(", ")}`);
   }
 }
 
@@ -380,7 +381,7 @@ export function parseCreateSandbox(body: unknown): CreateSandboxRequest {
       for (const name of ["memory_bytes", "pids", "cpu_seconds", "disk_bytes"] as const) {
         const raw = limits[name];
         if (raw === undefined || raw === null) continue;
-        const v = coerce({ kind: "float" }, raw, ["body", "limits", name], errors) as number | undefined;
+        const v = coerce({ kind: "int" }, raw, ["body", "limits", name], errors) as number | undefined;
         if (v !== undefined && !(v > 0))
           errors.push({
             type: "greater_than",
@@ -388,6 +389,14 @@ export function parseCreateSandbox(body: unknown): CreateSandboxRequest {
             msg: "Input should be greater than 0",
             input: v,
             ctx: { gt: 0 },
+          });
+        else if (v !== undefined && v > Number.MAX_SAFE_INTEGER)
+          errors.push({
+            type: "less_than_equal",
+            loc: ["body", "limits", name],
+            msg: `Input should be less than or equal to ${Number.MAX_SAFE_INTEGER}`,
+            input: v,
+            ctx: { le: Number.MAX_SAFE_INTEGER },
           });
         out.limits[name] = v;
       }

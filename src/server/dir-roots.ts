@@ -1,0 +1,84 @@
+/**
+ * Host directories a client may mount (`serve --allow-dir`). A requested directory is opened once; its real path
+ * is read from the open descriptor and checked against the roots, and the sandbox mounts that very descriptor
+ * (`/proc/<pid>/fd/<n>`), so swapping a symlink or a directory after the check changes nothing.
+ */
+import { closeSync, constants, openSync, readlinkSync, realpathSync, statSync } from "node:fs";
+import { isAbsolute, resolve, sep } from "node:path";
+import { InvalidInputError, MinisandboxError } from "../util/errors.js";
+
+/** `{dir}` outside the allowed roots, or no roots at all (403). */
+export class ForbiddenError extends MinisandboxError {
+  constructor(message: string) {
+    super("forbidden", message);
+  }
+}
+
+export interface OpenedDir {
+  /** What to mount: the open descriptor of the checked directory. */
+  mountSource: string;
+  /** Its real path (for display). */
+  realPath: string;
+  close(): void;
+}
+
+export class DirRoots {
+  readonly roots: readonly string[];
+
+  /** Each root must exist: it is resolved once, now. */
+  constructor(roots: readonly string[]) {
+    this.roots = roots.map((r) => {
+      try {
+        if (!statSync(r).isDirectory()) throw new Error("not a directory");
+        return realpathSync(resolve(r));
+      } catch (e) {
+        throw new InvalidInputError(`--allow-dir ${r}: ${(e as Error).message}`);
+      }
+    });
+  }
+
+  /** True when `real` is a root or lies below one. */
+  contains(real: string): boolean {
+    return this.roots.some((r) => real === r || real.startsWith(r === sep ? r : r + sep));
+  }
+
+  /**
+   * Open `dir` for mounting. Missing, not a directory, or outside the roots all get the same answer, so a client
+   * cannot probe which host paths exist.
+   */
+  open(dir: string): OpenedDir {
+    if (this.roots.length === 0)
+      throw new ForbiddenError(
+        "this server mounts no host directories: start it with --allow-dir DIR to allow directories under DIR",
+      );
+    const refused = (): ForbiddenError =>
+      new ForbiddenError(`dir ${dir} is not a directory under the directories this server may mount`);
+    if (!isAbsolute(dir)) throw refused();
+    let fd: number;
+    try {
+      fd = openSync(dir, constants.O_RDONLY | constants.O_DIRECTORY);
+    } catch {
+      throw refused();
+    }
+    let real: string;
+    try {
+      real = readlinkSync(`/proc/self/fd/${fd}`);
+    } catch {
+      closeSync(fd);
+      throw refused();
+    }
+    if (!this.contains(real)) {
+      closeSync(fd);
+      throw refused();
+    }
+    let closed = false;
+    return {
+      mountSource: `/proc/${process.pid}/fd/${fd}`,
+      realPath: real,
+      close: () => {
+        if (!closed) closeSync(fd);
+        closed = true;
+      },
+    };
+  }
+}

@@ -1,0 +1,48 @@
+/** SWE-ReX `/read_file` and `/write_file`, and the bounded read both APIs use. */
+import type { FastifyInstance } from "fastify";
+import { readBounded, writeBounded } from "./bounded-io.js";
+import { RetryLaterError } from "./errors.js";
+import { parseReadFile, parseWriteFile } from "./models.js";
+import { pyReadText } from "./pycompat.js";
+import { fileError, RUNTIME } from "./runtime-common.js";
+import { onEntry, type EntryResolver, type RouteContext } from "./route-context.js";
+import type { Entry } from "./registry.js";
+
+/** A file's bytes within the server's read limits, counted against its budget of concurrent reads. */
+export async function readForClient(ctx: RouteContext, e: Entry, path: string): Promise<Buffer> {
+  const release = ctx.reads.tryAcquire();
+  if (!release)
+    throw new RetryLaterError("busy", `${ctx.reads.capacity} file reads are in progress on this server; retry`, 1);
+  try {
+    return await readBounded(e.sandbox, path, {
+      maxBytes: ctx.limits.maxReadBytes,
+      timeoutMs: ctx.limits.fileTimeoutMs,
+    });
+  } finally {
+    release();
+  }
+}
+
+export function registerFileRoutes(app: FastifyInstance, prefix: string, resolve: EntryResolver, ctx: RouteContext) {
+  app.post(
+    `${prefix}/read_file`,
+    { config: RUNTIME },
+    onEntry(ctx, resolve, async (e, req) => {
+      const r = parseReadFile(req.body);
+      return { content: pyReadText(await readForClient(ctx, e, r.path), r.encoding, r.errors) };
+    }),
+  );
+  app.post(
+    `${prefix}/write_file`,
+    { config: RUNTIME },
+    onEntry(ctx, resolve, async (e, req) => {
+      const r = parseWriteFile(req.body);
+      try {
+        await writeBounded(e.sandbox, r.path, r.content, ctx.limits.fileTimeoutMs);
+      } catch (err) {
+        throw fileError(err, r.path);
+      }
+      return {};
+    }),
+  );
+}
