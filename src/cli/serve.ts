@@ -16,6 +16,7 @@ interface ServeOptions {
   rateLimit?: string;
   maxBody?: string;
   maxRead?: string;
+  fileTimeout: string;
   dataset?: string;
   maxSandboxes?: string;
   dir?: string;
@@ -80,6 +81,7 @@ export function registerServeCommand(program: Command, getHome: () => string, pr
     .option("--max-upload <SIZE>", "largest upload", "1G")
     .option("--max-body <SIZE>", "largest JSON request body", "16M")
     .option("--max-read <SIZE>", "largest file read_file returns", "64M")
+    .option("--file-timeout <SECONDS>", "deadline of one file read or write in a sandbox", "60")
     .option("--public-url <URL>", "base URL put in runtime_url (default: the Host the client used)")
     .option("--log-level <LEVEL>", "fatal, error, warn, info, debug, trace or silent", "info")
     .action(async (o: ServeOptions) => {
@@ -131,6 +133,7 @@ async function serverOptions(o: ServeOptions, home: string, providerFactory?: Pr
     maxUploadBytes: parseSize(o.maxUpload),
     maxBodyBytes: o.maxBody ? parseSize(o.maxBody) : undefined,
     maxReadBytes: o.maxRead ? parseSize(o.maxRead) : undefined,
+    fileTimeoutMs: positive(o.fileTimeout, "--file-timeout")! * 1000,
     publicUrl: o.publicUrl,
     logger: o.logLevel === "silent" ? false : { level: o.logLevel },
   };
