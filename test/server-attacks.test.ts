@@ -275,7 +275,10 @@ test("a pack that unpacks far beyond its size is refused before anything is writ
   assert.ok(size < 256 * 1024, `the pack is small (${size} bytes)`);
   const r = await runCli(home, ["store", "import", pack]);
   assert.equal(r.code, 1, r.stderr);
-  assert.match(r.stderr, /invalid pack .*: it unpacks to more than 200 times its \d+ bytes \(stopped before writing objects\//);
+  assert.match(
+    r.stderr,
+    /invalid pack .*: it unpacks to more than 200 times its \d+ bytes \(stopped before writing objects\//,
+  );
   assert.deepEqual(readdirSync(join(home, "store", "tmp")), []);
 });
 

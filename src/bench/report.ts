@@ -1,6 +1,7 @@
 /** Ratios, targets, and the Markdown table and SVG chart written next to the results JSON. */
 import { formatBytes } from "../util/size.js";
 import { ratio } from "./stats.js";
+import type { Leftovers, ServerLoadResult } from "./server-load.js";
 import type { BenchResults, ReadyVariant, ReadyVariantName, Target, Unavailable } from "./types.js";
 
 const ok = (v: ReadyVariant | Unavailable | undefined): v is ReadyVariant => v?.available === true;
@@ -125,6 +126,7 @@ export function computeTargets(r: Omit<BenchResults, "targets">): Target[] {
     "p50Ms" in s ? ms(s.p50Ms) : "n/a",
     "p50Ms" in s ? s.p50Ms <= 5 : null,
   );
+  serverLoadTargets(r.serverLoad, at);
   const mem = r.concurrency.levels.filter((l) => l.rssPerIdleBytes !== null).sort((a, b) => b.k - a.k)[0];
   // Both readings: summed RSS counts shared pages (libc, bash text) once per process; PSS splits them fairly.
   at(
@@ -289,8 +291,53 @@ export function renderMarkdown(r: BenchResults): string {
         `| ${e.label} | ${e.instances} | ${e.workers} | ${ms(e.wallMs)} | ${e.instancesPerMinute} | ${Number.isNaN(e.resolved) ? "n/a" : e.resolved} | ${ms(e.perInstance?.p50Ms)} | ${ms(e.overheadMs)} |`,
       );
   }
+  L.push("", "## 6. Server load and faults (a real serve process on 127.0.0.1)", "", ...serverLoadLines(r.serverLoad));
   if (r.notes.length) L.push("", "## Notes", "", ...r.notes.map((n) => `- ${n}`));
   return `${L.join("\n")}\n`;
+}
+
+const none = (l: Leftovers): boolean => Object.values(l).every((v) => v === 0);
+const left = (l: Leftovers): string =>
+  none(l)
+    ? "nothing left"
+    : Object.entries(l)
+        .filter(([, v]) => v > 0)
+        .map(([k, v]) => `${v} ${k}`)
+        .join(", ");
+
+function serverLoadTargets(
+  s: ServerLoadResult | Unavailable | undefined,
+  at: (...a: [string, string, string, boolean | null]) => void,
+) {
+  if (!s?.available) return at("server load over HTTP", "0 errors, nothing left", "not run", null);
+  at(
+    `server load: ${s.sandboxes} sandboxes x ${s.commandsPerSandbox} commands over HTTP`,
+    "0 errors",
+    `${s.errors} errors, p50 ${ms(s.command.p50Ms)}, p99 ${ms(s.command.p99Ms)}`,
+    s.errors === 0,
+  );
+  const clean = none(s.leftoversAfterLoad) && none(s.kill.leftoversAfterRestart) && none(s.disconnects.leftovers);
+  at(
+    `SIGKILL with ${s.kill.liveAtKill} live sandboxes, restart; disconnected clients`,
+    "nothing left",
+    `${s.kill.reapedAtRestart} reaped at restart; ${left(s.kill.leftoversAfterRestart)}`,
+    clean && s.kill.reapedAtRestart === s.kill.liveAtKill,
+  );
+}
+
+function serverLoadLines(s: ServerLoadResult | Unavailable | undefined): string[] {
+  if (!s) return ["Not run."];
+  if (!s.available) return [`Not available — ${s.reason}`];
+  const mib = (b: number): string => `${(b / 1024 ** 2).toFixed(0)} MiB`;
+  return [
+    `${s.sandboxes} clients (one token and sandbox each) × ${s.commandsPerSandbox} \`run_in_session\` commands, all at once: ` +
+      `${s.errors} errors, p50 ${ms(s.command.p50Ms)}, p99 ${ms(s.command.p99Ms)}, ${s.commandsPerSecond} commands/s; ` +
+      `create p50 ${ms(s.create.p50Ms)}, p99 ${ms(s.create.p99Ms)}.`,
+    `Server RSS ${mib(s.serverRssBytes.start)} at start, ${mib(s.serverRssBytes.peak)} at peak, ${mib(s.serverRssBytes.end)} after.`,
+    `After deleting them: ${left(s.leftoversAfterLoad)}. SIGKILL with ${s.kill.liveAtKill} live sandboxes, then restart: ` +
+      `${s.kill.reapedAtRestart} reaped, ${left(s.kill.leftoversAfterRestart)}. ` +
+      `Clients gone mid-upload and mid-command: ${left(s.disconnects.leftovers)}.`,
+  ];
 }
 
 const RATIO_MEANINGS: Record<keyof BenchResults["ratios"], string> = {

@@ -8,6 +8,7 @@ import { Podman } from "./podman.js";
 import { timedRun } from "./proc.js";
 import { benchReady } from "./ready.js";
 import { computeRatios, computeTargets } from "./report.js";
+import { benchServerLoad } from "./server-load.js";
 import { benchSessionHttp, benchSessionInProcess } from "./session.js";
 import { defaultWorkDir, setupEnvironment } from "./setup.js";
 import { benchStorage } from "./storage.js";
@@ -16,8 +17,8 @@ import type { BenchResults, Unavailable } from "./types.js";
 const PODMAN_STORAGE_METHOD =
   "overlay layer dirs of the N images (du, each layer once): all of them — base OS, toolchain and env layers, what podman really keeps on disk for these images (storage_vs_podman, #6) — and the env layers alone (storage_vs_podman_env_layers)";
 
-export type Workload = "ready" | "storage" | "concurrency" | "session" | "evaluation";
-export const ALL_WORKLOADS: Workload[] = ["ready", "storage", "concurrency", "session", "evaluation"];
+export type Workload = "ready" | "storage" | "concurrency" | "session" | "evaluation" | "server";
+export const ALL_WORKLOADS: Workload[] = ["ready", "storage", "concurrency", "session", "evaluation", "server"];
 /** What `--dataset` runs (#6: workloads 1, 2 and 5); the others do not depend on the environment. */
 export const DATASET_WORKLOADS: Workload[] = ["ready", "storage", "evaluation"];
 
@@ -46,6 +47,10 @@ export interface BenchOptions {
   evalInstances?: number;
   evalWorkers?: number;
   coldStampedeK?: number;
+  /** Server load: clients (one sandbox each) x commands, and sandboxes live at the SIGKILL. */
+  serverSandboxes?: number;
+  serverCommands?: number;
+  serverKillWithLive?: number;
   /** false: skip the HTTP round trip (src/server/bench.ts). */
   sessionHttp?: boolean;
   /** false: skip the eval runner's own benchmark (src/eval benchEvaluation). */
@@ -205,6 +210,7 @@ export async function runBench(o: BenchOptions = {}): Promise<BenchResults> {
     },
     concurrency: { levels: [], k128_failures: null, cold_stampede: null },
     session: { inProcess: notRun("session round trip"), http: notRun("HTTP round trip") },
+    serverLoad: notRun("server load"),
     evaluation: {
       minisandbox_engine: notRun("evaluation"),
       minisandbox_steps: notRun("evaluation"),
@@ -256,6 +262,19 @@ export async function runBench(o: BenchOptions = {}): Promise<BenchResults> {
     results.session.inProcess = await benchSessionInProcess(env, size.sessionCommands);
     if (o.sessionHttp !== false) results.session.http = await benchSessionHttp(env, { quick: o.quick ?? false, log });
     phase("session");
+  }
+  if (workloads.has("server")) {
+    const q = o.quick ?? false;
+    const sizes = {
+      sandboxes: o.serverSandboxes ?? (q ? 16 : 128),
+      commandsPerSandbox: o.serverCommands ?? (q ? 20 : 100),
+      killWithLive: o.serverKillWithLive ?? (q ? 8 : 32),
+    };
+    log(`workload 6: server load, ${sizes.sandboxes} clients x ${sizes.commandsPerSandbox} commands over HTTP`);
+    results.serverLoad = await benchServerLoad({ ...sizes, workDir: work }).catch((e: unknown) =>
+      na(`server load failed: ${(e as Error).message.split("\n")[0]}`),
+    );
+    phase("server");
   }
   if (workloads.has("evaluation")) {
     const instances = env.instances.slice(0, size.evalInstances);

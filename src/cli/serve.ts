@@ -145,11 +145,12 @@ function announce(s: RunningServer): void {
   if (s.tokenFile) auth += ` (token in ${s.tokenFile}, readable by its owner only)`;
   if (!s.authenticated)
     auth = "; WARNING: no authentication (--no-auth): every local user and sandbox with network can use it";
-  process.stderr.write(`minisandbox: serving on ${s.url}${root}${auth}\n`);
+  // Leftovers first: whoever waits for the "serving on" line has everything said before it.
   if (s.reaped.sandboxes.length || s.reaped.cgroups.length)
     process.stderr.write(
       `minisandbox: removed leftovers of an earlier server: ${s.reaped.sandboxes.length} sandbox(es), ${s.reaped.cgroups.length} cgroup(s)\n`,
     );
+  process.stderr.write(`minisandbox: serving on ${s.url}${root}${auth}\n`);
 }
 
 function handleSignals(s: RunningServer): void {
