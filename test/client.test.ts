@@ -158,7 +158,7 @@ test("files: read / readBytes / write (text and binary) / upload file and direct
 
 test("instances: evaluate and diff through the server's provider", async () => {
   await using sb = await RemoteSandbox.create({ ...conn(), instanceId: "app-1" });
-  assert.equal(sb.info.instance_id, "app-1");
+  assert.equal(sb.info.instanceId, "app-1");
   assert.equal(await sb.diff(), "");
   assert.deepEqual(await sb.evaluate(), { instance_id: "app-1", resolved: false });
   await sb.files.write("/testbed/app.py", "VALUE = 2\n");

@@ -69,23 +69,50 @@ interface Swerexception {
   extra_info?: Record<string, unknown>;
 }
 
+/** The SDK's error for a native API error `code` (the server's status comes from the same code). */
+const BY_CODE: Record<string, (m: string) => MinisandboxError> = {
+  not_found: (m) => new NotFoundError(m),
+  sandbox_not_found: (m) => new NotFoundError(m),
+  invalid_input: (m) => new InvalidInputError(m),
+  validation_error: (m) => new InvalidInputError(m),
+  forbidden: (m) => new ForbiddenError(m),
+  limit_reached: (m) => new LimitError(m),
+  rate_limited: (m) => new LimitError(m),
+  busy: (m) => new LimitError(m),
+  too_large: (m) => new LimitError(m),
+  timeout: (m) => new TimeoutError(m),
+};
+
+/** Without a code (auth answers, FastAPI-style 422s, proxies): by status. */
+function byStatus(status: number, message: string): MinisandboxError {
+  if (status === 401 || status === 403) return new AuthError(message, status);
+  if (status === 404) return new NotFoundError(message);
+  if (status === 413 || status === 429) return new LimitError(message);
+  if (status === 400 || status === 422) return new InvalidInputError(message);
+  if (status === 504) return new TimeoutError(message);
+  return new SandboxError(message);
+}
+
+/** A 511 answer: the SWE-ReX exception class the server named (session failures keep their in-process codes). */
+function fromSwerexception(x: Swerexception): MinisandboxError {
+  const cls = x.class_path ?? "";
+  const name = cls.slice(cls.lastIndexOf(".") + 1);
+  const msg = x.message ?? "";
+  const extra = x.extra_info ?? {};
+  if (name === "CommandTimeoutError") return new CommandTimeoutError(msg, extra);
+  if (SESSION_CODES[name]) return new SessionError(SESSION_CODES[name]!, msg, cls, extra);
+  if (cls === "builtins.FileNotFoundError") return Object.assign(new NotFoundError(msg), { swerexClass: cls });
+  return new RemoteRuntimeError(msg, cls, extra);
+}
+
 /** Turn an HTTP error answer into the SDK's error. */
 export function errorFromResponse(status: number, body: unknown, what: string): MinisandboxError {
   const obj = (typeof body === "object" && body !== null ? body : {}) as {
     detail?: unknown;
+    code?: unknown;
     swerexception?: Swerexception;
   };
-  if (status === 511 && obj.swerexception) {
-    const x = obj.swerexception;
-    const cls = x.class_path ?? "";
-    const name = cls.slice(cls.lastIndexOf(".") + 1);
-    const msg = x.message ?? "";
-    const extra = x.extra_info ?? {};
-    if (name === "CommandTimeoutError") return new CommandTimeoutError(msg, extra);
-    if (SESSION_CODES[name]) return new SessionError(SESSION_CODES[name]!, msg, cls, extra);
-    if (cls === "builtins.FileNotFoundError") return Object.assign(new NotFoundError(msg), { swerexClass: cls });
-    return new RemoteRuntimeError(msg, cls, extra);
-  }
+  if (status === 511 && obj.swerexception) return fromSwerexception(obj.swerexception);
   const detail =
     typeof obj.detail === "string"
       ? obj.detail
@@ -95,11 +122,6 @@ export function errorFromResponse(status: number, body: unknown, what: string): 
           ? body
           : "";
   const message = `${what}: ${detail || `HTTP ${status}`}`;
-  if (status === 403 && (body as { code?: unknown })?.code === "forbidden") return new ForbiddenError(message);
-  if (status === 401 || status === 403) return new AuthError(message, status);
-  if (status === 404) return new NotFoundError(message);
-  if (status === 429) return new LimitError(message);
-  if (status === 400 || status === 422) return new InvalidInputError(message);
-  if (status === 504) return new TimeoutError(message);
-  return new SandboxError(message);
+  const make = typeof obj.code === "string" ? BY_CODE[obj.code] : undefined;
+  return make ? make(message) : byStatus(status, message);
 }

@@ -1,16 +1,13 @@
 /** Public API of client/: the TypeScript SDK for a minisandbox server. */
 export {
   RemoteSandbox,
-  RemoteSessions,
-  RemoteSession,
-  RemoteFiles,
   type ConnectOptions,
   type RemoteSandboxCreateOptions,
   type SandboxInfo,
-  type RemoteExecOptions,
-  type RemoteExecResult,
-  type RemoteRunOptions,
 } from "./remote-sandbox.js";
+export { RemoteSessions, RemoteSession, type RemoteRunOptions, type InterruptOptions } from "./remote-sessions.js";
+export { RemoteFiles } from "./remote-files.js";
+export type { RemoteExecOptions, RemoteExecResult } from "./remote-exec.js";
 export {
   AuthError,
   ForbiddenError,

@@ -5,11 +5,11 @@
 import { createHash } from "node:crypto";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import "./fastify-types.js";
-import { RequestValidationError } from "./models.js";
+import { WireValidationError } from "../wire/index.js";
 
-function jsonError(e: Error): RequestValidationError {
+function jsonError(e: Error): WireValidationError {
   const m = /position (\d+)/.exec(e.message);
-  return new RequestValidationError([
+  return new WireValidationError([
     {
       type: "json_invalid",
       loc: ["body", m ? Number(m[1]) : 0],

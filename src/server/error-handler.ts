@@ -5,7 +5,7 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { codeFor, RetryLaterError, statusFor, swerexception } from "./errors.js";
-import { RequestValidationError } from "./models.js";
+import { WireValidationError } from "../wire/index.js";
 import { PyError } from "./pycompat.js";
 import { SessionError } from "../session/errors.js";
 
@@ -34,7 +34,7 @@ function answeredOverHttp(err: Error, code: string): boolean {
 }
 
 function answer(err: FastifyLikeError, req: FastifyRequest, reply: FastifyReply) {
-  if (err instanceof RequestValidationError) return reply.code(422).send({ detail: err.detail });
+  if (err instanceof WireValidationError) return reply.code(422).send({ detail: err.detail });
   if (isTransportError(err)) return reply.code(err.statusCode!).send({ detail: err.message, code: err.code });
   if (err instanceof RetryLaterError) reply.header("retry-after", String(err.retryAfterSeconds));
   const code = codeFor(err);

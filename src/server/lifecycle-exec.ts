@@ -2,7 +2,7 @@
 import type { FastifyInstance } from "fastify";
 import { InvalidInputError } from "../util/errors.js";
 import { LIFECYCLE } from "./lifecycle-sandboxes.js";
-import { parseNativeExec } from "./models.js";
+import { native } from "../wire/index.js";
 import { byId, onEntry, type RouteContext } from "./route-context.js";
 import { readForClient } from "./runtime-files.js";
 
@@ -13,8 +13,8 @@ export function registerExecRoutes(app: FastifyInstance, ctx: RouteContext): voi
   app.post(
     "/sandboxes/:id/exec",
     { config },
-    onEntry(ctx, entry, async (e, req) => {
-      const r = parseNativeExec(req.body);
+    onEntry(ctx, entry, async (e, req): Promise<native.ExecResponse> => {
+      const r = native.ExecRequest.parse(req.body);
       const started = performance.now();
       const res = await e.sandbox.exec(r.command, {
         timeoutMs: r.timeout_ms,

@@ -1,7 +1,7 @@
 /** Native API: create, list, inspect and delete sandboxes. A principal sees and deletes only its own. */
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { InvalidInputError } from "../util/errors.js";
-import { parseCreateSandbox } from "./models.js";
+import { native } from "../wire/index.js";
 import type { Entry } from "./registry.js";
 import { byId, principalOf, type RouteContext } from "./route-context.js";
 
@@ -13,7 +13,7 @@ export function baseUrl(req: FastifyRequest, publicUrl?: string): string {
 }
 
 /** What the API says about a sandbox. */
-export function describe(e: Entry, base: string) {
+export function describe(e: Entry, base: string): native.SandboxInfo {
   const l = e.limits;
   return {
     id: e.id,
@@ -47,7 +47,7 @@ export function registerSandboxRoutes(app: FastifyInstance, ctx: RouteContext): 
   const config = LIFECYCLE;
   const entry = byId(registry);
   app.post("/sandboxes", { config }, async (req, reply) => {
-    const e = await registry.create(parseCreateSandbox(req.body), principalOf(req));
+    const e = await registry.create(native.CreateSandboxRequest.parse(req.body), principalOf(req));
     reply.code(201);
     return describe(e, baseUrl(req, ctx.publicUrl));
   });
@@ -62,6 +62,6 @@ export function registerSandboxRoutes(app: FastifyInstance, ctx: RouteContext): 
         `sandbox ${e.id} is this server's default sandbox (serve --dir); it lives as long as the server`,
       );
     await registry.delete(e.id, "delete");
-    return { id: e.id, deleted: true as const };
+    return { id: e.id, deleted: true };
   });
 }

@@ -10,7 +10,9 @@ import type { Principal } from "./auth.js";
 import type { DirRoots } from "./dir-roots.js";
 import { ShuttingDownError } from "./errors.js";
 import type { ServerMetrics } from "./metrics.js";
-import type { CreateSandboxRequest } from "./models.js";
+import type { native } from "../wire/index.js";
+
+type CreateSandboxRequest = native.CreateSandboxRequest;
 import type { WorkspaceProvider } from "./provider.js";
 import { limitsFor, resolveSource, type ResolvedSource, type SourceKind } from "./sandbox-source.js";
 

@@ -1,7 +1,7 @@
 /** SWE-ReX `/execute`: one fresh process, with Python's subprocess semantics for argv, env, cwd and errors. */
 import { constants as osConstants } from "node:os";
 import type { FastifyInstance } from "fastify";
-import { parseCommand, type CommandRequest } from "./models.js";
+import { swerex } from "../wire/index.js";
 import {
   decodeBackslashReplace,
   osErrorFrom,
@@ -40,7 +40,7 @@ function spawnError(
 }
 
 /** argv as subprocess would build it: `shell` runs sh -c, a string is shlex-split, `env` replaces the environment. */
-function argvFor(c: CommandRequest): string[] {
+function argvFor(c: swerex.Command): string[] {
   let argv: string[];
   if (c.shell) argv = ["/bin/sh", "-c", ...(typeof c.command === "string" ? [c.command] : c.command)];
   else if (typeof c.command === "string") {
@@ -58,8 +58,8 @@ function argvFor(c: CommandRequest): string[] {
   return ["/usr/bin/env", "-i", ...Object.entries(c.env).map(([k, v]) => `${k}=${v}`), ...argv];
 }
 
-async function execute(ctx: RouteContext, e: Entry, body: unknown) {
-  const c = parseCommand(body);
+async function execute(ctx: RouteContext, e: Entry, body: unknown): Promise<swerex.CommandResponse> {
+  const c = swerex.Command.parse(body);
   const argv = argvFor(c);
   const started = performance.now();
   const r = await e.sandbox.exec(argv, {

@@ -2,7 +2,7 @@
 import type { FastifyInstance } from "fastify";
 import { readBounded, writeBounded } from "./bounded-io.js";
 import { RetryLaterError } from "./errors.js";
-import { parseReadFile, parseWriteFile } from "./models.js";
+import { swerex } from "../wire/index.js";
 import { pyReadText } from "./pycompat.js";
 import { fileError, RUNTIME } from "./runtime-common.js";
 import { onEntry, type EntryResolver, type RouteContext } from "./route-context.js";
@@ -28,7 +28,7 @@ export function registerFileRoutes(app: FastifyInstance, prefix: string, resolve
     `${prefix}/read_file`,
     { config: RUNTIME },
     onEntry(ctx, resolve, async (e, req) => {
-      const r = parseReadFile(req.body);
+      const r = swerex.ReadFileRequest.parse(req.body);
       return { content: pyReadText(await readForClient(ctx, e, r.path), r.encoding, r.errors) };
     }),
   );
@@ -36,7 +36,7 @@ export function registerFileRoutes(app: FastifyInstance, prefix: string, resolve
     `${prefix}/write_file`,
     { config: RUNTIME },
     onEntry(ctx, resolve, async (e, req) => {
-      const r = parseWriteFile(req.body);
+      const r = swerex.WriteFileRequest.parse(req.body);
       try {
         await writeBounded(e.sandbox, r.path, r.content, ctx.limits.fileTimeoutMs);
       } catch (err) {

@@ -2,7 +2,7 @@
 import type { FastifyInstance } from "fastify";
 import { SessionError } from "../session/errors.js";
 import { MinisandboxError } from "../util/errors.js";
-import { parseAction, parseCloseSession, parseCreateSession, type BashAction } from "./models.js";
+import { swerex } from "../wire/index.js";
 import { PyError, pyFloat, pyRepr } from "./pycompat.js";
 import { RUNTIME, secondsToMs } from "./runtime-common.js";
 import { onEntry, type EntryResolver, type RouteContext } from "./route-context.js";
@@ -18,7 +18,7 @@ function withPyTimeout(e: unknown, t: number | null): unknown {
 }
 
 async function createSession(ctx: RouteContext, e: Entry, body: unknown) {
-  const r = parseCreateSession(body);
+  const r = swerex.CreateSessionRequest.parse(body);
   const exists = () => new PyError("swerex.exceptions.SessionExistsError", `session ${r.session} already exists`);
   if (e.sandbox.sessions.has(r.session)) throw exists();
   const startup = Math.max(r.startup_timeout, ctx.limits.minStartupTimeoutS);
@@ -43,7 +43,7 @@ async function createSession(ctx: RouteContext, e: Entry, body: unknown) {
   }
 }
 
-const observation = (r: { output: string; exitCode: number | null; expectString: string }) => ({
+const observation = (r: { output: string; exitCode: number | null; expectString: string }): swerex.BashObservation => ({
   output: r.output,
   exit_code: r.exitCode,
   failure_reason: "",
@@ -52,7 +52,7 @@ const observation = (r: { output: string; exitCode: number | null; expectString:
 });
 
 async function runInSession(ctx: RouteContext, e: Entry, body: unknown) {
-  const a = parseAction(body);
+  const a = swerex.Action.parse(body);
   const session = e.sandbox.sessions.get(a.session);
   const started = performance.now();
   const kind = a.action_type === "bash_interrupt" ? "interrupt" : "session";
@@ -67,7 +67,7 @@ async function runInSession(ctx: RouteContext, e: Entry, body: unknown) {
   }
 }
 
-async function runCommand(session: ReturnType<Entry["sandbox"]["sessions"]["get"]>, a: BashAction) {
+async function runCommand(session: ReturnType<Entry["sandbox"]["sessions"]["get"]>, a: swerex.BashAction) {
   try {
     return await session.run(a.command, {
       timeoutMs: secondsToMs(a.timeout),
@@ -103,7 +103,7 @@ export function registerSessionRoutes(
     `${prefix}/close_session`,
     { config },
     onEntry(ctx, resolve, async (e, req) => {
-      await e.sandbox.sessions.close(parseCloseSession(req.body).session);
+      await e.sandbox.sessions.close(swerex.CloseSessionRequest.parse(req.body).session);
       return { session_type: "bash" as const };
     }),
   );

@@ -10,7 +10,7 @@ import { pipeline } from "node:stream/promises";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { MultipartFile, MultipartValue } from "@fastify/multipart";
 import { RetryLaterError, TooLargeError } from "./errors.js";
-import { parseUploadForm, RequestValidationError } from "./models.js";
+import { swerex, type ValidationDetail, WireValidationError } from "../wire/index.js";
 import { fileError, RUNTIME } from "./runtime-common.js";
 import { onEntry, type EntryResolver, type RouteContext } from "./route-context.js";
 import type { Entry } from "./registry.js";
@@ -48,12 +48,7 @@ async function receive(req: FastifyRequest, dir: string, maxBytes: number): Prom
 }
 
 async function upload(ctx: RouteContext, e: Entry, req: FastifyRequest): Promise<Record<string, never>> {
-  if (!req.isMultipart()) {
-    throw new RequestValidationError([
-      { type: "missing", loc: ["body", "file"], msg: "Field required", input: null },
-      { type: "missing", loc: ["body", "target_path"], msg: "Field required", input: null },
-    ]);
-  }
+  if (!req.isMultipart()) throw formError({}, false);
   const { maxUploadBytes, uploadTimeoutMs } = ctx.limits;
   const declared = Number(req.headers["content-length"] ?? 0);
   if (declared > maxUploadBytes + 64 * 1024)
@@ -68,7 +63,7 @@ async function upload(ctx: RouteContext, e: Entry, req: FastifyRequest): Promise
     ctx.scratch.ensureFree(Math.min(declared || maxUploadBytes, maxUploadBytes), "this upload");
     const got = await receive(req, tmp.dir, maxUploadBytes);
     clearTimeout(deadline);
-    const form = parseUploadForm({ target_path: got.target_path, unzip: got.unzip, hasFile: got.file !== undefined });
+    const form = uploadForm(got);
     await place(ctx, e, tmp.dir, got.file!, form);
     return {};
   } finally {
@@ -76,6 +71,25 @@ async function upload(ctx: RouteContext, e: Entry, req: FastifyRequest): Promise
     tmp.dispose();
     release();
   }
+}
+
+/** The form's fields as FastAPI validates `File` / `Form` parameters: every missing one named. */
+function formError(fields: Received, hasFile: boolean): WireValidationError {
+  const errors: ValidationDetail[] = [];
+  if (!hasFile) errors.push({ type: "missing", loc: ["body", "file"], msg: "Field required", input: null });
+  try {
+    swerex.UploadForm.parse({ target_path: fields.target_path, unzip: fields.unzip });
+  } catch (e) {
+    if (!(e instanceof WireValidationError)) throw e;
+    errors.push(...e.detail.map((d) => (d.type === "missing" ? { ...d, input: null } : d)));
+  }
+  return new WireValidationError(errors);
+}
+
+function uploadForm(got: Received): { target_path: string; unzip: boolean } {
+  const err = formError(got, got.file !== undefined);
+  if (err.detail.length) throw err;
+  return swerex.UploadForm.parse({ target_path: got.target_path, unzip: got.unzip });
 }
 
 /** Extract (archives) or rename (single files) in the scratch dir, then stream into the sandbox. */

@@ -7,7 +7,9 @@ import type { Limits } from "../sandbox/limits.js";
 import { InvalidInputError } from "../util/errors.js";
 import type { DirRoots } from "./dir-roots.js";
 import { NotImplementedError } from "./errors.js";
-import type { CreateSandboxRequest } from "./models.js";
+import type { native } from "../wire/index.js";
+
+type CreateSandboxRequest = native.CreateSandboxRequest;
 import type { ProvidedWorkspace, WorkspaceProvider } from "./provider.js";
 
 export type SourceKind = "dir" | "instance" | "env_key" | "empty";
