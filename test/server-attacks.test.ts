@@ -47,7 +47,7 @@ async function sandbox(s: ServeProcess, key: string, body: Json = {}): Promise<s
 const exec = (s: ServeProcess, key: string, id: string, command: string, extra: Json = {}) =>
   call(s.url, "POST", `/sandboxes/${id}/execute`, { key, body: { command, shell: true, ...extra } });
 
-test("without --auth-token a strong token is generated into an owner-only file; --no-auth is loopback only", async () => {
+test("no --auth-token: a strong token in an owner-only file; --no-auth is loopback only", async () => {
   const home = tempHome("msb-atk-auth-");
   const s = await startServe(home, []);
   const file = join(home, "server", "token");
@@ -96,7 +96,7 @@ except urllib.error.HTTPError as e:
   assert.match(r.json.stderr, /No such file or directory/, "the server's home is not visible inside");
 });
 
-test("{dir}: refused without --allow-dir, outside the roots, through symlinks; a flipping symlink never wins", async () => {
+test("{dir}: refused without --allow-dir, outside the roots, via symlinks; a flipping symlink never wins", async () => {
   const root = tempDir("msb-atk-root-");
   const forbidden = tempDir("msb-atk-forbidden-");
   writeFileSync(join(forbidden, "marker"), "FORBIDDEN\n");
@@ -179,7 +179,8 @@ test("read_file of /dev/zero, a FIFO, a huge file: refused or capped at once, no
   await exec(s, ALICE, id, "pkill -f 'mkfifo /tmp/swap' ; kill %1 2>/dev/null; pkill sh; true");
   const rss1 = rssBytes(s.pid);
   t.diagnostic(
-    `server RSS before ${(rss0 / MiB).toFixed(1)} MiB, after 40 refused and 10 capped reads ${(rss1 / MiB).toFixed(1)} MiB`,
+    `server RSS before ${(rss0 / MiB).toFixed(1)} MiB, ` +
+      `after 40 refused and 10 capped reads ${(rss1 / MiB).toFixed(1)} MiB`,
   );
   assert.ok(rss1 - rss0 < 64 * MiB, `server memory grew by ${((rss1 - rss0) / MiB).toFixed(1)} MiB`);
   await waitFor(() => processesMatching("head -c").length === 0, 5000, "no reader left running");
@@ -212,7 +213,7 @@ function form(fields: Record<string, string>, data: Buffer, name: string): FormD
   return f;
 }
 
-test("uploads: a zip bomb is refused before extraction, size and concurrency are bounded, aborted uploads leave nothing", async (t) => {
+test("uploads: zip bomb refused before extraction; size, concurrency bounded; aborts leave nothing", async (t) => {
   const home = tempHome("msb-atk-upload-");
   const s = await startServe(home, ["--tokens-file", tokensFile(home, TOKENS), "--max-upload", "4M"]);
   const id = await sandbox(s, ALICE);
@@ -316,7 +317,7 @@ async function writeZstdTarBomb(file: string, bytes: number): Promise<void> {
   await new Promise((r) => z.once("exit", r));
 }
 
-test("clients are kept apart: another token's sandbox is a 404 like a missing one; admins see all; caps per token", async () => {
+test("clients kept apart: another token's sandbox is a 404 like a missing one; admins see all; caps", async () => {
   const home = tempHome("msb-atk-own-");
   const dir = tempDir("msb-atk-own-dir-");
   const loose = join(dir, "loose.json");

@@ -30,7 +30,7 @@ from minisandbox_runtime import (
     MinisandboxRuntime,
 )
 
-__all__ = ["MinisandboxDeploymentConfig", "MinisandboxDeployment"]
+__all__ = ["MinisandboxDeploymentConfig", "MinisandboxDeployment", "create_sandbox_body"]
 
 
 class MinisandboxDeploymentConfig(BaseModel):
@@ -44,7 +44,7 @@ class MinisandboxDeploymentConfig(BaseModel):
     instance_id: str | None = None
     env_key: str | None = None
     network: bool = False
-    limits: dict[str, float] = {}
+    limits: dict[str, int] = {}
     """memory_bytes, pids, cpu_seconds, disk_bytes"""
     ttl_seconds: float | None = None
     idle_timeout_seconds: float | None = None
@@ -56,6 +56,18 @@ class MinisandboxDeploymentConfig(BaseModel):
 
     def get_deployment(self) -> "MinisandboxDeployment":
         return MinisandboxDeployment.from_config(self)
+
+
+def create_sandbox_body(c: MinisandboxDeploymentConfig) -> dict[str, Any]:
+    """The ``POST /sandboxes`` body (the wire contract's ``CreateSandboxRequest``) for a config."""
+    body: dict[str, Any] = {"network": c.network}
+    for key in ("dir", "instance_id", "env_key", "ttl_seconds", "idle_timeout_seconds"):
+        if getattr(c, key) is not None:
+            body[key] = getattr(c, key)
+    for key in ("limits", "env", "labels"):
+        if getattr(c, key):
+            body[key] = getattr(c, key)
+    return body
 
 
 class MinisandboxDeployment:
@@ -110,16 +122,7 @@ class MinisandboxDeployment:
     async def start(self) -> None:
         """Create the sandbox and wait until its runtime answers."""
         c = self._config
-        body: dict[str, Any] = {"network": c.network}
-        for key in ("dir", "instance_id", "env_key", "ttl_seconds", "idle_timeout_seconds"):
-            if getattr(c, key) is not None:
-                body[key] = getattr(c, key)
-        if c.limits:
-            body["limits"] = c.limits
-        if c.env:
-            body["env"] = c.env
-        if c.labels:
-            body["labels"] = c.labels
+        body = create_sandbox_body(c)
         self._step("Creating sandbox")
         timeout = aiohttp.ClientTimeout(total=c.startup_timeout + 30)
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True), timeout=timeout) as session:

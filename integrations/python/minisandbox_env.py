@@ -29,7 +29,14 @@ except ImportError:  # mini-swe-agent not installed: same shape
         """The agent printed the completion marker; ``args[0]`` is the exit message."""
 
 
-__all__ = ["MinisandboxEnvironmentConfig", "MinisandboxEnvironment", "Submitted", "default_token"]
+__all__ = [
+    "MinisandboxEnvironmentConfig",
+    "MinisandboxEnvironment",
+    "Submitted",
+    "default_token",
+    "create_sandbox_body",
+    "execute_payload",
+]
 
 COMPLETION_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
@@ -49,7 +56,7 @@ class MinisandboxEnvironmentConfig:
     """Added to the environment of every command."""
     timeout: int = 30
     network: bool = False
-    limits: dict[str, float] = field(default_factory=dict)
+    limits: dict[str, int] = field(default_factory=dict)
     ttl_seconds: float | None = None
     idle_timeout_seconds: float | None = None
     shell: str = "bash"
@@ -77,19 +84,41 @@ def default_token(home: str | None = None) -> str:
 
 
 
+def create_sandbox_body(c: MinisandboxEnvironmentConfig) -> dict[str, Any]:
+    """The ``POST /sandboxes`` body (the wire contract's ``CreateSandboxRequest``) for a config."""
+    body: dict[str, Any] = {"network": c.network}
+    for key in ("dir", "instance_id", "env_key", "ttl_seconds", "idle_timeout_seconds"):
+        if getattr(c, key) is not None:
+            body[key] = getattr(c, key)
+    if c.limits:
+        body["limits"] = c.limits
+    return body
+
+
+def execute_payload(c: MinisandboxEnvironmentConfig, command: str, cwd: str, timeout: float) -> dict[str, Any]:
+    """The ``/execute`` body (SWE-ReX's ``Command``, every field given): a fresh shell, stderr merged."""
+    argv = [c.shell, "-c", command]
+    if c.env:
+        argv = ["env", *[f"{k}={v}" for k, v in c.env.items()], *argv]
+    return {
+        "command": argv,
+        "timeout": timeout,
+        "shell": False,
+        "check": False,
+        "error_msg": "",
+        "env": None,
+        "cwd": cwd or c.cwd or None,
+        "merge_output_streams": True,
+    }
+
+
 class MinisandboxEnvironment:
     def __init__(self, *, config_class: type = MinisandboxEnvironmentConfig, **kwargs: Any):
         self.config = config_class(**kwargs)
         if self.config.api_key is None:
             self.config.api_key = default_token(self.config.home)
         self.sandbox: dict[str, Any] | None = None
-        body: dict[str, Any] = {"network": self.config.network}
-        for key in ("dir", "instance_id", "env_key", "ttl_seconds", "idle_timeout_seconds"):
-            if getattr(self.config, key) is not None:
-                body[key] = getattr(self.config, key)
-        if self.config.limits:
-            body["limits"] = self.config.limits
-        status, data = self._http("POST", f"{self._base}/sandboxes", body, timeout=3600)
+        status, data = self._http("POST", f"{self._base}/sandboxes", create_sandbox_body(self.config), timeout=3600)
         if status != 201:
             raise MinisandboxError(f"could not create a sandbox (HTTP {status}): {data}")
         self.sandbox = data
@@ -121,19 +150,7 @@ class MinisandboxEnvironment:
             raise MinisandboxError("the environment is closed")
         cmd = command.get("command", "") if isinstance(command, dict) else command
         t = timeout or self.config.timeout
-        argv = [self.config.shell, "-c", cmd]
-        if self.config.env:
-            argv = ["env", *[f"{k}={v}" for k, v in self.config.env.items()], *argv]
-        payload = {
-            "command": argv,
-            "timeout": t,
-            "shell": False,
-            "check": False,
-            "error_msg": "",
-            "env": None,
-            "cwd": cwd or self.config.cwd or None,
-            "merge_output_streams": True,
-        }
+        payload = execute_payload(self.config, cmd, cwd, t)
         status, data = self._http("POST", f"{self.sandbox['runtime_url']}/execute", payload, timeout=t + 60)
         if status == 200:
             output = {"output": data["stdout"], "returncode": data["exit_code"], "exception_info": ""}

@@ -329,12 +329,14 @@ function serverLoadLines(s: ServerLoadResult | Unavailable | undefined): string[
   if (!s) return ["Not run."];
   if (!s.available) return [`Not available — ${s.reason}`];
   const mib = (b: number): string => `${(b / 1024 ** 2).toFixed(0)} MiB`;
+  const rss = s.serverRssBytes;
   return [
-    `${s.sandboxes} clients (one token and sandbox each) × ${s.commandsPerSandbox} \`run_in_session\` commands, all at once: ` +
-      `${s.errors} errors, p50 ${ms(s.command.p50Ms)}, p99 ${ms(s.command.p99Ms)}, ${s.commandsPerSecond} commands/s; ` +
-      `create p50 ${ms(s.create.p50Ms)}, p99 ${ms(s.create.p99Ms)}.`,
-    `Server RSS ${mib(s.serverRssBytes.start)} at start, ${mib(s.serverRssBytes.peak)} at peak, ${mib(s.serverRssBytes.end)} after.`,
-    `After deleting them: ${left(s.leftoversAfterLoad)}. SIGKILL with ${s.kill.liveAtKill} live sandboxes, then restart: ` +
+    `${s.sandboxes} clients (one token and sandbox each) × ${s.commandsPerSandbox} \`run_in_session\` commands, ` +
+      `all at once: ${s.errors} errors, p50 ${ms(s.command.p50Ms)}, p99 ${ms(s.command.p99Ms)}, ` +
+      `${s.commandsPerSecond} commands/s; create p50 ${ms(s.create.p50Ms)}, p99 ${ms(s.create.p99Ms)}.`,
+    `Server RSS ${mib(rss.start)} at start, ${mib(rss.peak)} at peak, ${mib(rss.end)} after.`,
+    `After deleting them: ${left(s.leftoversAfterLoad)}. ` +
+      `SIGKILL with ${s.kill.liveAtKill} live sandboxes, then restart: ` +
       `${s.kill.reapedAtRestart} reaped, ${left(s.kill.leftoversAfterRestart)}. ` +
       `Clients gone mid-upload and mid-command: ${left(s.disconnects.leftovers)}.`,
   ];

@@ -103,7 +103,8 @@ async function serverOptions(o: ServeOptions, home: string, providerFactory?: Pr
   if (o.dataset) {
     if (!providerFactory)
       throw new InvalidInputError(
-        "--dataset: this build has no workspace provider wired in (serve directories with --dir or POST /sandboxes {dir})",
+        "--dataset: this build has no workspace provider wired in " +
+          "(serve directories with --dir or POST /sandboxes {dir})",
       );
     provider = await providerFactory({ home, dataset: o.dataset });
   } else if (providerFactory) {
@@ -148,7 +149,8 @@ function announce(s: RunningServer): void {
   // Leftovers first: whoever waits for the "serving on" line has everything said before it.
   if (s.reaped.sandboxes.length || s.reaped.cgroups.length)
     process.stderr.write(
-      `minisandbox: removed leftovers of an earlier server: ${s.reaped.sandboxes.length} sandbox(es), ${s.reaped.cgroups.length} cgroup(s)\n`,
+      `minisandbox: removed leftovers of an earlier server: ${s.reaped.sandboxes.length} sandbox(es), ` +
+        `${s.reaped.cgroups.length} cgroup(s)\n`,
     );
   process.stderr.write(`minisandbox: serving on ${s.url}${root}${auth}\n`);
 }

@@ -1,4 +1,4 @@
-/** The SDK's HTTP layer: global fetch, X-API-Key, JSON in and out, typed errors, no client-side time limit by default. */
+/** The SDK's HTTP layer: global fetch, X-API-Key, JSON in and out, typed errors, no client-side time limit. */
 import { SandboxError, TimeoutError, type MinisandboxError } from "../util/errors.js";
 import { type Model, type OutOf, WireValidationError } from "../wire/index.js";
 import { errorFromResponse } from "./errors.js";

@@ -16,7 +16,8 @@ export interface BoundedReadOptions {
 export function fileTooLarge(path: string, maxBytes: number): PyError {
   return new PyError(
     "builtins.OSError",
-    `[Errno 27] File too large: ${pyRepr(path)} (over this server's read limit of ${maxBytes} bytes; use /execute to inspect it)`,
+    `[Errno 27] File too large: ${pyRepr(path)} ` +
+      `(over this server's read limit of ${maxBytes} bytes; use /execute to inspect it)`,
     {},
     "too_large",
   );

@@ -16,7 +16,7 @@ export interface ServerOptions {
   /** minisandbox data directory (default: MINISANDBOX_HOME or the per-user default). */
   home?: string;
   provider?: WorkspaceProvider;
-  /** An admin token (`X-API-Key`). Without it, `tokens` or `noAuth`, a token is generated into the home's token file. */
+  /** An admin token (`X-API-Key`). Without it, `tokens` or `noAuth`: a token generated into the home's token file. */
   authToken?: string;
   /** More principals, each owning the sandboxes it creates (see auth.ts `loadTokensFile`). */
   tokens?: TokenEntry[];

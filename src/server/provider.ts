@@ -2,7 +2,7 @@ import type { Sandbox, SandboxOptions } from "../sandbox/sandbox.js";
 
 /** What a provider hands the server for one new sandbox. */
 export interface ProvidedWorkspace {
-  /** Options for `Sandbox.create` (overlays, toolchains, env, cwd...). The server adds home, network, limits, labels. */
+  /** Options for `Sandbox.create` (overlays, toolchains, env, cwd); the server adds home, network, limits, labels. */
   options: SandboxOptions;
   /** Called once when the sandbox is gone (closed, deleted, reaped, or its creation failed). */
   release: () => void;
@@ -17,7 +17,7 @@ export interface ProvidedWorkspace {
  * The server owns none of this: it receives a provider (the lead's real one wires the env store, node cache and
  * eval runner). Every method is optional except `forInstance`; a route whose capability is missing answers 501.
  *
- * Errors: throw `NotFoundError` (unknown instance / key → 404), `InvalidInputError` (→ 400), `LimitError` (→ 429);
+ * Errors: throw `NotFoundError` (unknown instance or key: 404), `InvalidInputError` (400), `LimitError` (429);
  * anything else is a 500 with its message.
  */
 export interface WorkspaceProvider {

@@ -144,7 +144,8 @@ export function pyReadText(buf: Buffer, encoding: string | null, errors: string 
         const pos = firstInvalidUtf8(buf);
         throw new PyError(
           "builtins.UnicodeDecodeError",
-          `'utf-8' codec can't decode byte 0x${buf[pos]!.toString(16).padStart(2, "0")} in position ${pos}: invalid start byte`,
+          `'utf-8' codec can't decode byte 0x${buf[pos]!.toString(16).padStart(2, "0")} ` +
+            `in position ${pos}: invalid start byte`,
         );
       }
     } else if (mode === "replace") text = buf.toString("utf8");

@@ -156,7 +156,9 @@ export class SandboxRegistry {
     const live = this.entries.size + this.pendingCreations;
     let msg: string | undefined;
     if (live >= this.o.maxSandboxes)
-      msg = `sandbox limit reached: ${this.entries.size} live and ${this.pendingCreations} starting of at most ${this.o.maxSandboxes} (--max-sandboxes)`;
+      msg =
+        `sandbox limit reached: ${this.entries.size} live and ${this.pendingCreations} starting ` +
+        `of at most ${this.o.maxSandboxes} (--max-sandboxes)`;
     else if (who.maxSandboxes !== undefined && this.owned(who.name) >= who.maxSandboxes)
       msg = `sandbox limit reached: ${who.name} holds ${this.owned(who.name)} of at most ${who.maxSandboxes} sandboxes`;
     if (msg) {

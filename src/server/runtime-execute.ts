@@ -81,7 +81,9 @@ async function execute(ctx: RouteContext, e: Entry, body: unknown): Promise<swer
   const stdout = decodeBackslashReplace(r.stdoutBytes);
   const stderr = c.merge_output_streams ? "" : decodeBackslashReplace(r.stderrBytes);
   if (c.check && exitCode !== 0) {
-    const msg = `Command ${pyReprValue(c.command)} failed with exit code ${exitCode}. Stdout:\n${pyRepr(stdout)}\nStderr:\n${pyRepr(stderr)}`;
+    const msg =
+      `Command ${pyReprValue(c.command)} failed with exit code ${exitCode}. ` +
+      `Stdout:\n${pyRepr(stdout)}\nStderr:\n${pyRepr(stderr)}`;
     throw new PyError("swerex.exceptions.NonZeroExitCodeError", c.error_msg ? `${c.error_msg}: ${msg}` : msg);
   }
   return { stdout, stderr, exit_code: exitCode };

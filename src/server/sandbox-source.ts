@@ -44,7 +44,8 @@ export async function resolveSource(
   if (req.instance_id !== undefined) {
     if (!ctx.provider)
       throw new NotImplementedError(
-        "this server has no workspace provider: start it with a dataset (serve --dataset FILE) to create sandboxes from instance ids",
+        "this server has no workspace provider: start it with a dataset (serve --dataset FILE) " +
+          "to create sandboxes from instance ids",
       );
     const provided = await ctx.provider.forInstance(req.instance_id);
     return { kind: "instance", options: provided.options, provided, done: nothing };

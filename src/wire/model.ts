@@ -144,7 +144,9 @@ export class Model<S extends Shape> extends Type<Out<S>> {
     const required: string[] = [];
     for (const name of Object.keys(this.shape)) {
       const f = this.field(name);
-      properties[name] = { ...f.type.jsonSchema(), ...(f.mode === "default" ? { default: f.defaultValue } : {}) };
+      // An optional field may also be sent as null (the same as leaving it out).
+      const schema = f.mode === "optional" ? { anyOf: [f.type.jsonSchema(), { type: "null" }] } : f.type.jsonSchema();
+      properties[name] = { ...schema, ...(f.mode === "default" ? { default: f.defaultValue } : {}) };
       if (f.mode === "required") required.push(name);
     }
     return {

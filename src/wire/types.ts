@@ -1,4 +1,4 @@
-/** The value types of wire models, each validating as pydantic 2 does (lax mode) and describing itself as JSON schema. */
+/** The value types of wire models: each validates as pydantic 2 does (lax mode) and describes itself as JSON schema. */
 import { fail, INVALID, type JsonSchema, type Loc, Type, type ValidationDetail } from "./schema.js";
 
 const TRUE = new Set(["1", "on", "t", "true", "y", "yes"]);
