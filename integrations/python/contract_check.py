@@ -72,13 +72,17 @@ def compare_model(name: str, contract: dict[str, Any], cls: Any) -> list[str]:
     if set(theirs_props) != set(ours_props):
         problems.append(f"{name}: fields {sorted(ours_props)} in Python, {sorted(theirs_props)} in the contract")
     if set(contract.get("required", [])) != set(ours.get("required", [])):
-        problems.append(f"{name}: required {ours.get('required', [])} in Python, {contract.get('required')} in the contract")
+        problems.append(
+            f"{name}: required {ours.get('required', [])} in Python, {contract.get('required')} in the contract"
+        )
     for field in set(theirs_props) & set(ours_props):
         a, b = ours_props[field], theirs_props[field]
         if norm(a) != norm(b):
             problems.append(f"{name}.{field}: type {norm(a)} in Python, {norm(b)} in the contract")
         if a.get("default") != b.get("default"):
-            problems.append(f"{name}.{field}: default {a.get('default')!r} in Python, {b.get('default')!r} in the contract")
+            problems.append(
+                f"{name}.{field}: default {a.get('default')!r} in Python, {b.get('default')!r} in the contract"
+            )
     return problems
 
 

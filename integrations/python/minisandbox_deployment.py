@@ -4,7 +4,7 @@
 SWE-ReX-compatible client for that sandbox's runtime URL, ``stop()`` deletes the sandbox. Use it where SWE-agent
 or your own code would use ``swerex.deployment.*`` (e.g. ``RemoteDeployment``)::
 
-    deployment = MinisandboxDeployment(url="http://127.0.0.1:8000", auth_token="...", instance_id="astropy__astropy-12907")
+    deployment = MinisandboxDeployment(url="http://127.0.0.1:8000", instance_id="astropy__astropy-12907")
     await deployment.start()
     await deployment.runtime.create_session(CreateBashSessionRequest())
     obs = await deployment.runtime.run_in_session(BashAction(command="git status", check="silent"))
@@ -129,7 +129,10 @@ class MinisandboxDeployment:
             async with session.post(f"{c.url.rstrip('/')}/sandboxes", json=body, headers=self._headers) as resp:
                 data = await resp.json(content_type=None)
                 if resp.status != 201:
-                    raise DeploymentStartupError(f"minisandbox server refused to create a sandbox (HTTP {resp.status}): {data.get('detail', data)}")
+                    detail = data.get("detail", data)
+                    raise DeploymentStartupError(
+                        f"minisandbox server refused to create a sandbox (HTTP {resp.status}): {detail}"
+                    )
         self._info = data
         self._runtime = MinisandboxRuntime(host=data["runtime_url"], auth_token=c.auth_token, logger=self.logger)
         self._step(f"Sandbox {data['id']} created, waiting for its runtime")
@@ -144,8 +147,11 @@ class MinisandboxDeployment:
                 self.logger.debug("closing sessions failed: %r", e)
         if self._info is not None:
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
-                async with session.delete(f"{self._config.url.rstrip('/')}/sandboxes/{self._info['id']}", headers=self._headers) as resp:
+                url = f"{self._config.url.rstrip('/')}/sandboxes/{self._info['id']}"
+                async with session.delete(url, headers=self._headers) as resp:
                     if resp.status not in (200, 404):
-                        self.logger.warning("deleting sandbox %s: HTTP %s %s", self._info["id"], resp.status, await resp.text())
+                        self.logger.warning(
+                            "deleting sandbox %s: HTTP %s %s", self._info["id"], resp.status, await resp.text()
+                        )
         self._runtime = None
         self._info = None

@@ -172,7 +172,8 @@ class MinisandboxEnvironment:
         lines = output.get("output", "").lstrip().splitlines(keepends=True)
         if lines and lines[0].strip() == COMPLETION_MARKER and output["returncode"] == 0:
             submission = "".join(lines[1:])
-            raise Submitted({"role": "exit", "content": submission, "extra": {"exit_status": "Submitted", "submission": submission}})
+            extra = {"exit_status": "Submitted", "submission": submission}
+            raise Submitted({"role": "exit", "content": submission, "extra": extra})
 
     def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
         return {**asdict(self.config), **platform.uname()._asdict(), "sandbox": self.sandbox or {}, **kwargs}

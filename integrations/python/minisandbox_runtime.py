@@ -367,7 +367,8 @@ class MinisandboxRuntime:
                     except Exception:
                         detail = await response.text()
                     return IsAliveResponse(
-                        is_alive=False, message=f"Status code {response.status} from {self._api_url}/is_alive. Message: {detail}"
+                        is_alive=False,
+                        message=f"Status code {response.status} from {self._api_url}/is_alive. Message: {detail}",
                     )
         except SwerexException:
             raise
@@ -387,7 +388,9 @@ class MinisandboxRuntime:
 
     # -- requests
 
-    async def _request(self, endpoint: str, payload: BaseModel | None, output_class: Any, num_retries: int | None = None) -> Any:
+    async def _request(
+        self, endpoint: str, payload: BaseModel | None, output_class: Any, num_retries: int | None = None
+    ) -> Any:
         retries = self.num_retries if num_retries is None else num_retries
         url = f"{self._api_url}/{endpoint}"
         headers = {**self._headers, "X-Request-ID": str(uuid.uuid4())}
@@ -396,7 +399,8 @@ class MinisandboxRuntime:
         for attempt in range(retries + 1):
             try:
                 async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
-                    async with session.post(url, json=payload.model_dump() if payload is not None else None, headers=headers) as resp:
+                    body = payload.model_dump() if payload is not None else None
+                    async with session.post(url, json=body, headers=headers) as resp:
                         try:
                             await self._handle_response_errors(resp)
                             return output_class(**await resp.json())
@@ -443,7 +447,8 @@ class MinisandboxRuntime:
                         data.add_field("file", f, filename=zip_path.name, content_type="application/zip")
                         data.add_field("target_path", request.target_path)
                         data.add_field("unzip", "true")
-                        async with session.post(f"{self._api_url}/upload", data=data, headers=self._headers) as response:
+                        url = f"{self._api_url}/upload"
+                        async with session.post(url, data=data, headers=self._headers) as response:
                             await self._handle_response_errors(response)
                             return UploadResponse(**(await response.json()))
             if source.is_file():

@@ -14,8 +14,8 @@ export interface ProvidedWorkspace {
 
 /**
  * How the server turns dataset instances and environment keys into sandboxes, and how it evaluates and diffs them.
- * The server owns none of this: it receives a provider (the lead's real one wires the env store, node cache and
- * eval runner). Every method is optional except `forInstance`; a route whose capability is missing answers 501.
+ * The server owns none of this: it receives a provider (`env-provider.ts` wires the env store, node cache and eval
+ * runner). Every method is optional except `forInstance`; a route whose capability is missing answers 501.
  *
  * Errors: throw `NotFoundError` (unknown instance or key: 404), `InvalidInputError` (400), `LimitError` (429);
  * anything else is a 500 with its message.
@@ -33,5 +33,5 @@ export interface WorkspaceProvider {
   listInstances?(): Promise<string[]>;
 }
 
-/** Builds a provider for `minisandbox serve` from its options (the CLI gets one from the lead's wiring). */
+/** Builds a provider for `minisandbox serve` from its options (the CLI passes `envProviderFactory`). */
 export type ProviderFactory = (o: { home: string; dataset?: string }) => Promise<WorkspaceProvider>;
