@@ -105,7 +105,15 @@ test("{dir}: refused without --allow-dir, outside the roots, via symlinks; a fli
   symlinkSync(forbidden, join(root, "escape"));
   const home = tempHome("msb-atk-dir-");
   const s = await startServe(home, ["--allow-dir", root, "--tokens-file", tokensFile(root, TOKENS)]);
-  for (const dir of ["/root", forbidden, `${root}/../${forbidden.split("/").pop()}`, join(root, "escape"), "good"]) {
+  // The root itself holds the tokens file: it is never mounted (its subdirectories are).
+  for (const dir of [
+    "/root",
+    forbidden,
+    `${root}/../${forbidden.split("/").pop()}`,
+    join(root, "escape"),
+    "good",
+    root,
+  ]) {
     const r = await call(s.url, "POST", "/sandboxes", { key: ALICE, body: { dir } });
     assert.equal(r.status, 403, dir);
     assert.deepEqual(Object.keys(r.json).sort(), ["code", "detail"]);
@@ -113,6 +121,17 @@ test("{dir}: refused without --allow-dir, outside the roots, via symlinks; a fli
   }
   const missing = await call(s.url, "POST", "/sandboxes", { key: ALICE, body: { dir: join(root, "nope") } });
   assert.equal(missing.status, 403, "a missing path answers like a forbidden one (no probing of the host)");
+  // A root that holds the server's own home: the home (token file) and its ancestors are never mounted.
+  const parent = tempDir("msb-atk-parent-");
+  mkdirSync(join(parent, "home"));
+  mkdirSync(join(parent, "work"));
+  const s2 = await startServe(join(parent, "home"), ["--allow-dir", parent, "--tokens-file", tokensFile(root, TOKENS)]);
+  for (const dir of [parent, join(parent, "home"), join(parent, "home", "server")])
+    assert.equal((await call(s2.url, "POST", "/sandboxes", { key: ALICE, body: { dir } })).status, 403, dir);
+  assert.equal(
+    (await call(s2.url, "POST", "/sandboxes", { key: ALICE, body: { dir: join(parent, "work") } })).status,
+    201,
+  );
   const good = await sandbox(s, ALICE, { dir: join(root, "good") });
   assert.equal((await exec(s, ALICE, good, "cat /testbed/marker")).json.stdout, "GOOD\n");
   await call(s.url, "DELETE", `/sandboxes/${good}`, { key: ALICE });

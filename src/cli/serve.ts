@@ -116,6 +116,7 @@ async function serverOptions(o: ServeOptions, home: string, providerFactory?: Pr
     port: positive(o.port, "--port", true)!,
     authToken: o.auth ? authToken : undefined,
     tokens: o.tokensFile ? loadTokensFile(o.tokensFile) : undefined,
+    secretPaths: o.tokensFile ? [o.tokensFile] : undefined,
     noAuth: !o.auth,
     rateLimit: positive(o.rateLimit, "--rate-limit", true),
     home,

@@ -24,9 +24,20 @@ export interface OpenedDir {
 
 export class DirRoots {
   readonly roots: readonly string[];
+  private readonly secrets: readonly string[];
 
-  /** Each root must exist: it is resolved once, now. */
-  constructor(roots: readonly string[]) {
+  /**
+   * Each root must exist: it is resolved once, now. `secrets` (the server's home with its token, a tokens file)
+   * are never mounted, nor any directory holding them, even under a root.
+   */
+  constructor(roots: readonly string[], secrets: readonly string[] = []) {
+    this.secrets = secrets.map((p) => {
+      try {
+        return realpathSync(p);
+      } catch {
+        return resolve(p);
+      }
+    });
     this.roots = roots.map((r) => {
       try {
         if (!statSync(r).isDirectory()) throw new Error("not a directory");
@@ -37,9 +48,11 @@ export class DirRoots {
     });
   }
 
-  /** True when `real` is a root or lies below one. */
+  /** True when `real` is a root or lies below one, and neither holds nor lies in a secret. */
   contains(real: string): boolean {
-    return this.roots.some((r) => real === r || real.startsWith(r === sep ? r : r + sep));
+    const under = (p: string, dir: string): boolean => p === dir || p.startsWith(dir === sep ? dir : dir + sep);
+    if (this.secrets.some((s) => under(s, real) || under(real, s))) return false;
+    return this.roots.some((r) => under(real, r));
   }
 
   /**

@@ -30,6 +30,8 @@ export interface ServerOptions {
   defaultDir?: string;
   /** Host directories `POST /sandboxes {dir}` may mount, with everything below them (default: none). */
   allowDirs?: string[];
+  /** Files never mounted, nor any directory holding them (the tokens file); the home always is one. */
+  secretPaths?: string[];
   /** Defaults for sandboxes that do not give their own. */
   ttlSeconds?: number;
   idleTimeoutSeconds?: number;

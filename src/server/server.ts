@@ -64,7 +64,7 @@ function routeContext(o: ServerOptions, home: string, app: FastifyInstance, metr
     home,
     provider: o.provider,
     maxSandboxes: o.maxSandboxes ?? defaultMaxSandboxes(),
-    roots: new DirRoots(o.allowDirs ?? []),
+    roots: new DirRoots(o.allowDirs ?? [], [home, ...(o.secretPaths ?? [])]),
     ttlSeconds: o.ttlSeconds,
     idleTimeoutSeconds: o.idleTimeoutSeconds,
     defaultLimits: o.limits,
