@@ -36,6 +36,7 @@ export async function startServe(home: string, args: string[], env: NodeJS.Proce
     return exited;
   };
   after(() => stop("SIGKILL").then(() => undefined));
+  process.once("exit", () => child.kill("SIGKILL"));
   return { url, child, pid: child.pid!, stderr: () => stderr, stop };
 }
 

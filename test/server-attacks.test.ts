@@ -136,7 +136,9 @@ test("{dir}: refused without --allow-dir, outside the roots, via symlinks; a fli
   assert.equal((await exec(s, ALICE, good, "cat /testbed/marker")).json.stdout, "GOOD\n");
   await call(s.url, "DELETE", `/sandboxes/${good}`, { key: ALICE });
   // A symlink flipped in a loop between the allowed dir and the forbidden one while sandboxes are created.
-  const flipper = spawn("sh", ["-c", `cd ${root} && while :; do ln -sfn good link; ln -sfn ${forbidden} link; done`]);
+  const loop = `cd ${root} && while :; do ln -sfn good link; ln -sfn ${forbidden} link; done`;
+  const flipper = spawn("sh", ["-c", loop], { detached: true, stdio: "ignore" });
+  const flipperGone = new Promise((r) => flipper.once("exit", r));
   let created = 0;
   let refused = 0;
   try {
@@ -152,7 +154,8 @@ test("{dir}: refused without --allow-dir, outside the roots, via symlinks; a fli
       await call(s.url, "DELETE", `/sandboxes/${r.json.id}`, { key: ALICE });
     }
   } finally {
-    flipper.kill("SIGKILL");
+    process.kill(-flipper.pid!, "SIGKILL"); // its whole group: no `ln` finishes after this
+    await flipperGone;
   }
   assert.ok(created > 0, `some creations got the allowed dir (created ${created}, refused ${refused})`);
 });
@@ -434,4 +437,6 @@ test("validation errors are 422 naming the field, never a 500", async () => {
   });
   assert.equal(bad.status, 422);
   assert.equal(bad.json.detail[0].loc.join("."), "body.timeout_ms");
+  const huge = { command: "true", output_limit_bytes: 2 ** 40 };
+  assert.equal((await call(s.url, "POST", `/sandboxes/${id}/exec`, { key: ALICE, body: huge })).status, 400);
 });

@@ -15,6 +15,9 @@ export function registerExecRoutes(app: FastifyInstance, ctx: RouteContext): voi
     { config },
     onEntry(ctx, entry, async (e, req): Promise<native.ExecResponse> => {
       const r = native.ExecRequest.parse(req.body);
+      const max = ctx.limits.maxReadBytes;
+      if (r.output_limit_bytes !== undefined && r.output_limit_bytes > max)
+        throw new InvalidInputError(`output_limit_bytes ${r.output_limit_bytes} is above this server's maximum ${max}`);
       const started = performance.now();
       const res = await e.sandbox.exec(r.command, {
         timeoutMs: r.timeout_ms,

@@ -14,7 +14,7 @@ export interface RequestLimits {
   zipLimits: ZipLimits;
   /** Time a client has to send an upload. */
   uploadTimeoutMs: number;
-  /** Largest file read_file / GET files return; how long reading or writing one file may take. */
+  /** Largest file (or command output) returned; how long reading or writing one file may take. */
   maxReadBytes: number;
   fileTimeoutMs: number;
   /** Seconds; SWE-ReX's default startup_timeout of 1 s is too tight on a loaded host, so this is the floor. */
