@@ -14,15 +14,7 @@ export {
   type RunOptions as SessionRunOptions,
   type RunResult as SessionRunResult,
 } from "./session/bash-session.js";
-export { SessionError } from "./session/errors.js";
-export {
-  MinisandboxError,
-  NotFoundError,
-  TimeoutError,
-  LimitError,
-  InvalidInputError,
-  SandboxError,
-} from "./util/errors.js";
+export * from "./errors.js";
 export { loadDataset, type Instance } from "./tasks/index.js";
 export { specForInstance, specKey } from "./env/spec.js";
 export { prepareInstances, type PrepareResult } from "./env/prepare.js";

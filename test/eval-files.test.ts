@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { run, runOk } from "../src/util/run.js";
 import { cachedVenv } from "./helpers.js";
-import { InvalidInputError, NotFoundError } from "../src/util/errors.js";
+import { InvalidInputError, NotFoundError } from "../src/errors.js";
 import type { EnvSpec } from "../src/env/types.js";
 import {
   HEREDOC_DELIMITER,

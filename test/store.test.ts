@@ -7,11 +7,10 @@ import { createServer } from "node:net";
 import * as os from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { InvalidInputError, NotFoundError } from "../src/util/errors.js";
+import { InvalidInputError, NotFoundError, StoreCorruptError } from "../src/errors.js";
 import { run, runOk } from "../src/util/run.js";
 import {
   NORMALIZED_MTIME_SEC,
-  StoreCorruptError,
   exportPack,
   gcStore,
   importPack,

@@ -1,7 +1,7 @@
 import type { Command } from "commander";
 import { parseSize } from "../util/size.js";
 import type { Limits } from "../sandbox/limits.js";
-import { MinisandboxError } from "../util/errors.js";
+import { MinisandboxError } from "../errors.js";
 
 /** Options shared by every command that starts a sandbox. */
 export interface SandboxCliOptions {

@@ -4,7 +4,7 @@ import { runEvaluation, type RunEvaluationResult } from "../eval/run.js";
 import { renderValidation, validateInstances } from "../eval/validate.js";
 import { renderSummary } from "../eval/report.js";
 import { PHASES } from "../eval/runner/timings.js";
-import { InvalidInputError } from "../util/errors.js";
+import { InvalidInputError } from "../errors.js";
 import { table } from "../util/progress.js";
 import { fail } from "./common.js";
 import { addDatasetOptions, type ValidateHook } from "./prepare.js";

@@ -1,6 +1,6 @@
 import type { Command } from "commander";
 import { Sandbox, type SandboxOptions } from "../sandbox/sandbox.js";
-import { InvalidInputError } from "../util/errors.js";
+import { InvalidInputError } from "../errors.js";
 
 /** How exec/shell pick their workspace: a plain directory, or a dataset instance's environment. */
 export interface WorkspaceCliOptions {

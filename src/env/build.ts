@@ -4,7 +4,8 @@ import { randomBytes } from "node:crypto";
 import { Sandbox } from "../sandbox/sandbox.js";
 import { homeLayout } from "../util/home.js";
 import { runOk } from "../util/run.js";
-import { MinisandboxError } from "../util/errors.js";
+import { shellQuote } from "../util/shell.js";
+import { BuildError } from "../errors.js";
 import { TESTBED_PATH, VENV_PATH, type EnvSpec, type LayerKey } from "./types.js";
 import { findToolchain, type Toolchain } from "./toolchains.js";
 import { pipSettings } from "./pip-config.js";
@@ -29,16 +30,6 @@ export interface BuildResult {
   logFile: string;
 }
 
-export class BuildError extends MinisandboxError {
-  constructor(
-    readonly step: string,
-    readonly logFile: string,
-    readonly tail: string,
-  ) {
-    super("build_failed", `build failed at step "${step}" (log: ${logFile}):\n${tail}`);
-  }
-}
-
 /** The build log of an environment. */
 export function buildLogPath(home: string, key: LayerKey): string {
   return join(homeLayout(home).logs, "build", `${key}.log`);
@@ -56,13 +47,10 @@ export function installScript(spec: EnvSpec, requirementsFile?: string): { deps:
   if (packages === "requirements.txt" && requirementsFile) deps.push(`${pip} -r ${requirementsFile}`);
   else if (packages && packages !== "environment.yml" && packages !== "requirements.txt")
     deps.push(`${pip} ${packages}`);
-  if (spec.pip_packages.length) deps.push(`${pip} ${spec.pip_packages.map(quoteArg).join(" ")}`);
+  if (spec.pip_packages.length) deps.push(`${pip} ${spec.pip_packages.map(shellQuote).join(" ")}`);
   return { deps, install: spec.install ? [spec.install] : [] };
 }
 
-function quoteArg(s: string): string {
-  return /^[\w.,:=<>!~*+\-[\]/@]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`;
-}
 
 /**
  * Build one environment: check out the testbed on the host (git runs no repository code), then create the venv

@@ -1,11 +1,11 @@
 import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { homeLayout } from "../util/home.js";
-import { NotFoundError } from "../util/errors.js";
+import { NotFoundError } from "../errors.js";
 import type { Instance } from "../tasks/types.js";
 import { specForInstance, specKey } from "./spec.js";
 import { TESTBED_PATH, VENV_PATH, type EnvSpec, type LayerKey } from "./types.js";
-import { buildEnvironment, BuildError } from "./build.js";
+import { buildEnvironment } from "./build.js";
 import { findToolchain } from "./toolchains.js";
 import { hasLayer, openStore } from "./store/index.js";
 import { NodeCache, type CacheLease } from "./cache/index.js";
@@ -93,8 +93,6 @@ export function ensureBuilt(
   }
   return p;
 }
-
-export { BuildError };
 
 const caches = new Map<string, NodeCache>();
 

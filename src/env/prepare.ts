@@ -1,6 +1,7 @@
 import type { Instance } from "../tasks/types.js";
 import { pool } from "../util/progress.js";
-import { BuildError, ensureBuilt, envFor, type EnvOptions } from "./environments.js";
+import { BuildError } from "../errors.js";
+import { ensureBuilt, envFor, type EnvOptions } from "./environments.js";
 
 export type PrepareStatus = "built" | "cached" | "failed";
 

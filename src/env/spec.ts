@@ -18,7 +18,7 @@ import { createHash } from "node:crypto";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { EnvSpec } from "./types.js";
-import { InvalidInputError, NotFoundError } from "../util/errors.js";
+import { InvalidInputError, NotFoundError } from "../errors.js";
 import type { Instance } from "../tasks/types.js";
 
 export type SpecFields = Record<string, unknown>;

@@ -12,7 +12,7 @@
 import { existsSync, readFileSync, readdirSync, realpathSync, statSync } from "node:fs";
 import { homedir } from "node:os";
 import { dirname, isAbsolute, join, resolve, sep } from "node:path";
-import { NotFoundError, InvalidInputError } from "../util/errors.js";
+import { NotFoundError, InvalidInputError } from "../errors.js";
 import { resolveHome } from "../util/home.js";
 import { run } from "../util/run.js";
 

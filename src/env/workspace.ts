@@ -1,7 +1,7 @@
 import { loadDataset } from "../tasks/index.js";
 import type { Instance } from "../tasks/types.js";
 import { Sandbox, type SandboxOptions } from "../sandbox/sandbox.js";
-import { SandboxError } from "../util/errors.js";
+import { SandboxError } from "../errors.js";
 import { resolveHome } from "../util/home.js";
 import { ensureBuilt, envFor, workspaceFor } from "./environments.js";
 

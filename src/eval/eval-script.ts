@@ -8,6 +8,7 @@ import type { EnvSpec } from "../env/types.js";
 import { TESTBED_PATH, VENV_PATH } from "../env/types.js";
 import { modifiedFiles, newFiles, testDirectives } from "./diff.js";
 import { MARKERS } from "./parsers.js";
+import { shellQuote } from "../util/shell.js";
 
 export interface EvalScriptInput {
   instance: { instance_id: string; repo: string; base_commit: string; test_patch: string };
@@ -27,11 +28,6 @@ export function heredocDelimiter(body: string, base: string = HEREDOC_DELIMITER)
   let delimiter = base;
   for (let n = 1; lines.has(delimiter); n++) delimiter = `${base}_${n}`;
   return delimiter;
-}
-
-/** Quote for bash only when needed, so ordinary paths read exactly as in the harness's scripts. */
-export function shellQuote(word: string): string {
-  return /^[A-Za-z0-9_./:=@%+,-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`;
 }
 
 /** Commands that put the test files back as they were at the base commit (empty when the patch touches none). */

@@ -5,7 +5,7 @@
  */
 import { appendFile, mkdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { InvalidInputError } from "../util/errors.js";
+import { InvalidInputError } from "../errors.js";
 import { DEFAULT_MODEL, isEmptyPatch } from "./predictions.js";
 import { pyJsonDumps, pySorted } from "./pystr.js";
 import type { InstanceReport, InstanceReportFile, Prediction } from "./types.js";

@@ -13,7 +13,7 @@ import type { Limits } from "../sandbox/limits.js";
 import { ensureBuilt, envFor } from "../env/environments.js";
 import type { EnvSpec, LayerKey } from "../env/types.js";
 import { resolveHome } from "../util/home.js";
-import { InvalidInputError, NotFoundError } from "../util/errors.js";
+import { InvalidInputError, NotFoundError } from "../errors.js";
 import { gradeInstance, reward as rewardOf, type Grade, type RewardSpec } from "./grading.js";
 import type { InstanceReportFile } from "./types.js";
 import { agentDiff, pristineListing } from "./runner/agent-diff.js";

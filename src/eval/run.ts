@@ -14,7 +14,7 @@ import type { EnvSpec, LayerKey } from "../env/types.js";
 import { envFor, isBuilt } from "../env/environments.js";
 import { prepareInstances } from "../env/prepare.js";
 import { Progress, pool } from "../util/progress.js";
-import { InvalidInputError } from "../util/errors.js";
+import { InvalidInputError } from "../errors.js";
 import type { ResolutionStatus } from "./grading.js";
 import { DEFAULT_MODEL, indexPredictions, isEmptyPatch, loadPredictions, unknownPredictionIds } from "./predictions.js";
 import {

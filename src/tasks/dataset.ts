@@ -2,7 +2,7 @@ import { open, readFile } from "node:fs/promises";
 import { basename } from "node:path";
 import * as zlib from "node:zlib";
 import { asyncBufferFromFile, parquetReadObjects, type Compressors } from "hyparquet";
-import { InvalidInputError, NotFoundError } from "../util/errors.js";
+import { InvalidInputError, NotFoundError } from "../errors.js";
 import { normalizeInstance } from "./normalize.js";
 import type { Instance, LoadDatasetOptions } from "./types.js";
 

@@ -1,4 +1,4 @@
-import { InvalidInputError } from "../util/errors.js";
+import { InvalidInputError } from "../errors.js";
 
 /**
  * Reverse a unified diff (what `git apply -R` would apply), as text.

@@ -1,7 +1,7 @@
 /** Directory trees -> objects + one manifest. Idempotent; the manifest is written last, after a filesystem sync. */
 import { lstatSync, readdirSync, readlinkSync, type Stats } from "node:fs";
 import * as fsp from "node:fs/promises";
-import { InvalidInputError } from "../../util/errors.js";
+import { InvalidInputError } from "../../errors.js";
 import type { LayerKey } from "../types.js";
 import { NORMALIZED_MTIME_SEC, mapLimit, syncFilesystem, yielder } from "./fsutil.js";
 import { lockFile } from "./lock.js";

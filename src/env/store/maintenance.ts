@@ -1,9 +1,8 @@
 /** Store upkeep: stats (dedup), verify (rehash everything), gc (drop unreferenced objects and scratch). */
 import * as fsp from "node:fs/promises";
 import { join } from "node:path";
-import { TimeoutError } from "../../util/errors.js";
+import { errMessage, StoreCorruptError, TimeoutError } from "../../errors.js";
 import type { LayerKey } from "../types.js";
-import { errMessage, StoreCorruptError } from "./errors.js";
 import { mapLimit, NORMALIZED_MTIME_SEC, removeTree } from "./fsutil.js";
 import { isExecutableId, manifestPath, objectIdFor, objectMode, type ObjectId, type Store } from "./layout.js";
 import { lockFile } from "./lock.js";

@@ -1,8 +1,7 @@
 /** Layer manifests: types, strict validation (they may come from untrusted packs), reading and atomic writing. */
 import * as fsp from "node:fs/promises";
-import { InvalidInputError, NotFoundError } from "../../util/errors.js";
+import { errCode, errMessage, InvalidInputError, NotFoundError, StoreCorruptError } from "../../errors.js";
 import type { LayerKey } from "../types.js";
-import { errCode, errMessage, StoreCorruptError } from "./errors.js";
 import { writeFileAtomic } from "./fsutil.js";
 import {
   isLayerKey,

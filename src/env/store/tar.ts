@@ -3,8 +3,7 @@
  * ourselves means no entry ever touches the filesystem except as a regular file the caller chose to write —
  * no symlink or hard link tricks are possible, unlike extracting with tar(1) and checking afterwards.
  */
-
-export class TarFormatError extends Error {}
+import { InvalidInputError } from "../../errors.js";
 
 export interface TarHeader {
   /** Raw name bytes (after GNU long-name / pax overrides). */
@@ -28,7 +27,7 @@ class ChunkReader {
       const next = await this.source.next();
       if (next.done) {
         if (this.pending.length === 0) return null;
-        throw new TarFormatError("truncated archive");
+        throw new InvalidInputError("truncated archive");
       }
       this.pending = this.pending.length === 0 ? next.value : Buffer.concat([this.pending, next.value]);
     }
@@ -43,7 +42,7 @@ class ChunkReader {
     while (left > 0) {
       if (this.pending.length === 0) {
         const next = await this.source.next();
-        if (next.done) throw new TarFormatError("truncated archive (entry data cut short)");
+        if (next.done) throw new InvalidInputError("truncated archive (entry data cut short)");
         this.pending = next.value;
       }
       const part = this.pending.subarray(0, Math.min(left, this.pending.length));
@@ -60,7 +59,7 @@ class ChunkReader {
 
 /**
  * Call onEntry for each entry. The body iterable yields exactly `size` bytes; whatever onEntry leaves unread is
- * skipped. Rejects with TarFormatError on corrupt headers, truncation, or a missing end-of-archive marker.
+ * skipped. Rejects with InvalidInputError on corrupt headers, truncation, or a missing end-of-archive marker.
  */
 export async function readTar(
   source: AsyncIterable<Buffer>,
@@ -71,20 +70,20 @@ export async function readTar(
   let pax: { path?: Buffer; size?: number } = {};
   for (;;) {
     const block = await r.read(BLOCK);
-    if (block === null) throw new TarFormatError("truncated archive (no end-of-archive marker)");
+    if (block === null) throw new InvalidInputError("truncated archive (no end-of-archive marker)");
     if (isZero(block)) {
       const second = await r.read(BLOCK);
       if (second === null || !isZero(second))
-        throw new TarFormatError("truncated archive (incomplete end-of-archive marker)");
+        throw new InvalidInputError("truncated archive (incomplete end-of-archive marker)");
       return;
     }
     checkChecksum(block);
     const flag = block[156] === 0 ? "0" : String.fromCharCode(block[156]!);
     const size = parseNumber(block, 124, 12);
     if (flag === "L" || flag === "x" || flag === "g") {
-      if (size > MAX_META_BYTES) throw new TarFormatError("oversized tar metadata entry");
+      if (size > MAX_META_BYTES) throw new InvalidInputError("oversized tar metadata entry");
       const data = size === 0 ? Buffer.alloc(0) : await r.read(size);
-      if (data === null) throw new TarFormatError("truncated archive");
+      if (data === null) throw new InvalidInputError("truncated archive");
       await r.skip((BLOCK - (size % BLOCK)) % BLOCK);
       if (flag === "L") longName = cString(data);
       else if (flag === "x") pax = parsePax(data);
@@ -157,7 +156,7 @@ function checkChecksum(block: Buffer): void {
   const stored = parseNumber(block, 148, 8);
   let sum = 0;
   for (let i = 0; i < BLOCK; i++) sum += i >= 148 && i < 156 ? 0x20 : block[i]!;
-  if (sum !== stored) throw new TarFormatError("corrupt tar header (bad checksum)");
+  if (sum !== stored) throw new InvalidInputError("corrupt tar header (bad checksum)");
 }
 
 /** Octal, or GNU base-256 when the high bit of the first byte is set (sizes over 8 GiB). */
@@ -166,14 +165,14 @@ function parseNumber(block: Buffer, off: number, len: number): number {
   if (field[0]! & 0x80) {
     let v = field[0]! & 0x7f;
     for (let i = 1; i < len; i++) v = v * 256 + field[i]!;
-    if (!Number.isSafeInteger(v)) throw new TarFormatError("tar number out of range");
+    if (!Number.isSafeInteger(v)) throw new InvalidInputError("tar number out of range");
     return v;
   }
   const text = field
     .toString("latin1")
     .replace(/[\0 ]+$/, "")
     .replace(/^ +/, "");
-  if (!/^[0-7]*$/.test(text)) throw new TarFormatError("corrupt tar header (bad number)");
+  if (!/^[0-7]*$/.test(text)) throw new InvalidInputError("corrupt tar header (bad number)");
   return text === "" ? 0 : parseInt(text, 8);
 }
 
@@ -183,16 +182,16 @@ function parsePax(data: Buffer): { path?: Buffer; size?: number } {
   while (pos < data.length) {
     const space = data.indexOf(0x20, pos);
     const len = space < 0 ? NaN : parseInt(data.subarray(pos, space).toString("latin1"), 10);
-    if (!Number.isInteger(len) || len <= 0 || pos + len > data.length) throw new TarFormatError("corrupt pax header");
+    if (!Number.isInteger(len) || len <= 0 || pos + len > data.length) throw new InvalidInputError("corrupt pax header");
     const record = data.subarray(space + 1, pos + len - 1);
     const eq = record.indexOf(0x3d);
-    if (eq < 0) throw new TarFormatError("corrupt pax header");
+    if (eq < 0) throw new InvalidInputError("corrupt pax header");
     const key = record.subarray(0, eq).toString("latin1");
     const value = record.subarray(eq + 1);
     if (key === "path") out.path = value;
     else if (key === "size") {
       const n = Number(value.toString("latin1"));
-      if (!Number.isSafeInteger(n) || n < 0) throw new TarFormatError("corrupt pax size");
+      if (!Number.isSafeInteger(n) || n < 0) throw new InvalidInputError("corrupt pax size");
       out.size = n;
     }
     pos += len;

@@ -14,7 +14,7 @@ import type { ExecResult } from "../../sandbox/exec.js";
 import type { EnvSpec, LayerKey } from "../../env/types.js";
 import { TESTBED_PATH } from "../../env/types.js";
 import { envFor, readEnvRecord } from "../../env/environments.js";
-import { NotFoundError } from "../../util/errors.js";
+import { NotFoundError } from "../../errors.js";
 import { makeEvalScript } from "../eval-script.js";
 import { gradeInstance, type Grade, type ResolutionStatus } from "../grading.js";
 import { MARKERS } from "../parsers.js";
@@ -27,7 +27,7 @@ import {
   type LogLevel,
 } from "../report.js";
 import type { InstanceReportFile } from "../types.js";
-import { pyRepr } from "./pyrepr.js";
+import { pyRepr } from "../../util/pyrepr.js";
 import { openEvalSandbox } from "./sandbox.js";
 import { describeTimings, emptyTimings, roundTimings, type PhaseTimings } from "./timings.js";
 
