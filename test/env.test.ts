@@ -12,7 +12,7 @@ import { buildLogPath } from "../src/env/build.js";
 import { depsKey } from "../src/env/deps-cache.js";
 import { openStore, storeStats, verifyStore } from "../src/env/store/index.js";
 import { GIT_INDEX_MTIME_SEC } from "../src/env/store/materialize.js";
-import { Sandbox } from "../src/sandbox/sandbox.js";
+import { Sandbox } from "../src/index.js";
 import { homeLayout } from "../src/util/home.js";
 import { CLI, tempDir, tempHome } from "./helpers.js";
 

@@ -13,9 +13,9 @@ import { makeFixtureDataset, makeSweSmithDataset, type FixtureDataset } from "..
 import { loadDataset } from "../src/tasks/index.js";
 import { envFor } from "../src/env/environments.js";
 import { prepareInstances } from "../src/env/prepare.js";
-import { createInstanceSandbox } from "../src/env/workspace.js";
-import { Sandbox } from "../src/sandbox/sandbox.js";
-import { evaluate, evaluateAttempt, openEvalSandbox, runInstanceEvaluation } from "../src/eval/index.js";
+import { openWorkspace } from "../src/env/workspace.js";
+import { Sandbox } from "../src/index.js";
+import { evaluate, evaluateAttempt, evalSandboxSettings, runInstanceEvaluation } from "../src/eval/index.js";
 import type { Instance } from "../src/tasks/types.js";
 
 const home = tempHome("msb-reward-home-");
@@ -43,7 +43,7 @@ before(async () => {
 
 /** A live agent sandbox of the instance, after `script` ran in it. */
 async function agent(script: string, stdin?: string, instance: Instance = inst): Promise<Sandbox> {
-  const sb = await createInstanceSandbox({ home, instance });
+  const sb = await Sandbox.create({ home, instance });
   assert.equal(sb.labels["instance"], instance.instance_id);
   const r = await sb.exec(script, stdin === undefined ? {} : { stdin });
   if (r.exitCode !== 0) {
@@ -181,7 +181,8 @@ describe("rewards", { concurrency: 3 }, () => {
   });
 
   it("a sandbox that dies during the tests is that attempt's error, not a hang or a crash", async () => {
-    const fresh = await openEvalSandbox({ home, instance: inst, spec: envFor(inst, {}).spec });
+    const settings = await evalSandboxSettings(home, envFor(inst, {}).spec);
+    const fresh = await openWorkspace({ home, instance: inst, ...settings });
     const started = performance.now();
     const pending = runInstanceEvaluation({ home, instance: inst, patch: inst.patch, sandbox: fresh });
     // eval.sh re-installs the package first (seconds): the sandbox is closed under it.

@@ -4,7 +4,7 @@
  *   - minisandbox steps: Sandbox.create({instance}) + the harness's steps (git apply, eval.sh), graded here;
  *   - podman: the very same script in `podman run -i` of the environment's image, graded the same way.
  */
-import { Sandbox } from "../sandbox/sandbox.js";
+import { Sandbox } from "../index.js";
 import { pipSettings } from "../env/pip-config.js";
 import { nodeCacheFor } from "../env/environments.js";
 import { gradeInstance, heredocDelimiter, makeEvalScript } from "../eval/index.js";
@@ -12,7 +12,7 @@ import type { Instance } from "../tasks/types.js";
 import { pool } from "../util/progress.js";
 import type { Podman } from "./podman.js";
 import { ensureEnvImageFor } from "./ready.js";
-import { benchEvaluation } from "../eval/runner/bench.js";
+import { benchEvaluation } from "./eval-engine.js";
 import type { BenchEnvironment } from "./setup.js";
 import { summarize } from "./stats.js";
 import type { EvalMeasurement, Unavailable } from "./types.js";

@@ -3,10 +3,10 @@
  * noise hits all variants alike. Each round runs, per variant, the trivial first command (`echo`) in a fresh
  * workspace and the real first command (`python -c "import <pkg>"`) in another fresh workspace.
  */
-import { Sandbox } from "../sandbox/sandbox.js";
+import { Sandbox } from "../index.js";
 import { systemEntries, requireTool } from "../sandbox/host.js";
-import { nodeCacheFor, workspaceFor } from "../env/environments.js";
-import type { SandboxOptions } from "../sandbox/sandbox.js";
+import { nodeCacheFor } from "../env/environments.js";
+import { resolveWorkspace } from "../env/workspace.js";
 import { TESTBED_PATH, VENV_PATH } from "../env/types.js";
 import { ensureTarballs, extractRun, type Tarballs } from "./extract.js";
 import { Podman } from "./podman.js";
@@ -112,15 +112,20 @@ async function sandboxProbe(create: () => Promise<Sandbox>, importModule: string
  * pool does: the sandbox's own cost without the per-call environment lookup of the instance API.
  */
 async function resolvedVariant(env: BenchEnvironment): Promise<Variant> {
-  const { options, lease } = await workspaceFor(env.home, env.primarySpec, env.primaryKey);
-  const opts: SandboxOptions = options;
+  const ws = await resolveWorkspace({
+    home: env.home,
+    instance: env.primary,
+    environment: { spec: env.primarySpec, key: env.primaryKey },
+  });
+  const opts = ws.options;
   // The paths stay valid across evictions (layers/<key>/…); `before` re-materializes after the cold variant's runs.
-  await lease.release();
+  await ws.release();
   return {
     name: "minisandbox_warm_resolved",
     label: "minisandbox warm, env resolved once",
     method:
-      "workspaceFor() once (toolchain lookup, lease) then per run Sandbox.create(options) + exec: what a server or pool pays",
+      "resolveWorkspace() once (toolchain lookup, lease) then per run Sandbox.create(options) + exec: " +
+      "what a server or pool pays",
     once: (command, started) => sandboxOnce(() => Sandbox.create(opts), command, started),
     probe: () => sandboxProbe(() => Sandbox.create(opts), env.importModule),
     before: async () => void (await nodeCacheFor(env.home).acquire(env.primaryKey)).release(),

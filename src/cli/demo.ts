@@ -5,7 +5,7 @@ import { makeFixtureDataset } from "../fixtures/generate.js";
 import { loadDataset } from "../tasks/index.js";
 import { prepareInstances } from "../env/prepare.js";
 import { Progress, table } from "../util/progress.js";
-import { Sandbox } from "../sandbox/sandbox.js";
+import { Sandbox } from "../index.js";
 import { fail } from "./common.js";
 
 export interface DemoHooks {

@@ -51,7 +51,6 @@ export function installScript(spec: EnvSpec, requirementsFile?: string): { deps:
   return { deps, install: spec.install ? [spec.install] : [] };
 }
 
-
 /**
  * Build one environment: check out the testbed on the host (git runs no repository code), then create the venv
  * and install everything inside a sandbox with network (pip needs its index), normalize mtimes, compile bytecode

@@ -8,7 +8,7 @@ export * from "./report.js";
 export * from "./predictions.js";
 export { pyJsonDumps, pySorted } from "./pystr.js";
 
-// The runner (sandboxes, patches, tests): `minisandbox evaluate`, validation, rewards, throughput.
+// The runner (sandboxes, patches, tests): `minisandbox evaluate`, validation, rewards.
 export {
   runEvaluation,
   defaultRunId,
@@ -31,9 +31,8 @@ export {
   type EvalErrorKind,
 } from "./runner/instance.js";
 export { agentDiff, pristineListing, type AgentDiff } from "./runner/agent-diff.js";
-export { openEvalSandbox, type EvalSandboxOptions } from "./runner/sandbox.js";
+export { evalSandboxSettings, type EvalSandboxSettings } from "./runner/sandbox.js";
 export { timingStats, describeTimings, PHASES, type PhaseTimings, type TimingStats } from "./runner/timings.js";
-export { benchEvaluation, type BenchEvaluationOptions, type BenchEvaluationResult } from "./runner/bench.js";
 export {
   validateInstances,
   renderValidation,

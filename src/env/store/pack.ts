@@ -141,8 +141,7 @@ export async function importPack(store: Store, file: string, opts: { replace?: b
       manifests = await checkPack(store, extracted);
       for (const m of manifests) await assertCanWrite(store, m, opts.replace ?? false);
     } catch (e) {
-      if (e instanceof InvalidInputError)
-        throw new InvalidInputError(`invalid pack ${file}: ${e.message}`);
+      if (e instanceof InvalidInputError) throw new InvalidInputError(`invalid pack ${file}: ${e.message}`);
       throw e;
     }
     const result: ImportResult = {
@@ -302,7 +301,9 @@ async function checkPack(store: Store, x: Extracted): Promise<LayerManifest[]> {
     for (const [id, size] of referencedObjects(m)) {
       const staged = x.objects.get(id);
       if (staged === undefined ? !(await hasObject(store, id, size)) : staged !== size) {
-        throw new InvalidInputError(`layer ${key} references object ${id}, which is neither in the pack nor in the store`);
+        throw new InvalidInputError(
+          `layer ${key} references object ${id}, which is neither in the pack nor in the store`,
+        );
       }
     }
     manifests.push(m);

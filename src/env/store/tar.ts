@@ -182,7 +182,8 @@ function parsePax(data: Buffer): { path?: Buffer; size?: number } {
   while (pos < data.length) {
     const space = data.indexOf(0x20, pos);
     const len = space < 0 ? NaN : parseInt(data.subarray(pos, space).toString("latin1"), 10);
-    if (!Number.isInteger(len) || len <= 0 || pos + len > data.length) throw new InvalidInputError("corrupt pax header");
+    if (!Number.isInteger(len) || len <= 0 || pos + len > data.length)
+      throw new InvalidInputError("corrupt pax header");
     const record = data.subarray(space + 1, pos + len - 1);
     const eq = record.indexOf(0x3d);
     if (eq < 0) throw new InvalidInputError("corrupt pax header");

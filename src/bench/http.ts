@@ -3,7 +3,7 @@
  * sessions × M commands (throughput, latency, errors). Starts its own server on 127.0.0.1 unless given a URL.
  */
 import { Sandbox } from "../sandbox/sandbox.js";
-import { startServer } from "./server.js";
+import { startServer } from "../server/server.js";
 import { summarize, type Dist } from "../util/stats.js";
 
 export interface ServerBenchOptions {
