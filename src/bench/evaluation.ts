@@ -1,6 +1,6 @@
 /**
  * Workload 5, evaluation throughput: instances graded with their gold patch, `workers` at a time.
- *   - minisandbox engine: the eval runner's own benchmark function (src/eval), which also times each phase;
+ *   - minisandbox engine: a whole `runEvaluation` (eval-engine.ts), which also times each phase;
  *   - minisandbox steps: Sandbox.create({instance}) + the harness's steps (git apply, eval.sh), graded here;
  *   - podman: the very same script in `podman run -i` of the environment's image, graded the same way.
  */

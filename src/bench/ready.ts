@@ -229,9 +229,27 @@ export interface ReadyOptions {
   log: (m: string) => void;
 }
 
-export async function benchReady(opts: ReadyOptions): Promise<Record<ReadyVariantName, ReadyVariant | Unavailable>> {
+type ReadyOut = Record<ReadyVariantName, ReadyVariant | Unavailable>;
+
+interface Samples {
+  echo: number[];
+  import: number[];
+  failures: number;
+  pycNewer: number | null;
+  errors: string[];
+}
+
+export async function benchReady(opts: ReadyOptions): Promise<ReadyOut> {
+  const out = {} as ReadyOut;
+  const variants = await readyVariants(opts, out);
+  const samples = await measureRounds(variants, opts);
+  for (const v of variants) out[v.name] = await summarizeVariant(v, samples.get(v.name)!, opts.log);
+  return out;
+}
+
+/** Every variant that can run here; the others are recorded in `out` as not available, with the reason. */
+async function readyVariants(opts: ReadyOptions, out: ReadyOut): Promise<Variant[]> {
   const { env } = opts;
-  const out = {} as Record<ReadyVariantName, ReadyVariant | Unavailable>;
   const variants: Variant[] = [
     minisandboxVariant(env, false),
     await resolvedVariant(env),
@@ -250,12 +268,13 @@ export async function benchReady(opts: ReadyOptions): Promise<Record<ReadyVarian
     const p = opts.podman;
     await tryAdd("podman", () => podmanVariant(env, p));
   } else out.podman = opts.podman;
+  return variants;
+}
 
-  const importCmd = `python -c "import ${env.importModule}"`;
-  const samples = new Map<
-    ReadyVariantName,
-    { echo: number[]; import: number[]; failures: number; pycNewer: number | null; errors: string[] }
-  >();
+/** One warm-up each, then `runs` rounds: in each, every variant runs `echo` and the import in fresh workspaces. */
+async function measureRounds(variants: Variant[], opts: ReadyOptions): Promise<Map<ReadyVariantName, Samples>> {
+  const importCmd = `python -c "import ${opts.env.importModule}"`;
+  const samples = new Map<ReadyVariantName, Samples>();
   for (const v of variants) samples.set(v.name, { echo: [], import: [], failures: 0, pycNewer: null, errors: [] });
   const started = Date.now() / 1000 - 1;
   // One warm-up each (page cache, first podman/bwrap start), not counted.
@@ -285,28 +304,26 @@ export async function benchReady(opts: ReadyOptions): Promise<Record<ReadyVarian
     }
     if ((round + 1) % 5 === 0 || round + 1 === opts.runs) opts.log(`ready: round ${round + 1}/${opts.runs}`);
   }
-  for (const v of variants) {
-    const s = samples.get(v.name)!;
-    let pyc = null;
-    try {
-      pyc = parsePycProbe(await v.probe(), s.pycNewer);
-    } catch (e) {
-      opts.log(`pyc probe for ${v.name} failed: ${(e as Error).message}`);
-    }
-    if (s.echo.length === 0) {
-      out[v.name] = { available: false, reason: `every run failed: ${s.errors.join("; ")}` };
-      continue;
-    }
-    out[v.name] = {
-      available: true,
-      label: v.label,
-      method: v.method,
-      echo: summarize(s.echo),
-      import: s.import.length ? summarize(s.import) : null,
-      pyc,
-      failures: s.failures,
-      ...(s.errors.length ? { errors: s.errors } : {}),
-    } as ReadyVariant;
+  return samples;
+}
+
+/** The variant's distributions, and its bytecode check (the `python -v` probe, untimed). */
+async function summarizeVariant(v: Variant, s: Samples, log: (m: string) => void): Promise<ReadyVariant | Unavailable> {
+  let pyc = null;
+  try {
+    pyc = parsePycProbe(await v.probe(), s.pycNewer);
+  } catch (e) {
+    log(`pyc probe for ${v.name} failed: ${(e as Error).message}`);
   }
-  return out;
+  if (s.echo.length === 0) return { available: false, reason: `every run failed: ${s.errors.join("; ")}` };
+  return {
+    available: true,
+    label: v.label,
+    method: v.method,
+    echo: summarize(s.echo),
+    import: s.import.length ? summarize(s.import) : null,
+    pyc,
+    failures: s.failures,
+    ...(s.errors.length ? { errors: s.errors } : {}),
+  } as ReadyVariant;
 }

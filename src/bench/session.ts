@@ -1,6 +1,6 @@
 /**
  * Workload 4: session round trip. In process: one sandbox, one persistent session, `echo` commands back to back.
- * Over HTTP: src/server/bench.ts (`benchServerRoundTrip`).
+ * Over HTTP: http.ts (`benchServerRoundTrip`).
  */
 import { Sandbox } from "../index.js";
 import { benchServerRoundTrip } from "./http.js";

@@ -1,7 +1,7 @@
 import type { Command } from "commander";
 import { benchMain, type BenchOptions } from "../bench/index.js";
 import { ALL_WORKLOADS, DEFAULT_HISTORY_MIB, type Workload } from "../bench/run.js";
-import { fail } from "./common.js";
+import { fail, parsePositive } from "./common.js";
 
 export interface BenchCliOptions {
   quick?: boolean;
@@ -46,9 +46,7 @@ export function benchOptionsFrom(o: BenchCliOptions): BenchOptions & { outDir?: 
     if (bad.length)
       throw new Error(`--only: unknown workload(s) ${bad.join(", ")} (known: ${ALL_WORKLOADS.join(", ")})`);
   }
-  const runs = o.runs === undefined ? undefined : Number(o.runs);
-  if (runs !== undefined && (!Number.isInteger(runs) || runs < 1))
-    throw new Error(`--runs expects a positive integer, got ${o.runs}`);
+  const runs = o.runs === undefined ? undefined : parsePositive(o.runs, "--runs", { integer: true });
   if (o.historyMb !== undefined && !/^\d{1,6}$/.test(o.historyMb.trim()))
     throw new Error(`--history-mb expects a non-negative integer (MiB), got ${o.historyMb}`);
   if (o.historyMb !== undefined && o.dataset)

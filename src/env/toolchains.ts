@@ -255,7 +255,7 @@ async function sharedLibs(binary: string): Promise<string[]> {
   try {
     const r = await run("ldd", [binary], { timeoutMs: 10_000 });
     if (r.code !== 0) return [];
-    // "libpython3.9.so.1.0 => /root/.pyenv/versions/3.9.18/lib/libpython3.9.so.1.0 (0x…)"
+    // "libpython3.9.so.1.0 => /opt/pyenv/versions/3.9.18/lib/libpython3.9.so.1.0 (0x…)"
     return [...r.stdout.matchAll(/=>\s+(\/\S+)/g)].map((m) => safeRealpath(m[1]!));
   } catch {
     return []; // no ldd (static or non-glibc systems): the prefix mount is the best we can do

@@ -35,7 +35,7 @@ function resetCommands(baseCommit: string, testPatch: string): string[] {
   const modified = modifiedFiles(testPatch);
   const created = newFiles(testPatch);
   const out: string[] = [];
-  // Without files, `git checkout <base>` would reset the whole tree (harness issue #518).
+  // Without files, `git checkout <base>` would reset the whole tree (the harness guards against it the same way).
   if (modified.length > 0) out.push(`git checkout ${shellQuote(baseCommit)} ${modified.map(shellQuote).join(" ")}`);
   if (created.length > 0) out.push(`rm -f ${created.map(shellQuote).join(" ")}`);
   return out;

@@ -19,6 +19,7 @@ export {
   type InstanceRunStatus,
   type RunTimings,
 } from "./run.js";
+export { renderRun, runResultJson } from "./render.js";
 export {
   runInstanceEvaluation,
   clearInstanceOutputs,
@@ -36,6 +37,7 @@ export { timingStats, describeTimings, PHASES, type PhaseTimings, type TimingSta
 export {
   validateInstances,
   renderValidation,
+  validationSummary,
   goldProblems,
   baseProblems,
   type ValidateOptions,
