@@ -92,7 +92,7 @@ export async function benchConcurrency(opts: {
   return out;
 }
 
-/** A cold variant of the concurrency check: K sandboxes on an evicted layer (materialized once). Not timed in detail. */
+/** The concurrency check on a cold layer: K sandboxes on an evicted layer (materialized once). Not timed in detail. */
 export async function coldStampede(
   env: BenchEnvironment,
   k: number,

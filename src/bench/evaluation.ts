@@ -31,7 +31,8 @@ export function evalSteps(env: BenchEnvironment, instance: Instance, opts: { app
           `git apply --whitespace=nowarn - <<'${bugDelimiter}'`,
           bug.endsWith("\n") ? bug.slice(0, -1) : bug,
           bugDelimiter,
-          "git add -A && git -c user.email=bench@localhost -c user.name=bench -c core.hooksPath=/dev/null commit -q --no-verify -m 'task bug'",
+          "git add -A && git -c user.email=bench@localhost -c user.name=bench -c core.hooksPath=/dev/null " +
+            "commit -q --no-verify -m 'task bug'",
         ]
       : []),
     `git apply --verbose - <<'${delimiter}'`,
@@ -82,7 +83,8 @@ async function measure(
 
 /**
  * eval.sh reruns the spec's install step (`pip install -e .`), offline: both runners get the host's pip
- * configuration (local indexes bound read-only) and fail fast on the unreachable default index, as the eval runner does.
+ * configuration (local indexes bound read-only) and fail fast on an unreachable default index, as the eval runner
+ * does.
  */
 async function offlinePip(env: BenchEnvironment): Promise<{ env: Record<string, string>; mounts: string[] }> {
   const pip = await pipSettings(env.toolchain.python);

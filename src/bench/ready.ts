@@ -63,7 +63,8 @@ function minisandboxVariant(env: BenchEnvironment, cold: boolean): Variant {
     name: cold ? "minisandbox_cold" : "minisandbox_warm",
     label: cold ? "minisandbox cold" : "minisandbox warm",
     method: cold
-      ? "layer evicted from the node cache first; Sandbox.create({instance}) materializes it (hard links from the store), then exec"
+      ? "layer evicted from the node cache first; Sandbox.create({instance}) materializes it (hard links from the " +
+        "store), then exec"
       : "layer in the node cache; Sandbox.create({instance}) + exec (bwrap + overlayfs, clean environment)",
     before: cold
       ? () => evictLayer(env.home, env.primaryKey)
@@ -152,7 +153,8 @@ async function bwrapVariant(env: BenchEnvironment): Promise<Variant> {
     name: "bwrap_raw",
     label: "raw bwrap",
     method:
-      "bwrap --unshare-all with read-only binds of the materialized trees (no overlay, no session machinery): the floor",
+      "bwrap --unshare-all with read-only binds of the materialized trees (no overlay, no session machinery): " +
+      "the floor",
     before: async () => void (await nodeCacheFor(env.home).acquire(env.primaryKey)).release(),
     once: async (command) => {
       const r = await timedRun(bwrap, args(command));
@@ -179,7 +181,8 @@ async function extractVariant(env: BenchEnvironment, work: string): Promise<Vari
     name: "extract_per_task",
     label: "extract-per-task",
     method:
-      "per-task venv.tar.gz + testbed.tar.gz extracted (gzip, both at once) into a private dir, unshare --mount + bind mounts + chroot",
+      "per-task venv.tar.gz + testbed.tar.gz extracted (gzip, both at once) into a private dir, " +
+      "unshare --mount + bind mounts + chroot",
     once: async (command, started) => {
       const { run, pycWritten } = await extractRun({
         ...base,
@@ -198,7 +201,9 @@ async function podmanVariant(env: BenchEnvironment, podman: Podman): Promise<Var
   return {
     name: "podman",
     label: `podman (${podman.runtime})`,
-    method: `podman run --rm --network none <image with the same venv, testbed and toolchain> (podman ${podman.version}, ${podman.runtime})`,
+    method:
+      "podman run --rm --network none <image with the same venv, testbed and toolchain> " +
+      `(podman ${podman.version}, ${podman.runtime})`,
     once: async (command) => {
       const r = await podman.run(image, ["/bin/sh", "-c", command]);
       if (r.code !== 0) throw new Error(`podman exit ${r.code}: ${r.stderr.trim().slice(-300)}`);

@@ -352,12 +352,16 @@ const RATIO_MEANINGS: Record<keyof BenchResults["ratios"], string> = {
 function describeSource(s: BenchResults["source"]): string {
   if (s.kind === "dataset") return `dataset ${s.dataset} — ${s.repo}`;
   if (!s.historyMiB)
-    return `fixture — ${s.repo} alone, no generated history (\`--history-mb 0\`: far smaller than a real SWE-bench testbed)`;
+    return (
+      `fixture — ${s.repo} alone, no generated history ` +
+      "(`--history-mb 0`: far smaller than a real SWE-bench testbed)"
+    );
   return `fixture — ${s.repo} after a generated ${s.historyMiB} MiB git history (\`--history-mb ${s.historyMiB}\`)`;
 }
 
 function workspaceSizes(s: BenchResults["source"]): string {
-  return `testbed ${formatBytes(s.testbedBytes)}, of which git pack ${formatBytes(s.gitPackBytes)}; venv ${formatBytes(s.venvBytes)}`;
+  const [testbed, pack, venv] = [s.testbedBytes, s.gitPackBytes, s.venvBytes].map(formatBytes);
+  return `testbed ${testbed}, of which git pack ${pack}; venv ${venv}`;
 }
 
 function summarizeHttp(h: Record<string, unknown>): string {
@@ -366,14 +370,16 @@ function summarizeHttp(h: Record<string, unknown>): string {
       ? ((o as Record<string, unknown>)[k] as number)
       : null;
   const parts = [
-    `run_in_session p50 ${ms(num(h, "p50Ms"))}, p90 ${ms(num(h, "p90Ms"))} over ${num(h, "roundTrips") ?? "?"} sequential round trips`,
+    `run_in_session p50 ${ms(num(h, "p50Ms"))}, p90 ${ms(num(h, "p90Ms"))} ` +
+      `over ${num(h, "roundTrips") ?? "?"} sequential round trips`,
   ];
   const overhead = num(h, "httpOverheadP50Ms");
   if (overhead !== null) parts.push(`HTTP overhead at p50 ${ms(overhead)}`);
   const c = h["concurrent"];
   if (c && typeof c === "object") {
     parts.push(
-      `${num(c, "sessions")} sessions at once × ${num(c, "commandsPerSession")} commands: p50 ${ms(num(c, "p50Ms"))}, p99 ${ms(num(c, "p99Ms"))}, ` +
+      `${num(c, "sessions")} sessions at once × ${num(c, "commandsPerSession")} commands: ` +
+        `p50 ${ms(num(c, "p50Ms"))}, p99 ${ms(num(c, "p99Ms"))}, ` +
         `${num(c, "commandsPerSecond")?.toFixed(0) ?? "?"} commands/s, ${num(c, "errors") ?? "?"} errors`,
     );
   }
@@ -431,7 +437,8 @@ export function renderSvg(r: BenchResults): string {
       const w = Math.max(2, ((Math.log10(Math.max(b.value, 1e-9)) - lo) / (hi - lo)) * plotW);
       parts.push(`<text x="${left - 8}" y="${y + barH * 0.7}" font-size="12" text-anchor="end">${esc(b.label)}</text>`);
       parts.push(
-        `<rect x="${left}" y="${y}" width="${w.toFixed(1)}" height="${barH}" fill="${b.ours ? "#2b7a4b" : "#9aa5b1"}"/>`,
+        `<rect x="${left}" y="${y}" width="${w.toFixed(1)}" height="${barH}" ` +
+          `fill="${b.ours ? "#2b7a4b" : "#9aa5b1"}"/>`,
       );
       parts.push(
         `<text x="${(left + w + 6).toFixed(1)}" y="${y + barH * 0.7}" font-size="12">${esc(row.unit(b.value))}</text>`,
@@ -441,9 +448,24 @@ export function renderSvg(r: BenchResults): string {
     y += 24;
   }
   const m = r.machine;
-  parts.push(
-    `<text x="10" y="${y}" font-size="11" fill="#555">${esc(`${r.date} · ${m.cpus} × ${m.cpuModel} · kernel ${m.kernel} · podman ${m.podman ?? "n/a"} · ${r.source.kind === "fixture" ? "fixture env" : r.source.dataset} · testbed ${formatBytes(r.source.testbedBytes)} (git pack ${formatBytes(r.source.gitPackBytes)}), venv ${formatBytes(r.source.venvBytes)}`)}</text>`,
-  );
+  parts.push(`<text x="10" y="${y}" font-size="11" fill="#555">${esc(footer(r))}</text>`);
   y += 14;
-  return `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${y}" viewBox="0 0 ${W} ${y}" font-family="sans-serif">\n<rect width="100%" height="100%" fill="white"/>\n<text x="10" y="20" font-size="16" font-weight="bold">minisandbox bench</text>\n${parts.join("\n")}\n</svg>\n`;
+  return [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${y}" viewBox="0 0 ${W} ${y}" ` +
+      'font-family="sans-serif">',
+    '<rect width="100%" height="100%" fill="white"/>',
+    '<text x="10" y="20" font-size="16" font-weight="bold">minisandbox bench</text>',
+    ...parts,
+    "</svg>\n",
+  ].join("\n");
+}
+
+/** The chart's last line: when, where, and what was measured. */
+function footer(r: BenchResults): string {
+  const m = r.machine;
+  const s = r.source;
+  const [testbed, pack, venv] = [s.testbedBytes, s.gitPackBytes, s.venvBytes].map(formatBytes);
+  const what = s.kind === "fixture" ? "fixture env" : s.dataset;
+  const machine = `${m.cpus} × ${m.cpuModel} · kernel ${m.kernel} · podman ${m.podman ?? "n/a"}`;
+  return `${r.date} · ${machine} · ${what} · testbed ${testbed} (git pack ${pack}), venv ${venv}`;
 }

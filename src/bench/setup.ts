@@ -153,7 +153,8 @@ async function datasetSource(opts: SetupOptions, dataset: string, notes: string[
   const candidates = rows.slice(0, opts.maxInstances);
   if (byRepo.size > 1)
     notes.push(
-      `dataset has ${byRepo.size} repositories; benchmarked ${repo} (${rows.length} instances, ${candidates.length} used)`,
+      `dataset has ${byRepo.size} repositories; ` +
+        `benchmarked ${repo} (${rows.length} instances, ${candidates.length} used)`,
     );
   return { kind: "dataset", datasetPath, reposDir: opts.reposDir, candidates };
 }

@@ -60,7 +60,8 @@ export async function benchStorage(opts: StorageOptions): Promise<{ points: Stor
     for (const l of leases) await l.release();
   }
   if (keys.length < Math.max(...opts.ns)) {
-    const why = `only ${keys.length} distinct environment(s) among ${env.instances.length} instance(s): larger N skipped`;
+    const among = `among ${env.instances.length} instance(s)`;
+    const why = `only ${keys.length} distinct environment(s) ${among}: larger N skipped`;
     podmanNote = [podmanNote, why].filter(Boolean).join("; ");
   }
   return { points, podmanNote };

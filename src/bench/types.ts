@@ -50,7 +50,7 @@ export interface StoragePoint {
   n: number;
   /** The store: objects referenced by the N layers (each once) + their manifests. The ratios use this. */
   minisandboxStoreBytes: number;
-  /** The store plus the node cache with all N layers materialized (its files are hard links; its directories are not). */
+  /** The store plus the node cache with all N layers materialized (its files are hard links, its directories not). */
   minisandboxBytes: number;
   /** Sum over the files' sizes (what the layers would take undeduplicated). */
   minisandboxLogicalBytes: number;
@@ -58,7 +58,7 @@ export interface StoragePoint {
   targzBytes: number;
   /** Podman's env layers alone for the N images (shared layers once), without the base OS and toolchain layers. */
   podmanBytes: number | null;
-  /** Podman's actual disk use for the N images: every layer once, base OS and toolchain included (the usual comparison). */
+  /** Podman's actual disk use for the N images: every layer once, base OS and toolchain included. */
   podmanTotalBytes: number | null;
   /** Sum of `podman images` sizes (shared layers counted once per image, as podman lists them). */
   podmanListedBytes: number | null;
@@ -134,7 +134,7 @@ export interface BenchResults {
     instance: string;
     envKey: string;
     importModule: string;
-    /** Fixture only: the generated git history's size in MiB (0 = the small calc repository alone); null for datasets. */
+    /** Fixture only: the generated git history's size in MiB (0 = the calc repository alone); null for datasets. */
     historyMiB: number | null;
     /** Apparent bytes of the primary instance's testbed (checkout + .git). */
     testbedBytes: number;

@@ -30,7 +30,8 @@ export function addBenchOptions(cmd: Command): Command {
     .option("--runs <N>", "rounds of the ready workload (default 25, --quick 6)")
     .option(
       "--history-mb <N>",
-      `fixture: git history (pack) of about N MiB before its commits, like a real repository's (default ${DEFAULT_HISTORY_MIB}, like sympy's; 0 = the small repository alone)`,
+      "fixture: git history (pack) of about N MiB before its commits, like a real repository's " +
+        `(default ${DEFAULT_HISTORY_MIB}, like sympy's; 0 = the small repository alone)`,
     )
     .option("--only <LIST>", `comma-separated workloads (${ALL_WORKLOADS.join(",")})`)
     .option("--no-podman", "skip the podman baselines even if podman is installed")

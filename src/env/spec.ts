@@ -204,15 +204,20 @@ export function specForInstance(instance: Instance, opts: SpecOptions = {}): Env
 
 function unknownSpecMessage(instance: Instance, table: SpecTable, overrides: SpecOverrides[]): string {
   const { repo, version, instance_id: id } = instance;
-  const hint = `; give one with --specs FILE ({"${repo}": {"${version ?? "*"}": {"python": "3.x", …}}}) or a "spec" field in the row`;
+  const example = `{"${repo}": {"${version ?? "*"}": {"python": "3.x", …}}}`;
+  const hint = `; give one with --specs FILE (${example}) or a "spec" field in the row`;
   if (version === undefined)
     return `instance ${id} has no "version", so no environment spec can be looked up for ${repo}${hint}`;
   const fromOverrides = overrides.flatMap((o) => Object.keys(o.repos[repo] ?? {}));
   const known = [...new Set([...knownVersions(repo, table), ...fromOverrides])].sort(compareVersions);
   if (known.length > 0)
-    return `no environment spec for ${repo} version ${version} (instance ${id}); known versions of ${repo}: ${known.join(", ")}${hint}`;
+    return (
+      `no environment spec for ${repo} version ${version} (instance ${id}); ` +
+      `known versions of ${repo}: ${known.join(", ")}${hint}`
+    );
   const repos = Object.keys(table.specs).sort();
-  return `no environment spec for ${repo} (instance ${id}): the built-in table knows ${repos.length} repositories (${repos.join(", ")})${hint}`;
+  const table_ = `the built-in table knows ${repos.length} repositories (${repos.join(", ")})`;
+  return `no environment spec for ${repo} (instance ${id}): ${table_}${hint}`;
 }
 
 function toEnvSpec(instance: Instance, layers: Layer[], table: SpecTable): EnvSpec {

@@ -244,7 +244,8 @@ export function instanceOutcomes(summary: RunSummary): Map<string, InstanceOutco
 
 /**
  * Plain-text summary: the harness's closing lines (same wording, plus the resolved percentage; like the harness,
- * "submitted" here counts only predictions inside the dataset), then one row per instance unless `perInstance` is false.
+ * "submitted" here counts only predictions inside the dataset), then one row per instance unless `perInstance` is
+ * false.
  */
 export function renderSummary(summary: RunSummary, opts: { perInstance?: boolean } = {}): string {
   const pct = (n: number): string =>

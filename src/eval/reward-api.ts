@@ -152,7 +152,8 @@ async function startAttempt(target: EvaluateTarget, opts: EvaluateOptions): Prom
   if (live?.labels["env"] && live.labels["env"] !== env.key) {
     throw new InvalidInputError(
       `evaluate: sandbox ${live.id} runs environment ${live.labels["env"].slice(0, 12)}, ` +
-        `but ${instance.instance_id}'s spec gives ${env.key.slice(0, 12)} (pass the specsFile the sandbox was created with)`,
+        `but ${instance.instance_id}'s spec gives ${env.key.slice(0, 12)} ` +
+        "(pass the specsFile the sandbox was created with)",
     );
   }
   return {

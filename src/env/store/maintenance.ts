@@ -159,7 +159,8 @@ export async function gcStore(store: Store, opts: { lockTimeoutMs?: number } = {
     const { manifests, bad } = await loadManifests(store);
     if (bad.length > 0) {
       throw new StoreCorruptError(
-        `refusing to gc: manifest of layer ${bad[0]!.key} is corrupt (${bad[0]!.error}); remove or re-import that layer first`,
+        `refusing to gc: manifest of layer ${bad[0]!.key} is corrupt (${bad[0]!.error}); ` +
+          "remove or re-import that layer first",
       );
     }
     const refs = referenceIndex(manifests);

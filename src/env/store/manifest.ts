@@ -219,7 +219,8 @@ export async function assertCanWrite(store: Store, manifest: LayerManifest, repl
   }
   if (JSON.stringify(existing) !== JSON.stringify(manifest)) {
     throw new InvalidInputError(
-      `layer ${manifest.key} already exists in store ${store.root} with different content (use replace to overwrite it)`,
+      `layer ${manifest.key} already exists in store ${store.root} with different content ` +
+        "(use replace to overwrite it)",
     );
   }
 }

@@ -196,7 +196,8 @@ async function placeFile(ctx: Ctx, e: FileEntry, abs: Buffer, shown: string, rel
   } catch (err) {
     if (errCode(err) === "ENOENT") {
       throw new StoreCorruptError(
-        `layer ${ctx.manifest.key}: object ${e.object} (for ${shown}) is missing from store ${ctx.store.root}; run 'minisandbox store verify'`,
+        `layer ${ctx.manifest.key}: object ${e.object} (for ${shown}) is missing from store ${ctx.store.root}; ` +
+          "run 'minisandbox store verify'",
       );
     }
     throw err;

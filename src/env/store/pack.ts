@@ -61,7 +61,8 @@ export async function exportPack(store: Store, keys: readonly LayerKey[], file: 
       for (const [id, size] of referencedObjects(await readManifest(store, key))) {
         if (!(await hasObject(store, id, size))) {
           throw new StoreCorruptError(
-            `layer ${key} needs object ${id}, which is missing or truncated in store ${store.root}; run 'minisandbox store verify'`,
+            `layer ${key} needs object ${id}, which is missing or truncated in store ${store.root}; ` +
+              "run 'minisandbox store verify'",
           );
         }
         objects.set(id, size);

@@ -62,7 +62,8 @@ export async function pristineListing(fresh: Sandbox, timeoutMs = 300_000): Prom
   });
   if (r.exitCode !== 0 || r.truncated) {
     throw new SandboxError(
-      `could not list the pristine ${TESTBED_PATH}: ${r.timedOut ? "timed out" : r.stderr.trim() || `exit ${r.exitCode}`}`,
+      `could not list the pristine ${TESTBED_PATH}: ` +
+        (r.timedOut ? "timed out" : r.stderr.trim() || `exit ${r.exitCode}`),
     );
   }
   return r.stdoutBytes;
