@@ -56,13 +56,14 @@ async function agent(script: string, stdin?: string, instance: Instance = inst):
 /** Everything about the agent's repository that evaluating must not change. */
 async function repoState(sb: Sandbox): Promise<string> {
   const r = await sb.exec(
-    "git status --porcelain --untracked-files=all; md5sum .git/index; git count-objects -v; git rev-parse HEAD; git stash list",
+    "git status --porcelain --untracked-files=all; md5sum .git/index; git count-objects -v; " +
+      "git rev-parse HEAD; git stash list",
   );
   return r.stdout;
 }
 
 describe("rewards", { concurrency: 3 }, () => {
-  it("a patch: gold is FULL with reward 1, the partial fix PARTIAL (binary 0, fraction = share of FAIL_TO_PASS fixed)", async () => {
+  it("a patch: gold is FULL, reward 1; the partial fix PARTIAL (binary 0, fraction: share fixed)", async () => {
     const [gold, partial] = await Promise.all([
       evaluate({ instance: inst, patch: inst.patch }, { home }),
       evaluateAttempt(
@@ -92,9 +93,10 @@ describe("rewards", { concurrency: 3 }, () => {
     assert.equal(partial.grade.resolution, "PARTIAL");
   });
 
-  it("a live sandbox: its diff (untracked and binary files too) is graded in a fresh sandbox; the agent's repo is untouched", async () => {
+  it("a live sandbox: its diff (untracked, binary too) graded in a fresh sandbox; its repo untouched", async () => {
     const sb = await agent(
-      "git apply - && mkdir -p calc/extra && printf 'VALUE = 1\\n' > calc/extra/__init__.py && printf 'a\\0b\\001\\377' > calc/blob.bin && git add calc/extra",
+      "git apply - && mkdir -p calc/extra && printf 'VALUE = 1\\n' > calc/extra/__init__.py && " +
+        "printf 'a\\0b\\001\\377' > calc/blob.bin && git add calc/extra",
       inst.patch,
     );
     try {
