@@ -447,7 +447,6 @@ export function renderSvg(r: BenchResults): string {
     }
     y += 24;
   }
-  const m = r.machine;
   parts.push(`<text x="10" y="${y}" font-size="11" fill="#555">${esc(footer(r))}</text>`);
   y += 14;
   return [
