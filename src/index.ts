@@ -58,8 +58,17 @@ export {
 } from "./errors.js";
 export { loadDataset, type Instance } from "./tasks/index.js";
 export { specForInstance, specKey } from "./env/spec.js";
-export { prepareInstances, type PrepareResult } from "./env/prepare.js";
+export { builtInstances, prepareInstances, renderPrepare, type PrepareResult } from "./env/prepare.js";
 export { openWorkspace, resolveWorkspace, type Workspace, type WorkspaceRequest } from "./env/workspace.js";
 export { runDoctor } from "./sandbox/doctor.js";
-export { evaluate, evaluateAttempt, runEvaluation, validateInstances } from "./eval/index.js";
+export {
+  evaluate,
+  evaluateAttempt,
+  renderRun,
+  renderValidation,
+  runEvaluation,
+  runResultJson,
+  validateInstances,
+  validationSummary,
+} from "./eval/index.js";
 export type { EvaluateOptions, EvaluateResult, EvaluateTarget } from "./eval/index.js";

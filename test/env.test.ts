@@ -12,7 +12,7 @@ import { buildLogPath } from "../src/env/build.js";
 import { depsKey } from "../src/env/deps-cache.js";
 import { openStore, storeStats, verifyStore } from "../src/env/store/index.js";
 import { GIT_INDEX_MTIME_SEC } from "../src/env/store/materialize.js";
-import { Sandbox } from "../src/index.js";
+import { NotFoundError, Sandbox } from "../src/index.js";
 import { homeLayout } from "../src/util/home.js";
 import { CLI, tempDir, tempHome } from "./helpers.js";
 
@@ -71,6 +71,20 @@ test("an instance sandbox has /testbed at the base commit with history, and the 
   assert.equal(python, "/opt/venv/bin/python");
   assert.match(summary!, /passed/);
   assert.equal((await sb.exec(["ls", "/testbed"])).exitCode, 0);
+});
+
+test("the root Sandbox.create takes an instance id and a dataset, or a directory (the README's API)", async () => {
+  const inst = fx.instances[2]!;
+  await using task = await Sandbox.create({ home, instance: inst.instance_id, dataset: fx.datasetPath });
+  assert.ok(task instanceof Sandbox);
+  assert.equal(task.labels["instance"], inst.instance_id);
+  assert.equal((await task.exec("git rev-parse HEAD")).stdout.trim(), inst.base_commit);
+  await using plain = await Sandbox.create({ home, dir: fx.repoPath, limits: { pids: 256 } });
+  assert.ok(plain instanceof Sandbox);
+  assert.equal(plain.labels["instance"], undefined);
+  assert.equal((await plain.exec("test -f /testbed/setup.py && echo yes")).stdout, "yes\n");
+  await assert.rejects(Sandbox.create({ home, instance: inst.instance_id }), /a dataset is needed/);
+  await assert.rejects(Sandbox.create({ home, instance: "fixture__calc-99", dataset: fx.datasetPath }), NotFoundError);
 });
 
 test("the first import in a fresh sandbox uses the cached bytecode (no recompilation)", async () => {

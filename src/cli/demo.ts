@@ -1,10 +1,9 @@
-import { existsSync } from "node:fs";
 import { join } from "node:path";
 import type { Command } from "commander";
 import { prepareInstances } from "../env/prepare.js";
 import { renderRun } from "../eval/render.js";
 import { runEvaluation } from "../eval/run.js";
-import { makeFixtureDataset } from "../fixtures/generate.js";
+import { fixtureDatasetIn } from "../fixtures/generate.js";
 import { Sandbox } from "../index.js";
 import { loadDataset, type Instance } from "../tasks/index.js";
 import { Progress, table } from "../util/progress.js";
@@ -26,10 +25,7 @@ export function registerDemoCommand(program: Command, getHome: () => string): vo
 }
 
 async function demo(home: string, n: number): Promise<void> {
-  const dir = join(home, "demo");
-  const fixture = existsSync(join(dir, "dataset.json"))
-    ? { datasetPath: join(dir, "dataset.json"), reposDir: join(dir, "repos") }
-    : await makeFixtureDataset(dir, { instances: n });
+  const fixture = await fixtureDatasetIn(join(home, "demo"), { instances: n });
   const instances = await loadDataset(fixture.datasetPath);
   process.stdout.write(`example dataset: ${fixture.datasetPath} (${instances.length} instances of fixture/calc)\n\n`);
   await prepareAll(home, instances, fixture.reposDir);
