@@ -13,6 +13,7 @@ const HTTP_STATUS = {
   not_found: 404,
   sandbox_not_found: 404,
   session_exists: 409,
+  upload_too_large: 413,
   limit_reached: 429,
   internal_error: 500,
   sandbox_error: 500,
@@ -91,6 +92,13 @@ export class NotFoundError extends MinisandboxError {
 /** The sandbox named in a request is not (or no longer) live. */
 export class SandboxNotFoundError extends NotFoundError {
   override readonly code = "sandbox_not_found";
+}
+
+/** An upload over the server's size limit. */
+export class UploadTooLargeError extends MinisandboxError {
+  constructor(message: string) {
+    super("upload_too_large", message);
+  }
 }
 
 /** A budget is used up (live sandboxes, concurrent work); `retryAfterMs` says when to try again, when known. */

@@ -50,6 +50,7 @@ export {
   TimeoutError,
   UnauthorizedError,
   UnavailableError,
+  UploadTooLargeError,
   SWEREX_CLASSES,
   errorCode,
   httpStatus,

@@ -22,6 +22,7 @@ import {
   TimeoutError,
   UnauthorizedError,
   UnavailableError,
+  UploadTooLargeError,
 } from "../src/index.js";
 import { nonZeroExit, sessionExists, sessionMissing } from "../src/session/errors.js";
 
@@ -33,6 +34,7 @@ test("each error's code answers with its HTTP status; unknown codes and foreign 
     [new ForbiddenError("no key"), "forbidden", 403],
     [new NotFoundError("gone"), "not_found", 404],
     [new SandboxNotFoundError("gone"), "sandbox_not_found", 404],
+    [new UploadTooLargeError("1 GiB max"), "upload_too_large", 413],
     [new LimitError("full", { retryAfterMs: 2000 }), "limit_reached", 429],
     [new SandboxError("broke"), "sandbox_error", 500],
     [new BuildError("install 1", "/log", "tail"), "build_failed", 500],
