@@ -301,12 +301,35 @@ static int make_userns(unsigned base, unsigned count) {
 }
 
 /*
+ * `path` opened in our current mount namespace. A descriptor the caller passed (`/proc/self/fd/N`: a directory it
+ * opened and checked) may belong to the mount namespace we left: its path is opened again here, and must be the very
+ * same object, or the launch stops.
+ */
+static int open_in_our_ns(const char *path) {
+  int fd = open(path, O_PATH | O_CLOEXEC);
+  if (fd < 0) die(1, "open %s: %s", path, strerror(errno));
+  if (strncmp(path, "/proc/self/fd/", 14) != 0) return fd;
+  char real[4096];
+  ssize_t n = readlink(path, real, sizeof real - 1);
+  if (n <= 0 || n >= (ssize_t)sizeof real - 1) die(1, "readlink %s: %s", path, strerror(errno));
+  real[n] = '\0';
+  int again = open(real, O_PATH | O_CLOEXEC);
+  struct stat a, b;
+  if (again < 0 || fstat(fd, &a) != 0 || fstat(again, &b) != 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+    die(1, "%s changed while it was being mounted", real);
+  close(fd);
+  return again;
+}
+
+/*
  * A detached copy of the mount at `path` (a bind mount not attached anywhere yet). With a user namespace it is
  * id-mapped through it and read-only: host uid 0 shows as root inside, and nothing is written through the mapping.
  */
 static int clone_tree(const char *path, int userns) {
-  int tree = (int)syscall(SYS_open_tree, AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+  int at = open_in_our_ns(path);
+  int tree = (int)syscall(SYS_open_tree, at, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH);
   if (tree < 0) die(1, "open_tree %s: %s", path, strerror(errno));
+  close(at);
   if (userns < 0) return tree;
   struct mount_attr attr = {
     .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
@@ -367,7 +390,7 @@ struct source {
 struct launch_opts {
   const char *cgroups[MAX_ITEMS], *overlays[MAX_ITEMS];
   struct source sources[MAX_ITEMS];
-  int *lowers[MAX_ITEMS]; /* per overlay: cloned lower trees, -1 terminated (root mode) */
+  int *lowers[MAX_ITEMS]; /* per overlay: cloned lower trees, -1 terminated */
   int ncg, nov, nsrc, force_copy;
   const char *scratch, *disk, *owner, *idmap;
   struct limits limits;
@@ -413,7 +436,6 @@ static void parse_launch(int argc, char **argv, struct launch_opts *o) {
 static void clone_sources(struct launch_opts *o, int userns) {
   for (int i = 0; i < o->nsrc; i++)
     o->sources[i].tree = clone_tree(o->sources[i].path, o->sources[i].writable ? -1 : userns);
-  if (userns < 0) return;
   for (int i = 0; i < o->nov; i++) {
     char buf[8192];
     fmt(buf, sizeof buf, "%s", o->overlays[i]);
@@ -482,16 +504,14 @@ static void make_scratch(const struct launch_opts *o) {
 /* One copy-on-write tree: overlayfs over the (id-mapped) lower layers, upper and work dirs on the scratch tmpfs. */
 static void mount_overlay(const struct launch_opts *o, int index) {
   char lowerdir[8192] = "", path[4096], upper[4096], work[4096], opts[16384];
-  const char *lowers = o->overlays[index];
-  if (o->idmap) {
-    for (int k = 0; o->lowers[index][k] >= 0; k++) {
-      fmt(path, sizeof path, "%s/l/%d-%d", o->scratch, index, k);
-      attach_tree(o->lowers[index][k], path);
-      size_t len = strlen(lowerdir);
-      fmt(lowerdir + len, sizeof lowerdir - len, "%s%s", k ? ":" : "", path);
-    }
-    lowers = lowerdir;
+  /* The cloned lowers, attached on the scratch: reachable by path for overlayfs and for the copy fallback alike. */
+  for (int k = 0; o->lowers[index][k] >= 0; k++) {
+    fmt(path, sizeof path, "%s/l/%d-%d", o->scratch, index, k);
+    attach_tree(o->lowers[index][k], path);
+    size_t len = strlen(lowerdir);
+    fmt(lowerdir + len, sizeof lowerdir - len, "%s%s", k ? ":" : "", path);
   }
+  const char *lowers = lowerdir;
   fmt(upper, sizeof upper, "%s/upper/%d", o->scratch, index);
   fmt(work, sizeof work, "%s/work/%d", o->scratch, index);
   fmt(path, sizeof path, "%s/m/%d", o->scratch, index);

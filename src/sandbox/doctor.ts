@@ -118,7 +118,7 @@ async function helperCheck(): Promise<DoctorCheck[]> {
 function cgroupCheck(): DoctorCheck {
   const e = enforcement();
   if (e.memory && e.pids) {
-    return { name: "limits", status: "ok", detail: "memory and processes per sandbox (cgroup v1); disk, CPU, files" };
+    return { name: "cgroups", status: "ok", detail: "memory and processes limited per sandbox (cgroup v1)" };
   }
   const uid = process.getuid?.() ?? 0;
   const fix =
@@ -128,14 +128,15 @@ function cgroupCheck(): DoctorCheck {
         `chown -R ${uid} /sys/fs/cgroup/$c/minisandbox-${uid}; done'`;
   const missing = [...(e.memory ? [] : ["memory"]), ...(e.pids ? [] : ["process-count"])].join(" and ");
   return {
-    name: "limits",
+    name: "cgroups",
     status: "warn",
     detail: `${missing} limits are NOT enforced per sandbox (disk, CPU seconds and open files are)`,
     fix,
   };
 }
 
-async function sandboxCheck(home: string): Promise<DoctorCheck> {
+/** A real sandbox, started and asked who it is; whether its workspaces are copy-on-write or copied. */
+async function sandboxChecks(home: string): Promise<DoctorCheck[]> {
   try {
     const t0 = performance.now();
     const sb = await Sandbox.create({ home });
@@ -143,18 +144,21 @@ async function sandboxCheck(home: string): Promise<DoctorCheck> {
     const ms = performance.now() - t0;
     const copied = sb.notices.some((n) => /copying/.test(n));
     await sb.close();
-    if (r.exitCode !== 0) return { name: "sandbox", status: "fail", detail: `${r.stderr.trim() || r.stdout}` };
+    if (r.exitCode !== 0) return [{ name: "sandbox", status: "fail", detail: `${r.stderr.trim() || r.stdout}` }];
     const [map, seccomp] = r.stdout.trim().split("\n");
-    return {
-      name: "sandbox",
-      status: copied ? "warn" : "ok",
-      detail:
-        `created, ran a command and closed in ${ms.toFixed(0)} ms (${launchMode()} mode; inside: uid_map ` +
-        `${map?.trim().replace(/\s+/g, " ")}, ${seccomp?.replace(/\s+/g, " ")})` +
-        (copied ? "; overlayfs unavailable: workspaces are copied (slower)" : ""),
-    };
+    const inside = `uid_map ${map?.trim().replace(/\s+/g, " ")}, ${seccomp?.replace(/\s+/g, " ")}`;
+    return [
+      {
+        name: "sandbox",
+        status: "ok",
+        detail: `created, ran a command and closed in ${ms.toFixed(0)} ms (${launchMode()} mode; inside: ${inside})`,
+      },
+      copied
+        ? { name: "overlayfs", status: "warn", detail: "cannot be mounted here: workspaces are copied (slower)" }
+        : { name: "overlayfs", status: "ok", detail: "copy-on-write workspaces" },
+    ];
   } catch (e) {
-    return { name: "sandbox", status: "fail", detail: (e as Error).message, fix: "see the checks above" };
+    return [{ name: "sandbox", status: "fail", detail: (e as Error).message, fix: "see the checks above" }];
   }
 }
 
@@ -174,7 +178,7 @@ export async function runDoctor(
     await toolCheck("tar", "tar"),
     await toolCheck("zstd", "zstd", "-V"),
   ];
-  checks.push(await sandboxCheck(home));
+  checks.push(...(await sandboxChecks(home)));
   checks.push(...(await extra()));
   const basics = new Set(["bwrap", "native helper", "script", "sandbox", "user ids"]);
   const ok = !checks.some((c) => c.status === "fail" && (basics.has(c.name) || c.name === "user namespaces"));

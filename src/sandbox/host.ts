@@ -117,3 +117,12 @@ export function idRange(): IdRange {
   if (uid && gid && uid.base === gid.base && uid.count === gid.count) return checkRange(uid, "/etc/subuid");
   return { ...DEFAULT_ID_RANGE, source: "default" };
 }
+
+/** Whom a sandbox's root is on the host: the start of the id range as root, else the caller itself. */
+export function sandboxRootOnHost(): { uid: number; gid: number } {
+  if (launchMode() === "root") {
+    const { base } = idRange();
+    return { uid: base, gid: base };
+  }
+  return { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
+}

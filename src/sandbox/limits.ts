@@ -57,12 +57,9 @@ export function validateLimits(limits: unknown): Limits {
 
 /** The limits a sandbox runs with: the caller's, validated, over the defaults for disk, processes and memory. */
 export function withDefaults(limits: Limits | undefined): Limits {
-  return {
-    diskBytes: DEFAULT_DISK_BYTES,
-    pids: DEFAULT_PIDS,
-    memoryBytes: DEFAULT_MEMORY_BYTES,
-    ...validateLimits(limits),
-  };
+  const given = Object.entries(validateLimits(limits)).filter(([, v]) => v !== undefined);
+  const defaults = { diskBytes: DEFAULT_DISK_BYTES, pids: DEFAULT_PIDS, memoryBytes: DEFAULT_MEMORY_BYTES };
+  return { ...defaults, ...Object.fromEntries(given) };
 }
 
 const CGROUP_ROOT = "/sys/fs/cgroup";
