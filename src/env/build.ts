@@ -1,6 +1,7 @@
 import { appendFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
+import { sandboxRootOnHost } from "../sandbox/host.js";
 import { Sandbox } from "../sandbox/sandbox.js";
 import { homeLayout } from "../util/home.js";
 import { runOk } from "../util/run.js";
@@ -99,6 +100,10 @@ export async function buildEnvironment(opts: BuildOptions): Promise<BuildResult>
     await step("checkout", () => checkoutTestbed(source, spec.commit, trees.testbed));
     const requirements = await step("requirements", () => requirementsFile(spec, source, work));
     const pip = await pipSettings(toolchain.python);
+    // The trees are written by the sandbox's root, an unprivileged host uid in root mode: hand them over for the
+    // build, take them back before anything on the host reads them (chown also clears setuid and setgid bits).
+    const sandboxRoot = sandboxRootOnHost();
+    await chownTree([trees.testbed, trees.venv], sandboxRoot);
     sandbox = await Sandbox.create({
       home,
       network: true,
@@ -160,6 +165,7 @@ export async function buildEnvironment(opts: BuildOptions): Promise<BuildResult>
     );
     await sandbox.close();
     sandbox = undefined;
+    await chownTree([trees.testbed, trees.venv], { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 });
     await step("finalize", async () => {
       await normalizeMtimes(trees.testbed);
       await normalizeMtimes(trees.venv);
@@ -186,6 +192,11 @@ export async function buildEnvironment(opts: BuildOptions): Promise<BuildResult>
     await sandbox?.close();
     rmSync(work, { recursive: true, force: true });
   }
+}
+
+/** chown -R without following symlinks (the trees' contents came from a sandbox). */
+async function chownTree(dirs: string[], ids: { uid: number; gid: number }): Promise<void> {
+  await runOk("chown", ["-R", "-h", `${ids.uid}:${ids.gid}`, "--", ...dirs]);
 }
 
 /** SWE-bench reads requirements.txt at the environment setup commit; we take it from the repository's history. */
