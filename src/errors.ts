@@ -83,6 +83,9 @@ export class RequestValidationError<D = unknown> extends InvalidInputError {
   }
 }
 
+/** A malformed or truncated tar stream (a store pack, an archive copied out of a sandbox). */
+export class TarFormatError extends InvalidInputError {}
+
 export class NotFoundError extends MinisandboxError {
   constructor(message: string) {
     super("not_found", message);

@@ -1,6 +1,7 @@
 import { appendFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
+import { sandboxRootOnHost } from "../sandbox/host.js";
 import { Sandbox } from "../sandbox/sandbox.js";
 import { homeLayout } from "../util/home.js";
 import { runOk } from "../util/run.js";
@@ -139,6 +140,9 @@ class Build {
     const { home, spec, key } = this.opts;
     const pip = await pipSettings(toolchain.python);
     this.pipEnv = pip.env;
+    // The trees are written by the sandbox's root, an unprivileged host uid in root mode: hand them over for the
+    // build, take them back before anything on the host reads them (chown also clears setuid and setgid bits).
+    await chownTree([this.trees.testbed, this.trees.venv], sandboxRootOnHost());
     const readOnly = (source: string, target = source) => ({ source, target, readOnly: true });
     this.sandbox = await Sandbox.create({
       home,
@@ -192,12 +196,13 @@ class Build {
       await normalizeMtimes(this.trees.testbed);
       await normalizeMtimes(this.trees.venv);
     });
-    const venvPycs =
-      `find ${VENV_PATH} -name '*.pyc' -delete && ` + `python -m compileall -q -j 0 ${VENV_PATH} >/dev/null 2>&1`;
+    const venvPycs = `find ${VENV_PATH} -name '*.pyc' -delete && python -m compileall -q -j 0 ${VENV_PATH} >/dev/null 2>&1`;
     const testbedPycs = `python -m compileall -q -j 0 -x '/\\.git/' ${TESTBED_PATH} >/dev/null 2>&1`;
     await this.sh("compile", `${ACTIVATE} && ${venvPycs}; ${testbedPycs}; true`);
     await this.sandbox!.close();
     this.sandbox = undefined;
+    const self = { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
+    await chownTree([this.trees.testbed, this.trees.venv], self);
     await this.step("finalize", async () => {
       await normalizeMtimes(this.trees.testbed);
       await normalizeMtimes(this.trees.venv);
@@ -245,6 +250,11 @@ class Build {
 }
 
 const ACTIVATE = `. ${VENV_PATH}/bin/activate && cd ${TESTBED_PATH}`;
+
+/** chown -R without following symlinks (the trees' contents came from a sandbox). */
+async function chownTree(dirs: string[], ids: { uid: number; gid: number }): Promise<void> {
+  await runOk("chown", ["-R", "-h", `${ids.uid}:${ids.gid}`, "--", ...dirs]);
+}
 
 /** SWE-bench reads requirements.txt at the environment setup commit; we take it from the repository's history. */
 async function requirementsFile(

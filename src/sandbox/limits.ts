@@ -1,26 +1,75 @@
-import { existsSync, mkdirSync, readFileSync, readdirSync, rmdirSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, statSync, writeFileSync } from "node:fs";
+import { totalmem } from "node:os";
 import { join } from "node:path";
+import { InvalidInputError } from "../util/errors.js";
 
-/** Resource limits of a sandbox. Every field is optional; absent means "not limited". */
+/** Resource limits of a sandbox. Every field is optional; absent means the default (see `withDefaults`). */
 export interface Limits {
-  /** Memory (RSS + page cache + tmpfs writes) in bytes. cgroup memory controller, else RLIMIT_AS per process. */
+  /** Memory (RSS + page cache + tmpfs writes) in bytes, for the whole sandbox (cgroup memory controller). */
   memoryBytes?: number;
-  /** Number of processes/threads. cgroup pids controller, else RLIMIT_NPROC. */
+  /** Number of processes and threads in the whole sandbox (cgroup pids controller). */
   pids?: number;
   /** CPU seconds per process (RLIMIT_CPU). */
   cpuSeconds?: number;
-  /** Size of the writable layer (tmpfs holding the overlay upper dirs, /tmp and home). */
+  /** Every writable place together: `/`, /tmp, /dev/shm, home and the copy-on-write layers (one tmpfs). */
   diskBytes?: number;
   /** Max open files per process (RLIMIT_NOFILE). */
   openFiles?: number;
 }
 
 export const DEFAULT_DISK_BYTES = 8 * 1024 ** 3;
+export const DEFAULT_PIDS = 4096;
+/** Half the host's memory, at most 8 GiB: enough for a test suite, never the whole machine. */
+export const DEFAULT_MEMORY_BYTES = Math.min(8 * 1024 ** 3, Math.floor(totalmem() / 2));
+
+const LIMIT_RULES: Record<keyof Limits, { min: number; integer: boolean; unit: string }> = {
+  memoryBytes: { min: 16 * 1024 ** 2, integer: true, unit: "bytes" },
+  pids: { min: 1, integer: true, unit: "processes" },
+  cpuSeconds: { min: 1, integer: false, unit: "seconds" },
+  diskBytes: { min: 1024 ** 2, integer: true, unit: "bytes" },
+  openFiles: { min: 16, integer: true, unit: "files" },
+};
+
+/** Refuse what the kernel would reject (or silently misread): every field named, with what it must be. */
+export function validateLimits(limits: unknown): Limits {
+  if (limits === undefined || limits === null) return {};
+  if (typeof limits !== "object" || Array.isArray(limits)) throw new InvalidInputError("limits must be an object");
+  for (const [key, value] of Object.entries(limits)) {
+    const rule = LIMIT_RULES[key as keyof Limits];
+    if (!rule)
+      throw new InvalidInputError(`limits.${key}: unknown limit (known: ${Object.keys(LIMIT_RULES).join(", ")})`);
+    if (value === undefined) continue;
+    const ok =
+      typeof value === "number" &&
+      Number.isFinite(value) &&
+      value >= rule.min &&
+      value <= Number.MAX_SAFE_INTEGER &&
+      (!rule.integer || Number.isInteger(value));
+    if (!ok) {
+      const what = rule.integer ? "an integer" : "a number";
+      throw new InvalidInputError(
+        `limits.${key} must be ${what} of ${rule.unit} >= ${rule.min}, got ${JSON.stringify(value) ?? String(value)}`,
+      );
+    }
+  }
+  return limits as Limits;
+}
+
+/** The limits a sandbox runs with: the caller's, validated, over the defaults for disk, processes and memory. */
+export function withDefaults(limits: Limits | undefined): Limits {
+  const given = Object.entries(validateLimits(limits)).filter(([, v]) => v !== undefined);
+  const defaults = { diskBytes: DEFAULT_DISK_BYTES, pids: DEFAULT_PIDS, memoryBytes: DEFAULT_MEMORY_BYTES };
+  return { ...defaults, ...Object.fromEntries(given) };
+}
 
 const CGROUP_ROOT = "/sys/fs/cgroup";
-const GROUP = "minisandbox";
+/** The parent group of every sandbox's cgroups: shared by root, per user otherwise (a delegated subtree). */
+const GROUP = process.getuid?.() === 0 ? "minisandbox" : `minisandbox-${process.getuid?.()}`;
 
-/** Which cgroup v1 controllers this process may use (root on a host with them mounted). */
+/**
+ * Which cgroup v1 controllers this process may use: root where they are mounted; another user where root delegated
+ * its group to it (`/sys/fs/cgroup/{memory,pids}/minisandbox-<uid>`, owned by the user: see `minisandbox doctor`).
+ */
 export interface CgroupSupport {
   memory: boolean;
   pids: boolean;
@@ -192,13 +241,27 @@ export function listSandboxCgroups(): { id: string; dir: string }[] {
   return out;
 }
 
-/** `prlimit` arguments for the portable per-process limits (and the fallbacks when cgroups are missing). */
-export function rlimitArgs(limits: Limits, groups: SandboxCgroups): string[] {
+/** The per-process limits (rlimits): CPU seconds, open files. Memory and processes are per sandbox (cgroups) only. */
+export function rlimitArgs(limits: Limits): string[] {
   const args: string[] = [];
   // soft < hard: the soft limit delivers SIGXCPU (a clear status), the hard one a SIGKILL a second later.
   if (limits.cpuSeconds) args.push(`--cpu=${Math.ceil(limits.cpuSeconds)}:${Math.ceil(limits.cpuSeconds) + 1}`);
   if (limits.openFiles) args.push(`--nofile=${limits.openFiles}`);
-  if (limits.memoryBytes && !groups.memory) args.push(`--as=${limits.memoryBytes}`);
-  if (limits.pids && !groups.pids) args.push(`--nproc=${limits.pids}`);
   return args;
+}
+
+/** Which limits this host enforces for a sandbox: memory and processes need their cgroup controllers. */
+export interface Enforcement {
+  memory: boolean;
+  pids: boolean;
+  /** Always: one size-limited tmpfs holds every writable place. */
+  disk: true;
+  /** Per process (RLIMIT_CPU, RLIMIT_NOFILE). */
+  cpu: true;
+  openFiles: true;
+}
+
+export function enforcement(): Enforcement {
+  const s = cgroupSupport();
+  return { memory: s.memory, pids: s.pids, disk: true, cpu: true, openFiles: true };
 }

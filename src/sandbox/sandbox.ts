@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, rmSync, statSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { homeLayout, resolveHome } from "../util/home.js";
 import { InvalidInputError, SandboxError } from "../util/errors.js";
@@ -8,24 +8,27 @@ import { BashSession, type RunOptions, type RunResult, type SessionProcess } fro
 import { sessionExists, sessionMissing } from "../session/errors.js";
 import { enterArgv } from "./enter.js";
 import { DEFAULT_OUTPUT_LIMIT, runCommand, type ExecOptions, type ExecResult, type LimitHit } from "./exec.js";
-import { SandboxFiles } from "./files.js";
-import { launchMode, type LaunchMode } from "./host.js";
-import { launch } from "./launcher.js";
+import { SandboxFiles, type StreamedCommand } from "./files.js";
+import { idRange, launchMode, type LaunchMode } from "./host.js";
+import { type OpenedDir, openHostDir } from "./host-dir.js";
+import { FIRST_PASSED_FD, launch } from "./launcher.js";
 import {
   createCgroups,
   createCommandCgroup,
-  DEFAULT_DISK_BYTES,
+  enforcement,
   killCgroup,
   readCounters,
   removeCgroupTree,
   rlimitArgs,
+  type Enforcement,
   type Limits,
   type SandboxCgroups,
+  withDefaults,
 } from "./limits.js";
 import { CONTROL_PATH, defaultCwd, TESTBED_PATH, type BindMount, type MountPlan, type OverlayMount } from "./plan.js";
 import { commandName, descendants, killQuietly, parentPid, processStartTime } from "./procfs.js";
 import { reapLeftovers } from "./reaper.js";
-import { makeSandboxDirs, sandboxPaths, writeState, type SandboxPaths } from "./state.js";
+import { makeSandboxDirs, removeSandboxDirs, sandboxPaths, type SandboxPaths, writeState } from "./state.js";
 
 export interface SandboxOptions {
   /** Data directory (default: MINISANDBOX_HOME or the per-user default). */
@@ -57,6 +60,20 @@ export interface SandboxOptions {
   forceCopy?: boolean;
   /** Free-form labels (instance id, env key...) shown by list APIs. */
   labels?: Record<string, string>;
+  /** When set, `dir` must lie inside one of these host directories (checked on the opened directory itself). */
+  dirRoots?: string[];
+  /** The seccomp profile (default on). Turning it off is an explicit, reported choice (`security()`). */
+  seccomp?: boolean;
+}
+
+/** What `Sandbox.security()` reports. */
+export interface SandboxSecurity {
+  mode: LaunchMode;
+  /** Whom root inside is on the host. */
+  rootMapsTo: string;
+  seccomp: boolean;
+  noNewPrivileges: boolean;
+  limits: Enforcement;
 }
 
 export interface SessionCreateOptions {
@@ -66,6 +83,29 @@ export interface SessionCreateOptions {
 }
 
 const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+function checkId(value: number, field: "uid" | "gid"): number {
+  if (!Number.isInteger(value) || value < 0 || value > 65_535) {
+    throw new InvalidInputError(`${field} must be an integer from 0 to 65535, got ${value}`);
+  }
+  return value;
+}
+
+/** The environment every command starts from (nothing of the caller's leaks in). */
+function sandboxEnv(opts: SandboxOptions, uid: number, home: string, hostname: string): Record<string, string> {
+  const user = uid === 0 ? "root" : `u${uid}`;
+  const path = [...(opts.pathPrepend ?? []), DEFAULT_PATH].join(":");
+  return { PATH: path, HOME: home, USER: user, LOGNAME: user, LANG: "C.UTF-8", HOSTNAME: hostname, ...opts.env };
+}
+
+/** Plain words for limits this host cannot enforce, so that nobody relies on them. */
+function enforcementNotices(mode: LaunchMode): string[] {
+  const e = enforcement();
+  const missing = [...(e.memory ? [] : ["memory"]), ...(e.pids ? [] : ["process-count"])];
+  if (missing.length === 0) return [];
+  const why = mode === "root" ? "their cgroup controllers are not mounted" : "no cgroup is delegated to this user";
+  return [`${missing.join(" and ")} limits are not enforced: ${why} (see \`minisandbox doctor\`)`];
+}
 
 const reapedFor = new Set<string>();
 
@@ -105,7 +145,7 @@ export class Sandbox implements AsyncDisposable {
     this.notices = notices;
     this.files = new SandboxFiles({
       exec: (argv, o) => this.exec(argv, o),
-      spawnArgv: (argv) => this.commandArgv(argv, {}),
+      stream: (argv) => this.stream(argv),
     });
     this.sessions = new SessionManager(this);
     this.commands = { run: (cmd, o) => this.exec(cmd, o) };
@@ -124,53 +164,66 @@ export class Sandbox implements AsyncDisposable {
       reapedFor.add(layout.sandboxes);
       await reapLeftovers(layout.sandboxes);
     }
-    const opts: SandboxOptions = { ...options, home };
-    const overlays = [...(opts.overlays ?? [])];
-    if (opts.dir) {
-      const dir = resolve(opts.dir);
-      if (!existsSync(dir) || !statSync(dir).isDirectory())
-        throw new InvalidInputError(`--dir ${dir}: not a directory`);
-      overlays.unshift({ lower: [dir], target: TESTBED_PATH });
+    const opts: SandboxOptions = { ...options, home, limits: withDefaults(options.limits) };
+    const mode = launchMode();
+    const uid = checkId(opts.uid ?? 0, "uid");
+    const gid = checkId(opts.gid ?? uid, "gid");
+    if (mode === "userns" && (uid !== 0 || gid !== 0)) {
+      throw new InvalidInputError("uid: only 0 inside without root on the host (unprivileged sandboxes map only root)");
     }
+    const dir = opts.dir === undefined ? undefined : openHostDir(resolve(opts.dir), opts.dirRoots);
+    try {
+      return await Sandbox.launch(opts, layout.sandboxes, mode, uid, gid, dir);
+    } finally {
+      dir?.close();
+    }
+  }
+
+  private static async launch(
+    opts: SandboxOptions,
+    sandboxesDir: string,
+    mode: LaunchMode,
+    uid: number,
+    gid: number,
+    dir: OpenedDir | undefined,
+  ): Promise<Sandbox> {
+    const overlays = [...(opts.overlays ?? [])];
     for (const o of overlays)
       for (const l of o.lower) if (!existsSync(l)) throw new InvalidInputError(`mount source ${l} does not exist`);
-    const mode = launchMode();
-    const uid = opts.uid ?? 0;
-    const gid = opts.gid ?? uid;
-    if (mode === "userns" && (uid !== 0 || gid !== 0)) {
-      throw new InvalidInputError(
-        "a uid other than 0 inside needs root on the host (unprivileged sandboxes map only root)",
-      );
-    }
+    // The opened directory itself, as descriptor 5 of the launch: no path is looked up again.
+    if (dir) overlays.unshift({ lower: [`/proc/self/fd/${FIRST_PASSED_FD}`], target: TESTBED_PATH });
     const id = `sb-${randomBytes(6).toString("hex")}`;
-    const paths = sandboxPaths(layout.sandboxes, id);
+    const paths = sandboxPaths(sandboxesDir, id);
     makeSandboxDirs(paths);
-    const home_ = uid === 0 ? "/root" : `/home/u${uid}`;
+    const home = uid === 0 ? "/root" : `/home/u${uid}`;
     const plan: MountPlan = {
       hostname: opts.hostname ?? id,
       network: opts.network ?? false,
       overlays,
       binds: opts.binds ?? [],
       toolchains: opts.toolchains ?? [],
-      home: home_,
+      home,
       controlDir: paths.control,
       cwd: opts.cwd ?? defaultCwd({ overlays }),
     };
-    const limits = opts.limits ?? {};
+    const limits = opts.limits!;
     let cgroups: SandboxCgroups = {};
     try {
-      cgroups = mode === "root" ? createCgroups(id, limits) : {};
-      const rlimits = rlimitArgs(limits, cgroups);
+      cgroups = createCgroups(id, limits);
+      const rlimits = rlimitArgs(limits);
       const launched = await launch({
         plan,
         scratch: paths.scratch,
         mode,
+        idRange: mode === "root" ? idRange() : undefined,
         cgroups,
-        diskBytes: limits.diskBytes ?? DEFAULT_DISK_BYTES,
+        diskBytes: limits.diskBytes!,
         owner: `${uid}:${gid}`,
         forceCopy: opts.forceCopy ?? false,
         rlimits,
         label: id,
+        seccomp: opts.seccomp ?? true,
+        fds: dir ? [dir.fd] : [],
       });
       writeState(paths, {
         id,
@@ -182,40 +235,38 @@ export class Sandbox implements AsyncDisposable {
         cgroups,
         createdAt: new Date().toISOString(),
       });
-      const path = [...(opts.pathPrepend ?? []), DEFAULT_PATH].join(":");
-      const env: Record<string, string> = {
-        PATH: path,
-        HOME: home_,
-        USER: uid === 0 ? "root" : `u${uid}`,
-        LOGNAME: uid === 0 ? "root" : `u${uid}`,
-        LANG: "C.UTF-8",
-        HOSTNAME: plan.hostname,
-        ...opts.env,
-      };
-      const sb = new Sandbox(
-        opts,
-        paths,
-        mode,
-        launched.child,
-        launched.pid1,
-        cgroups,
-        rlimits,
-        env,
-        plan.cwd,
-        launched.notices,
-      );
+      const env = sandboxEnv(opts, uid, home, plan.hostname);
+      const sb = new Sandbox(opts, paths, mode, launched.child, launched.pid1, cgroups, rlimits, env, plan.cwd, [
+        ...launched.notices,
+        ...enforcementNotices(mode),
+      ]);
       sb.uid = uid;
       sb.gid = gid;
+      sb.dirPath = dir?.realPath;
       return sb;
     } catch (e) {
-      for (const dir of [cgroups.memory, cgroups.pids]) if (dir) await killCgroup(dir);
-      rmSync(paths.dir, { recursive: true, force: true });
+      for (const d of [cgroups.memory, cgroups.pids]) if (d) await killCgroup(d);
+      removeSandboxDirs(paths);
       throw e;
     }
   }
 
   uid = 0;
   gid = 0;
+  /** The real host path of `dir`, as opened and mounted. */
+  dirPath: string | undefined;
+
+  /** How this sandbox is isolated: what is enforced, and what an explicit option turned off. */
+  security(): SandboxSecurity {
+    const range = this.mode === "root" ? idRange() : undefined;
+    return {
+      mode: this.mode,
+      rootMapsTo: range ? `host uid ${range.base} (ids ${range.base}-${range.base + range.count - 1})` : "the caller",
+      seccomp: this.opts.seccomp ?? true,
+      noNewPrivileges: true,
+      limits: enforcement(),
+    };
+  }
 
   get isClosed(): boolean {
     return this.closed;
@@ -238,7 +289,6 @@ export class Sandbox implements AsyncDisposable {
     const group = createCommandCgroup(this.cgroups, `c${++this.execCounter}`);
     const argv = enterArgv(
       {
-        mode: this.mode,
         pid1: this.pid1,
         cgroupDirs: [this.cgroups.memory, group].filter((d): d is string => Boolean(d)),
         rlimits: this.rlimits,
@@ -247,6 +297,7 @@ export class Sandbox implements AsyncDisposable {
         cwd: o.cwd ?? this.cwd,
         env: { ...this.env, ...o.env },
         mergeStderr: o.mergeOutput ?? false,
+        seccomp: this.opts.seccomp ?? true,
       },
       command,
     );
@@ -285,8 +336,7 @@ export class Sandbox implements AsyncDisposable {
 
   /** Start a process for a session (see BashSession). */
   spawnSessionProcess(argv: string[]): SessionProcess {
-    const { argv: full, group, cleanup } = this.commandArgv(argv, { env: { SHELL: "/bin/bash" } });
-    const child = spawn(full[0]!, full.slice(1), { stdio: ["pipe", "pipe", "pipe"], env: {} });
+    const { child, kill } = this.stream(argv, { SHELL: "/bin/bash" });
     child.stderr!.on("data", () => {});
     const shellPid = (): number | undefined => {
       // script -> bash: the shell is the child of the `script` process.
@@ -297,15 +347,26 @@ export class Sandbox implements AsyncDisposable {
     };
     return {
       child,
-      killTree: async () => {
+      killTree: kill,
+      killJobs: async () => {
+        const shell = shellPid();
+        if (shell) for (const pid of descendants(shell)) killQuietly(pid);
+      },
+    };
+  }
+
+  /** A command inside with piped stdio, and a way to kill its whole process tree (cgroup, else /proc tree). */
+  stream(argv: string[], env: Record<string, string> = {}): StreamedCommand {
+    const { argv: full, group, cleanup } = this.commandArgv(argv, { env });
+    const child = spawn(full[0]!, full.slice(1), { stdio: ["pipe", "pipe", "pipe"], env: {} });
+    return {
+      child,
+      cleanup,
+      kill: async () => {
         if (group) await killCgroup(group, false, [child.pid!]);
         for (const pid of descendants(child.pid!)) killQuietly(pid);
         killQuietly(child.pid!);
         cleanup();
-      },
-      killJobs: async () => {
-        const shell = shellPid();
-        if (shell) for (const pid of descendants(shell)) killQuietly(pid);
       },
     };
   }
@@ -339,7 +400,7 @@ export class Sandbox implements AsyncDisposable {
     }
     if (!holderExited()) killQuietly(this.holder.pid!);
     for (const dir of [this.cgroups.pids, this.cgroups.memory]) if (dir) await killCgroup(dir);
-    rmSync(this.paths.dir, { recursive: true, force: true });
+    removeSandboxDirs(this.paths);
     for (const fn of this.closeListeners) fn();
   }
 

@@ -20,7 +20,7 @@ import {
   type LayerManifest,
 } from "./manifest.js";
 import { hasObject, placeObject, writeHashed } from "./objects.js";
-import { readTar, type TarHeader } from "./tar.js";
+import { readTar, type TarHeader } from "../../util/tar.js";
 
 const PACK_HEADER = "msb-pack.json";
 const PACK_FORMAT = "minisandbox-pack";

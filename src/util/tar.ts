@@ -1,9 +1,12 @@
 /**
- * A minimal streaming tar reader (ustar, GNU long names, pax path/size). Packs are untrusted: reading the stream
- * ourselves means no entry ever touches the filesystem except as a regular file the caller chose to write —
- * no symlink or hard link tricks are possible, unlike extracting with tar(1) and checking afterwards.
+ * A minimal streaming tar reader (ustar, GNU long names and link names, pax path/linkpath/size). Its input is
+ * untrusted (store packs, archives made inside sandboxes): reading the stream ourselves means no entry ever touches
+ * the filesystem except as the caller decides — no symlink or hard link tricks, unlike extracting with tar(1).
  */
-import { InvalidInputError } from "../../errors.js";
+import { TarFormatError } from "../errors.js";
+
+// Kept for src/sandbox/copy-out.ts, which imports it from here.
+export { TarFormatError };
 
 export interface TarHeader {
   /** Raw name bytes (after GNU long-name / pax overrides). */
@@ -11,6 +14,10 @@ export interface TarHeader {
   /** "file" and "dir" are the only kinds a pack may contain; everything else is reported by its kind. */
   kind: "file" | "dir" | "hardlink" | "symlink" | "device" | "fifo" | "other";
   size: number;
+  /** Permission bits as archived (setuid, setgid and sticky included: callers decide what to keep). */
+  mode: number;
+  /** Target of a symlink or hard link (raw bytes). */
+  linkName: Buffer;
 }
 
 const BLOCK = 512;
@@ -27,7 +34,7 @@ class ChunkReader {
       const next = await this.source.next();
       if (next.done) {
         if (this.pending.length === 0) return null;
-        throw new InvalidInputError("truncated archive");
+        throw new TarFormatError("truncated archive");
       }
       this.pending = this.pending.length === 0 ? next.value : Buffer.concat([this.pending, next.value]);
     }
@@ -42,7 +49,7 @@ class ChunkReader {
     while (left > 0) {
       if (this.pending.length === 0) {
         const next = await this.source.next();
-        if (next.done) throw new InvalidInputError("truncated archive (entry data cut short)");
+        if (next.done) throw new TarFormatError("truncated archive (entry data cut short)");
         this.pending = next.value;
       }
       const part = this.pending.subarray(0, Math.min(left, this.pending.length));
@@ -59,7 +66,7 @@ class ChunkReader {
 
 /**
  * Call onEntry for each entry. The body iterable yields exactly `size` bytes; whatever onEntry leaves unread is
- * skipped. Rejects with InvalidInputError on corrupt headers, truncation, or a missing end-of-archive marker.
+ * skipped. Rejects with TarFormatError on corrupt headers, truncation, or a missing end-of-archive marker.
  */
 export async function readTar(
   source: AsyncIterable<Buffer>,
@@ -67,25 +74,27 @@ export async function readTar(
 ): Promise<void> {
   const r = new ChunkReader(source[Symbol.asyncIterator]());
   let longName: Buffer | undefined;
-  let pax: { path?: Buffer; size?: number } = {};
+  let longLink: Buffer | undefined;
+  let pax: Pax = {};
   for (;;) {
     const block = await r.read(BLOCK);
-    if (block === null) throw new InvalidInputError("truncated archive (no end-of-archive marker)");
+    if (block === null) throw new TarFormatError("truncated archive (no end-of-archive marker)");
     if (isZero(block)) {
       const second = await r.read(BLOCK);
       if (second === null || !isZero(second))
-        throw new InvalidInputError("truncated archive (incomplete end-of-archive marker)");
+        throw new TarFormatError("truncated archive (incomplete end-of-archive marker)");
       return;
     }
     checkChecksum(block);
     const flag = block[156] === 0 ? "0" : String.fromCharCode(block[156]!);
     const size = parseNumber(block, 124, 12);
-    if (flag === "L" || flag === "x" || flag === "g") {
-      if (size > MAX_META_BYTES) throw new InvalidInputError("oversized tar metadata entry");
+    if (flag === "L" || flag === "K" || flag === "x" || flag === "g") {
+      if (size > MAX_META_BYTES) throw new TarFormatError("oversized tar metadata entry");
       const data = size === 0 ? Buffer.alloc(0) : await r.read(size);
-      if (data === null) throw new InvalidInputError("truncated archive");
+      if (data === null) throw new TarFormatError("truncated archive");
       await r.skip((BLOCK - (size % BLOCK)) % BLOCK);
       if (flag === "L") longName = cString(data);
+      else if (flag === "K") longLink = cString(data);
       else if (flag === "x") pax = parsePax(data);
       continue;
     }
@@ -93,8 +102,11 @@ export async function readTar(
       name: pax.path ?? longName ?? headerName(block),
       kind: kindOf(flag),
       size: pax.size ?? size,
+      mode: parseNumber(block, 100, 8) & 0o7777,
+      linkName: pax.linkpath ?? longLink ?? cString(block.subarray(157, 257)),
     };
     longName = undefined;
+    longLink = undefined;
     pax = {};
     // Only regular files carry data for the caller; other entries' data (if any) is skipped.
     const dataSize = header.kind === "file" ? header.size : size;
@@ -156,7 +168,7 @@ function checkChecksum(block: Buffer): void {
   const stored = parseNumber(block, 148, 8);
   let sum = 0;
   for (let i = 0; i < BLOCK; i++) sum += i >= 148 && i < 156 ? 0x20 : block[i]!;
-  if (sum !== stored) throw new InvalidInputError("corrupt tar header (bad checksum)");
+  if (sum !== stored) throw new TarFormatError("corrupt tar header (bad checksum)");
 }
 
 /** Octal, or GNU base-256 when the high bit of the first byte is set (sizes over 8 GiB). */
@@ -165,34 +177,40 @@ function parseNumber(block: Buffer, off: number, len: number): number {
   if (field[0]! & 0x80) {
     let v = field[0]! & 0x7f;
     for (let i = 1; i < len; i++) v = v * 256 + field[i]!;
-    if (!Number.isSafeInteger(v)) throw new InvalidInputError("tar number out of range");
+    if (!Number.isSafeInteger(v)) throw new TarFormatError("tar number out of range");
     return v;
   }
   const text = field
     .toString("latin1")
     .replace(/[\0 ]+$/, "")
     .replace(/^ +/, "");
-  if (!/^[0-7]*$/.test(text)) throw new InvalidInputError("corrupt tar header (bad number)");
+  if (!/^[0-7]*$/.test(text)) throw new TarFormatError("corrupt tar header (bad number)");
   return text === "" ? 0 : parseInt(text, 8);
 }
 
-function parsePax(data: Buffer): { path?: Buffer; size?: number } {
-  const out: { path?: Buffer; size?: number } = {};
+interface Pax {
+  path?: Buffer;
+  linkpath?: Buffer;
+  size?: number;
+}
+
+function parsePax(data: Buffer): Pax {
+  const out: Pax = {};
   let pos = 0;
   while (pos < data.length) {
     const space = data.indexOf(0x20, pos);
     const len = space < 0 ? NaN : parseInt(data.subarray(pos, space).toString("latin1"), 10);
-    if (!Number.isInteger(len) || len <= 0 || pos + len > data.length)
-      throw new InvalidInputError("corrupt pax header");
+    if (!Number.isInteger(len) || len <= 0 || pos + len > data.length) throw new TarFormatError("corrupt pax header");
     const record = data.subarray(space + 1, pos + len - 1);
     const eq = record.indexOf(0x3d);
-    if (eq < 0) throw new InvalidInputError("corrupt pax header");
+    if (eq < 0) throw new TarFormatError("corrupt pax header");
     const key = record.subarray(0, eq).toString("latin1");
     const value = record.subarray(eq + 1);
     if (key === "path") out.path = value;
+    else if (key === "linkpath") out.linkpath = value;
     else if (key === "size") {
       const n = Number(value.toString("latin1"));
-      if (!Number.isSafeInteger(n) || n < 0) throw new InvalidInputError("corrupt pax size");
+      if (!Number.isSafeInteger(n) || n < 0) throw new TarFormatError("corrupt pax size");
       out.size = n;
     }
     pos += len;
