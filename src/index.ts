@@ -47,6 +47,7 @@ export {
   SandboxNotFoundError,
   SessionError,
   StoreCorruptError,
+  TarFormatError,
   TimeoutError,
   UnauthorizedError,
   UnavailableError,

@@ -19,6 +19,7 @@ import {
   SessionError,
   StoreCorruptError,
   SWEREX_CLASSES,
+  TarFormatError,
   TimeoutError,
   UnauthorizedError,
   UnavailableError,
@@ -58,6 +59,7 @@ test("each error's code answers with its HTTP status; unknown codes and foreign 
 test("subclasses are caught as their family; optional details are kept", () => {
   assert.ok(new SandboxNotFoundError("x") instanceof NotFoundError);
   assert.ok(new RequestValidationError([]) instanceof InvalidInputError);
+  assert.equal(new TarFormatError("truncated archive").code, "invalid_input");
   assert.ok(new UnavailableError("x") instanceof SandboxError);
   assert.ok(new CommandTimeoutError("x") instanceof TimeoutError);
   assert.ok(new RemoteRuntimeError("x", "builtins.OSError") instanceof SandboxError);
