@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # System packages minisandbox needs (Debian/Ubuntu). Safe to re-run.
 set -euo pipefail
-pkgs=(bubblewrap gcc libc6-dev libseccomp-dev util-linux bsdutils procps zstd tar git python3 python3-venv redis-server)
+pkgs=(bubblewrap gcc libc6-dev libseccomp-dev util-linux bsdutils procps zstd tar git python3 python3-venv)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

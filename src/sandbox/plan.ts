@@ -1,6 +1,8 @@
-import { TESTBED_PATH } from "../env/types.js";
 import { systemEntries } from "./host.js";
 import { etcSecrets, type MaskedPath, procCover } from "./masks.js";
+
+/** Where a sandbox's workspace directory (`dir`) is mounted. */
+export const TESTBED_PATH = "/testbed";
 
 /** A directory tree mounted copy-on-write: the sandbox reads and writes it; the lower dirs never change. */
 export interface OverlayMount {

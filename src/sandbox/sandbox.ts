@@ -4,7 +4,6 @@ import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import { homeLayout, resolveHome } from "../util/home.js";
 import { InvalidInputError, SandboxError } from "../util/errors.js";
-import { TESTBED_PATH } from "../env/types.js";
 import { BashSession, type RunOptions, type RunResult, type SessionProcess } from "../session/bash-session.js";
 import { sessionExists, sessionMissing } from "../session/errors.js";
 import { enterArgv } from "./enter.js";
@@ -26,7 +25,7 @@ import {
   type SandboxCgroups,
   withDefaults,
 } from "./limits.js";
-import { CONTROL_PATH, defaultCwd, type BindMount, type MountPlan, type OverlayMount } from "./plan.js";
+import { CONTROL_PATH, defaultCwd, TESTBED_PATH, type BindMount, type MountPlan, type OverlayMount } from "./plan.js";
 import { commandName, descendants, killQuietly, parentPid, processStartTime } from "./procfs.js";
 import { reapLeftovers } from "./reaper.js";
 import { makeSandboxDirs, removeSandboxDirs, sandboxPaths, type SandboxPaths, writeState } from "./state.js";
@@ -81,15 +80,6 @@ export interface SessionCreateOptions {
   startupSource?: string[];
   startupTimeoutMs?: number;
   outputLimitBytes?: number;
-}
-
-/** `Sandbox.create({ instance, dataset })`: a sandbox on a task's environment (see env/workspace.ts). */
-export interface InstanceSandboxRequest extends Omit<SandboxOptions, "dir" | "overlays"> {
-  instance: string | import("../tasks/types.js").Instance;
-  dataset?: string;
-  specsFile?: string;
-  reposDir?: string;
-  build?: boolean;
 }
 
 const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -166,12 +156,7 @@ export class Sandbox implements AsyncDisposable {
     }
   }
 
-  static async create(options: SandboxOptions | InstanceSandboxRequest = {}): Promise<Sandbox> {
-    if ("instance" in options) {
-      // Lazy: environments depend on sandboxes, not the other way round.
-      const { createInstanceSandbox } = await import("../env/workspace.js");
-      return createInstanceSandbox(options);
-    }
+  static async create(options: SandboxOptions = {}): Promise<Sandbox> {
     const home = resolveHome(options.home);
     const layout = homeLayout(home);
     // Leftovers of owners that died (SIGKILL) are cleaned at the first start in each process.

@@ -3,8 +3,10 @@
  * untrusted (store packs, archives made inside sandboxes): reading the stream ourselves means no entry ever touches
  * the filesystem except as the caller decides — no symlink or hard link tricks, unlike extracting with tar(1).
  */
+import { TarFormatError } from "../errors.js";
 
-export class TarFormatError extends Error {}
+// Kept for src/sandbox/copy-out.ts, which imports it from here.
+export { TarFormatError };
 
 export interface TarHeader {
   /** Raw name bytes (after GNU long-name / pax overrides). */
