@@ -18,6 +18,7 @@
  * step that failed. Nothing here trusts anything the sandbox can write.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -391,7 +392,7 @@ struct launch_opts {
   const char *cgroups[MAX_ITEMS], *overlays[MAX_ITEMS];
   struct source sources[MAX_ITEMS];
   int *lowers[MAX_ITEMS]; /* per overlay: cloned lower trees, -1 terminated */
-  int ncg, nov, nsrc, force_copy;
+  int ncg, nov, nsrc, force_copy, seed; /* seed: index of the --seed source, or -1 */
   const char *scratch, *disk, *owner, *idmap;
   struct limits limits;
   char **bwrap;
@@ -421,6 +422,7 @@ static void parse_launch(int argc, char **argv, struct launch_opts *o) {
     else if (!strcmp(a, "--disk")) o->disk = v, i++;
     else if (!strcmp(a, "--owner")) o->owner = v, i++;
     else if (!strcmp(a, "--idmap")) o->idmap = v, i++;
+    else if (!strcmp(a, "--seed")) add_source(o, v, 1), o->seed = o->nsrc - 1, i++;
     else die(2, "unknown option %s", a);
   }
   if (i >= argc - 1 || !o->scratch || !o->disk)
@@ -443,7 +445,8 @@ static void clone_sources(struct launch_opts *o, int userns) {
     int k = 0;
     for (char *save, *p = strtok_r(buf, ":", &save); p; p = strtok_r(NULL, ":", &save)) {
       if (k >= MAX_ITEMS) die(2, "too many lower layers");
-      o->lowers[i][k++] = clone_tree(p, userns);
+      /* "+DIR": written by a sandbox (a fork's snapshot), so already owned by the sandbox's ids: not id-mapped. */
+      o->lowers[i][k++] = p[0] == '+' ? clone_tree(p + 1, -1) : clone_tree(p, userns);
     }
     o->lowers[i][k] = -1;
   }
@@ -468,6 +471,34 @@ static void enter_userns(const char *idmap, int userns) {
   write_file("/proc/self/uid_map", map);
   fmt(map, sizeof map, "0 %u 1\n", (unsigned)gid);
   write_file("/proc/self/gid_map", map);
+}
+
+static int is_empty_dir(const char *path) {
+  DIR *d = opendir(path);
+  if (!d) return 0;
+  struct dirent *e;
+  int empty = 1;
+  while (empty && (e = readdir(d)))
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) empty = 0;
+  closedir(d);
+  return empty;
+}
+
+/* A fork starts from its parent's writable places (--seed NAME=DIR: DIR/{root,tmp,home,shm} of a snapshot). */
+static void seed_scratch(const struct launch_opts *o) {
+  static const char *const places[] = {"root", "tmp", "home", "shm"};
+  const char *name = o->sources[o->seed].name;
+  char from[4096], to[4096];
+  for (size_t i = 0; i < sizeof places / sizeof places[0]; i++) {
+    fmt(from, sizeof from, "%s/b/%s/%s", o->scratch, name, places[i]);
+    fmt(to, sizeof to, "%s/%s", o->scratch, places[i]);
+    if (access(from, F_OK) != 0) {
+      if (errno == ENOENT) continue;
+      die(1, "seed %s: %s", from, strerror(errno));
+    }
+    if (is_empty_dir(from)) continue;
+    if (run_cp(from, to) != 0) die(1, "seeding %s from the snapshot failed", places[i]);
+  }
 }
 
 /* The scratch tmpfs holds every writable place of the sandbox, so that --disk bounds them all together. */
@@ -499,6 +530,7 @@ static void make_scratch(const struct launch_opts *o) {
     fmt(path, sizeof path, "%s/b/%s", o->scratch, o->sources[i].name);
     attach_tree(o->sources[i].tree, path);
   }
+  if (o->seed >= 0) seed_scratch(o);
 }
 
 /* One copy-on-write tree: overlayfs over the (id-mapped) lower layers, upper and work dirs on the scratch tmpfs. */
@@ -527,7 +559,7 @@ static void mount_overlay(const struct launch_opts *o, int index) {
 
 static int cmd_launch(int argc, char **argv) {
   prog = "minisandbox-launch";
-  struct launch_opts o = {.owner = "0:0"};
+  struct launch_opts o = {.owner = "0:0", .seed = -1};
   parse_launch(argc, argv, &o);
   /* Cgroups first: everything the sandbox ever forks is accounted from its first instruction. */
   for (int c = 0; c < o.ncg; c++) join_cgroup(o.cgroups[c]);

@@ -2,8 +2,8 @@ import { lstatSync, mkdirSync, rmSync, symlinkSync } from "node:fs";
 import { open, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { Readable } from "node:stream";
-import { InvalidInputError, LimitError, SandboxError } from "../util/errors.js";
-import { readTar, TarFormatError, type TarHeader } from "../util/tar.js";
+import { InvalidInputError, LimitError, SandboxError, TarFormatError } from "../errors.js";
+import { readTar, type TarHeader } from "../util/tar.js";
 
 /** What a copy out of a sandbox wrote, and what it refused to. */
 export interface CopyOutReport {

@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { statSync } from "node:fs";
 import { readFile } from "node:fs/promises";
-import { InvalidInputError, LimitError, NotFoundError, SandboxError, TimeoutError } from "../util/errors.js";
+import { InvalidInputError, LimitError, NotFoundError, SandboxError, TimeoutError } from "../errors.js";
 import { extractUntrusted, type CopyOutReport } from "./copy-out.js";
 import type { ExecOptions, ExecResult } from "./exec.js";
 

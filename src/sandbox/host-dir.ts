@@ -1,5 +1,5 @@
 import { closeSync, constants, fstatSync, openSync, readlinkSync, realpathSync } from "node:fs";
-import { InvalidInputError } from "../util/errors.js";
+import { InvalidInputError } from "../errors.js";
 
 /**
  * A host directory opened once. The sandbox mounts this open object (through its descriptor), so the directory
@@ -9,7 +9,9 @@ export interface OpenedDir {
   fd: number;
   /** The real path of the opened object, read back from its descriptor. */
   realPath: string;
-  close(): void;
+  /** One more holder (a fork mounts the very same directory); the descriptor closes with the last one. */
+  acquire(): OpenedDir;
+  release(): void;
 }
 
 function within(path: string, root: string): boolean {
@@ -26,6 +28,7 @@ export function openHostDir(path: string, roots?: readonly string[]): OpenedDir 
     const why = code === "ENOTDIR" ? "not a directory" : code === "ENOENT" ? "no such directory" : String(code);
     throw new InvalidInputError(`dir ${path}: ${why}`);
   }
+  let refs = 1;
   const close = (): void => closeSync(fd);
   try {
     const realPath = readlinkSync(`/proc/self/fd/${fd}`);
@@ -42,7 +45,18 @@ export function openHostDir(path: string, roots?: readonly string[]): OpenedDir 
         throw new InvalidInputError(`dir ${path} is outside the directories that may be mounted (${roots.join(", ")})`);
       }
     }
-    return { fd, realPath, close };
+    const opened: OpenedDir = {
+      fd,
+      realPath,
+      acquire: () => {
+        refs++;
+        return opened;
+      },
+      release: () => {
+        if (--refs === 0) close();
+      },
+    };
+    return opened;
   } catch (e) {
     close();
     throw e;

@@ -1,6 +1,6 @@
 import { accessSync, constants, existsSync, lstatSync, readFileSync, readlinkSync } from "node:fs";
 import { join } from "node:path";
-import { InvalidInputError, SandboxError } from "../util/errors.js";
+import { InvalidInputError, SandboxError } from "../errors.js";
 
 /** How sandboxes are launched on this host. */
 export type LaunchMode = "root" | "userns";

@@ -1,8 +1,8 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import type { Readable } from "node:stream";
-import { SandboxError } from "../util/errors.js";
+import { SandboxError } from "../errors.js";
 import { helperPath, type IdRange, type LaunchMode, requireTool } from "./host.js";
-import type { SandboxCgroups } from "./limits.js";
+import { cgroupDirs, type SandboxCgroups } from "./limits.js";
 import { bwrapArgs, checkPlanPaths, INIT_PATH, type MountPlan, planSources } from "./plan.js";
 
 export interface LaunchRequest {
@@ -26,6 +26,8 @@ export interface LaunchRequest {
    * exactly the object that was opened and checked, whatever happens to its path meanwhile.
    */
   fds: number[];
+  /** A fork's snapshot directory: the scratch starts with its `/`, /tmp, home and /dev/shm. */
+  seed?: string;
 }
 
 export interface Launched {
@@ -89,10 +91,13 @@ function launchArgv(req: LaunchRequest): string[] {
   const helper = helperPath();
   const a = [helper, "launch", "--scratch", req.scratch, "--disk", String(req.diskBytes), "--owner", req.owner];
   if (req.mode === "root" && req.idRange) a.push("--idmap", `${req.idRange.base}:${req.idRange.count}`);
-  for (const c of [req.cgroups.memory, req.cgroups.pids]) if (c) a.push("--cgroup", c);
+  for (const c of cgroupDirs(req.cgroups)) a.push("--cgroup", c);
   a.push(...req.rlimits);
   if (req.forceCopy) a.push("--force-copy");
-  for (const o of req.plan.overlays) a.push("--overlay", o.lower.join(":"));
+  for (const o of req.plan.overlays) {
+    a.push("--overlay", [...(o.sandboxLowers ?? []).map((l) => `+${l}`), ...o.lower].join(":"));
+  }
+  if (req.seed) a.push("--seed", `seed=${req.seed}`);
   for (const s of planSources(req.plan, helper)) a.push(s.writable ? "--source-rw" : "--source", `${s.name}=${s.path}`);
   a.push("--", requireTool("bwrap", "bubblewrap"), ...bwrapArgs(req.plan, req.scratch), "--info-fd", "3", "--");
   a.push(INIT_PATH, "init", ...(req.seccomp ? [] : ["--no-seccomp"]), req.label);

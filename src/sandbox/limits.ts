@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, statSync, writeFileSync } from "node:fs";
 import { totalmem } from "node:os";
 import { join } from "node:path";
-import { InvalidInputError } from "../util/errors.js";
+import { InvalidInputError, SandboxError } from "../errors.js";
 
 /** Resource limits of a sandbox. Every field is optional; absent means the default (see `withDefaults`). */
 export interface Limits {
@@ -73,6 +73,8 @@ const GROUP = process.getuid?.() === 0 ? "minisandbox" : `minisandbox-${process.
 export interface CgroupSupport {
   memory: boolean;
   pids: boolean;
+  /** Freezes a sandbox while a fork copies its state. */
+  freezer: boolean;
 }
 
 let cached: CgroupSupport | undefined;
@@ -89,7 +91,7 @@ export function cgroupSupport(): CgroupSupport {
       return false;
     }
   };
-  cached = { memory: usable("memory"), pids: usable("pids") };
+  cached = { memory: usable("memory"), pids: usable("pids"), freezer: usable("freezer") };
   return cached;
 }
 
@@ -97,6 +99,7 @@ export function cgroupSupport(): CgroupSupport {
 export interface SandboxCgroups {
   memory?: string;
   pids?: string;
+  freezer?: string;
 }
 
 function write(file: string, value: string | number): void {
@@ -122,7 +125,41 @@ export function createCgroups(id: string, limits: Limits): SandboxCgroups {
     if (limits.pids) write(join(dir, "pids.max"), limits.pids);
     groups.pids = dir;
   }
+  if (support.freezer) {
+    const dir = join(CGROUP_ROOT, "freezer", GROUP, id);
+    mkdirSync(dir, { recursive: true });
+    groups.freezer = dir;
+  }
   return groups;
+}
+
+/** Every cgroup directory a sandbox's processes join, in the order they join. */
+export function cgroupDirs(groups: SandboxCgroups): string[] {
+  return [groups.memory, groups.pids, groups.freezer].filter((d): d is string => Boolean(d));
+}
+
+/** Let a frozen group go on (a frozen process cannot even die: thaw before killing). */
+export function thaw(dir: string | undefined): void {
+  if (!dir) return;
+  try {
+    writeFileSync(join(dir, "freezer.state"), "THAWED");
+  } catch {
+    /* gone */
+  }
+}
+
+/** Stop every process of a freezer group where it stands, run `fn`, then let them go on. */
+export async function whileFrozen<T>(dir: string, fn: () => Promise<T>): Promise<T> {
+  writeFileSync(join(dir, "freezer.state"), "FROZEN");
+  try {
+    for (let i = 0; readFileSync(join(dir, "freezer.state"), "utf8").trim() !== "FROZEN"; i++) {
+      if (i > 500) throw new SandboxError("the sandbox's processes could not be frozen");
+      await new Promise((r) => setTimeout(r, 2));
+    }
+    return await fn();
+  } finally {
+    thaw(dir);
+  }
 }
 
 /** A child pids cgroup for one command, so that its whole tree (double forks included) can be killed. */
@@ -167,6 +204,12 @@ export async function killCgroup(dir: string, removeDir = true, spareFirst: numb
     await new Promise((r) => setTimeout(r, round < 5 ? 2 : 20));
   }
   if (removeDir) removeCgroupTree(dir);
+}
+
+/** Kill everything in a sandbox's cgroups (thawed first: frozen processes cannot die) and remove them. */
+export async function killSandboxCgroups(groups: SandboxCgroups): Promise<void> {
+  thaw(groups.freezer);
+  for (const dir of [groups.pids, groups.memory, groups.freezer]) if (dir) await killCgroup(dir);
 }
 
 /** Processes of a cgroup and of all its subgroups. */
@@ -228,7 +271,7 @@ function sumOverTree(dir: string, file: string, re: RegExp): number {
 /** All sandbox cgroups on this host (for the reaper). */
 export function listSandboxCgroups(): { id: string; dir: string }[] {
   const out: { id: string; dir: string }[] = [];
-  for (const ctl of ["memory", "pids"]) {
+  for (const ctl of ["memory", "pids", "freezer"]) {
     const base = join(CGROUP_ROOT, ctl, GROUP);
     try {
       for (const e of readdirSync(base, { withFileTypes: true })) {

@@ -1,3 +1,4 @@
+import { InvalidInputError } from "../errors.js";
 import { systemEntries } from "./host.js";
 import { etcSecrets, type MaskedPath, procCover } from "./masks.js";
 
@@ -8,6 +9,11 @@ export const TESTBED_PATH = "/testbed";
 export interface OverlayMount {
   /** Host directories, topmost first (a layer stack). */
   lower: string[];
+  /**
+   * Directories written by a sandbox (a fork's snapshots of its parents' upper dirs), topmost first, stacked above
+   * `lower`. Their files already carry the sandbox's ids, so they are not id-mapped.
+   */
+  sandboxLowers?: string[];
   /** Path inside the sandbox. */
   target: string;
 }
@@ -61,11 +67,14 @@ const UNSAFE = /[,:\n\r\0\\]/;
 
 export function checkPlanPaths(plan: MountPlan): void {
   for (const o of plan.overlays) {
-    for (const l of o.lower) if (UNSAFE.test(l)) throw new Error(`unsupported character in path ${JSON.stringify(l)}`);
-    if (!o.target.startsWith("/")) throw new Error(`mount target must be absolute: ${o.target}`);
+    for (const l of [...(o.sandboxLowers ?? []), ...o.lower]) {
+      if (UNSAFE.test(l) || !l.startsWith("/"))
+        throw new InvalidInputError(`unsupported lower directory ${JSON.stringify(l)}`);
+    }
+    if (!o.target.startsWith("/")) throw new InvalidInputError(`mount target must be absolute: ${o.target}`);
   }
   for (const b of plan.binds)
-    if (!b.target.startsWith("/")) throw new Error(`mount target must be absolute: ${b.target}`);
+    if (!b.target.startsWith("/")) throw new InvalidInputError(`mount target must be absolute: ${b.target}`);
 }
 
 /**

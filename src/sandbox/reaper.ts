@@ -1,7 +1,7 @@
 import { spawnSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { cgroupPids, killCgroup, listSandboxCgroups, removeCgroupTree } from "./limits.js";
+import { cgroupPids, killSandboxCgroups, listSandboxCgroups, removeCgroupTree } from "./limits.js";
 import { isSameProcessAlive, killQuietly } from "./procfs.js";
 import { readState, removeSandboxDirs, runtimeDirFor, sandboxPaths } from "./state.js";
 
@@ -39,7 +39,7 @@ export async function reapLeftovers(sandboxesDir: string): Promise<ReapReport> {
     if (state) {
       if (isSameProcessAlive(state.holderPid, state.holderStart)) killQuietly(state.holderPid);
       if (isSameProcessAlive(state.pid1, undefined) && state.holderStart !== undefined) killQuietly(state.pid1);
-      for (const dir of [state.cgroups.memory, state.cgroups.pids]) if (dir) await killCgroup(dir);
+      await killSandboxCgroups(state.cgroups);
     }
     unmountUnder(paths.dir);
     unmountUnder(paths.scratch);

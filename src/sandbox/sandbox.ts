@@ -1,9 +1,9 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
-import { resolve } from "node:path";
+import { join, resolve } from "node:path";
 import { homeLayout, resolveHome } from "../util/home.js";
-import { InvalidInputError, SandboxError } from "../util/errors.js";
+import { InvalidInputError, SandboxError } from "../errors.js";
 import { BashSession, type RunOptions, type RunResult, type SessionProcess } from "../session/bash-session.js";
 import { sessionExists, sessionMissing } from "../session/errors.js";
 import { enterArgv } from "./enter.js";
@@ -17,17 +17,20 @@ import {
   createCommandCgroup,
   enforcement,
   killCgroup,
+  killSandboxCgroups,
   readCounters,
   removeCgroupTree,
   rlimitArgs,
   type Enforcement,
   type Limits,
   type SandboxCgroups,
+  whileFrozen,
   withDefaults,
 } from "./limits.js";
 import { CONTROL_PATH, defaultCwd, TESTBED_PATH, type BindMount, type MountPlan, type OverlayMount } from "./plan.js";
 import { commandName, descendants, killQuietly, parentPid, processStartTime } from "./procfs.js";
 import { reapLeftovers } from "./reaper.js";
+import { reapSnapshots, Snapshot } from "./snapshot.js";
 import { makeSandboxDirs, removeSandboxDirs, sandboxPaths, type SandboxPaths, writeState } from "./state.js";
 
 export interface SandboxOptions {
@@ -107,6 +110,28 @@ function enforcementNotices(mode: LaunchMode): string[] {
   return [`${missing.join(" and ")} limits are not enforced: ${why} (see \`minisandbox doctor\`)`];
 }
 
+/** Everything a launch needs, kept by the sandbox so that its forks start the same way. */
+interface LaunchInputs {
+  /** Options with home and limits resolved. */
+  opts: SandboxOptions;
+  sandboxesDir: string;
+  mode: LaunchMode;
+  uid: number;
+  gid: number;
+  /** `dir`, held open for the sandbox's life: forks mount the very same directory. */
+  dir?: OpenedDir;
+  /** The workspace trees as launched (`dir` first). */
+  overlays: OverlayMount[];
+  /** A fork's snapshot: the parent's writable places. */
+  seed?: string;
+  /** Snapshots whose copies are lowers of this sandbox's trees, held until it closes. */
+  snapshots: Snapshot[];
+}
+
+function snapshotsDir(home: string): string {
+  return join(home, "snapshots");
+}
+
 const reapedFor = new Set<string>();
 
 /** One running isolated workspace. Create with `Sandbox.create`; `close()` (or `await using`) ends it. */
@@ -128,9 +153,8 @@ export class Sandbox implements AsyncDisposable {
   private readonly closeListeners: (() => void)[] = [];
 
   private constructor(
-    private readonly opts: SandboxOptions,
+    private readonly inputs: LaunchInputs,
     readonly paths: SandboxPaths,
-    private readonly mode: LaunchMode,
     private readonly holder: ChildProcess,
     readonly pid1: number,
     private readonly cgroups: SandboxCgroups,
@@ -139,6 +163,12 @@ export class Sandbox implements AsyncDisposable {
     readonly cwd: string,
     notices: string[],
   ) {
+    const opts = inputs.opts;
+    this.opts = opts;
+    this.mode = inputs.mode;
+    this.uid = inputs.uid;
+    this.gid = inputs.gid;
+    this.dirPath = inputs.dir?.realPath;
     this.id = paths.dir.slice(paths.dir.lastIndexOf("/") + 1);
     this.home = opts.home!;
     this.labels = opts.labels ?? {};
@@ -163,6 +193,7 @@ export class Sandbox implements AsyncDisposable {
     if (!reapedFor.has(layout.sandboxes)) {
       reapedFor.add(layout.sandboxes);
       await reapLeftovers(layout.sandboxes);
+      reapSnapshots(snapshotsDir(home));
     }
     const opts: SandboxOptions = { ...options, home, limits: withDefaults(options.limits) };
     const mode = launchMode();
@@ -172,29 +203,19 @@ export class Sandbox implements AsyncDisposable {
       throw new InvalidInputError("uid: only 0 inside without root on the host (unprivileged sandboxes map only root)");
     }
     const dir = opts.dir === undefined ? undefined : openHostDir(resolve(opts.dir), opts.dirRoots);
-    try {
-      return await Sandbox.launch(opts, layout.sandboxes, mode, uid, gid, dir);
-    } finally {
-      dir?.close();
-    }
-  }
-
-  private static async launch(
-    opts: SandboxOptions,
-    sandboxesDir: string,
-    mode: LaunchMode,
-    uid: number,
-    gid: number,
-    dir: OpenedDir | undefined,
-  ): Promise<Sandbox> {
     const overlays = [...(opts.overlays ?? [])];
     for (const o of overlays)
       for (const l of o.lower) if (!existsSync(l)) throw new InvalidInputError(`mount source ${l} does not exist`);
     // The opened directory itself, as descriptor 5 of the launch: no path is looked up again.
     if (dir) overlays.unshift({ lower: [`/proc/self/fd/${FIRST_PASSED_FD}`], target: TESTBED_PATH });
+    return Sandbox.launch({ opts, sandboxesDir: layout.sandboxes, mode, uid, gid, dir, overlays, snapshots: [] });
+  }
+
+  /** Start a sandbox; on failure, release what `inputs` holds (the opened directory, snapshots). */
+  private static async launch(inputs: LaunchInputs): Promise<Sandbox> {
+    const { opts, mode, uid, gid, overlays } = inputs;
     const id = `sb-${randomBytes(6).toString("hex")}`;
-    const paths = sandboxPaths(sandboxesDir, id);
-    makeSandboxDirs(paths);
+    const paths = sandboxPaths(inputs.sandboxesDir, id);
     const home = uid === 0 ? "/root" : `/home/u${uid}`;
     const plan: MountPlan = {
       hostname: opts.hostname ?? id,
@@ -209,6 +230,7 @@ export class Sandbox implements AsyncDisposable {
     const limits = opts.limits!;
     let cgroups: SandboxCgroups = {};
     try {
+      makeSandboxDirs(paths);
       cgroups = createCgroups(id, limits);
       const rlimits = rlimitArgs(limits);
       const launched = await launch({
@@ -223,7 +245,8 @@ export class Sandbox implements AsyncDisposable {
         rlimits,
         label: id,
         seccomp: opts.seccomp ?? true,
-        fds: dir ? [dir.fd] : [],
+        fds: inputs.dir ? [inputs.dir.fd] : [],
+        seed: inputs.seed,
       });
       writeState(paths, {
         id,
@@ -236,25 +259,74 @@ export class Sandbox implements AsyncDisposable {
         createdAt: new Date().toISOString(),
       });
       const env = sandboxEnv(opts, uid, home, plan.hostname);
-      const sb = new Sandbox(opts, paths, mode, launched.child, launched.pid1, cgroups, rlimits, env, plan.cwd, [
-        ...launched.notices,
-        ...enforcementNotices(mode),
-      ]);
-      sb.uid = uid;
-      sb.gid = gid;
-      sb.dirPath = dir?.realPath;
-      return sb;
+      const notices = [...launched.notices, ...enforcementNotices(mode)];
+      return new Sandbox(inputs, paths, launched.child, launched.pid1, cgroups, rlimits, env, plan.cwd, notices);
     } catch (e) {
-      for (const d of [cgroups.memory, cgroups.pids]) if (d) await killCgroup(d);
+      await killSandboxCgroups(cgroups);
       removeSandboxDirs(paths);
+      inputs.dir?.release();
+      for (const snap of inputs.snapshots) snap.release();
       throw e;
     }
   }
 
-  uid = 0;
-  gid = 0;
+  /**
+   * Start `count` sandboxes from this one's current writable state (its workspace trees, `/`, /tmp, home,
+   * /dev/shm), frozen for the moment of the copy: the children see what the parent had written, then everyone
+   * diverges on their own. Processes are not copied; the parent keeps running.
+   */
+  async fork(count = 1): Promise<Sandbox[]> {
+    if (!Number.isInteger(count) || count < 1 || count > 256) {
+      throw new InvalidInputError(`fork count must be an integer from 1 to 256, got ${count}`);
+    }
+    if (this.closed) throw new SandboxError(`sandbox ${this.id} is closed`);
+    const snapshot = await this.snapshot();
+    try {
+      const started = await Promise.allSettled(Array.from({ length: count }, () => this.startChild(snapshot)));
+      const children = started.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
+      const failed = started.find((r): r is PromiseRejectedResult => r.status === "rejected");
+      if (failed) {
+        await Promise.all(children.map((c) => c.close()));
+        throw failed.reason;
+      }
+      return children;
+    } finally {
+      snapshot.release();
+    }
+  }
+
+  private async snapshot(): Promise<Snapshot> {
+    const name = `${this.id}-${++this.forkCounter}`;
+    const take = (): Promise<Snapshot> =>
+      Snapshot.take(snapshotsDir(this.home), name, this.holder.pid!, this.paths.scratch);
+    if (this.cgroups.freezer) return whileFrozen(this.cgroups.freezer, take);
+    // Copying a running root-mode sandbox without freezing it could race its writes (and its symlink swaps).
+    if (this.mode === "root") throw new SandboxError("fork needs the cgroup freezer controller on this host");
+    return take();
+  }
+
+  private startChild(snapshot: Snapshot): Promise<Sandbox> {
+    const { opts } = this.inputs;
+    return Sandbox.launch({
+      ...this.inputs,
+      opts: { ...opts, labels: { ...opts.labels, forkedFrom: this.id } },
+      overlays: this.inputs.overlays.map((o, i) => ({
+        ...o,
+        sandboxLowers: [snapshot.upper(i), ...(o.sandboxLowers ?? [])],
+      })),
+      seed: snapshot.dir,
+      dir: this.inputs.dir?.acquire(),
+      snapshots: [snapshot.acquire(), ...this.inputs.snapshots.map((s) => s.acquire())],
+    });
+  }
+
+  readonly uid: number;
+  readonly gid: number;
   /** The real host path of `dir`, as opened and mounted. */
-  dirPath: string | undefined;
+  readonly dirPath: string | undefined;
+  private readonly opts: SandboxOptions;
+  private readonly mode: LaunchMode;
+  private forkCounter = 0;
 
   /** How this sandbox is isolated: what is enforced, and what an explicit option turned off. */
   security(): SandboxSecurity {
@@ -290,7 +362,7 @@ export class Sandbox implements AsyncDisposable {
     const argv = enterArgv(
       {
         pid1: this.pid1,
-        cgroupDirs: [this.cgroups.memory, group].filter((d): d is string => Boolean(d)),
+        cgroupDirs: [this.cgroups.memory, this.cgroups.freezer, group].filter((d): d is string => Boolean(d)),
         rlimits: this.rlimits,
         uid: o.uid ?? this.uid,
         gid: o.gid ?? this.gid,
@@ -399,8 +471,10 @@ export class Sandbox implements AsyncDisposable {
       });
     }
     if (!holderExited()) killQuietly(this.holder.pid!);
-    for (const dir of [this.cgroups.pids, this.cgroups.memory]) if (dir) await killCgroup(dir);
+    await killSandboxCgroups(this.cgroups);
     removeSandboxDirs(this.paths);
+    this.inputs.dir?.release();
+    for (const snap of this.inputs.snapshots) snap.release();
     for (const fn of this.closeListeners) fn();
   }
 

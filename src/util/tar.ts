@@ -5,9 +5,6 @@
  */
 import { TarFormatError } from "../errors.js";
 
-// Kept for src/sandbox/copy-out.ts, which imports it from here.
-export { TarFormatError };
-
 export interface TarHeader {
   /** Raw name bytes (after GNU long-name / pax overrides). */
   name: Buffer;
