@@ -1,36 +1,54 @@
 /*
- * msb-helper: the three small jobs on a sandbox's hot path, done in one static binary instead of a chain of
- * shell, unshare, prlimit, nsenter, setpriv and env processes (each exec of a dynamic binary costs milliseconds).
+ * msb-helper: the security-critical steps of a sandbox's life, in one small static binary (each also saves the
+ * milliseconds a chain of util-linux processes would cost).
  *
- *   msb-helper launch [options] -- BWRAP ARGS...   new mount (and user) namespace, cgroups, tmpfs scratch and
- *                                                  overlays, rlimits, then exec bwrap
- *   msb-helper init [LABEL]                        pid 1 of a sandbox: signals readiness on fd 4, reaps orphans
- *   msb-helper enter [options] -- CMD ARGS...      join cgroups, rlimits, enter pid 1's namespaces and root, fork,
- *                                                  drop capabilities and user, clean environment, cwd, (stderr onto
- *                                                  stdout), exec CMD
+ *   msb-helper launch [options] -- BWRAP ARGS...   user namespace (a subordinate id range when run as root, the
+ *                                                  caller alone otherwise), cgroups, size-limited tmpfs scratch,
+ *                                                  id-mapped copy-on-write trees, rlimits, then exec bwrap
+ *   msb-helper init LABEL [--no-seccomp]           pid 1 of a sandbox: not ptraceable, nothing inherited, fresh
+ *                                                  keyring, seccomp; signals readiness on fd 4, then reaps orphans
+ *   msb-helper enter [options] -- CMD ARGS...      join cgroups, rlimits, enter pid 1's namespaces and root, fork;
+ *                                                  the child drops to the sandbox's capabilities and user, closes
+ *                                                  inherited descriptors, gets a fresh keyring, no_new_privs and
+ *                                                  seccomp, then execs CMD
+ *   msb-helper check                               prints what this kernel and build support (for `doctor`)
+ *   msb-helper export-bpf                          the seccomp profile as C arrays (embedded at build time)
  *
  * Every input comes from minisandbox itself (src/sandbox/launcher.ts and enter.ts); errors go to stderr with the
- * step that failed. The shell-chain fallback in those files does exactly the same when this binary is missing.
+ * step that failed. Nothing here trusts anything the sandbox can write.
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <linux/filter.h>
+#include <linux/keyctl.h>
+#include <linux/seccomp.h>
+#include <linux/mount.h>
 #include <sched.h>
+#include <seccomp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <grp.h>
+
+#include "seccomp-profile.h"
 
 #define MAX_ITEMS 64
+/* Namespace flags `clone` may never carry inside a sandbox (CLONE_NEWTIME shares clone's exit-signal byte). */
+#define CLONE_NS_FLAGS \
+  (CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWCGROUP)
 
 static const char *prog = "minisandbox";
 
@@ -68,44 +86,6 @@ static void join_cgroup(const char *dir) {
   write_file(path, pid);
 }
 
-/* prlimit's syntax, as minisandbox passes it: --cpu=SOFT:HARD, --nofile=N, --as=N, --nproc=N. */
-static int parse_rlimit(const char *arg, struct rlimit *rl, int *resource) {
-  static const struct { const char *flag; int resource; } names[] = {
-    {"--cpu=", RLIMIT_CPU}, {"--nofile=", RLIMIT_NOFILE}, {"--as=", RLIMIT_AS}, {"--nproc=", RLIMIT_NPROC},
-  };
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-    size_t len = strlen(names[i].flag);
-    if (strncmp(arg, names[i].flag, len) != 0) continue;
-    char *end;
-    unsigned long long soft = strtoull(arg + len, &end, 10), hard = soft;
-    if (*end == ':') hard = strtoull(end + 1, &end, 10);
-    if (*end != '\0') die(2, "bad limit %s", arg);
-    rl->rlim_cur = soft;
-    rl->rlim_max = hard;
-    *resource = names[i].resource;
-    return 1;
-  }
-  return 0;
-}
-
-struct limits {
-  struct rlimit values[MAX_ITEMS];
-  int resources[MAX_ITEMS];
-  int n;
-};
-
-static int take_rlimit(struct limits *l, const char *arg) {
-  if (l->n >= MAX_ITEMS) die(2, "too many limits");
-  if (!parse_rlimit(arg, &l->values[l->n], &l->resources[l->n])) return 0;
-  l->n++;
-  return 1;
-}
-
-static void apply_rlimits(const struct limits *l) {
-  for (int i = 0; i < l->n; i++)
-    if (setrlimit(l->resources[i], &l->values[i]) != 0) die(1, "setrlimit: %s", strerror(errno));
-}
-
 static void push(const char **list, int *n, const char *item) {
   if (*n >= MAX_ITEMS) die(2, "too many arguments");
   list[(*n)++] = item;
@@ -113,9 +93,268 @@ static void push(const char **list, int *n, const char *item) {
 
 static void mkdir_or_die(const char *path, mode_t mode) {
   if (mkdir(path, mode) != 0 && errno != EEXIST) die(1, "mkdir %s: %s", path, strerror(errno));
+  if (chmod(path, mode) != 0) die(1, "chmod %s: %s", path, strerror(errno));
+}
+
+static unsigned parse_uint(const char *s, const char *what) {
+  char *end;
+  errno = 0;
+  unsigned long v = strtoul(s, &end, 10);
+  if (errno || *end || end == s || v > 0xfffffffeUL) die(2, "bad %s %s", what, s);
+  return (unsigned)v;
+}
+
+/* ---------------------------------------------------------------- rlimits (prlimit's syntax) */
+
+struct limits {
+  struct rlimit values[MAX_ITEMS];
+  int resources[MAX_ITEMS];
+  int n;
+};
+
+/* --cpu=SOFT:HARD, --nofile=N, --as=N, --nproc=N, --fsize=N. */
+static int take_rlimit(struct limits *l, const char *arg) {
+  static const struct {
+    const char *flag;
+    int resource;
+  } names[] = {
+    {"--cpu=", RLIMIT_CPU}, {"--nofile=", RLIMIT_NOFILE}, {"--as=", RLIMIT_AS},
+    {"--nproc=", RLIMIT_NPROC}, {"--fsize=", RLIMIT_FSIZE},
+  };
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    size_t len = strlen(names[i].flag);
+    if (strncmp(arg, names[i].flag, len) != 0) continue;
+    if (l->n >= MAX_ITEMS) die(2, "too many limits");
+    char *end;
+    unsigned long long soft = strtoull(arg + len, &end, 10), hard = soft;
+    if (*end == ':') hard = strtoull(end + 1, &end, 10);
+    if (*end != '\0' || soft > hard) die(2, "bad limit %s", arg);
+    l->values[l->n].rlim_cur = soft;
+    l->values[l->n].rlim_max = hard;
+    l->resources[l->n++] = names[i].resource;
+    return 1;
+  }
+  return 0;
+}
+
+static void apply_rlimits(const struct limits *l) {
+  for (int i = 0; i < l->n; i++)
+    if (setrlimit(l->resources[i], &l->values[i]) != 0) die(1, "setrlimit: %s", strerror(errno));
+}
+
+/* ---------------------------------------------------------------- hardening shared by init and enter */
+
+/* A new anonymous session keyring: nothing of the host's (or another sandbox's) keys is reachable. */
+static void fresh_keyring(void) {
+  if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0 && errno != ENOSYS)
+    die(1, "new session keyring: %s", strerror(errno));
+}
+
+/* Close every descriptor from `first` up: nothing the caller held reaches the sandbox. */
+static void close_from(unsigned first) {
+  if (syscall(SYS_close_range, first, ~0U, 0) == 0) return;
+  for (int fd = (int)first; fd < 65536; fd++) close(fd);
+}
+
+static int seccomp_add(scmp_filter_ctx ctx, uint32_t action, const char *name) {
+  int nr = seccomp_syscall_resolve_name(name);
+  if (nr == __NR_SCMP_ERROR) return 0; /* not a syscall of this architecture or libseccomp */
+  if (seccomp_rule_add(ctx, action, nr, 0) != 0) die(1, "seccomp rule for %s", name);
+  return 1;
+}
+
+static scmp_filter_ctx seccomp_new(uint32_t default_action) {
+  scmp_filter_ctx ctx = seccomp_init(default_action);
+  if (!ctx) die(1, "seccomp_init failed");
+  /* Other ABIs (32-bit int 0x80, x32) would name syscalls by other numbers: they kill the process. */
+  if (seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS) != 0) die(1, "seccomp badarch");
+  return ctx;
+}
+
+/*
+ * The profile of seccomp-profile.h as two stacked filters (the kernel applies the most restrictive answer, and of
+ * equal ones the later filter's): the allow-list (anything else: ENOSYS), then the refusals (EPERM), which also
+ * carry the argument checks that an allow-list cannot express (clone's namespace flags, TIOCSTI).
+ */
+static void seccomp_profile(scmp_filter_ctx *allow, scmp_filter_ctx *refuse, int *allowed, int *refused) {
+  *allow = seccomp_new(SCMP_ACT_ERRNO(ENOSYS));
+  *refuse = seccomp_new(SCMP_ACT_ALLOW);
+  *allowed = *refused = 0;
+  for (size_t i = 0; i < sizeof SECCOMP_ALLOWED / sizeof SECCOMP_ALLOWED[0]; i++)
+    *allowed += seccomp_add(*allow, SCMP_ACT_ALLOW, SECCOMP_ALLOWED[i]);
+  *allowed += seccomp_add(*allow, SCMP_ACT_ALLOW, "clone") + seccomp_add(*allow, SCMP_ACT_ALLOW, "ioctl");
+  int rc = 0;
+  for (size_t i = 0; i < sizeof SECCOMP_PERSONALITIES / sizeof SECCOMP_PERSONALITIES[0]; i++)
+    rc |= seccomp_rule_add(*allow, SCMP_ACT_ALLOW, SCMP_SYS(personality), 1,
+                           SCMP_A0(SCMP_CMP_EQ, SECCOMP_PERSONALITIES[i]));
+  for (size_t i = 0; i < sizeof SECCOMP_REFUSED / sizeof SECCOMP_REFUSED[0]; i++)
+    *refused += seccomp_add(*refuse, SCMP_ACT_ERRNO(EPERM), SECCOMP_REFUSED[i]);
+  /* clone: threads and processes yes, new namespaces no. clone3 hides its flags in memory: it is not allowed
+     (ENOSYS), so libc falls back to clone. */
+  for (int bit = 0; bit < 64; bit++) {
+    unsigned long long flag = 1ULL << bit;
+    if (CLONE_NS_FLAGS & flag)
+      rc |= seccomp_rule_add(*refuse, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
+                             SCMP_A0(SCMP_CMP_MASKED_EQ, flag, flag));
+  }
+  /* TIOCSTI types into a terminal; the kernel reads the request as 32 bits, so compare only those. */
+  rc |= seccomp_rule_add(*refuse, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
+                         SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffULL, TIOCSTI));
+  if (rc != 0) die(1, "seccomp argument rules failed");
+}
+
+#ifdef MSB_EMBEDDED_BPF
+/* The profile compiled to BPF at build time (`msb-helper export-bpf`): loading it costs microseconds, building it
+   with libseccomp on every command would cost milliseconds. */
+#include MSB_EMBEDDED_BPF
+static void load_bpf(const struct sock_filter *code, size_t len) {
+  struct sock_fprog prog = {.len = (unsigned short)len, .filter = (struct sock_filter *)code};
+  if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) != 0) die(1, "load seccomp profile: %s", strerror(errno));
+}
+#endif
+
+/* no_new_privs, then the profile: from here on nothing this process execs can gain privileges or leave. */
+static void lock_down(int seccomp) {
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) die(1, "no_new_privs: %s", strerror(errno));
+  if (!seccomp) return;
+#ifdef MSB_EMBEDDED_BPF
+  load_bpf(MSB_BPF_ALLOW, sizeof MSB_BPF_ALLOW / sizeof MSB_BPF_ALLOW[0]);
+  load_bpf(MSB_BPF_REFUSE, sizeof MSB_BPF_REFUSE / sizeof MSB_BPF_REFUSE[0]);
+#else
+  scmp_filter_ctx allow, refuse;
+  int allowed, refused;
+  seccomp_profile(&allow, &refuse, &allowed, &refused);
+  int rc = seccomp_load(allow);
+  if (rc == 0) rc = seccomp_load(refuse);
+  if (rc != 0) die(1, "load seccomp profile: %s", strerror(-rc));
+  seccomp_release(allow);
+  seccomp_release(refuse);
+#endif
+}
+
+/* Print one filter as a C array of struct sock_filter (for MSB_EMBEDDED_BPF). */
+static void export_filter(scmp_filter_ctx ctx, const char *name) {
+  FILE *tmp = tmpfile();
+  if (!tmp || seccomp_export_bpf(ctx, fileno(tmp)) != 0) die(1, "export seccomp filter");
+  off_t size = lseek(fileno(tmp), 0, SEEK_END);
+  if (size <= 0 || size % (off_t)sizeof(struct sock_filter) != 0) die(1, "bad exported filter size");
+  lseek(fileno(tmp), 0, SEEK_SET);
+  printf("static const struct sock_filter %s[] = {\n", name);
+  struct sock_filter f;
+  while (read(fileno(tmp), &f, sizeof f) == (ssize_t)sizeof f)
+    printf("  {0x%04x, %u, %u, 0x%08x},\n", f.code, f.jt, f.jf, f.k);
+  printf("};\n");
+  fclose(tmp);
+}
+
+static int cmd_export_bpf(void) {
+  scmp_filter_ctx allow, refuse;
+  int allowed, refused;
+  seccomp_profile(&allow, &refuse, &allowed, &refused);
+  printf("/* Generated by `msb-helper export-bpf` at build time: %d syscalls allowed, %d refused. */\n", allowed,
+         refused);
+  export_filter(allow, "MSB_BPF_ALLOW");
+  export_filter(refuse, "MSB_BPF_REFUSE");
+  seccomp_release(allow);
+  seccomp_release(refuse);
+  return 0;
 }
 
 /* ---------------------------------------------------------------- launch */
+
+/*
+ * A user namespace whose ids 0..count-1 are host ids base..base+count-1, held by a descriptor. Only a process
+ * outside may write such a map (the kernel requires CAP_SETUID over the parent namespace): a short-lived child
+ * creates the namespace and we, still host root, write its maps.
+ */
+static int make_userns(unsigned base, unsigned count) {
+  int up[2], down[2];
+  if (pipe2(up, O_CLOEXEC) != 0 || pipe2(down, O_CLOEXEC) != 0) die(1, "pipe: %s", strerror(errno));
+  pid_t child = fork();
+  if (child < 0) die(1, "fork: %s", strerror(errno));
+  if (child == 0) {
+    char b = 1;
+    close(up[0]);
+    close(down[1]);
+    if (unshare(CLONE_NEWUSER) != 0) _exit(1);
+    if (write(up[1], &b, 1) != 1) _exit(1);
+    /* Wait until the parent holds the namespace (or died: then the read ends at EOF). */
+    if (read(down[0], &b, 1) < 0) _exit(1);
+    _exit(0);
+  }
+  close(up[1]);
+  close(down[0]);
+  char b, path[64], map[64];
+  if (read(up[0], &b, 1) != 1) die(1, "create user namespace: %s", strerror(errno));
+  fmt(map, sizeof map, "0 %u %u\n", base, count);
+  fmt(path, sizeof path, "/proc/%d/uid_map", child);
+  write_file(path, map);
+  fmt(path, sizeof path, "/proc/%d/gid_map", child);
+  write_file(path, map);
+  fmt(path, sizeof path, "/proc/%d/ns/user", child);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) die(1, "open %s: %s", path, strerror(errno));
+  close(down[1]);
+  close(up[0]);
+  while (waitpid(child, NULL, 0) < 0 && errno == EINTR) {
+  }
+  return fd;
+}
+
+/*
+ * `path` opened in our current mount namespace. A descriptor the caller passed (`/proc/self/fd/N`: a directory it
+ * opened and checked) may belong to the mount namespace we left: its path is opened again here, and must be the very
+ * same object, or the launch stops.
+ */
+static int open_in_our_ns(const char *path) {
+  int fd = open(path, O_PATH | O_CLOEXEC);
+  if (fd < 0) die(1, "open %s: %s", path, strerror(errno));
+  if (strncmp(path, "/proc/self/fd/", 14) != 0) return fd;
+  char real[4096];
+  ssize_t n = readlink(path, real, sizeof real - 1);
+  if (n <= 0 || n >= (ssize_t)sizeof real - 1) die(1, "readlink %s: %s", path, strerror(errno));
+  real[n] = '\0';
+  int again = open(real, O_PATH | O_CLOEXEC);
+  struct stat a, b;
+  if (again < 0 || fstat(fd, &a) != 0 || fstat(again, &b) != 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+    die(1, "%s changed while it was being mounted", real);
+  close(fd);
+  return again;
+}
+
+/*
+ * A detached copy of the mount at `path` (a bind mount not attached anywhere yet). With a user namespace it is
+ * id-mapped through it and read-only: host uid 0 shows as root inside, and nothing is written through the mapping.
+ */
+static int clone_tree(const char *path, int userns) {
+  int at = open_in_our_ns(path);
+  int tree = (int)syscall(SYS_open_tree, at, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | AT_EMPTY_PATH);
+  if (tree < 0) die(1, "open_tree %s: %s", path, strerror(errno));
+  close(at);
+  if (userns < 0) return tree;
+  struct mount_attr attr = {
+    .attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+    .userns_fd = (unsigned)userns,
+  };
+  if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) != 0)
+    die(1, "id-mapped mount of %s: %s (the kernel or this filesystem lacks id-mapped mounts)", path, strerror(errno));
+  return tree;
+}
+
+/* Attach a detached tree at `target`, creating the mount point as a file or a directory like the tree's root. */
+static void attach_tree(int tree, const char *target) {
+  struct stat st;
+  if (fstat(tree, &st) != 0) die(1, "stat mount for %s: %s", target, strerror(errno));
+  if (S_ISDIR(st.st_mode)) mkdir_or_die(target, 0755);
+  else {
+    int fd = open(target, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) die(1, "create %s: %s", target, strerror(errno));
+    close(fd);
+  }
+  if (syscall(SYS_move_mount, tree, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH) != 0)
+    die(1, "attach mount at %s: %s", target, strerror(errno));
+  close(tree);
+}
 
 static int run_cp(const char *from, const char *to) {
   char src[4096];
@@ -143,77 +382,205 @@ static void copy_layers(const char *lowers, const char *target) {
     if (run_cp(parts[i], target) != 0) die(1, "copying %s failed", parts[i]);
 }
 
-static int cmd_launch(int argc, char **argv) {
-  prog = "minisandbox-launch";
+/* A host path the sandbox sees, cloned while we can still reach it (as host root, before the user namespace). */
+struct source {
+  const char *path, *name;
+  int writable, tree;
+};
+
+struct launch_opts {
   const char *cgroups[MAX_ITEMS], *overlays[MAX_ITEMS];
-  int ncg = 0, nov = 0, userns = 0, force_copy = 0;
-  const char *scratch = NULL, *disk = NULL, *owner = "0:0", *ovl_opts = "";
-  struct limits limits = {.n = 0};
+  struct source sources[MAX_ITEMS];
+  int *lowers[MAX_ITEMS]; /* per overlay: cloned lower trees, -1 terminated */
+  int ncg, nov, nsrc, force_copy, seed; /* seed: index of the --seed source, or -1 */
+  const char *scratch, *disk, *owner, *idmap;
+  struct limits limits;
+  char **bwrap;
+};
+
+static void add_source(struct launch_opts *o, const char *spec, int writable) {
+  if (o->nsrc >= MAX_ITEMS) die(2, "too many mounts");
+  char *copy = strdup(spec), *eq = strchr(copy, '=');
+  if (!eq || eq == copy || !eq[1] || strchr(copy, '/') < eq) die(2, "bad mount %s (want NAME=PATH)", spec);
+  *eq = '\0';
+  o->sources[o->nsrc++] = (struct source){.path = eq + 1, .name = copy, .writable = writable, .tree = -1};
+}
+
+static void parse_launch(int argc, char **argv, struct launch_opts *o) {
   int i = 0;
   for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (take_rlimit(&limits, a)) continue;
-    if (!strcmp(a, "--userns")) userns = 1;
-    else if (!strcmp(a, "--force-copy")) force_copy = 1;
+    if (take_rlimit(&o->limits, a)) continue;
+    if (!strcmp(a, "--force-copy")) o->force_copy = 1;
     else if (!v) die(2, "%s needs a value", a);
-    else if (!strcmp(a, "--cgroup")) push(cgroups, &ncg, v), i++;
-    else if (!strcmp(a, "--overlay")) push(overlays, &nov, v), i++;
-    else if (!strcmp(a, "--scratch")) scratch = v, i++;
-    else if (!strcmp(a, "--disk")) disk = v, i++;
-    else if (!strcmp(a, "--owner")) owner = v, i++;
-    else if (!strcmp(a, "--overlay-opts")) ovl_opts = v, i++;
+    else if (!strcmp(a, "--cgroup")) push(o->cgroups, &o->ncg, v), i++;
+    else if (!strcmp(a, "--overlay")) push(o->overlays, &o->nov, v), i++;
+    else if (!strcmp(a, "--source")) add_source(o, v, 0), i++;
+    else if (!strcmp(a, "--source-rw")) add_source(o, v, 1), i++;
+    else if (!strcmp(a, "--scratch")) o->scratch = v, i++;
+    else if (!strcmp(a, "--disk")) o->disk = v, i++;
+    else if (!strcmp(a, "--owner")) o->owner = v, i++;
+    else if (!strcmp(a, "--idmap")) o->idmap = v, i++;
+    else if (!strcmp(a, "--seed")) add_source(o, v, 1), o->seed = o->nsrc - 1, i++;
     else die(2, "unknown option %s", a);
   }
-  if (i >= argc - 1 || !scratch || !disk) die(2, "usage: msb-helper launch --scratch DIR --disk BYTES [...] -- BWRAP ARGS...");
-  char **bwrap = argv + i + 1;
+  if (i >= argc - 1 || !o->scratch || !o->disk)
+    die(2, "usage: msb-helper launch --scratch DIR --disk BYTES [...] -- BWRAP ARGS...");
+  o->bwrap = argv + i + 1;
+}
 
-  // Cgroups first: everything the sandbox ever forks is accounted from its first instruction.
-  for (int c = 0; c < ncg; c++) join_cgroup(cgroups[c]);
+/*
+ * Clone every host path the sandbox will see: lower layers and sources. In root mode this runs before entering the
+ * user namespace: only host root can id-map, and the sandbox's root may not even traverse the directories above
+ * them. Writable sources are never id-mapped (root inside must not write as host root).
+ */
+static void clone_sources(struct launch_opts *o, int userns) {
+  for (int i = 0; i < o->nsrc; i++)
+    o->sources[i].tree = clone_tree(o->sources[i].path, o->sources[i].writable ? -1 : userns);
+  for (int i = 0; i < o->nov; i++) {
+    char buf[8192];
+    fmt(buf, sizeof buf, "%s", o->overlays[i]);
+    o->lowers[i] = calloc(MAX_ITEMS + 1, sizeof(int));
+    int k = 0;
+    for (char *save, *p = strtok_r(buf, ":", &save); p; p = strtok_r(NULL, ":", &save)) {
+      if (k >= MAX_ITEMS) die(2, "too many lower layers");
+      /* "+DIR": written by a sandbox (a fork's snapshot), so already owned by the sandbox's ids: not id-mapped. */
+      o->lowers[i][k++] = p[0] == '+' ? clone_tree(p + 1, -1) : clone_tree(p, userns);
+    }
+    o->lowers[i][k] = -1;
+  }
+}
+
+/* Enter a user namespace of our own: the id range of --idmap (as host root), or just ourselves as root. */
+static void enter_userns(const char *idmap, int userns) {
+  if (idmap) {
+    if (setns(userns, CLONE_NEWUSER) != 0) die(1, "enter user namespace: %s", strerror(errno));
+    if (setgroups(0, NULL) != 0 || setresgid(0, 0, 0) != 0 || setresuid(0, 0, 0) != 0)
+      die(1, "become root of the user namespace: %s", strerror(errno));
+    close(userns);
+    if (unshare(CLONE_NEWNS) != 0) die(1, "unshare mount namespace: %s", strerror(errno));
+    return;
+  }
   uid_t uid = getuid();
   gid_t gid = getgid();
-  if (unshare(CLONE_NEWNS | (userns ? CLONE_NEWUSER : 0)) != 0) die(1, "unshare: %s", strerror(errno));
-  if (userns) {
-    // Map only ourselves, to root (unshare --map-root-user).
-    char map[64];
-    write_file("/proc/self/setgroups", "deny");
-    fmt(map, sizeof map, "0 %u 1\n", (unsigned)uid);
-    write_file("/proc/self/uid_map", map);
-    fmt(map, sizeof map, "0 %u 1\n", (unsigned)gid);
-    write_file("/proc/self/gid_map", map);
-  }
-  // Nothing mounted from here on propagates to the host, and all of it vanishes with the namespace.
-  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) die(1, "make / private: %s", strerror(errno));
-  char opts[8192], path[4096], upper[4096], work[4096];
-  fmt(opts, sizeof opts, "size=%s,mode=0755", disk);
-  if (mount("minisandbox", scratch, "tmpfs", 0, opts) != 0) die(1, "mount tmpfs on %s: %s", scratch, strerror(errno));
-  const char *dirs[] = {"tmp", "home", "upper", "work", "m"};
-  for (size_t d = 0; d < sizeof dirs / sizeof dirs[0]; d++) {
-    fmt(path, sizeof path, "%s/%s", scratch, dirs[d]);
-    mkdir_or_die(path, 0755);
-  }
-  fmt(path, sizeof path, "%s/tmp", scratch);
-  if (chmod(path, 01777) != 0) die(1, "chmod %s: %s", path, strerror(errno));
-  unsigned ou = 0, og = 0;
-  if (sscanf(owner, "%u:%u", &ou, &og) != 2) die(2, "bad --owner %s", owner);
-  fmt(path, sizeof path, "%s/home", scratch);
-  if (chown(path, ou, og) != 0) die(1, "chown %s: %s", path, strerror(errno));
-  for (int o = 0; o < nov; o++) {
-    fmt(upper, sizeof upper, "%s/upper/%d", scratch, o);
-    fmt(work, sizeof work, "%s/work/%d", scratch, o);
-    fmt(path, sizeof path, "%s/m/%d", scratch, o);
-    mkdir_or_die(upper, 0755);
-    mkdir_or_die(work, 0755);
-    mkdir_or_die(path, 0755);
-    fmt(opts, sizeof opts, "lowerdir=%s,upperdir=%s,workdir=%s%s", overlays[o], upper, work, ovl_opts);
-    if (force_copy || mount("overlay", path, "overlay", 0, opts) != 0) {
-      fprintf(stderr, "minisandbox: overlayfs unavailable, copying %s\n", overlays[o]);
-      copy_layers(overlays[o], path);
+  if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) die(1, "unshare: %s", strerror(errno));
+  char map[64];
+  write_file("/proc/self/setgroups", "deny");
+  fmt(map, sizeof map, "0 %u 1\n", (unsigned)uid);
+  write_file("/proc/self/uid_map", map);
+  fmt(map, sizeof map, "0 %u 1\n", (unsigned)gid);
+  write_file("/proc/self/gid_map", map);
+}
+
+static int is_empty_dir(const char *path) {
+  DIR *d = opendir(path);
+  if (!d) return 0;
+  struct dirent *e;
+  int empty = 1;
+  while (empty && (e = readdir(d)))
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) empty = 0;
+  closedir(d);
+  return empty;
+}
+
+/* A fork starts from its parent's writable places (--seed NAME=DIR: DIR/{root,tmp,home,shm} of a snapshot). */
+static void seed_scratch(const struct launch_opts *o) {
+  static const char *const places[] = {"root", "tmp", "home", "shm"};
+  const char *name = o->sources[o->seed].name;
+  char from[4096], to[4096];
+  for (size_t i = 0; i < sizeof places / sizeof places[0]; i++) {
+    fmt(from, sizeof from, "%s/b/%s/%s", o->scratch, name, places[i]);
+    fmt(to, sizeof to, "%s/%s", o->scratch, places[i]);
+    if (access(from, F_OK) != 0) {
+      if (errno == ENOENT) continue;
+      die(1, "seed %s: %s", from, strerror(errno));
     }
+    if (is_empty_dir(from)) continue;
+    if (run_cp(from, to) != 0) die(1, "seeding %s from the snapshot failed", places[i]);
   }
-  apply_rlimits(&limits);
-  execv(bwrap[0], bwrap);
-  die(1, "exec %s: %s", bwrap[0], strerror(errno));
+}
+
+/* The scratch tmpfs holds every writable place of the sandbox, so that --disk bounds them all together. */
+static void make_scratch(const struct launch_opts *o) {
+  char opts[256], path[4096];
+  fmt(opts, sizeof opts, "size=%s,mode=0755", o->disk);
+  if (mount("minisandbox", o->scratch, "tmpfs", MS_NOSUID | MS_NODEV, opts) != 0)
+    die(1, "mount tmpfs on %s: %s", o->scratch, strerror(errno));
+  static const struct {
+    const char *name;
+    mode_t mode;
+  } dirs[] = {
+    {"root", 0755}, {"tmp", 01777}, {"shm", 01777}, {"home", 0755}, {"upper", 0755}, {"work", 0755},
+    {"m", 0755},    {"l", 0700},    {"b", 0755},    {"empty", 0555},
+  };
+  for (size_t d = 0; d < sizeof dirs / sizeof dirs[0]; d++) {
+    fmt(path, sizeof path, "%s/%s", o->scratch, dirs[d].name);
+    mkdir_or_die(path, dirs[d].mode);
+  }
+  fmt(path, sizeof path, "%s/void", o->scratch);
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+  if (fd < 0) die(1, "create %s: %s", path, strerror(errno));
+  close(fd);
+  unsigned ou = 0, og = 0;
+  if (sscanf(o->owner, "%u:%u", &ou, &og) != 2) die(2, "bad --owner %s", o->owner);
+  fmt(path, sizeof path, "%s/home", o->scratch);
+  if (chown(path, ou, og) != 0) die(1, "chown %s: %s", path, strerror(errno));
+  for (int i = 0; i < o->nsrc; i++) {
+    fmt(path, sizeof path, "%s/b/%s", o->scratch, o->sources[i].name);
+    attach_tree(o->sources[i].tree, path);
+  }
+  if (o->seed >= 0) seed_scratch(o);
+}
+
+/* One copy-on-write tree: overlayfs over the (id-mapped) lower layers, upper and work dirs on the scratch tmpfs. */
+static void mount_overlay(const struct launch_opts *o, int index) {
+  char lowerdir[8192] = "", path[4096], upper[4096], work[4096], opts[16384];
+  /* The cloned lowers, attached on the scratch: reachable by path for overlayfs and for the copy fallback alike. */
+  for (int k = 0; o->lowers[index][k] >= 0; k++) {
+    fmt(path, sizeof path, "%s/l/%d-%d", o->scratch, index, k);
+    attach_tree(o->lowers[index][k], path);
+    size_t len = strlen(lowerdir);
+    fmt(lowerdir + len, sizeof lowerdir - len, "%s%s", k ? ":" : "", path);
+  }
+  const char *lowers = lowerdir;
+  fmt(upper, sizeof upper, "%s/upper/%d", o->scratch, index);
+  fmt(work, sizeof work, "%s/work/%d", o->scratch, index);
+  fmt(path, sizeof path, "%s/m/%d", o->scratch, index);
+  mkdir_or_die(upper, 0755);
+  mkdir_or_die(work, 0755);
+  mkdir_or_die(path, 0755);
+  fmt(opts, sizeof opts, "lowerdir=%s,upperdir=%s,workdir=%s,userxattr", lowers, upper, work);
+  if (o->force_copy || mount("overlay", path, "overlay", MS_NOSUID | MS_NODEV, opts) != 0) {
+    fprintf(stderr, "minisandbox: overlayfs unavailable, copying %s\n", lowers);
+    copy_layers(lowers, path);
+  }
+}
+
+static int cmd_launch(int argc, char **argv) {
+  prog = "minisandbox-launch";
+  struct launch_opts o = {.owner = "0:0", .seed = -1};
+  parse_launch(argc, argv, &o);
+  /* Cgroups first: everything the sandbox ever forks is accounted from its first instruction. */
+  for (int c = 0; c < o.ncg; c++) join_cgroup(o.cgroups[c]);
+  /* Descriptors above the launcher's pipes (3, 4) serve only to name host directories: gone at exec. */
+  syscall(SYS_close_range, 5, ~0U, CLOSE_RANGE_CLOEXEC);
+  int userns = -1;
+  if (o.idmap) {
+    unsigned base = 0, count = 0;
+    if (sscanf(o.idmap, "%u:%u", &base, &count) != 2 || base == 0 || count == 0) die(2, "bad --idmap %s", o.idmap);
+    userns = make_userns(base, count);
+    clone_sources(&o, userns);
+  }
+  enter_userns(o.idmap, userns);
+  if (!o.idmap) clone_sources(&o, -1);
+  /* Nothing mounted from here on propagates to the host, and all of it vanishes with the namespace. */
+  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) die(1, "make / private: %s", strerror(errno));
+  make_scratch(&o);
+  for (int i = 0; i < o.nov; i++) mount_overlay(&o, i);
+  apply_rlimits(&o.limits);
+  execv(o.bwrap[0], o.bwrap);
+  die(1, "exec %s: %s", o.bwrap[0], strerror(errno));
   return 1;
 }
 
@@ -221,16 +588,29 @@ static int cmd_launch(int argc, char **argv) {
 
 static void on_signal(int sig) { (void)sig; }
 
-static int cmd_init(void) {
-  // fd 3: bwrap's info pipe (not ours to keep); fd 4: the launcher waits for one byte there.
+static int cmd_init(int argc, char **argv) {
+  prog = "minisandbox-init";
+  int seccomp = !(argc >= 2 && !strcmp(argv[1], "--no-seccomp"));
+  /* Not ptraceable, its /proc entries closed to the sandbox's own root: commands cannot take over pid 1. */
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) die(1, "dumpable: %s", strerror(errno));
+  fresh_keyring();
+  close_from(5);
+  lock_down(seccomp);
+  /* fd 3: bwrap's info pipe (not ours to keep); fd 4: the launcher waits for one byte there. */
   close(3);
   if (write(4, "R", 1) != 1) return 1;
   close(4);
+  /* From now on pid 1 says nothing: the launcher's pipes are not a channel for the sandbox. */
+  int null = open("/dev/null", O_RDWR);
+  if (null >= 0) {
+    dup2(null, 0), dup2(null, 1), dup2(null, 2);
+    if (null > 2) close(null);
+  }
   signal(SIGHUP, SIG_IGN);
   signal(SIGINT, SIG_IGN);
   signal(SIGTERM, SIG_IGN);
   signal(SIGQUIT, SIG_IGN);
-  // SIGCHLD blocked except while suspended: an exit between waitpid and sigsuspend stays pending, none is missed.
+  /* SIGCHLD blocked except while suspended: an exit between waitpid and sigsuspend stays pending, none is missed. */
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
@@ -250,11 +630,14 @@ static int cmd_init(void) {
 /* ---------------------------------------------------------------- enter */
 
 static const char *const CAP_NAMES[] = {
-  "chown", "dac_override", "dac_read_search", "fowner", "fsetid", "kill", "setgid", "setuid", "setpcap",
-  "linux_immutable", "net_bind_service", "net_broadcast", "net_admin", "net_raw", "ipc_lock", "ipc_owner",
-  "sys_module", "sys_rawio", "sys_chroot", "sys_ptrace", "sys_pacct", "sys_admin", "sys_boot", "sys_nice",
-  "sys_resource", "sys_time", "sys_tty_config", "mknod", "lease", "audit_write", "audit_control", "setfcap",
-  "mac_override", "mac_admin", "syslog", "wake_alarm", "block_suspend", "audit_read", "perfmon", "bpf",
+  "chown",        "dac_override",  "dac_read_search", "fowner",         "fsetid",
+  "kill",         "setgid",        "setuid",          "setpcap",        "linux_immutable",
+  "net_bind_service", "net_broadcast", "net_admin",   "net_raw",        "ipc_lock",
+  "ipc_owner",    "sys_module",    "sys_rawio",       "sys_chroot",     "sys_ptrace",
+  "sys_pacct",    "sys_admin",     "sys_boot",        "sys_nice",       "sys_resource",
+  "sys_time",     "sys_tty_config", "mknod",          "lease",          "audit_write",
+  "audit_control", "setfcap",      "mac_override",    "mac_admin",      "syslog",
+  "wake_alarm",   "block_suspend", "audit_read",      "perfmon",        "bpf",
   "checkpoint_restore",
 };
 #define NCAPS ((int)(sizeof CAP_NAMES / sizeof CAP_NAMES[0]))
@@ -272,15 +655,25 @@ static void limit_bounding_set(const char *keep) {
   }
   for (int c = 0; c < 64; c++) {
     if (c < NCAPS && wanted[c]) continue;
-    if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) != 0 && errno != EINVAL) die(1, "drop capability %d: %s", c, strerror(errno));
+    if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) != 0 && errno != EINVAL)
+      die(1, "drop capability %d: %s", c, strerror(errno));
   }
 }
 
+/* pid's namespace of a kind, or -1 when we already are in it (a sandbox with the host's network shares ours, and
+   joining it again from inside the sandbox's user namespace is not allowed). */
 static int open_ns(const char *pid, const char *name, int required) {
-  char path[128];
+  char path[128], own[128];
   fmt(path, sizeof path, "/proc/%s/ns/%s", pid, name);
+  fmt(own, sizeof own, "/proc/self/ns/%s", name);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0 && (required || errno != ENOENT)) die(1, "open %s: %s", path, strerror(errno));
+  struct stat theirs, ours;
+  if (fd >= 0 && fstat(fd, &theirs) == 0 && stat(own, &ours) == 0 && theirs.st_ino == ours.st_ino &&
+      theirs.st_dev == ours.st_dev) {
+    close(fd);
+    return -1;
+  }
   return fd;
 }
 
@@ -300,73 +693,114 @@ static int wait_and_mirror(pid_t child) {
   return 128 + sig;
 }
 
-static int cmd_enter(int argc, char **argv) {
+struct enter_opts {
   const char *cgroups[MAX_ITEMS];
-  const char **envs = calloc((size_t)argc + 1, sizeof *envs);
-  int ncg = 0, nenv = 0, userns = 0, set_ids = 0, merge = 0;
-  const char *pid = NULL, *cwd = "/", *caps = NULL;
-  uid_t uid = 0;
-  gid_t gid = 0;
-  struct limits limits = {.n = 0};
+  const char **envs;
+  int ncg, nenv, merge, seccomp;
+  const char *pid, *cwd, *caps;
+  uid_t uid;
+  gid_t gid;
+  struct limits limits;
+  char **cmd;
+};
+
+static void parse_enter(int argc, char **argv, struct enter_opts *o) {
+  o->envs = calloc((size_t)argc + 1, sizeof *o->envs);
   int i = 0;
   for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (take_rlimit(&limits, a)) continue;
-    if (!strcmp(a, "--userns")) userns = 1;
-    else if (!strcmp(a, "--merge-stderr")) merge = 1;
+    if (take_rlimit(&o->limits, a)) continue;
+    if (!strcmp(a, "--merge-stderr")) o->merge = 1;
+    else if (!strcmp(a, "--no-seccomp")) o->seccomp = 0;
     else if (!v) die(2, "%s needs a value", a);
-    else if (!strcmp(a, "--pid")) pid = v, i++;
-    else if (!strcmp(a, "--cgroup")) push(cgroups, &ncg, v), i++;
-    else if (!strcmp(a, "--caps")) caps = v, i++;
-    else if (!strcmp(a, "--uid")) uid = (uid_t)strtoul(v, NULL, 10), set_ids = 1, i++;
-    else if (!strcmp(a, "--gid")) gid = (gid_t)strtoul(v, NULL, 10), set_ids = 1, i++;
-    else if (!strcmp(a, "--cwd")) cwd = v, i++;
-    else if (!strcmp(a, "--env")) envs[nenv++] = v, i++;
+    else if (!strcmp(a, "--pid")) o->pid = v, i++;
+    else if (!strcmp(a, "--cgroup")) push(o->cgroups, &o->ncg, v), i++;
+    else if (!strcmp(a, "--caps")) o->caps = v, i++;
+    else if (!strcmp(a, "--uid")) o->uid = parse_uint(v, "uid"), i++;
+    else if (!strcmp(a, "--gid")) o->gid = parse_uint(v, "gid"), i++;
+    else if (!strcmp(a, "--cwd")) o->cwd = v, i++;
+    else if (!strcmp(a, "--env")) o->envs[o->nenv++] = v, i++;
     else die(2, "unknown option %s", a);
   }
-  if (!pid || i >= argc - 1) die(2, "usage: msb-helper enter --pid PID [...] -- CMD ARGS...");
-  char **cmd = argv + i + 1;
+  if (!o->pid || !o->caps || i >= argc - 1) die(2, "usage: msb-helper enter --pid PID --caps LIST [...] -- CMD...");
+  o->cmd = argv + i + 1;
+}
 
-  // Cgroups first, so that nothing this command forks escapes its accounting (or its kill).
-  for (int c = 0; c < ncg; c++) join_cgroup(cgroups[c]);
-  apply_rlimits(&limits);
-  // nsenter's order: the user namespace first (it grants the rights to join the others), the mount one last.
+/* In the child, inside every namespace: become the sandbox's user with its capabilities, then exec. */
+static void become_and_exec(const struct enter_opts *o) {
+  limit_bounding_set(o->caps);
+  fresh_keyring();
+  /* An unprivileged sandbox's namespace denies setgroups (it maps one id): there are no groups to drop. */
+  if (setgroups(0, NULL) != 0 && errno != EPERM) die(1, "setgroups: %s", strerror(errno));
+  if (setresgid(o->gid, o->gid, o->gid) != 0 || setresuid(o->uid, o->uid, o->uid) != 0)
+    die(1, "switch to %u:%u: %s", (unsigned)o->uid, (unsigned)o->gid, strerror(errno));
+  /* The same messages and codes as `env -i -C DIR`, so that callers map them to errors alike. */
+  if (chdir(o->cwd) != 0) die(125, "cannot change directory to '%s': %s", o->cwd, strerror(errno));
+  /* One descriptor for both streams, so that the order of writes survives (subprocess's stderr=STDOUT). */
+  if (o->merge && dup2(1, 2) < 0) die(1, "dup2: %s", strerror(errno));
+  close_from(3);
+  clearenv();
+  for (int e = 0; e < o->nenv; e++) putenv((char *)o->envs[e]);
+  lock_down(o->seccomp);
+  execvp(o->cmd[0], o->cmd);
+  die(errno == ENOENT ? 127 : 126, "'%s': %s", o->cmd[0], strerror(errno));
+}
+
+static int cmd_enter(int argc, char **argv) {
+  struct enter_opts o = {.cwd = "/", .seccomp = 1};
+  parse_enter(argc, argv, &o);
+  /* Cgroups first, so that nothing this command forks escapes its accounting (or its kill). */
+  for (int c = 0; c < o.ncg; c++) join_cgroup(o.cgroups[c]);
+  apply_rlimits(&o.limits);
+  /* nsenter's order: the user namespace first (it grants the rights to join the others), the mount one last. */
   static const char *const order[] = {"user", "cgroup", "ipc", "uts", "net", "pid", "mnt"};
   int fds[7];
-  for (int n = 0; n < 7; n++) fds[n] = n == 0 && !userns ? -1 : open_ns(pid, order[n], n != 1);
+  for (int n = 0; n < 7; n++) fds[n] = open_ns(o.pid, order[n], n != 1);
   char rootpath[128];
-  fmt(rootpath, sizeof rootpath, "/proc/%s/root", pid);
+  fmt(rootpath, sizeof rootpath, "/proc/%s/root", o.pid);
   int root = open(rootpath, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (root < 0) die(1, "open %s: %s", rootpath, strerror(errno));
   for (int n = 0; n < 7; n++)
     if (fds[n] >= 0 && setns(fds[n], 0) != 0) die(1, "enter %s namespace: %s", order[n], strerror(errno));
   if (fchdir(root) != 0 || chroot(".") != 0) die(1, "enter root: %s", strerror(errno));
-  // A pid namespace applies to children only.
+  /* This waiting parent stays outside the sandbox's pid namespace; keep it out of reach of its own uid too. */
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  /* A pid namespace applies to children only. */
   pid_t child = fork();
   if (child < 0) die(1, "fork: %s", strerror(errno));
   if (child > 0) return wait_and_mirror(child);
-
-  if (caps) limit_bounding_set(caps);
-  if (set_ids && (uid != 0 || gid != 0)) {
-    if (setgroups(0, NULL) != 0 || setresgid(gid, gid, gid) != 0 || setresuid(uid, uid, uid) != 0)
-      die(1, "switch to %u:%u: %s", (unsigned)uid, (unsigned)gid, strerror(errno));
-  }
-  // The same messages and codes as `env -i -C DIR`, so that callers map them to errors alike.
-  if (chdir(cwd) != 0) die(125, "cannot change directory to '%s': %s", cwd, strerror(errno));
-  // One descriptor for both streams, so that the order of writes survives (subprocess's stderr=STDOUT).
-  if (merge && dup2(1, 2) < 0) die(1, "dup2: %s", strerror(errno));
-  clearenv();
-  for (int e = 0; e < nenv; e++) putenv((char *)envs[e]);
-  execvp(cmd[0], cmd);
-  die(errno == ENOENT ? 127 : 126, "'%s': %s", cmd[0], strerror(errno));
+  become_and_exec(&o);
   return 1;
+}
+
+/* ---------------------------------------------------------------- check */
+
+/* What this kernel and build support, one `key value` per line (read by `minisandbox doctor`). */
+static int cmd_check(void) {
+  scmp_filter_ctx allow, refuse;
+  int allowed, refused;
+  seccomp_profile(&allow, &refuse, &allowed, &refused);
+  seccomp_release(allow);
+  seccomp_release(refuse);
+  printf("seccomp_allowed %d\nseccomp_refused %d\n", allowed, refused);
+#ifdef MSB_EMBEDDED_BPF
+  printf("seccomp_embedded yes\n");
+#else
+  printf("seccomp_embedded no\n");
+#endif
+  int tree = (int)syscall(SYS_open_tree, AT_FDCWD, "/", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  printf("open_tree %s\n", tree >= 0 ? "yes" : strerror(errno));
+  if (tree >= 0) close(tree);
+  return 0;
 }
 
 int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "launch")) return cmd_launch(argc - 2, argv + 2);
-  if (argc >= 2 && !strcmp(argv[1], "init")) return cmd_init();
+  if (argc >= 2 && !strcmp(argv[1], "init")) return cmd_init(argc - 1, argv + 1);
   if (argc >= 2 && !strcmp(argv[1], "enter")) return cmd_enter(argc - 2, argv + 2);
-  fprintf(stderr, "usage: msb-helper launch|init|enter ...\n");
+  if (argc >= 2 && !strcmp(argv[1], "check")) return cmd_check();
+  if (argc >= 2 && !strcmp(argv[1], "export-bpf")) return cmd_export_bpf();
+  fprintf(stderr, "usage: msb-helper launch|init|enter|check ...\n");
   return 2;
 }

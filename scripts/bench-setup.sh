@@ -25,7 +25,9 @@ fi
 image=minisandbox-bench-base
 has_git() { $SUDO podman run --rm --network none "$image" sh -c 'command -v git' >/dev/null 2>&1; }
 if ! $SUDO podman image exists "$image" 2>/dev/null || ! has_git; then
-  mirror=$(grep -rhoE '(URIs:|deb) +https?://[^ ]+' /etc/apt/sources.list /etc/apt/sources.list.d/*.sources 2>/dev/null \
+  sources="/etc/apt/sources.list /etc/apt/sources.list.d/*.sources"
+  # shellcheck disable=SC2086 # the glob in $sources is meant to expand
+  mirror=$(grep -rhoE '(URIs:|deb) +https?://[^ ]+' $sources 2>/dev/null \
     | grep -v security | grep -m1 -oE 'https?://[^ ]+' || true)
   mirror=${mirror:-http://deb.debian.org/debian}
   dir=$(mktemp -d /var/tmp/msb-debootstrap.XXXXXX)

@@ -1,11 +1,28 @@
 /** minisandbox's public TypeScript API. */
-export {
-  Sandbox,
-  SessionManager,
-  type SandboxOptions,
-  type SessionCreateOptions,
-  type InstanceSandboxRequest,
-} from "./sandbox/sandbox.js";
+import { openWorkspace, type WorkspaceRequest } from "./env/workspace.js";
+import { Sandbox as SandboxCore, type SandboxOptions } from "./sandbox/sandbox.js";
+
+/** What `Sandbox.create` takes: a directory and mounts (`SandboxOptions`), or a task (`WorkspaceRequest`). */
+export type SandboxRequest = SandboxOptions | WorkspaceRequest;
+
+/** One running isolated workspace (see src/sandbox). */
+export type Sandbox = SandboxCore;
+
+/**
+ * `Sandbox.create({ dir, limits })` starts a sandbox on a directory; `Sandbox.create({ instance, dataset })` one on
+ * a task's environment, through `openWorkspace` (src/env/workspace.ts). `x instanceof Sandbox` works as for a class.
+ */
+export const Sandbox = {
+  create(request: SandboxRequest = {}): Promise<Sandbox> {
+    const task = "instance" in request || "envKey" in request;
+    return task ? openWorkspace(request as WorkspaceRequest) : SandboxCore.create(request as SandboxOptions);
+  },
+  [Symbol.hasInstance](value: unknown): value is SandboxCore {
+    return value instanceof SandboxCore;
+  },
+};
+
+export { SessionManager, type SandboxOptions, type SessionCreateOptions } from "./sandbox/sandbox.js";
 export type { ExecOptions, ExecResult, LimitHit } from "./sandbox/exec.js";
 export type { Limits } from "./sandbox/limits.js";
 export type { FileEntry } from "./sandbox/files.js";
@@ -14,19 +31,46 @@ export {
   type RunOptions as SessionRunOptions,
   type RunResult as SessionRunResult,
 } from "./session/bash-session.js";
-export { SessionError } from "./session/errors.js";
 export {
+  AuthError,
+  BuildError,
+  CommandTimeoutError,
+  ForbiddenError,
+  InvalidInputError,
+  LimitError,
   MinisandboxError,
   NotFoundError,
-  TimeoutError,
-  LimitError,
-  InvalidInputError,
+  NotImplementedError,
+  RemoteRuntimeError,
+  RequestValidationError,
   SandboxError,
-} from "./util/errors.js";
+  SandboxNotFoundError,
+  SessionError,
+  StoreCorruptError,
+  TarFormatError,
+  TimeoutError,
+  UnauthorizedError,
+  UnavailableError,
+  UploadTooLargeError,
+  SWEREX_CLASSES,
+  errorCode,
+  httpStatus,
+  type ErrorCode,
+  type SessionErrorCode,
+} from "./errors.js";
 export { loadDataset, type Instance } from "./tasks/index.js";
 export { specForInstance, specKey } from "./env/spec.js";
-export { prepareInstances, type PrepareResult } from "./env/prepare.js";
-export { createInstanceSandbox } from "./env/workspace.js";
+export { builtInstances, prepareInstances, renderPrepare, type PrepareResult } from "./env/prepare.js";
+export { openWorkspace, resolveWorkspace, type Workspace, type WorkspaceRequest } from "./env/workspace.js";
 export { runDoctor } from "./sandbox/doctor.js";
-export { evaluate, evaluateAttempt, runEvaluation, validateInstances, benchEvaluation } from "./eval/index.js";
+export {
+  evaluate,
+  evaluateAttempt,
+  renderRun,
+  renderValidation,
+  runEvaluation,
+  runResultJson,
+  validateInstances,
+  validationSummary,
+} from "./eval/index.js";
 export type { EvaluateOptions, EvaluateResult, EvaluateTarget } from "./eval/index.js";

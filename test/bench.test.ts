@@ -136,7 +136,8 @@ test("bench: option parsing and helpers", () => {
   );
   assert.ok(good.ok);
   const stale = parsePycProbe(
-    "# code object from /testbed/calc/ops.py\n# created '/testbed/calc/__pycache__/ops.cpython-311.pyc'\nMSB_DWB=False\n",
+    "# code object from /testbed/calc/ops.py\n" +
+      "# created '/testbed/calc/__pycache__/ops.cpython-311.pyc'\nMSB_DWB=False\n",
   );
   assert.equal(stale.ok, false);
   assert.equal(stale.compiledFromSource, 1);

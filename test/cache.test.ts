@@ -5,7 +5,7 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { NotFoundError } from "../src/util/errors.js";
+import { NotFoundError } from "../src/errors.js";
 import { IoBudget, NodeCache, type CacheLease } from "../src/env/cache/index.js";
 import { ingestLayer, listLayers, openStore, removeTree, type Store } from "../src/env/store/index.js";
 

@@ -46,7 +46,7 @@ test("exec --timeout exits 124; limits are applied; --cwd and --network are hono
 test("bad input gets a clear one-line error", () => {
   const r = cli("exec", "--dir", "/nonexistent/dir", "--", "true");
   assert.equal(r.status, 2);
-  assert.match(r.stderr, /^minisandbox: --dir \/nonexistent\/dir: not a directory\n$/);
+  assert.match(r.stderr, /^minisandbox: dir \/nonexistent\/dir: no such directory\n$/);
   const s = cli("exec", "--memory", "lots", "--", "true");
   assert.match(s.stderr, /invalid size/);
 });

@@ -12,7 +12,7 @@ import { buildLogPath } from "../src/env/build.js";
 import { depsKey } from "../src/env/deps-cache.js";
 import { openStore, storeStats, verifyStore } from "../src/env/store/index.js";
 import { GIT_INDEX_MTIME_SEC } from "../src/env/store/materialize.js";
-import { Sandbox } from "../src/sandbox/sandbox.js";
+import { NotFoundError, Sandbox } from "../src/index.js";
 import { homeLayout } from "../src/util/home.js";
 import { CLI, tempDir, tempHome } from "./helpers.js";
 
@@ -38,7 +38,7 @@ test("prepare is resumable: built environments are skipped", async () => {
   );
 });
 
-test("instances of one repository version install their dependencies once (a venv snapshot), then only their own step", async () => {
+test("a repository version installs its dependencies once (venv snapshot), then each instance's step", async () => {
   const logs = fx.instances.map((i) => readFileSync(buildLogPath(home, envFor(i, {}).key), "utf8"));
   const restored = logs.filter((l) => l.includes("restored the venv with dependencies from snapshot"));
   // Two workers: the first two builds may both install from scratch; the third restores.
@@ -62,7 +62,8 @@ test("an instance sandbox has /testbed at the base commit with history, and the 
   const inst = fx.instances[1]!;
   await using sb = await Sandbox.create({ home, instance: inst });
   const r = await sb.exec(
-    "git rev-parse HEAD && git log --oneline | wc -l && git status --porcelain && which python && python -m pytest -q -p no:cacheprovider 2>&1 | tail -1",
+    "git rev-parse HEAD && git log --oneline | wc -l && git status --porcelain && which python && " +
+      "python -m pytest -q -p no:cacheprovider 2>&1 | tail -1",
   );
   const [head, commits, python, summary] = r.stdout.trim().split("\n");
   assert.equal(head, inst.base_commit);
@@ -70,6 +71,20 @@ test("an instance sandbox has /testbed at the base commit with history, and the 
   assert.equal(python, "/opt/venv/bin/python");
   assert.match(summary!, /passed/);
   assert.equal((await sb.exec(["ls", "/testbed"])).exitCode, 0);
+});
+
+test("the root Sandbox.create takes an instance id and a dataset, or a directory (the README's API)", async () => {
+  const inst = fx.instances[2]!;
+  await using task = await Sandbox.create({ home, instance: inst.instance_id, dataset: fx.datasetPath });
+  assert.ok(task instanceof Sandbox);
+  assert.equal(task.labels["instance"], inst.instance_id);
+  assert.equal((await task.exec("git rev-parse HEAD")).stdout.trim(), inst.base_commit);
+  await using plain = await Sandbox.create({ home, dir: fx.repoPath, limits: { pids: 256 } });
+  assert.ok(plain instanceof Sandbox);
+  assert.equal(plain.labels["instance"], undefined);
+  assert.equal((await plain.exec("test -f /testbed/setup.py && echo yes")).stdout, "yes\n");
+  await assert.rejects(Sandbox.create({ home, instance: inst.instance_id }), /a dataset is needed/);
+  await assert.rejects(Sandbox.create({ home, instance: "fixture__calc-99", dataset: fx.datasetPath }), NotFoundError);
 });
 
 test("the first import in a fresh sandbox uses the cached bytecode (no recompilation)", async () => {
@@ -100,7 +115,8 @@ test("nothing done inside a sandbox changes the store or the node cache", async 
     "set -e; find /testbed /opt/venv -type f | head -2000 > /tmp/files; " +
       'while read f; do echo x >> "$f"; done < /tmp/files; ' +
       'head -100 /tmp/files | while read f; do : > "$f"; chmod 777 "$f"; done; ' +
-      "echo overwritten > /testbed/calc/__init__.py; find /testbed /opt/venv -mindepth 1 -delete; ls -A /testbed | wc -l",
+      "echo overwritten > /testbed/calc/__init__.py; find /testbed /opt/venv -mindepth 1 -delete; " +
+      "ls -A /testbed | wc -l",
   );
   assert.equal(r.stdout.trim(), "0", r.stderr);
   const report = await verifyStore(openStore(homeLayout(home).store));

@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { run, runOk } from "../src/util/run.js";
 import { cachedVenv } from "./helpers.js";
-import { InvalidInputError, NotFoundError } from "../src/util/errors.js";
+import { InvalidInputError, NotFoundError } from "../src/errors.js";
 import type { EnvSpec } from "../src/env/types.js";
 import {
   HEREDOC_DELIMITER,
@@ -90,7 +90,7 @@ const pythonJsonDumps = async (value: unknown): Promise<string> =>
 // ---------------------------------------------------------------------------------------------------------------
 // Diffs
 
-test("diff helpers agree with git on a real diff (rename, delete, binary, quoted names, fake headers in hunks)", async () => {
+test("diff helpers agree with git (rename, delete, binary, quoted names, fake hunk headers)", async () => {
   const { root } = await gitRepo({
     "src/a.py": "x = 1\n-- a/evil\n++ b/evil\ny = 2\n",
     "old name.py": "print('moved')\n",
@@ -261,7 +261,8 @@ test("heredoc delimiter never collides with the patch; odd paths are quoted for 
       repo: "acme/calc",
       base_commit: "abc",
       test_patch:
-        "diff --git a/tests/it's here.py b/tests/it's here.py\n--- a/tests/it's here.py\n+++ b/tests/it's here.py\n@@ -1 +1 @@\n-a\n+b\n",
+        "diff --git a/tests/it's here.py b/tests/it's here.py\n" +
+        "--- a/tests/it's here.py\n+++ b/tests/it's here.py\n@@ -1 +1 @@\n-a\n+b\n",
     },
     spec: { test_cmd: "pytest -rA", eval_commands: [] },
   });
@@ -276,7 +277,8 @@ const CALC_FILES: Record<string, string> = {
   "pytest.ini": "[pytest]\npythonpath = .\n",
   "calc.py": "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n",
   "tests/test_calc.py":
-    "from calc import add, mul\n\n\ndef test_mul():\n    assert mul(2, 3) == 6\n\n\ndef test_add_zero():\n    assert add(0, 0) == 0\n",
+    "from calc import add, mul\n\n\ndef test_mul():\n    assert mul(2, 3) == 6\n\n\n" +
+    "def test_add_zero():\n    assert add(0, 0) == 0\n",
 };
 
 /** A calc repository with its test patch and gold fix made by git, back at the base commit. */
@@ -297,7 +299,7 @@ async function calcInstance(): Promise<{ root: string; base: string; testPatch: 
   return { root, base, testPatch, gold };
 }
 
-test("eval.sh runs for real: test patch applied, tests run between markers, files reset; graded FULL / NO", async () => {
+test("eval.sh for real: test patch applied, tests between markers, files reset; graded FULL / NO", async () => {
   const venv = await sharedVenv();
   const { root, base, testPatch, gold } = await calcInstance();
   const instance = {

@@ -123,7 +123,8 @@ test("test lists: lists or JSON strings of lists, anything else is a clear error
 
 /** A test log in the shape eval.sh produces (pytest -rA summary between the `set -x` marker lines). */
 const log = (summary: string): string =>
-  `+ git status\nOn branch main\n+ : '${MARKERS.startTestOutput}'\n+ pytest -rA\n${summary}\n+ : '${MARKERS.endTestOutput}'\n`;
+  `+ git status\nOn branch main\n+ : '${MARKERS.startTestOutput}'\n+ pytest -rA\n${summary}\n` +
+  `+ : '${MARKERS.endTestOutput}'\n`;
 
 const INSTANCE = {
   instance_id: "acme__calc-1",

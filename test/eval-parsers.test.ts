@@ -360,7 +360,10 @@ test("django parser: real `django test --verbosity 2` log, including the multi-l
   );
   assert.match(
     log,
-    /test_system_check \(app\.tests\.Noisy\.test_system_check\) \.\.\. System check identified no issues \(0 silenced\)\.\nok\n/,
+    new RegExp(
+      "test_system_check \\(app\\.tests\\.Noisy\\.test_system_check\\) \\.\\.\\. " +
+        "System check identified no issues \\(0 silenced\\)\\.\\nok\\n",
+    ),
   );
   assert.match(
     log,

@@ -13,9 +13,9 @@ import { makeFixtureDataset, makeSweSmithDataset, type FixtureDataset } from "..
 import { loadDataset } from "../src/tasks/index.js";
 import { envFor } from "../src/env/environments.js";
 import { prepareInstances } from "../src/env/prepare.js";
-import { createInstanceSandbox } from "../src/env/workspace.js";
-import { Sandbox } from "../src/sandbox/sandbox.js";
-import { evaluate, evaluateAttempt, openEvalSandbox, runInstanceEvaluation } from "../src/eval/index.js";
+import { openWorkspace } from "../src/env/workspace.js";
+import { Sandbox } from "../src/index.js";
+import { evaluate, evaluateAttempt, evalSandboxSettings, runInstanceEvaluation } from "../src/eval/index.js";
 import type { Instance } from "../src/tasks/types.js";
 
 const home = tempHome("msb-reward-home-");
@@ -43,7 +43,7 @@ before(async () => {
 
 /** A live agent sandbox of the instance, after `script` ran in it. */
 async function agent(script: string, stdin?: string, instance: Instance = inst): Promise<Sandbox> {
-  const sb = await createInstanceSandbox({ home, instance });
+  const sb = await Sandbox.create({ home, instance });
   assert.equal(sb.labels["instance"], instance.instance_id);
   const r = await sb.exec(script, stdin === undefined ? {} : { stdin });
   if (r.exitCode !== 0) {
@@ -56,13 +56,14 @@ async function agent(script: string, stdin?: string, instance: Instance = inst):
 /** Everything about the agent's repository that evaluating must not change. */
 async function repoState(sb: Sandbox): Promise<string> {
   const r = await sb.exec(
-    "git status --porcelain --untracked-files=all; md5sum .git/index; git count-objects -v; git rev-parse HEAD; git stash list",
+    "git status --porcelain --untracked-files=all; md5sum .git/index; git count-objects -v; " +
+      "git rev-parse HEAD; git stash list",
   );
   return r.stdout;
 }
 
 describe("rewards", { concurrency: 3 }, () => {
-  it("a patch: gold is FULL with reward 1, the partial fix PARTIAL (binary 0, fraction = share of FAIL_TO_PASS fixed)", async () => {
+  it("a patch: gold is FULL, reward 1; the partial fix PARTIAL (binary 0, fraction: share fixed)", async () => {
     const [gold, partial] = await Promise.all([
       evaluate({ instance: inst, patch: inst.patch }, { home }),
       evaluateAttempt(
@@ -92,9 +93,10 @@ describe("rewards", { concurrency: 3 }, () => {
     assert.equal(partial.grade.resolution, "PARTIAL");
   });
 
-  it("a live sandbox: its diff (untracked and binary files too) is graded in a fresh sandbox; the agent's repo is untouched", async () => {
+  it("a live sandbox: its diff (untracked, binary too) graded in a fresh sandbox; its repo untouched", async () => {
     const sb = await agent(
-      "git apply - && mkdir -p calc/extra && printf 'VALUE = 1\\n' > calc/extra/__init__.py && printf 'a\\0b\\001\\377' > calc/blob.bin && git add calc/extra",
+      "git apply - && mkdir -p calc/extra && printf 'VALUE = 1\\n' > calc/extra/__init__.py && " +
+        "printf 'a\\0b\\001\\377' > calc/blob.bin && git add calc/extra",
       inst.patch,
     );
     try {
@@ -181,7 +183,8 @@ describe("rewards", { concurrency: 3 }, () => {
   });
 
   it("a sandbox that dies during the tests is that attempt's error, not a hang or a crash", async () => {
-    const fresh = await openEvalSandbox({ home, instance: inst, spec: envFor(inst, {}).spec });
+    const settings = await evalSandboxSettings(home, envFor(inst, {}).spec);
+    const fresh = await openWorkspace({ home, instance: inst, ...settings });
     const started = performance.now();
     const pending = runInstanceEvaluation({ home, instance: inst, patch: inst.patch, sandbox: fresh });
     // eval.sh re-installs the package first (seconds): the sandbox is closed under it.

@@ -90,12 +90,13 @@ before(async () => {
   endless = fx.endlessInstanceId!;
   cli = join(work, "cli.mjs");
   const dist = join(import.meta.dirname, "..", "src");
+  const module = (...path: string[]): string => JSON.stringify(pathToFileURL(join(dist, ...path)).href);
   writeFileSync(
     cli,
     [
       `import { Command } from ${JSON.stringify(import.meta.resolve("commander"))};`,
-      `import { registerEvaluateCommand } from ${JSON.stringify(pathToFileURL(join(dist, "cli", "evaluate.js")).href)};`,
-      `import { resolveHome } from ${JSON.stringify(pathToFileURL(join(dist, "util", "home.js")).href)};`,
+      `import { registerEvaluateCommand } from ${module("cli", "evaluate.js")};`,
+      `import { resolveHome } from ${module("util", "home.js")};`,
       `const program = new Command().name("minisandbox").option("--home <DIR>").enablePositionalOptions();`,
       `registerEvaluateCommand(program, () => resolveHome(program.opts().home));`,
       `await program.parseAsync(process.argv);`,
@@ -250,7 +251,7 @@ test("gold patches resolve; the harness's files, summary and timing side files",
   assert.match(r.stderr, /\[2\/2\] resolved/);
 });
 
-test("--json: a partial fix is PARTIAL (not resolved), a patch that does not apply and an unknown id are errors", async () => {
+test("--json: a partial fix is PARTIAL; a patch that fails to apply and an unknown id are errors", async () => {
   const r = await mixedRun;
   assert.equal(r.code, 0, r.stderr);
   const out = JSON.parse(r.stdout) as {

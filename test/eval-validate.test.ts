@@ -20,10 +20,10 @@ import {
   renderValidation,
   runEvaluation,
   validateInstances,
+  validationSummary,
   type InstanceEvalResult,
   type ValidationReport,
 } from "../src/eval/index.js";
-import { validateHook } from "../src/cli/evaluate.js";
 import type { Instance } from "../src/tasks/types.js";
 
 const home = tempHome("msb-validate-home-");
@@ -119,13 +119,9 @@ test("evaluate warns (stderr and run_instance.log) when grading on an environmen
   assert.match(log, / - WARNING - environment [0-9a-f]{12} of .* failed validation/);
 });
 
-test("the prepare --validate hook skips environments that are not built and returns a JSON-friendly report", async () => {
+test("validation skips environments that are not built; its summary is JSON-friendly", async () => {
   const unbuilt = { ...good, instance_id: "fixture__calc-77", spec: { ...good.spec, env: { CALC_VARIANT: "x" } } };
-  const out = (await validateHook([unbuilt], { home, workers: 1, json: true })) as {
-    valid: string[];
-    invalid: unknown[];
-    skipped: Array<{ instanceId: string; reason: string }>;
-  };
+  const out = validationSummary(await validateInstances([unbuilt], { home, workers: 1, progress: false }));
   assert.deepEqual(out.valid, []);
   assert.deepEqual(out.invalid, []);
   assert.equal(out.skipped[0]?.instanceId, "fixture__calc-77");

@@ -202,7 +202,7 @@ test("SWE-bench fixture: deterministic commits, and option validation", async ()
   assert.ok(MAX_FIXTURE_INSTANCES >= 20);
 });
 
-test("SWE-bench fixture with a large history: pack about the size asked, deterministic, instances still valid", async () => {
+test("SWE-bench fixture with a large history: pack about the size asked, deterministic, instances valid", async () => {
   const MiB = 1024 * 1024;
   const [a, b] = await Promise.all([
     makeFixtureDataset(join(tmp, "hist-a"), { instances: 1, historyBytes: 4 * MiB }),
@@ -240,13 +240,13 @@ test("SWE-bench fixture: 20+ instances, checked at the far end of the history", 
   assertExactly(
     (await pytest(work, files)).statuses,
     { FAILED: inst.FAIL_TO_PASS, PASSED: inst.PASS_TO_PASS },
-    "#24 before",
+    `${inst.instance_id} before`,
   );
   await git(work, ["apply", "-"], inst.patch);
   assertExactly(
     (await pytest(work, files)).statuses,
     { PASSED: [...inst.FAIL_TO_PASS, ...inst.PASS_TO_PASS] },
-    "#24 gold",
+    `${inst.instance_id} gold`,
   );
 });
 

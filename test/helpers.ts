@@ -10,6 +10,7 @@ import {
   writeFileSync,
 } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
+import { runtimeDirFor } from "../src/sandbox/state.js";
 import { runOk } from "../src/util/run.js";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -26,14 +27,20 @@ export function tempDir(prefix = "msb-dir-"): string {
   return tempHome(prefix);
 }
 
-/** Host processes whose command line mentions `needle` (e.g. a sandbox id or a home path). */
+/** Root-mode sandboxes of a home keep their scratch mount points in a runtime directory of their own. */
+function runtimeOf(home: string): string {
+  return runtimeDirFor(join(home, "sandboxes"));
+}
+
+/** Host processes whose command line mentions `needle` (a sandbox id, or a home: its runtime directory counts). */
 export function processesMatching(needle: string): string[] {
+  const needles = [needle, runtimeOf(needle)];
   const out: string[] = [];
   for (const name of readdirSync("/proc")) {
     if (!/^\d+$/.test(name) || Number(name) === process.pid) continue;
     try {
       const cmd = readFileSync(`/proc/${name}/cmdline`, "utf8").replace(/\0/g, " ");
-      if (cmd.includes(needle)) out.push(`${name}: ${cmd}`);
+      if (needles.some((n) => cmd.includes(n))) out.push(`${name}: ${cmd}`);
     } catch {
       /* gone */
     }
@@ -41,21 +48,24 @@ export function processesMatching(needle: string): string[] {
   return out;
 }
 
-/** Mount points on the host under `dir`. */
+/** Mount points on the host under `dir` (a home: its runtime directory too). */
 export function mountsUnder(dir: string): string[] {
   return readFileSync("/proc/self/mountinfo", "utf8")
     .split("\n")
     .map((l) => l.split(" ")[4] ?? "")
-    .filter((m) => m.startsWith(dir));
+    .filter((m) => m.startsWith(dir) || m.startsWith(runtimeOf(dir)));
 }
 
-/** Sandbox scratch directories left in a home. */
+/** Sandbox directories left in a home (state and control files; scratch mount points in its runtime directory). */
 export function scratchDirs(home: string): string[] {
-  try {
-    return readdirSync(join(home, "sandboxes"));
-  } catch {
-    return [];
-  }
+  const list = (dir: string): string[] => {
+    try {
+      return readdirSync(dir);
+    } catch {
+      return [];
+    }
+  };
+  return [...new Set([...list(join(home, "sandboxes")), ...list(runtimeOf(home))])];
 }
 
 /** cgroups created for sandboxes with these ids that still exist. */

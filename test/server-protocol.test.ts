@@ -692,7 +692,12 @@ test("lifecycle: create from a directory, inspect, list, delete; errors have cle
   assert.match(sb.id, /^sb-[0-9a-f]{12}$/);
   assert.equal(sb.runtime_url, `${srv.url}/sandboxes/${sb.id}`);
   assert.equal(sb.source, "dir");
-  assert.deepEqual(sb.limits, { memory_bytes: 512 * 1024 ** 2, pids: 200, cpu_seconds: null, disk_bytes: null });
+  assert.deepEqual(sb.limits, {
+    memory_bytes: 512 * 1024 ** 2,
+    pids: 200,
+    cpu_seconds: null,
+    disk_bytes: 8 * 1024 ** 3,
+  });
   const Q = `/sandboxes/${sb.id}`;
   const cat = await post(`${Q}/execute`, { command: "cat hello.txt; echo $MY; pwd", shell: true });
   assert.equal(cat.json.stdout, "from host\nvar\n/testbed\n");

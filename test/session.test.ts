@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Sandbox } from "../src/sandbox/sandbox.js";
-import { SessionError } from "../src/session/errors.js";
+import { SessionError } from "../src/errors.js";
 import { tempHome } from "./helpers.js";
 
 const home = tempHome();

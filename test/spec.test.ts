@@ -106,7 +106,10 @@ test("unknown repo / version / missing version: clear errors listing what is kno
       assert.equal(e.code, "not_found");
       assert.match(
         e.message,
-        /no environment spec for sympy\/sympy version 9\.9 .*known versions of sympy\/sympy: 0\.7, 1\.0, 1\.1, 1\.2, .*1\.14; give one with --specs FILE/,
+        new RegExp(
+          "no environment spec for sympy/sympy version 9\\.9 .*known versions of sympy/sympy: " +
+            "0\\.7, 1\\.0, 1\\.1, 1\\.2, .*1\\.14; give one with --specs FILE",
+        ),
       );
       return true;
     },

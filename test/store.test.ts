@@ -7,11 +7,10 @@ import { createServer } from "node:net";
 import * as os from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { InvalidInputError, NotFoundError } from "../src/util/errors.js";
+import { InvalidInputError, NotFoundError, StoreCorruptError } from "../src/errors.js";
 import { run, runOk } from "../src/util/run.js";
 import {
   NORMALIZED_MTIME_SEC,
-  StoreCorruptError,
   exportPack,
   gcStore,
   importPack,
@@ -157,7 +156,7 @@ function objectCount(store: Store): number {
   return n;
 }
 
-test("ingest + materialize round-trips files, exec bits, symlinks, empty dirs, hard links and non-UTF-8 names", async (t) => {
+test("ingest + materialize keep files, exec bits, symlinks, empty dirs, hard links, non-UTF-8 names", async (t) => {
   const dir = tmpDir(t);
   const src = join(dir, "src");
   await richTree(t, src);
@@ -725,11 +724,12 @@ test("pullLayer copies only the missing objects from a remote store, verifying t
 /** Run the real `store` command in a child process, as the CLI entry point will. */
 async function cli(home: string, ...args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
   const script = join(home, "..", "cli.mjs");
+  const storeCli = fileURLToPath(new URL("../src/cli/store.js", import.meta.url));
   if (!fs.existsSync(script)) {
     fs.writeFileSync(
       script,
       `import { Command } from ${JSON.stringify(import.meta.resolve("commander"))};\n` +
-        `import { registerStoreCommand } from ${JSON.stringify(fileURLToPath(new URL("../src/cli/store.js", import.meta.url)))};\n` +
+        `import { registerStoreCommand } from ${JSON.stringify(storeCli)};\n` +
         `const program = new Command("minisandbox");\n` +
         `registerStoreCommand(program, () => process.env.TEST_HOME);\n` +
         `await program.parseAsync(process.argv);\n`,

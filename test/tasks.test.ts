@@ -288,7 +288,7 @@ async function gitRepo(dir: string) {
   return git;
 }
 
-test("reversePatch equals git's own reverse diff for edits, adds, deletes, renames, mode changes, no-newline ends", async () => {
+test("reversePatch equals git's reverse for edits, adds, deletes, renames, modes, no-newline ends", async () => {
   const dir = join(tmp, "rev");
   const git = await gitRepo(dir);
   const lines = (n: number, tag: string) => `${Array.from({ length: n }, (_, i) => `line ${i} ${tag}`).join("\n")}\n`;

@@ -107,7 +107,7 @@ test("toolchains.json overrides detection; bad entries are clear errors", async 
   await assert.rejects(findToolchain("3.9", { configFile: wrong }), /wrong\.json: invalid JSON/);
 });
 
-test("conda envs are found by conda-meta; a binary symlinked elsewhere brings its real prefix into mounts", async () => {
+test("conda envs found by conda-meta; a binary symlinked elsewhere brings its real prefix in", async () => {
   const v311 = newestOf("3.11")!;
   const realPrefix = join(pyenvRoot, "versions", v311);
   const root = join(tmp, "miniconda3");

@@ -3,7 +3,7 @@
  * wall time to all ready; failures; then one session opened in each and the memory of an idle sandbox measured as
  * the sum over its processes (pid namespace + the host-side bwrap monitor and enter helper), RSS and PSS.
  */
-import { Sandbox } from "../sandbox/sandbox.js";
+import { Sandbox } from "../index.js";
 import { memoryOf, processTable, sandboxProcesses } from "./proc.js";
 import { evictLayer } from "./ready.js";
 import type { BenchEnvironment } from "./setup.js";
@@ -92,7 +92,7 @@ export async function benchConcurrency(opts: {
   return out;
 }
 
-/** A cold variant of the concurrency check: K sandboxes on an evicted layer (materialized once). Not timed in detail. */
+/** The concurrency check on a cold layer: K sandboxes on an evicted layer (materialized once). Not timed in detail. */
 export async function coldStampede(
   env: BenchEnvironment,
   k: number,

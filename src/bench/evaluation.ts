@@ -1,10 +1,10 @@
 /**
  * Workload 5, evaluation throughput: instances graded with their gold patch, `workers` at a time.
- *   - minisandbox engine: the eval runner's own benchmark function (src/eval), which also times each phase;
+ *   - minisandbox engine: a whole `runEvaluation` (eval-engine.ts), which also times each phase;
  *   - minisandbox steps: Sandbox.create({instance}) + the harness's steps (git apply, eval.sh), graded here;
  *   - podman: the very same script in `podman run -i` of the environment's image, graded the same way.
  */
-import { Sandbox } from "../sandbox/sandbox.js";
+import { Sandbox } from "../index.js";
 import { pipSettings } from "../env/pip-config.js";
 import { nodeCacheFor } from "../env/environments.js";
 import { gradeInstance, heredocDelimiter, makeEvalScript } from "../eval/index.js";
@@ -12,7 +12,7 @@ import type { Instance } from "../tasks/types.js";
 import { pool } from "../util/progress.js";
 import type { Podman } from "./podman.js";
 import { ensureEnvImageFor } from "./ready.js";
-import { benchEvaluation } from "../eval/runner/bench.js";
+import { benchEvaluation } from "./eval-engine.js";
 import type { BenchEnvironment } from "./setup.js";
 import { summarize } from "./stats.js";
 import type { EvalMeasurement, Unavailable } from "./types.js";
@@ -31,7 +31,8 @@ export function evalSteps(env: BenchEnvironment, instance: Instance, opts: { app
           `git apply --whitespace=nowarn - <<'${bugDelimiter}'`,
           bug.endsWith("\n") ? bug.slice(0, -1) : bug,
           bugDelimiter,
-          "git add -A && git -c user.email=bench@localhost -c user.name=bench -c core.hooksPath=/dev/null commit -q --no-verify -m 'task bug'",
+          "git add -A && git -c user.email=bench@localhost -c user.name=bench -c core.hooksPath=/dev/null " +
+            "commit -q --no-verify -m 'task bug'",
         ]
       : []),
     `git apply --verbose - <<'${delimiter}'`,
@@ -82,7 +83,8 @@ async function measure(
 
 /**
  * eval.sh reruns the spec's install step (`pip install -e .`), offline: both runners get the host's pip
- * configuration (local indexes bound read-only) and fail fast on the unreachable default index, as the eval runner does.
+ * configuration (local indexes bound read-only) and fail fast on an unreachable default index, as the eval runner
+ * does.
  */
 async function offlinePip(env: BenchEnvironment): Promise<{ env: Record<string, string>; mounts: string[] }> {
   const pip = await pipSettings(env.toolchain.python);

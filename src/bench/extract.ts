@@ -7,6 +7,7 @@ import { existsSync, mkdirSync, renameSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { systemEntries } from "../sandbox/host.js";
 import { TESTBED_PATH, VENV_PATH } from "../env/types.js";
+import { shellQuote as q } from "../util/shell.js";
 import { mustRun, timedRun, type TimedRun } from "./proc.js";
 
 export interface Tarballs {
@@ -37,8 +38,6 @@ export async function ensureTarballs(
   return { ...out, bytes: statSync(out.venv).size + statSync(out.testbed).size };
 }
 
-const q = (s: string): string => `'${s.replace(/'/g, `'\\''`)}'`;
-
 /** The per-task script: extract (both archives at once), then a private mount namespace and chroot. */
 export function extractScript(opts: {
   tarballs: Tarballs;
@@ -61,7 +60,7 @@ export function extractScript(opts: {
   for (const t of opts.toolchainMounts)
     mounts.push(`mkdir -p ${q(R + t)}`, `mount --bind ${q(t)} ${q(R + t)}`, `mount -o remount,bind,ro ${q(R + t)}`);
   mounts.push(
-    `mkdir -p ${q(R + TESTBED_PATH)} ${q(R + VENV_PATH)} ${q(`${R}/proc`)} ${q(`${R}/dev`)} ${q(`${R}/tmp`)} ${q(`${R}/root`)}`,
+    `mkdir -p ${[TESTBED_PATH, VENV_PATH, "/proc", "/dev", "/tmp", "/root"].map((d) => q(R + d)).join(" ")}`,
     `mount --bind ${q(`${opts.runDir}/testbed`)} ${q(R + TESTBED_PATH)}`,
     `mount --bind ${q(`${opts.runDir}/venv`)} ${q(R + VENV_PATH)}`,
     `mount -t proc proc ${q(`${R}/proc`)}`,
@@ -108,7 +107,8 @@ export async function extractRun(opts: {
     if (opts.countPycNewerThan !== undefined) {
       const r = await timedRun("/bin/sh", [
         "-c",
-        `find ${q(`${runDir}/testbed`)} ${q(`${runDir}/venv`)} -name '*.pyc' -newermt @${Math.floor(opts.countPycNewerThan)} | wc -l`,
+        `find ${q(`${runDir}/testbed`)} ${q(`${runDir}/venv`)} -name '*.pyc' ` +
+          `-newermt @${Math.floor(opts.countPycNewerThan)} | wc -l`,
       ]);
       pycWritten = Number(r.stdout.trim()) || 0;
     }

@@ -13,7 +13,8 @@ export interface TimedRun {
   stderr: string;
 }
 
-/** The clean environment every baseline command starts from (never the bench's own, which sets PYTHONDONTWRITEBYTECODE). */
+/** The clean environment every baseline command starts from (never the bench's own, which may set
+ * PYTHONDONTWRITEBYTECODE). */
 export const CLEAN_ENV: Record<string, string> = {
   PATH: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
   LANG: "C.UTF-8",

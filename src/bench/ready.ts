@@ -3,10 +3,10 @@
  * noise hits all variants alike. Each round runs, per variant, the trivial first command (`echo`) in a fresh
  * workspace and the real first command (`python -c "import <pkg>"`) in another fresh workspace.
  */
-import { Sandbox } from "../sandbox/sandbox.js";
+import { Sandbox } from "../index.js";
 import { systemEntries, requireTool } from "../sandbox/host.js";
-import { nodeCacheFor, workspaceFor } from "../env/environments.js";
-import type { SandboxOptions } from "../sandbox/sandbox.js";
+import { nodeCacheFor } from "../env/environments.js";
+import { resolveWorkspace } from "../env/workspace.js";
 import { TESTBED_PATH, VENV_PATH } from "../env/types.js";
 import { ensureTarballs, extractRun, type Tarballs } from "./extract.js";
 import { Podman } from "./podman.js";
@@ -63,7 +63,8 @@ function minisandboxVariant(env: BenchEnvironment, cold: boolean): Variant {
     name: cold ? "minisandbox_cold" : "minisandbox_warm",
     label: cold ? "minisandbox cold" : "minisandbox warm",
     method: cold
-      ? "layer evicted from the node cache first; Sandbox.create({instance}) materializes it (hard links from the store), then exec"
+      ? "layer evicted from the node cache first; Sandbox.create({instance}) materializes it (hard links from the " +
+        "store), then exec"
       : "layer in the node cache; Sandbox.create({instance}) + exec (bwrap + overlayfs, clean environment)",
     before: cold
       ? () => evictLayer(env.home, env.primaryKey)
@@ -112,15 +113,20 @@ async function sandboxProbe(create: () => Promise<Sandbox>, importModule: string
  * pool does: the sandbox's own cost without the per-call environment lookup of the instance API.
  */
 async function resolvedVariant(env: BenchEnvironment): Promise<Variant> {
-  const { options, lease } = await workspaceFor(env.home, env.primarySpec, env.primaryKey);
-  const opts: SandboxOptions = options;
+  const ws = await resolveWorkspace({
+    home: env.home,
+    instance: env.primary,
+    environment: { spec: env.primarySpec, key: env.primaryKey },
+  });
+  const opts = ws.options;
   // The paths stay valid across evictions (layers/<key>/…); `before` re-materializes after the cold variant's runs.
-  await lease.release();
+  await ws.release();
   return {
     name: "minisandbox_warm_resolved",
     label: "minisandbox warm, env resolved once",
     method:
-      "workspaceFor() once (toolchain lookup, lease) then per run Sandbox.create(options) + exec: what a server or pool pays",
+      "resolveWorkspace() once (toolchain lookup, lease) then per run Sandbox.create(options) + exec: " +
+      "what a server or pool pays",
     once: (command, started) => sandboxOnce(() => Sandbox.create(opts), command, started),
     probe: () => sandboxProbe(() => Sandbox.create(opts), env.importModule),
     before: async () => void (await nodeCacheFor(env.home).acquire(env.primaryKey)).release(),
@@ -147,7 +153,8 @@ async function bwrapVariant(env: BenchEnvironment): Promise<Variant> {
     name: "bwrap_raw",
     label: "raw bwrap",
     method:
-      "bwrap --unshare-all with read-only binds of the materialized trees (no overlay, no session machinery): the floor",
+      "bwrap --unshare-all with read-only binds of the materialized trees (no overlay, no session machinery): " +
+      "the floor",
     before: async () => void (await nodeCacheFor(env.home).acquire(env.primaryKey)).release(),
     once: async (command) => {
       const r = await timedRun(bwrap, args(command));
@@ -174,7 +181,8 @@ async function extractVariant(env: BenchEnvironment, work: string): Promise<Vari
     name: "extract_per_task",
     label: "extract-per-task",
     method:
-      "per-task venv.tar.gz + testbed.tar.gz extracted (gzip, both at once) into a private dir, unshare --mount + bind mounts + chroot",
+      "per-task venv.tar.gz + testbed.tar.gz extracted (gzip, both at once) into a private dir, " +
+      "unshare --mount + bind mounts + chroot",
     once: async (command, started) => {
       const { run, pycWritten } = await extractRun({
         ...base,
@@ -193,7 +201,9 @@ async function podmanVariant(env: BenchEnvironment, podman: Podman): Promise<Var
   return {
     name: "podman",
     label: `podman (${podman.runtime})`,
-    method: `podman run --rm --network none <image with the same venv, testbed and toolchain> (podman ${podman.version}, ${podman.runtime})`,
+    method:
+      "podman run --rm --network none <image with the same venv, testbed and toolchain> " +
+      `(podman ${podman.version}, ${podman.runtime})`,
     once: async (command) => {
       const r = await podman.run(image, ["/bin/sh", "-c", command]);
       if (r.code !== 0) throw new Error(`podman exit ${r.code}: ${r.stderr.trim().slice(-300)}`);
@@ -224,9 +234,27 @@ export interface ReadyOptions {
   log: (m: string) => void;
 }
 
-export async function benchReady(opts: ReadyOptions): Promise<Record<ReadyVariantName, ReadyVariant | Unavailable>> {
+type ReadyOut = Record<ReadyVariantName, ReadyVariant | Unavailable>;
+
+interface Samples {
+  echo: number[];
+  import: number[];
+  failures: number;
+  pycNewer: number | null;
+  errors: string[];
+}
+
+export async function benchReady(opts: ReadyOptions): Promise<ReadyOut> {
+  const out = {} as ReadyOut;
+  const variants = await readyVariants(opts, out);
+  const samples = await measureRounds(variants, opts);
+  for (const v of variants) out[v.name] = await summarizeVariant(v, samples.get(v.name)!, opts.log);
+  return out;
+}
+
+/** Every variant that can run here; the others are recorded in `out` as not available, with the reason. */
+async function readyVariants(opts: ReadyOptions, out: ReadyOut): Promise<Variant[]> {
   const { env } = opts;
-  const out = {} as Record<ReadyVariantName, ReadyVariant | Unavailable>;
   const variants: Variant[] = [
     minisandboxVariant(env, false),
     await resolvedVariant(env),
@@ -245,12 +273,13 @@ export async function benchReady(opts: ReadyOptions): Promise<Record<ReadyVarian
     const p = opts.podman;
     await tryAdd("podman", () => podmanVariant(env, p));
   } else out.podman = opts.podman;
+  return variants;
+}
 
-  const importCmd = `python -c "import ${env.importModule}"`;
-  const samples = new Map<
-    ReadyVariantName,
-    { echo: number[]; import: number[]; failures: number; pycNewer: number | null; errors: string[] }
-  >();
+/** One warm-up each, then `runs` rounds: in each, every variant runs `echo` and the import in fresh workspaces. */
+async function measureRounds(variants: Variant[], opts: ReadyOptions): Promise<Map<ReadyVariantName, Samples>> {
+  const importCmd = `python -c "import ${opts.env.importModule}"`;
+  const samples = new Map<ReadyVariantName, Samples>();
   for (const v of variants) samples.set(v.name, { echo: [], import: [], failures: 0, pycNewer: null, errors: [] });
   const started = Date.now() / 1000 - 1;
   // One warm-up each (page cache, first podman/bwrap start), not counted.
@@ -280,28 +309,26 @@ export async function benchReady(opts: ReadyOptions): Promise<Record<ReadyVarian
     }
     if ((round + 1) % 5 === 0 || round + 1 === opts.runs) opts.log(`ready: round ${round + 1}/${opts.runs}`);
   }
-  for (const v of variants) {
-    const s = samples.get(v.name)!;
-    let pyc = null;
-    try {
-      pyc = parsePycProbe(await v.probe(), s.pycNewer);
-    } catch (e) {
-      opts.log(`pyc probe for ${v.name} failed: ${(e as Error).message}`);
-    }
-    if (s.echo.length === 0) {
-      out[v.name] = { available: false, reason: `every run failed: ${s.errors.join("; ")}` };
-      continue;
-    }
-    out[v.name] = {
-      available: true,
-      label: v.label,
-      method: v.method,
-      echo: summarize(s.echo),
-      import: s.import.length ? summarize(s.import) : null,
-      pyc,
-      failures: s.failures,
-      ...(s.errors.length ? { errors: s.errors } : {}),
-    } as ReadyVariant;
+  return samples;
+}
+
+/** The variant's distributions, and its bytecode check (the `python -v` probe, untimed). */
+async function summarizeVariant(v: Variant, s: Samples, log: (m: string) => void): Promise<ReadyVariant | Unavailable> {
+  let pyc = null;
+  try {
+    pyc = parsePycProbe(await v.probe(), s.pycNewer);
+  } catch (e) {
+    log(`pyc probe for ${v.name} failed: ${(e as Error).message}`);
   }
-  return out;
+  if (s.echo.length === 0) return { available: false, reason: `every run failed: ${s.errors.join("; ")}` };
+  return {
+    available: true,
+    label: v.label,
+    method: v.method,
+    echo: summarize(s.echo),
+    import: s.import.length ? summarize(s.import) : null,
+    pyc,
+    failures: s.failures,
+    ...(s.errors.length ? { errors: s.errors } : {}),
+  } as ReadyVariant;
 }

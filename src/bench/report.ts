@@ -30,7 +30,7 @@ export function computeRatios(
   const last = [...r.storage.points].sort((a, b) => b.n - a.n)[0];
   const storageTargz = last ? ratio(last.targzBytes, last.minisandboxStoreBytes) : null;
   if (storageTargz === null) reasons["storage_vs_targz"] = "storage not measured";
-  // #6: "podman's actual disk use (shared layers counted once)": every layer of the N images, base OS included.
+  // podman's actual disk use (shared layers counted once): every layer of the N images, base OS included.
   const storagePodman = last ? ratio(last.podmanTotalBytes, last.minisandboxStoreBytes) : null;
   const storagePodmanEnv = last ? ratio(last.podmanBytes, last.minisandboxStoreBytes) : null;
   const podmanWhy = r.storage.podman.available ? "podman storage not measured" : r.storage.podman.reason;
@@ -78,54 +78,50 @@ const ms = (n: number | null | undefined): string =>
   n == null || !Number.isFinite(n) ? "n/a" : n >= 100 ? `${Math.round(n)} ms` : `${n.toFixed(1)} ms`;
 const mb = (n: number | null | undefined): string => (n == null ? "n/a" : `${(n / 1024 / 1024).toFixed(1)} MB`);
 
+type TargetAt = (name: string, target: string, measured: string, met: boolean | null) => void;
+
+const ge = (v: number | null, min: number): boolean | null => (v === null ? null : v >= min);
+
 export function computeTargets(r: Omit<BenchResults, "targets">): Target[] {
   const t: Target[] = [];
-  const at = (name: string, target: string, measured: string, met: boolean | null): void =>
-    void t.push({ name, target, measured, met });
-  const ge = (v: number | null, min: number): boolean | null => (v === null ? null : v >= min);
+  const at: TargetAt = (name, target, measured, met) => void t.push({ name, target, measured, met });
+  readyAndStorageTargets(r, at);
+  sandboxTargets(r, at);
+  evaluationTargets(r, at);
+  return t;
+}
+
+function readyAndStorageTargets(r: Omit<BenchResults, "targets">, at: TargetAt): void {
   const q = r.ratios;
   at("warm ready vs extract-per-task", "≥ 50×", x(q.warm_vs_extract), ge(q.warm_vs_extract, 50));
   at("warm ready vs podman", "≥ 5×", x(q.warm_vs_podman), ge(q.warm_vs_podman, 5));
   at("cold ready vs extract-per-task", "≤ 1/3 (≥ 3×)", x(q.cold_vs_extract), ge(q.cold_vs_extract, 3));
   const last = [...r.storage.points].sort((a, b) => b.n - a.n)[0];
   const first = r.storage.points.find((p) => p.n === 1);
+  const n = last?.n ?? "?";
+  at(`storage, ${n} instances vs tar.gz per task`, "≤ 10% (≥ 10×)", x(q.storage_vs_targz), ge(q.storage_vs_targz, 10));
   at(
-    `storage, ${last?.n ?? "?"} instances vs tar.gz per task`,
-    "≤ 10% (≥ 10×)",
-    x(q.storage_vs_targz),
-    ge(q.storage_vs_targz, 10),
-  );
-  at(
-    `storage, ${last?.n ?? "?"} instances vs podman's disk use (all layers once, base OS + toolchain included)`,
+    `storage, ${n} instances vs podman's disk use (all layers once, base OS + toolchain included)`,
     "≤ 10% (≥ 10×)",
     x(q.storage_vs_podman),
     ge(q.storage_vs_podman, 10),
   );
   if (last && first && last.n > 1) {
     const g = last.minisandboxStoreBytes / first.minisandboxStoreBytes;
-    at(`stored bytes, ${last.n} instances vs 1 (#3)`, "≤ 1.5×", `${g.toFixed(2)}×`, g <= 1.5);
+    at(`stored bytes, ${last.n} instances vs 1`, "≤ 1.5×", `${g.toFixed(2)}×`, g <= 1.5);
   }
+}
+
+function sandboxTargets(r: Omit<BenchResults, "targets">, at: TargetAt): void {
   const k128 = r.concurrency.levels.find((l) => l.k === 128);
-  at(
-    "128 concurrent sandboxes",
-    "all ready, 0 failures",
-    k128 ? `${k128.k - k128.failures}/${k128.k} ready in ${ms(k128.wallMs)}` : "not run",
-    k128 ? k128.failures === 0 : null,
-  );
+  const k128Ready = k128 ? `${k128.k - k128.failures}/${k128.k} ready in ${ms(k128.wallMs)}` : "not run";
+  at("128 concurrent sandboxes", "all ready, 0 failures", k128Ready, k128 ? k128.failures === 0 : null);
   const warm = r.ready.variants.minisandbox_warm;
-  at(
-    "create → first output, p50 (warm)",
-    "≤ 100 ms",
-    ok(warm) ? ms(warm.echo.p50Ms) : "n/a",
-    ok(warm) ? warm.echo.p50Ms <= 100 : null,
-  );
+  const warmP50 = ok(warm) ? warm.echo.p50Ms : null;
+  at("create → first output, p50 (warm)", "≤ 100 ms", ms(warmP50), warmP50 === null ? null : warmP50 <= 100);
   const s = r.session.inProcess;
-  at(
-    "session round trip, p50 (in process)",
-    "≤ 5 ms",
-    "p50Ms" in s ? ms(s.p50Ms) : "n/a",
-    "p50Ms" in s ? s.p50Ms <= 5 : null,
-  );
+  const sessionP50 = "p50Ms" in s ? s.p50Ms : null;
+  at("session round trip, p50 (in process)", "≤ 5 ms", ms(sessionP50), sessionP50 === null ? null : sessionP50 <= 5);
   serverLoadTargets(r.serverLoad, at);
   const mem = r.concurrency.levels.filter((l) => l.rssPerIdleBytes !== null).sort((a, b) => b.k - a.k)[0];
   // Both readings: summed RSS counts shared pages (libc, bash text) once per process; PSS splits them fairly.
@@ -144,15 +140,19 @@ export function computeTargets(r: Omit<BenchResults, "targets">): Target[] {
   const stampede = r.concurrency.cold_stampede;
   if (stampede)
     at(
-      `${stampede.k} sandboxes on a cold env materialize once (#3)`,
+      `${stampede.k} sandboxes on a cold env materialize once`,
       "1 materialization",
       `${stampede.materializations}, ${stampede.failures} failures`,
       stampede.materializations === 1 && stampede.failures === 0,
     );
+}
+
+function evaluationTargets(r: Omit<BenchResults, "targets">, at: TargetAt): void {
   for (const e of [r.evaluation.minisandbox_engine, r.evaluation.minisandbox_engine_1worker]) {
     if (e?.available && e.overheadMs !== undefined) {
+      const workers = `${e.workers} worker${e.workers === 1 ? "" : "s"}`;
       at(
-        `evaluation overhead per instance outside the tests, ${e.workers} worker${e.workers === 1 ? "" : "s"} (#4)`,
+        `evaluation overhead per instance outside the tests, ${workers}`,
         "≤ 0.5 s",
         ms(e.overheadMs),
         e.overheadMs <= 500,
@@ -167,51 +167,74 @@ export function computeTargets(r: Omit<BenchResults, "targets">): Target[] {
     bad.length ? `stale/rewritten in ${bad.join(", ")}` : `0 (${pycs.length} variants checked)`,
     pycs.length ? bad.length === 0 : null,
   );
-  return t;
 }
 
 export function renderMarkdown(r: BenchResults): string {
-  const L: string[] = [];
+  const L: string[] = [
+    ...headerLines(r),
+    ...ratioLines(r),
+    ...readyLines(r),
+    ...storageLines(r),
+    ...concurrencyLines(r),
+    ...sessionLines(r),
+    ...evaluationLines(r),
+    "",
+    "## 6. Server load and faults (a real serve process on 127.0.0.1)",
+    "",
+    ...serverLoadLines(r.serverLoad),
+  ];
+  if (r.notes.length) L.push("", "## Notes", "", ...r.notes.map((n) => `- ${n}`));
+  return `${L.join("\n")}\n`;
+}
+
+function headerLines(r: BenchResults): string[] {
   const m = r.machine;
-  L.push(`# minisandbox bench — ${r.date}${r.quick ? " (--quick)" : ""}`, "");
-  L.push(
-    `Machine: ${m.cpus} × ${m.cpuModel}, ${formatBytes(m.memoryBytes)} RAM, ${m.os}, kernel ${m.kernel}, Node ${m.node}, bwrap ${m.bwrap ?? "n/a"}, podman ${m.podman ?? "n/a"}${m.podmanRuntime ? ` (${m.podmanRuntime})` : ""}; load average ${m.loadAverageStart} at start, ${m.loadAverageEnd} at end.`,
-  );
   const s = r.source;
-  L.push(`Environment: ${describeSource(s)}, ${s.instances} instance(s), Python ${s.python}.`);
-  L.push(
-    `Measured workspace (${s.instance}, single-environment workloads): ${workspaceSizes(s)}; for scale, #6's SWE-bench sympy reference: testbed 247 MB, of which git pack 203 MB; venv 23 MB. Real first command \`python -c "import ${s.importModule}"\`.`,
-  );
+  const podman = `podman ${m.podman ?? "n/a"}${m.podmanRuntime ? ` (${m.podmanRuntime})` : ""}`;
   const phases = Object.entries(r.phaseMs)
     .map(([k, v]) => `${k} ${(v / 1000).toFixed(0)} s`)
     .join(", ");
-  L.push(
-    `Run took ${(r.durationMs / 1000).toFixed(0)} s (${phases})${s.builtEnvironments ? ` (including ${s.builtEnvironments} environment build(s), ${(s.buildMs / 1000).toFixed(0)} s)` : ""}.`,
+  const builds = s.builtEnvironments
+    ? ` (including ${s.builtEnvironments} environment build(s), ${(s.buildMs / 1000).toFixed(0)} s)`
+    : "";
+  return [
+    `# minisandbox bench — ${r.date}${r.quick ? " (--quick)" : ""}`,
     "",
-  );
+    `Machine: ${m.cpus} × ${m.cpuModel}, ${formatBytes(m.memoryBytes)} RAM, ${m.os}, kernel ${m.kernel}, ` +
+      `Node ${m.node}, bwrap ${m.bwrap ?? "n/a"}, ${podman}; ` +
+      `load average ${m.loadAverageStart} at start, ${m.loadAverageEnd} at end.`,
+    `Environment: ${describeSource(s)}, ${s.instances} instance(s), Python ${s.python}.`,
+    `Measured workspace (${s.instance}, single-environment workloads): ${workspaceSizes(s)}; ` +
+      "for scale, SWE-bench's sympy environment: testbed 247 MB, of which git pack 203 MB; venv 23 MB. " +
+      `Real first command \`python -c "import ${s.importModule}"\`.`,
+    `Run took ${(r.durationMs / 1000).toFixed(0)} s (${phases})${builds}.`,
+    "",
+  ];
+}
 
-  L.push(
-    "## Ratios (how many times better minisandbox is; > 1 = better)",
-    "",
-    "| ratio | value | what |",
-    "|---|---|---|",
-  );
+function ratioLines(r: BenchResults): string[] {
+  const L = ["## Ratios (how many times better minisandbox is; > 1 = better)", "", "| ratio | value | what |"];
+  L.push("|---|---|---|");
   for (const [k, v] of Object.entries(r.ratios)) {
-    L.push(
-      `| ${k} | ${v === null ? `n/a — ${r.ratio_reasons[k] ?? ""}` : x(v, 2)} | ${RATIO_MEANINGS[k as keyof BenchResults["ratios"]] ?? ""} |`,
-    );
+    const value = v === null ? `n/a — ${r.ratio_reasons[k] ?? ""}` : x(v, 2);
+    L.push(`| ${k} | ${value} | ${RATIO_MEANINGS[k as keyof BenchResults["ratios"]] ?? ""} |`);
   }
   L.push("", "## Targets", "", "| target | wanted | measured | met |", "|---|---|---|---|");
-  for (const t of r.targets)
-    L.push(
-      `| ${t.name} | ${t.target} | ${t.measured} | ${t.met === null ? "not measured" : t.met ? "yes" : "**no**"} |`,
-    );
+  for (const t of r.targets) {
+    const met = t.met === null ? "not measured" : t.met ? "yes" : "**no**";
+    L.push(`| ${t.name} | ${t.target} | ${t.measured} | ${met} |`);
+  }
+  return L;
+}
 
-  L.push("", `## 1. Workspace ready (create → first output), ${r.ready.runs} runs each`, "");
-  L.push(
+function readyLines(r: BenchResults): string[] {
+  const L = [
+    "",
+    `## 1. Workspace ready (create → first output), ${r.ready.runs} runs each`,
+    "",
     "| variant | echo p50 | echo p90 | import p50 | import p90 | extract ÷ this | podman ÷ this | failures | .pyc |",
     "|---|---|---|---|---|---|---|---|---|",
-  );
+  ];
   const extract = r.ready.variants.extract_per_task;
   const podman = r.ready.variants.podman;
   for (const [name, v] of Object.entries(r.ready.variants)) {
@@ -221,79 +244,101 @@ export function renderMarkdown(r: BenchResults): string {
     }
     const vsExtract = ok(extract) ? x(extract.echo.p50Ms / v.echo.p50Ms, 1) : "n/a";
     const vsPodman = ok(podman) ? x(podman.echo.p50Ms / v.echo.p50Ms, 1) : "n/a";
-    const pyc = v.pyc
-      ? v.pyc.ok
-        ? "valid"
-        : `**${v.pyc.compiledFromSource} recompiled, ${v.pyc.written} written${v.pyc.dontWriteBytecode ? ", dont_write_bytecode" : ""}**`
-      : "n/a";
-    L.push(
-      `| ${v.label} | ${ms(v.echo.p50Ms)} | ${ms(v.echo.p90Ms)} | ${ms(v.import?.p50Ms)} | ${ms(v.import?.p90Ms)} | ${vsExtract} | ${vsPodman} | ${v.failures} | ${pyc} |`,
-    );
+    const times = [v.echo.p50Ms, v.echo.p90Ms, v.import?.p50Ms, v.import?.p90Ms].map(ms).join(" | ");
+    L.push(`| ${v.label} | ${times} | ${vsExtract} | ${vsPodman} | ${v.failures} | ${pycVerdict(v)} |`);
   }
   L.push("");
   for (const v of Object.values(r.ready.variants)) if (v.available) L.push(`- ${v.label}: ${v.method}`);
+  return L;
+}
 
-  L.push("", "## 2. Storage (allocated disk bytes)", "");
-  L.push(
-    "| N instances | minisandbox store | store + node cache (all N materialized) | logical (undeduplicated) | tar.gz per task | podman disk use (all layers once) | podman env layers only | tar.gz ÷ store | podman ÷ store | podman env layers ÷ store |",
+function pycVerdict(v: ReadyVariant): string {
+  if (!v.pyc) return "n/a";
+  if (v.pyc.ok) return "valid";
+  const dont = v.pyc.dontWriteBytecode ? ", dont_write_bytecode" : "";
+  return `**${v.pyc.compiledFromSource} recompiled, ${v.pyc.written} written${dont}**`;
+}
+
+function storageLines(r: BenchResults): string[] {
+  const L = [
+    "",
+    "## 2. Storage (allocated disk bytes)",
+    "",
+    "| N instances | minisandbox store | store + node cache (all N materialized) | logical (undeduplicated) | " +
+      "tar.gz per task | podman disk use (all layers once) | podman env layers only | tar.gz ÷ store | " +
+      "podman ÷ store | podman env layers ÷ store |",
     "|---|---|---|---|---|---|---|---|---|---|",
-  );
+  ];
   const b = (n: number | null): string => (n === null ? "n/a" : formatBytes(n));
   for (const p of r.storage.points) {
-    L.push(
-      `| ${p.n} | ${b(p.minisandboxStoreBytes)} | ${b(p.minisandboxBytes)} | ${b(p.minisandboxLogicalBytes)} | ${b(p.targzBytes)} | ${b(p.podmanTotalBytes)} | ${b(p.podmanBytes)} | ${x(ratio(p.targzBytes, p.minisandboxStoreBytes))} | ${x(ratio(p.podmanTotalBytes, p.minisandboxStoreBytes))} | ${x(ratio(p.podmanBytes, p.minisandboxStoreBytes))} |`,
-    );
+    const bytes = [p.minisandboxStoreBytes, p.minisandboxBytes, p.minisandboxLogicalBytes, p.targzBytes];
+    const podmanBytes = [p.podmanTotalBytes, p.podmanBytes];
+    const ratios = [p.targzBytes, p.podmanTotalBytes, p.podmanBytes].map((o) => x(ratio(o, p.minisandboxStoreBytes)));
+    L.push(`| ${p.n} | ${[...bytes, ...podmanBytes].map(b).join(" | ")} | ${ratios.join(" | ")} |`);
   }
   if (!r.storage.podman.available) L.push("", `podman: not available — ${r.storage.podman.reason}`);
   else L.push("", `podman: ${r.storage.podman.method}`);
+  return L;
+}
 
-  L.push("", "## 3. Concurrency (K sandboxes created at once on one warm environment)", "");
-  L.push(
-    "| K | all ready | p50 per sandbox | p99 per sandbox | failures | RSS per idle sandbox | PSS per idle sandbox | processes |",
+function concurrencyLines(r: BenchResults): string[] {
+  const L = [
+    "",
+    "## 3. Concurrency (K sandboxes created at once on one warm environment)",
+    "",
+    "| K | all ready | p50 per sandbox | p99 per sandbox | failures | RSS per idle sandbox | PSS per idle sandbox | " +
+      "processes |",
     "|---|---|---|---|---|---|---|---|",
-  );
+  ];
   for (const c of r.concurrency.levels) {
-    L.push(
-      `| ${c.k} | ${ms(c.wallMs)} | ${ms(c.perSandbox?.p50Ms)} | ${ms(c.perSandbox?.p99Ms)} | ${c.failures} | ${mb(c.rssPerIdleBytes)} | ${mb(c.pssPerIdleBytes)} | ${c.processesPerIdle ?? "n/a"} |`,
-    );
+    const times = [c.wallMs, c.perSandbox?.p50Ms, c.perSandbox?.p99Ms].map(ms).join(" | ");
+    const memory = `${mb(c.rssPerIdleBytes)} | ${mb(c.pssPerIdleBytes)} | ${c.processesPerIdle ?? "n/a"}`;
+    L.push(`| ${c.k} | ${times} | ${c.failures} | ${memory} |`);
   }
   const st = r.concurrency.cold_stampede;
   if (st)
     L.push(
       "",
-      `Cold stampede: ${st.k} sandboxes at once on an evicted layer: ${st.materializations} materialization(s), ${st.failures} failure(s), all created in ${ms(st.wallMs)}.`,
+      `Cold stampede: ${st.k} sandboxes at once on an evicted layer: ${st.materializations} materialization(s), ` +
+        `${st.failures} failure(s), all created in ${ms(st.wallMs)}.`,
     );
+  return L;
+}
 
-  L.push("", "## 4. Session round trip", "");
+function sessionLines(r: BenchResults): string[] {
   const si = r.session.inProcess;
-  L.push(
+  const h = r.session.http as Record<string, unknown>;
+  return [
+    "",
+    "## 4. Session round trip",
+    "",
     "p50Ms" in si
       ? `In process: p50 ${ms(si.p50Ms)}, p90 ${ms(si.p90Ms)}, p99 ${ms(si.p99Ms)} over ${si.n} commands.`
       : `In process: not available — ${si.reason}`,
-  );
-  const h = r.session.http as Record<string, unknown>;
-  L.push(
     h["available"] === false ? `Over HTTP: not available — ${String(h["reason"])}` : `Over HTTP: ${summarizeHttp(h)}`,
-  );
+  ];
+}
 
-  L.push(
+function evaluationLines(r: BenchResults): string[] {
+  const L = [
     "",
     "## 5. Evaluation throughput (gold patches, graded)",
     "",
-    "| runner | instances | workers | wall | instances/min | resolved | p50 per instance | mean overhead outside the tests |",
+    "| runner | instances | workers | wall | instances/min | resolved | p50 per instance | " +
+      "mean overhead outside the tests |",
     "|---|---|---|---|---|---|---|---|",
-  );
+  ];
   for (const [name, e] of Object.entries(r.evaluation)) {
     if (!e) continue;
-    if (!e.available) L.push(`| ${name} | not available: ${e.reason} | | | | | | |`);
-    else
-      L.push(
-        `| ${e.label} | ${e.instances} | ${e.workers} | ${ms(e.wallMs)} | ${e.instancesPerMinute} | ${Number.isNaN(e.resolved) ? "n/a" : e.resolved} | ${ms(e.perInstance?.p50Ms)} | ${ms(e.overheadMs)} |`,
-      );
+    if (!e.available) {
+      L.push(`| ${name} | not available: ${e.reason} | | | | | | |`);
+      continue;
+    }
+    const resolved = Number.isNaN(e.resolved) ? "n/a" : e.resolved;
+    const run = `${e.instances} | ${e.workers} | ${ms(e.wallMs)} | ${e.instancesPerMinute} | ${resolved}`;
+    L.push(`| ${e.label} | ${run} | ${ms(e.perInstance?.p50Ms)} | ${ms(e.overheadMs)} |`);
   }
-  L.push("", "## 6. Server load and faults (a real serve process on 127.0.0.1)", "", ...serverLoadLines(r.serverLoad));
-  if (r.notes.length) L.push("", "## Notes", "", ...r.notes.map((n) => `- ${n}`));
-  return `${L.join("\n")}\n`;
+  return L;
 }
 
 const none = (l: Leftovers): boolean => Object.values(l).every((v) => v === 0);
@@ -347,7 +392,7 @@ const RATIO_MEANINGS: Record<keyof BenchResults["ratios"], string> = {
   warm_vs_podman: "workspace ready, echo p50: podman run ÷ minisandbox warm",
   cold_vs_extract: "workspace ready, echo p50: extract-per-task ÷ minisandbox cold",
   storage_vs_targz: "storage, largest N: tar.gz per task ÷ store",
-  storage_vs_podman: "storage, largest N: podman's disk use, every layer once incl. base OS and toolchain (#6) ÷ store",
+  storage_vs_podman: "storage, largest N: podman's disk use, every layer once incl. base OS and toolchain ÷ store",
   storage_vs_podman_env_layers: "storage, largest N: podman's env layers only, without base OS and toolchain ÷ store",
   warm_import_vs_extract_import: "real first command (import) p50: extract-per-task ÷ minisandbox warm",
   warm_import_vs_podman_import: "real first command (import) p50: podman run ÷ minisandbox warm",
@@ -359,12 +404,16 @@ const RATIO_MEANINGS: Record<keyof BenchResults["ratios"], string> = {
 function describeSource(s: BenchResults["source"]): string {
   if (s.kind === "dataset") return `dataset ${s.dataset} — ${s.repo}`;
   if (!s.historyMiB)
-    return `fixture — ${s.repo} alone, no generated history (\`--history-mb 0\`: far smaller than a real SWE-bench testbed)`;
+    return (
+      `fixture — ${s.repo} alone, no generated history ` +
+      "(`--history-mb 0`: far smaller than a real SWE-bench testbed)"
+    );
   return `fixture — ${s.repo} after a generated ${s.historyMiB} MiB git history (\`--history-mb ${s.historyMiB}\`)`;
 }
 
 function workspaceSizes(s: BenchResults["source"]): string {
-  return `testbed ${formatBytes(s.testbedBytes)}, of which git pack ${formatBytes(s.gitPackBytes)}; venv ${formatBytes(s.venvBytes)}`;
+  const [testbed, pack, venv] = [s.testbedBytes, s.gitPackBytes, s.venvBytes].map(formatBytes);
+  return `testbed ${testbed}, of which git pack ${pack}; venv ${venv}`;
 }
 
 function summarizeHttp(h: Record<string, unknown>): string {
@@ -373,14 +422,16 @@ function summarizeHttp(h: Record<string, unknown>): string {
       ? ((o as Record<string, unknown>)[k] as number)
       : null;
   const parts = [
-    `run_in_session p50 ${ms(num(h, "p50Ms"))}, p90 ${ms(num(h, "p90Ms"))} over ${num(h, "roundTrips") ?? "?"} sequential round trips`,
+    `run_in_session p50 ${ms(num(h, "p50Ms"))}, p90 ${ms(num(h, "p90Ms"))} ` +
+      `over ${num(h, "roundTrips") ?? "?"} sequential round trips`,
   ];
   const overhead = num(h, "httpOverheadP50Ms");
   if (overhead !== null) parts.push(`HTTP overhead at p50 ${ms(overhead)}`);
   const c = h["concurrent"];
   if (c && typeof c === "object") {
     parts.push(
-      `${num(c, "sessions")} sessions at once × ${num(c, "commandsPerSession")} commands: p50 ${ms(num(c, "p50Ms"))}, p99 ${ms(num(c, "p99Ms"))}, ` +
+      `${num(c, "sessions")} sessions at once × ${num(c, "commandsPerSession")} commands: ` +
+        `p50 ${ms(num(c, "p50Ms"))}, p99 ${ms(num(c, "p99Ms"))}, ` +
         `${num(c, "commandsPerSecond")?.toFixed(0) ?? "?"} commands/s, ${num(c, "errors") ?? "?"} errors`,
     );
   }
@@ -438,7 +489,8 @@ export function renderSvg(r: BenchResults): string {
       const w = Math.max(2, ((Math.log10(Math.max(b.value, 1e-9)) - lo) / (hi - lo)) * plotW);
       parts.push(`<text x="${left - 8}" y="${y + barH * 0.7}" font-size="12" text-anchor="end">${esc(b.label)}</text>`);
       parts.push(
-        `<rect x="${left}" y="${y}" width="${w.toFixed(1)}" height="${barH}" fill="${b.ours ? "#2b7a4b" : "#9aa5b1"}"/>`,
+        `<rect x="${left}" y="${y}" width="${w.toFixed(1)}" height="${barH}" ` +
+          `fill="${b.ours ? "#2b7a4b" : "#9aa5b1"}"/>`,
       );
       parts.push(
         `<text x="${(left + w + 6).toFixed(1)}" y="${y + barH * 0.7}" font-size="12">${esc(row.unit(b.value))}</text>`,
@@ -447,10 +499,24 @@ export function renderSvg(r: BenchResults): string {
     }
     y += 24;
   }
-  const m = r.machine;
-  parts.push(
-    `<text x="10" y="${y}" font-size="11" fill="#555">${esc(`${r.date} · ${m.cpus} × ${m.cpuModel} · kernel ${m.kernel} · podman ${m.podman ?? "n/a"} · ${r.source.kind === "fixture" ? "fixture env" : r.source.dataset} · testbed ${formatBytes(r.source.testbedBytes)} (git pack ${formatBytes(r.source.gitPackBytes)}), venv ${formatBytes(r.source.venvBytes)}`)}</text>`,
-  );
+  parts.push(`<text x="10" y="${y}" font-size="11" fill="#555">${esc(footer(r))}</text>`);
   y += 14;
-  return `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${y}" viewBox="0 0 ${W} ${y}" font-family="sans-serif">\n<rect width="100%" height="100%" fill="white"/>\n<text x="10" y="20" font-size="16" font-weight="bold">minisandbox bench</text>\n${parts.join("\n")}\n</svg>\n`;
+  return [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${y}" viewBox="0 0 ${W} ${y}" ` +
+      'font-family="sans-serif">',
+    '<rect width="100%" height="100%" fill="white"/>',
+    '<text x="10" y="20" font-size="16" font-weight="bold">minisandbox bench</text>',
+    ...parts,
+    "</svg>\n",
+  ].join("\n");
+}
+
+/** The chart's last line: when, where, and what was measured. */
+function footer(r: BenchResults): string {
+  const m = r.machine;
+  const s = r.source;
+  const [testbed, pack, venv] = [s.testbedBytes, s.gitPackBytes, s.venvBytes].map(formatBytes);
+  const what = s.kind === "fixture" ? "fixture env" : s.dataset;
+  const machine = `${m.cpus} × ${m.cpuModel} · kernel ${m.kernel} · podman ${m.podman ?? "n/a"}`;
+  return `${r.date} · ${machine} · ${what} · testbed ${testbed} (git pack ${pack}), venv ${venv}`;
 }

@@ -10,16 +10,18 @@ import { benchReady } from "./ready.js";
 import { computeRatios, computeTargets } from "./report.js";
 import { benchServerLoad } from "./server-load.js";
 import { benchSessionHttp, benchSessionInProcess } from "./session.js";
-import { defaultWorkDir, setupEnvironment } from "./setup.js";
+import { defaultWorkDir, setupEnvironment, type BenchEnvironment } from "./setup.js";
 import { benchStorage } from "./storage.js";
 import type { BenchResults, Unavailable } from "./types.js";
 
 const PODMAN_STORAGE_METHOD =
-  "overlay layer dirs of the N images (du, each layer once): all of them — base OS, toolchain and env layers, what podman really keeps on disk for these images (storage_vs_podman, #6) — and the env layers alone (storage_vs_podman_env_layers)";
+  "overlay layer dirs of the N images (du, each layer once): all of them — base OS, toolchain and env layers, " +
+  "what podman really keeps on disk for these images (storage_vs_podman) — and the env layers alone " +
+  "(storage_vs_podman_env_layers)";
 
 export type Workload = "ready" | "storage" | "concurrency" | "session" | "evaluation" | "server";
 export const ALL_WORKLOADS: Workload[] = ["ready", "storage", "concurrency", "session", "evaluation", "server"];
-/** What `--dataset` runs (#6: workloads 1, 2 and 5); the others do not depend on the environment. */
+/** What `--dataset` runs (workloads 1, 2 and 5); the others do not depend on the environment. */
 export const DATASET_WORKLOADS: Workload[] = ["ready", "storage", "evaluation"];
 
 export interface BenchOptions {
@@ -51,9 +53,9 @@ export interface BenchOptions {
   serverSandboxes?: number;
   serverCommands?: number;
   serverKillWithLive?: number;
-  /** false: skip the HTTP round trip (src/server/bench.ts). */
+  /** false: skip the HTTP round trip (http.ts). */
   sessionHttp?: boolean;
-  /** false: skip the eval runner's own benchmark (src/eval benchEvaluation). */
+  /** false: skip the eval runner's own benchmark (eval-engine.ts). */
   evalEngine?: boolean;
   /** false: do not use podman even if installed. */
   podman?: boolean;
@@ -63,7 +65,7 @@ export interface BenchOptions {
 }
 
 /**
- * Real SWE-bench testbeds are mostly git history (#6's reference, sympy: a 203 MB pack in a 247 MB testbed): the CLI's
+ * Real SWE-bench testbeds are mostly git history (sympy: a 203 MB pack in a 247 MB testbed): the CLI's
  * fixture has a pack that size, for the full run and --quick alike, so that both measure the same workspace and share
  * one set of built environments, archives and images.
  */
@@ -107,6 +109,24 @@ function osName(): string {
   }
 }
 
+type PartialResults = Omit<BenchResults, "ratios" | "ratio_reasons" | "targets">;
+type Sizes = ReturnType<typeof sizesFor>;
+
+/** What every workload of one run shares. */
+interface BenchRun {
+  o: BenchOptions;
+  size: Sizes;
+  env: BenchEnvironment;
+  work: string;
+  podman: Podman | Unavailable;
+  results: PartialResults;
+  notes: string[];
+  log: (msg: string) => void;
+}
+
+const na = (reason: string): Unavailable => ({ available: false, reason });
+const notRun = (what: string): Unavailable => na(`${what} not run in this configuration`);
+
 export async function runBench(o: BenchOptions = {}): Promise<BenchResults> {
   process.env.PIP_RETRIES ??= "0";
   const log = o.log ?? ((m: string) => process.stderr.write(`bench: ${m}\n`));
@@ -125,8 +145,39 @@ export async function runBench(o: BenchOptions = {}): Promise<BenchResults> {
     phaseMs[name] = Math.round(now - phaseStart);
     phaseStart = now;
   };
-  const na = (reason: string): Unavailable => ({ available: false, reason });
+  const env = await setupFor(o, size, workloads, work, notes, log);
+  const podman = await openPodman(o, workloads, work, notes, log);
+  phase("setup");
+  const results = await skeleton({ o, size, env, podman, loadStart, phaseMs, notes });
+  const run: BenchRun = { o, size, env, work, podman, results, notes, log };
+  for (const w of ALL_WORKLOADS) {
+    if (workloads.has(w)) {
+      await WORKLOADS[w](run);
+      phase(w);
+    } else skipped(run, w);
+  }
+  results.durationMs = Math.round(performance.now() - t0);
+  results.machine.loadAverageEnd = Math.round(loadavg()[0]! * 100) / 100;
+  const m = results.machine;
+  if (Math.max(m.loadAverageStart, m.loadAverageEnd) > m.cpus) {
+    notes.push(
+      `the machine was busy with other work (1-min load ${m.loadAverageStart} at start, ${m.loadAverageEnd} at end, ` +
+        `${m.cpus} CPUs): absolute times are inflated; ratios are taken side by side in the same rounds`,
+    );
+  }
+  const withRatios = { ...results, ...computeRatios(results) };
+  return { ...withRatios, targets: computeTargets(withRatios) };
+}
 
+/** The environments: built once (the largest N any workload needs), then reused by later runs. */
+async function setupFor(
+  o: BenchOptions,
+  size: Sizes,
+  workloads: Set<Workload>,
+  work: string,
+  notes: string[],
+  log: (msg: string) => void,
+): Promise<BenchEnvironment> {
   const maxInstances = Math.max(
     1,
     ...(workloads.has("storage") ? size.storageNs : [1]),
@@ -145,64 +196,54 @@ export async function runBench(o: BenchOptions = {}): Promise<BenchResults> {
     log,
   });
   notes.push(...env.notes);
-  if (env.built)
-    notes.push(
-      `this run built ${env.built} environment(s) first (${(env.buildMs / 1000).toFixed(0)} s); later runs reuse them from ${work}`,
-    );
-
-  let podman: Podman | Unavailable = na("disabled for this run");
-  if (o.podman !== false && (workloads.has("ready") || workloads.has("storage") || workloads.has("evaluation"))) {
-    podman = await Podman.open(work, log).catch((e: unknown) =>
-      na(`podman setup failed: ${(e as Error).message.split("\n")[0]}`),
-    );
-    if (!(podman instanceof Podman)) {
-      notes.push(`podman baselines not measured: ${podman.reason}`);
-      log(`podman baselines unavailable: ${podman.reason}`);
-    }
+  if (env.built) {
+    const s = (env.buildMs / 1000).toFixed(0);
+    notes.push(`this run built ${env.built} environment(s) first (${s} s); later runs reuse them from ${work}`);
   }
+  return env;
+}
 
-  phase("setup");
-  const notRun = (what: string): Unavailable => na(`${what} not run in this configuration`);
-  const results: Omit<BenchResults, "ratios" | "ratio_reasons" | "targets"> = {
+/** podman for the baselines, when enabled, installed and a workload needs it. */
+async function openPodman(
+  o: BenchOptions,
+  workloads: Set<Workload>,
+  work: string,
+  notes: string[],
+  log: (msg: string) => void,
+): Promise<Podman | Unavailable> {
+  if (o.podman === false || !(workloads.has("ready") || workloads.has("storage") || workloads.has("evaluation")))
+    return na("disabled for this run");
+  const podman = await Podman.open(work, log).catch((e: unknown) =>
+    na(`podman setup failed: ${(e as Error).message.split("\n")[0]}`),
+  );
+  if (!(podman instanceof Podman)) {
+    notes.push(`podman baselines not measured: ${podman.reason}`);
+    log(`podman baselines unavailable: ${podman.reason}`);
+  }
+  return podman;
+}
+
+/** The results before any workload ran: machine, source, and every workload "not run". */
+async function skeleton(x: {
+  o: BenchOptions;
+  size: Sizes;
+  env: BenchEnvironment;
+  podman: Podman | Unavailable;
+  loadStart: number;
+  phaseMs: Record<string, number>;
+  notes: string[];
+}): Promise<PartialResults> {
+  const { env, podman } = x;
+  return {
     schema: 1,
     tool: "minisandbox bench",
     date: new Date().toISOString(),
-    quick: o.quick ?? false,
+    quick: x.o.quick ?? false,
     durationMs: 0,
-    phaseMs,
-    machine: {
-      hostname: hostname(),
-      cpus: cpus().length,
-      cpuModel: cpus()[0]?.model.trim() ?? "unknown",
-      memoryBytes: totalmem(),
-      kernel: release(),
-      os: osName(),
-      node: process.version,
-      bwrap: findTool("bwrap")
-        ? (await timedRun(findTool("bwrap")!, ["--version"])).stdout.trim().replace(/^bubblewrap /, "")
-        : null,
-      podman: podman instanceof Podman ? podman.version : null,
-      podmanRuntime: podman instanceof Podman ? podman.runtime : null,
-      loadAverageStart: loadStart,
-      loadAverageEnd: loadStart,
-    },
-    source: {
-      kind: env.kind,
-      dataset: env.datasetPath,
-      repo: env.repo,
-      instances: env.instances.length,
-      python: env.toolchain.version,
-      instance: env.primary.instance_id,
-      envKey: env.primaryKey,
-      importModule: env.importModule,
-      historyMiB: env.historyMiB,
-      testbedBytes: env.testbedBytes,
-      gitPackBytes: env.gitPackBytes,
-      venvBytes: env.venvBytes,
-      buildMs: Math.round(env.buildMs),
-      builtEnvironments: env.built,
-    },
-    ready: { runs: size.runs, variants: {} as BenchResults["ready"]["variants"] },
+    phaseMs: x.phaseMs,
+    machine: await machineInfo(podman, x.loadStart),
+    source: sourceInfo(env),
+    ready: { runs: x.size.runs, variants: {} as BenchResults["ready"]["variants"] },
     storage: {
       repo: env.repo,
       points: [],
@@ -216,54 +257,90 @@ export async function runBench(o: BenchOptions = {}): Promise<BenchResults> {
       minisandbox_steps: notRun("evaluation"),
       podman: podman instanceof Podman ? notRun("evaluation") : podman,
     },
-    notes,
+    notes: x.notes,
   };
+}
 
-  if (workloads.has("ready")) {
+async function machineInfo(podman: Podman | Unavailable, loadStart: number): Promise<BenchResults["machine"]> {
+  const bwrap = findTool("bwrap");
+  return {
+    hostname: hostname(),
+    cpus: cpus().length,
+    cpuModel: cpus()[0]?.model.trim() ?? "unknown",
+    memoryBytes: totalmem(),
+    kernel: release(),
+    os: osName(),
+    node: process.version,
+    bwrap: bwrap ? (await timedRun(bwrap, ["--version"])).stdout.trim().replace(/^bubblewrap /, "") : null,
+    podman: podman instanceof Podman ? podman.version : null,
+    podmanRuntime: podman instanceof Podman ? podman.runtime : null,
+    loadAverageStart: loadStart,
+    loadAverageEnd: loadStart,
+  };
+}
+
+function sourceInfo(env: BenchEnvironment): BenchResults["source"] {
+  return {
+    kind: env.kind,
+    dataset: env.datasetPath,
+    repo: env.repo,
+    instances: env.instances.length,
+    python: env.toolchain.version,
+    instance: env.primary.instance_id,
+    envKey: env.primaryKey,
+    importModule: env.importModule,
+    historyMiB: env.historyMiB,
+    testbedBytes: env.testbedBytes,
+    gitPackBytes: env.gitPackBytes,
+    venvBytes: env.venvBytes,
+    buildMs: Math.round(env.buildMs),
+    builtEnvironments: env.built,
+  };
+}
+
+const READY_VARIANTS = [
+  "minisandbox_warm",
+  "minisandbox_warm_resolved",
+  "minisandbox_cold",
+  "bwrap_raw",
+  "extract_per_task",
+  "podman",
+] as const;
+
+/** What a workload left out of this run says in the results. */
+function skipped(run: BenchRun, w: Workload): void {
+  if (w === "ready") for (const n of READY_VARIANTS) run.results.ready.variants[n] = notRun("workspace ready");
+  if (w === "concurrency" && run.o.dataset)
+    run.notes.push(
+      "concurrency and session round trip are environment-independent: not run with --dataset (run without it)",
+    );
+}
+
+const WORKLOADS: Record<Workload, (run: BenchRun) => Promise<void>> = {
+  async ready({ results, env, work, size, podman, log }) {
     log(`workload 1: workspace ready, ${size.runs} rounds`);
     results.ready.variants = await benchReady({ env, work, runs: size.runs, podman, log });
-    phase("ready");
-  } else {
-    for (const n of [
-      "minisandbox_warm",
-      "minisandbox_warm_resolved",
-      "minisandbox_cold",
-      "bwrap_raw",
-      "extract_per_task",
-      "podman",
-    ] as const)
-      results.ready.variants[n] = notRun("workspace ready");
-  }
-  if (workloads.has("storage")) {
+  },
+  async storage({ results, env, work, size, podman, notes, log }) {
     log(`workload 2: storage for N = ${size.storageNs.join(", ")}`);
     const s = await benchStorage({ env, work, ns: size.storageNs, podman, log });
     results.storage.points = s.points;
     if (s.podmanNote) notes.push(`storage: ${s.podmanNote}`);
-    phase("storage");
-  }
-  if (workloads.has("concurrency")) {
+  },
+  async concurrency({ results, env, size, log }) {
     log(`workload 3: concurrency K = ${size.concurrency.join(", ")}`);
-    results.concurrency.levels = await benchConcurrency({
-      env,
-      levels: size.concurrency,
-      memoryUpToK: size.memoryUpToK,
-      log,
-    });
-    results.concurrency.k128_failures = results.concurrency.levels.find((l) => l.k === 128)?.failures ?? null;
+    const c = results.concurrency;
+    c.levels = await benchConcurrency({ env, levels: size.concurrency, memoryUpToK: size.memoryUpToK, log });
+    c.k128_failures = c.levels.find((l) => l.k === 128)?.failures ?? null;
     if (size.coldStampedeK > 0)
-      results.concurrency.cold_stampede = { k: size.coldStampedeK, ...(await coldStampede(env, size.coldStampedeK)) };
-    phase("concurrency");
-  } else if (o.dataset)
-    notes.push(
-      "concurrency and session round trip are environment-independent: not run with --dataset (run without it)",
-    );
-  if (workloads.has("session")) {
+      c.cold_stampede = { k: size.coldStampedeK, ...(await coldStampede(env, size.coldStampedeK)) };
+  },
+  async session({ o, results, env, size, log }) {
     log("workload 4: session round trip");
     results.session.inProcess = await benchSessionInProcess(env, size.sessionCommands);
     if (o.sessionHttp !== false) results.session.http = await benchSessionHttp(env, { quick: o.quick ?? false, log });
-    phase("session");
-  }
-  if (workloads.has("server")) {
+  },
+  async server({ o, results, work, log }) {
     const q = o.quick ?? false;
     const sizes = {
       sandboxes: o.serverSandboxes ?? (q ? 16 : 128),
@@ -274,33 +351,22 @@ export async function runBench(o: BenchOptions = {}): Promise<BenchResults> {
     results.serverLoad = await benchServerLoad({ ...sizes, workDir: work }).catch((e: unknown) =>
       na(`server load failed: ${(e as Error).message.split("\n")[0]}`),
     );
-    phase("server");
-  }
-  if (workloads.has("evaluation")) {
+  },
+  async evaluation({ o, results, env, size, podman, log }) {
     const instances = env.instances.slice(0, size.evalInstances);
-    log(`workload 5: evaluation of ${instances.length} instance(s), ${size.evalWorkers} workers`);
+    const workers = size.evalWorkers;
+    log(`workload 5: evaluation of ${instances.length} instance(s), ${workers} workers`);
     await prepareNode(env, instances);
+    const e = results.evaluation;
     if (o.evalEngine !== false) {
-      results.evaluation.minisandbox_engine = await benchEvalEngine(env, instances, size.evalWorkers);
-      if (size.evalWorkers > 1)
-        results.evaluation.minisandbox_engine_1worker = await benchEvalEngine(env, instances, 1);
+      e.minisandbox_engine = await benchEvalEngine(env, instances, workers);
+      if (workers > 1) e.minisandbox_engine_1worker = await benchEvalEngine(env, instances, 1);
     }
-    results.evaluation.minisandbox_steps = await benchEvalSteps(env, instances, size.evalWorkers);
+    e.minisandbox_steps = await benchEvalSteps(env, instances, workers);
     if (podman instanceof Podman) {
-      const p = podman;
-      results.evaluation.podman = await benchEvalPodman(env, p, instances, size.evalWorkers).catch((e: unknown) =>
-        na(`podman evaluation failed: ${(e as Error).message.split("\n")[0]}`),
+      e.podman = await benchEvalPodman(env, podman, instances, workers).catch((err: unknown) =>
+        na(`podman evaluation failed: ${(err as Error).message.split("\n")[0]}`),
       );
     }
-    phase("evaluation");
-  }
-  results.durationMs = Math.round(performance.now() - t0);
-  results.machine.loadAverageEnd = Math.round(loadavg()[0]! * 100) / 100;
-  if (Math.max(results.machine.loadAverageStart, results.machine.loadAverageEnd) > results.machine.cpus) {
-    notes.push(
-      `the machine was busy with other work (1-min load ${results.machine.loadAverageStart} at start, ${results.machine.loadAverageEnd} at end, ${results.machine.cpus} CPUs): absolute times are inflated; ratios are taken side by side in the same rounds`,
-    );
-  }
-  const withRatios = { ...results, ...computeRatios(results) };
-  return { ...withRatios, targets: computeTargets(withRatios) };
-}
+  },
+};

@@ -1,9 +1,9 @@
 /**
  * Workload 4: session round trip. In process: one sandbox, one persistent session, `echo` commands back to back.
- * Over HTTP: src/server/bench.ts (`benchServerRoundTrip`).
+ * Over HTTP: http.ts (`benchServerRoundTrip`).
  */
-import { Sandbox } from "../sandbox/sandbox.js";
-import { benchServerRoundTrip } from "../server/bench.js";
+import { Sandbox } from "../index.js";
+import { benchServerRoundTrip } from "./http.js";
 import type { BenchEnvironment } from "./setup.js";
 import { summarize } from "./stats.js";
 import type { Dist, Unavailable } from "./types.js";

@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { makeFixtureDataset, MAX_FIXTURE_INSTANCES } from "../fixtures/generate.js";
 import { envFor, nodeCacheFor } from "../env/environments.js";
-import { prepareInstances } from "../env/prepare.js";
+import { builtInstances, prepareInstances } from "../env/prepare.js";
 import { findToolchain, type Toolchain } from "../env/toolchains.js";
 import type { EnvSpec, LayerKey } from "../env/types.js";
 import { loadDataset } from "../tasks/index.js";
@@ -92,76 +92,10 @@ export async function setupEnvironment(opts: SetupOptions): Promise<BenchEnviron
   const home = join(opts.work, "home");
   mkdirSync(home, { recursive: true });
   const notes: string[] = [];
-  let kind: "fixture" | "dataset";
-  let datasetPath: string;
-  let reposDir = opts.reposDir;
-  let candidates: Instance[];
-  if (opts.dataset) {
-    kind = "dataset";
-    datasetPath = resolve(opts.dataset);
-    const all = await loadDataset(datasetPath);
-    if (all.length === 0) throw new Error(`${datasetPath}: no instances`);
-    // Storage is "N instances of one repository": take the repository with the most instances.
-    const byRepo = new Map<string, Instance[]>();
-    for (const i of all) byRepo.set(i.repo, [...(byRepo.get(i.repo) ?? []), i]);
-    const [repo, rows] = [...byRepo].sort((a, b) => b[1].length - a[1].length)[0]!;
-    candidates = rows.slice(0, opts.maxInstances);
-    if (byRepo.size > 1)
-      notes.push(
-        `dataset has ${byRepo.size} repositories; benchmarked ${repo} (${rows.length} instances, ${candidates.length} used)`,
-      );
-  } else {
-    kind = "fixture";
-    const n = Math.min(MAX_FIXTURE_INSTANCES, Math.max(1, opts.maxInstances));
-    const mib = opts.historyMiB;
-    // The name carries both sizes: copies made with another history size are other repositories, never reused.
-    const dir = join(opts.work, `fixture-${n}-history-${mib}MiB`);
-    datasetPath = join(dir, "dataset.json");
-    reposDir = join(dir, "repos");
-    // The generator is deterministic: an existing copy has the same commits, hence the same environment keys.
-    if (!existsSync(datasetPath) || !existsSync(join(reposDir, "fixture", "calc"))) {
-      opts.log(
-        `generating the fixture dataset (${n} instances of fixture/calc${mib ? `, after a ${mib} MiB git history` : ""})`,
-      );
-      const t = performance.now();
-      const fx = await makeFixtureDataset(dir, { instances: n, historyBytes: mib * MiB });
-      datasetPath = fx.datasetPath;
-      reposDir = fx.reposDir;
-      const h = fx.history;
-      if (h)
-        opts.log(
-          `fixture generated in ${((performance.now() - t) / 1000).toFixed(1)} s: ${h.commits} history commits, pack ${(h.packBytes / MiB).toFixed(1)} MiB, ${h.files} extra files in the checkout`,
-        );
-    }
-    candidates = (await loadDataset(datasetPath)).slice(0, n);
-  }
-  const t0 = performance.now();
-  const builtKeys = new Set<string>();
-  const results = await prepareInstances(candidates, {
-    home,
-    reposDir,
-    specsFile: opts.specsFile,
-    workers: opts.workers,
-    onResult: (r) => {
-      // Instances sharing an environment all report "built" for the one build.
-      if (r.status === "built" && !builtKeys.has(r.key)) {
-        builtKeys.add(r.key);
-        opts.log(`built environment for ${r.instanceId} in ${(r.durationMs / 1000).toFixed(1)} s`);
-      }
-      if (r.status === "failed") opts.log(`environment for ${r.instanceId} failed: ${r.error?.split("\n")[0]}`);
-    },
-  });
-  const built = builtKeys.size;
-  const buildMs = built > 0 ? performance.now() - t0 : 0;
-  const failed = results.filter((r) => r.status === "failed");
-  if (failed.length)
-    notes.push(
-      `${failed.length} environment(s) failed to build and were left out: ${failed.map((f) => f.instanceId).join(", ")}`,
-    );
-  const ok = new Set(results.filter((r) => r.status !== "failed").map((r) => r.instanceId));
-  const instances = candidates.filter((i) => ok.has(i.instance_id));
-  if (instances.length === 0)
-    throw new Error(`no environment could be built; first failure: ${failed[0]?.error ?? "unknown"}`);
+  const source = opts.dataset ? await datasetSource(opts, opts.dataset, notes) : await fixtureSource(opts);
+  const { datasetPath, reposDir } = source;
+  const built = await buildAll(home, source.candidates, { ...opts, reposDir }, notes);
+  const { instances } = built;
   const keys = new Map<string, LayerKey>();
   const specs = new Map<string, EnvSpec>();
   for (const i of instances) {
@@ -173,26 +107,14 @@ export async function setupEnvironment(opts: SetupOptions): Promise<BenchEnviron
   const primaryKey = keys.get(primary.instance_id)!;
   const primarySpec = specs.get(primary.instance_id)!;
   const toolchain = await findToolchain(primarySpec.python, { home });
-  const lease = await nodeCacheFor(home).acquire(primaryKey);
-  let testbedBytes = 0;
-  let gitPackBytes = 0;
-  let venvBytes = 0;
-  let importModule = opts.importModule ?? "";
-  try {
-    testbedBytes = (await diskUsage([lease.trees["testbed"]!])).apparent;
-    gitPackBytes = packBytes(lease.trees["testbed"]!);
-    venvBytes = (await diskUsage([lease.trees["venv"]!])).apparent;
-    importModule ||= guessImportModule(primary.repo, lease.trees["testbed"]!);
-  } finally {
-    await lease.release();
-  }
+  const sizes = await measureWorkspace(home, primary, primaryKey, opts.importModule);
   writeFileSync(
     join(opts.work, "last-setup.json"),
     JSON.stringify({ datasetPath, repo: primary.repo, instances: instances.length, primaryKey }, null, 2),
   );
   return {
     home,
-    kind,
+    kind: source.kind,
     datasetPath,
     reposDir,
     specsFile: opts.specsFile,
@@ -204,15 +126,120 @@ export async function setupEnvironment(opts: SetupOptions): Promise<BenchEnviron
     primaryKey,
     primarySpec,
     toolchain,
-    importModule,
-    historyMiB: kind === "fixture" ? opts.historyMiB : null,
-    testbedBytes,
-    gitPackBytes,
-    venvBytes,
-    buildMs,
-    built,
+    ...sizes,
+    historyMiB: source.kind === "fixture" ? opts.historyMiB : null,
+    buildMs: built.buildMs,
+    built: built.count,
     notes,
   };
+}
+
+/** Where the instances come from, and the ones to build. */
+interface Source {
+  kind: "fixture" | "dataset";
+  datasetPath: string;
+  reposDir?: string;
+  candidates: Instance[];
+}
+
+/** A user's dataset: "N instances of one repository", so the repository with the most instances. */
+async function datasetSource(opts: SetupOptions, dataset: string, notes: string[]): Promise<Source> {
+  const datasetPath = resolve(dataset);
+  const all = await loadDataset(datasetPath);
+  if (all.length === 0) throw new Error(`${datasetPath}: no instances`);
+  const byRepo = new Map<string, Instance[]>();
+  for (const i of all) byRepo.set(i.repo, [...(byRepo.get(i.repo) ?? []), i]);
+  const [repo, rows] = [...byRepo].sort((a, b) => b[1].length - a[1].length)[0]!;
+  const candidates = rows.slice(0, opts.maxInstances);
+  if (byRepo.size > 1)
+    notes.push(
+      `dataset has ${byRepo.size} repositories; ` +
+        `benchmarked ${repo} (${rows.length} instances, ${candidates.length} used)`,
+    );
+  return { kind: "dataset", datasetPath, reposDir: opts.reposDir, candidates };
+}
+
+/** The fixture dataset, generated once per size (the generator is deterministic: a kept copy is the same). */
+async function fixtureSource(opts: SetupOptions): Promise<Source> {
+  const n = Math.min(MAX_FIXTURE_INSTANCES, Math.max(1, opts.maxInstances));
+  const mib = opts.historyMiB;
+  // The name carries both sizes: copies made with another history size are other repositories, never reused.
+  const dir = join(opts.work, `fixture-${n}-history-${mib}MiB`);
+  let datasetPath = join(dir, "dataset.json");
+  let reposDir = join(dir, "repos");
+  if (!existsSync(datasetPath) || !existsSync(join(reposDir, "fixture", "calc"))) {
+    const history = mib ? `, after a ${mib} MiB git history` : "";
+    opts.log(`generating the fixture dataset (${n} instances of fixture/calc${history})`);
+    const t = performance.now();
+    const fx = await makeFixtureDataset(dir, { instances: n, historyBytes: mib * MiB });
+    datasetPath = fx.datasetPath;
+    reposDir = fx.reposDir;
+    const h = fx.history;
+    if (h) {
+      const took = ((performance.now() - t) / 1000).toFixed(1);
+      const pack = (h.packBytes / MiB).toFixed(1);
+      const files = `${h.files} extra files in the checkout`;
+      opts.log(`fixture generated in ${took} s: ${h.commits} history commits, pack ${pack} MiB, ${files}`);
+    }
+  }
+  return { kind: "fixture", datasetPath, reposDir, candidates: (await loadDataset(datasetPath)).slice(0, n) };
+}
+
+/** Build every candidate's environment; those that fail are left out (with a note). */
+async function buildAll(
+  home: string,
+  candidates: Instance[],
+  opts: Pick<SetupOptions, "reposDir" | "specsFile" | "workers" | "log">,
+  notes: string[],
+): Promise<{ instances: Instance[]; count: number; buildMs: number }> {
+  const t0 = performance.now();
+  const builtKeys = new Set<string>();
+  const results = await prepareInstances(candidates, {
+    home,
+    reposDir: opts.reposDir,
+    specsFile: opts.specsFile,
+    workers: opts.workers,
+    onResult: (r) => {
+      // Instances sharing an environment all report "built" for the one build.
+      if (r.status === "built" && !builtKeys.has(r.key)) {
+        builtKeys.add(r.key);
+        opts.log(`built environment for ${r.instanceId} in ${(r.durationMs / 1000).toFixed(1)} s`);
+      }
+      if (r.status === "failed") opts.log(`environment for ${r.instanceId} failed: ${r.error?.split("\n")[0]}`);
+    },
+  });
+  const count = builtKeys.size;
+  const buildMs = count > 0 ? performance.now() - t0 : 0;
+  const failed = results.filter((r) => r.status === "failed");
+  if (failed.length) {
+    const ids = failed.map((f) => f.instanceId).join(", ");
+    notes.push(`${failed.length} environment(s) failed to build and were left out: ${ids}`);
+  }
+  const instances = builtInstances(candidates, results);
+  if (instances.length === 0)
+    throw new Error(`no environment could be built; first failure: ${failed[0]?.error ?? "unknown"}`);
+  return { instances, count, buildMs };
+}
+
+/** The measured workspace's sizes, and the module its real first command imports. */
+async function measureWorkspace(
+  home: string,
+  primary: Instance,
+  key: LayerKey,
+  importModule: string | undefined,
+): Promise<Pick<BenchEnvironment, "testbedBytes" | "gitPackBytes" | "venvBytes" | "importModule">> {
+  const lease = await nodeCacheFor(home).acquire(key);
+  try {
+    const testbed = lease.trees["testbed"]!;
+    return {
+      testbedBytes: (await diskUsage([testbed])).apparent,
+      gitPackBytes: packBytes(testbed),
+      venvBytes: (await diskUsage([lease.trees["venv"]!])).apparent,
+      importModule: importModule || guessImportModule(primary.repo, testbed),
+    };
+  } finally {
+    await lease.release();
+  }
 }
 
 const MiB = 1024 * 1024;

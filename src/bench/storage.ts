@@ -5,9 +5,9 @@
  */
 import { homeLayout } from "../util/home.js";
 import { nodeCacheFor } from "../env/environments.js";
-import { manifestPath, objectPath, openStore } from "../env/store/layout.js";
+import { manifestPath, objectPath, openStore, type Store } from "../env/store/layout.js";
 import { readManifest, referencedObjects } from "../env/store/manifest.js";
-import type { CacheLease } from "../env/cache/index.js";
+import type { CacheLease, NodeCache } from "../env/cache/index.js";
 import { DiskUsage } from "./du.js";
 import { ensureTarballs } from "./extract.js";
 import { Podman } from "./podman.js";
@@ -15,13 +15,15 @@ import { ensureEnvImageFor } from "./ready.js";
 import type { BenchEnvironment } from "./setup.js";
 import type { StoragePoint, Unavailable } from "./types.js";
 
-export async function benchStorage(opts: {
+interface StorageOptions {
   env: BenchEnvironment;
   work: string;
   ns: number[];
   podman: Podman | Unavailable;
   log: (m: string) => void;
-}): Promise<{ points: StoragePoint[]; podmanNote?: string }> {
+}
+
+export async function benchStorage(opts: StorageOptions): Promise<{ points: StoragePoint[]; podmanNote?: string }> {
   const { env } = opts;
   const store = openStore(homeLayout(env.home).store);
   const cache = nodeCacheFor(env.home);
@@ -31,56 +33,24 @@ export async function benchStorage(opts: {
   const points: StoragePoint[] = [];
   const leases: CacheLease[] = [];
   let podmanNote: string | undefined;
-  const images: string[] = [];
-  let podman = opts.podman instanceof Podman ? opts.podman : undefined;
   try {
-    const tarBytes: number[] = [];
-    for (const [i, key] of keys.entries()) {
-      const lease = await cache.acquire(key);
-      leases.push(lease);
-      tarBytes.push(
-        (await ensureTarballs(opts.work, key, { testbed: lease.trees["testbed"]!, venv: lease.trees["venv"]! })).bytes,
-      );
-      if (podman) {
-        try {
-          images.push(await ensureEnvImageFor(env, podman, key));
-        } catch (e) {
-          podmanNote = `podman image build failed: ${(e as Error).message.split("\n")[0]}`;
-          podman = undefined;
-        }
-      }
-      if ((i + 1) % 5 === 0)
-        opts.log(`storage: ${i + 1}/${keys.length} environments archived${podman ? " and imaged" : ""}`);
-    }
+    const made = await archiveAndImage(opts, keys, leases);
+    podmanNote = made.podmanNote;
+    const { podman, images } = made;
     const toolchainImage = podman
       ? await podman.ensureToolchainImage(env.toolchain.version, env.toolchain.mounts)
       : undefined;
     for (const n of opts.ns) {
       if (n > keys.length) continue;
       const subset = keys.slice(0, n);
-      // Store: objects referenced by these layers (each once) + their manifests.
-      const store_ = new DiskUsage();
-      let logical = 0;
-      for (const key of subset) {
-        const m = await readManifest(store, key);
-        for (const [id, size] of referencedObjects(m)) {
-          logical += size;
-          await store_.add(objectPath(store, id));
-        }
-        await store_.add(manifestPath(store, key));
-      }
-      const storeBytes = store_.allocated;
-      // Node cache: the materialized trees; files are hard links to objects already counted, directories are new.
-      for (const key of subset) await store_.add(cache.layerPath(key));
+      const ours = await minisandboxBytes(store, cache, subset);
       let podmanPoint: { envBytes: number; totalBytes: number; listedBytes: number } | undefined;
       if (podman && toolchainImage && images.length >= n)
         podmanPoint = await podman.diskUse(images.slice(0, n), [toolchainImage]);
       points.push({
         n,
-        minisandboxBytes: store_.allocated,
-        minisandboxStoreBytes: storeBytes,
-        minisandboxLogicalBytes: logical,
-        targzBytes: tarBytes.slice(0, n).reduce((a, b) => a + b, 0),
+        ...ours,
+        targzBytes: made.tarBytes.slice(0, n).reduce((a, b) => a + b, 0),
         podmanBytes: podmanPoint?.envBytes ?? null,
         podmanTotalBytes: podmanPoint?.totalBytes ?? null,
         podmanListedBytes: podmanPoint?.listedBytes ?? null,
@@ -90,8 +60,65 @@ export async function benchStorage(opts: {
     for (const l of leases) await l.release();
   }
   if (keys.length < Math.max(...opts.ns)) {
-    const why = `only ${keys.length} distinct environment(s) among ${env.instances.length} instance(s): larger N skipped`;
+    const among = `among ${env.instances.length} instance(s)`;
+    const why = `only ${keys.length} distinct environment(s) ${among}: larger N skipped`;
     podmanNote = [podmanNote, why].filter(Boolean).join("; ");
   }
   return { points, podmanNote };
+}
+
+/**
+ * Every environment materialized (its lease kept in `leases`), archived as a tar.gz pair and, while podman works, made
+ * an image; podman is dropped (with a note) at its first failure.
+ */
+async function archiveAndImage(
+  opts: StorageOptions,
+  keys: string[],
+  leases: CacheLease[],
+): Promise<{ tarBytes: number[]; images: string[]; podman?: Podman; podmanNote?: string }> {
+  const { env } = opts;
+  const cache = nodeCacheFor(env.home);
+  const tarBytes: number[] = [];
+  const images: string[] = [];
+  let podman = opts.podman instanceof Podman ? opts.podman : undefined;
+  let podmanNote: string | undefined;
+  for (const [i, key] of keys.entries()) {
+    const lease = await cache.acquire(key);
+    leases.push(lease);
+    const trees = { testbed: lease.trees["testbed"]!, venv: lease.trees["venv"]! };
+    tarBytes.push((await ensureTarballs(opts.work, key, trees)).bytes);
+    if (podman) {
+      try {
+        images.push(await ensureEnvImageFor(env, podman, key));
+      } catch (e) {
+        podmanNote = `podman image build failed: ${(e as Error).message.split("\n")[0]}`;
+        podman = undefined;
+      }
+    }
+    if ((i + 1) % 5 === 0)
+      opts.log(`storage: ${i + 1}/${keys.length} environments archived${podman ? " and imaged" : ""}`);
+  }
+  return { tarBytes, images, ...(podman ? { podman } : {}), ...(podmanNote ? { podmanNote } : {}) };
+}
+
+/** Our bytes for these layers: the store's objects (each once) and manifests, then with the node cache's trees. */
+async function minisandboxBytes(
+  store: Store,
+  cache: NodeCache,
+  subset: string[],
+): Promise<Pick<StoragePoint, "minisandboxBytes" | "minisandboxStoreBytes" | "minisandboxLogicalBytes">> {
+  const du = new DiskUsage();
+  let logical = 0;
+  for (const key of subset) {
+    const m = await readManifest(store, key);
+    for (const [id, size] of referencedObjects(m)) {
+      logical += size;
+      await du.add(objectPath(store, id));
+    }
+    await du.add(manifestPath(store, key));
+  }
+  const storeBytes = du.allocated;
+  // Node cache: the materialized trees; files are hard links to objects already counted, directories are new.
+  for (const key of subset) await du.add(cache.layerPath(key));
+  return { minisandboxBytes: du.allocated, minisandboxStoreBytes: storeBytes, minisandboxLogicalBytes: logical };
 }

@@ -51,7 +51,7 @@ export interface StoragePoint {
   n: number;
   /** The store: objects referenced by the N layers (each once) + their manifests. The ratios use this. */
   minisandboxStoreBytes: number;
-  /** The store plus the node cache with all N layers materialized (its files are hard links; its directories are not). */
+  /** The store plus the node cache with all N layers materialized (its files are hard links, its directories not). */
   minisandboxBytes: number;
   /** Sum over the files' sizes (what the layers would take undeduplicated). */
   minisandboxLogicalBytes: number;
@@ -59,7 +59,7 @@ export interface StoragePoint {
   targzBytes: number;
   /** Podman's env layers alone for the N images (shared layers once), without the base OS and toolchain layers. */
   podmanBytes: number | null;
-  /** Podman's actual disk use for the N images: every layer once, base OS and toolchain included (#6's figure). */
+  /** Podman's actual disk use for the N images: every layer once, base OS and toolchain included. */
   podmanTotalBytes: number | null;
   /** Sum of `podman images` sizes (shared layers counted once per image, as podman lists them). */
   podmanListedBytes: number | null;
@@ -135,7 +135,7 @@ export interface BenchResults {
     instance: string;
     envKey: string;
     importModule: string;
-    /** Fixture only: the generated git history's size in MiB (0 = the small calc repository alone); null for datasets. */
+    /** Fixture only: the generated git history's size in MiB (0 = the calc repository alone); null for datasets. */
     historyMiB: number | null;
     /** Apparent bytes of the primary instance's testbed (checkout + .git). */
     testbedBytes: number;
@@ -152,7 +152,7 @@ export interface BenchResults {
     levels: ConcurrencyLevel[];
     /** Failures at K = 128 (null when that level did not run). */
     k128_failures: number | null;
-    /** K sandboxes at once on an evicted layer: it must be materialized exactly once (#3). */
+    /** K sandboxes at once on an evicted layer: it must be materialized exactly once. */
     cold_stampede: { k: number; wallMs: number; failures: number; materializations: number } | null;
   };
   session: { inProcess: Dist | Unavailable; http: Record<string, unknown> | Unavailable };
@@ -160,7 +160,7 @@ export interface BenchResults {
   serverLoad: ServerLoadResult | Unavailable;
   evaluation: {
     minisandbox_engine: EvalMeasurement | Unavailable;
-    /** The same with one worker (#4 asks for 1 and 2), when the main run uses more. */
+    /** The same with one worker (overhead is judged at 1 and 2), when the main run uses more. */
     minisandbox_engine_1worker?: EvalMeasurement | Unavailable;
     minisandbox_steps: EvalMeasurement | Unavailable;
     podman: EvalMeasurement | Unavailable;
@@ -170,7 +170,7 @@ export interface BenchResults {
     warm_vs_podman: number | null;
     cold_vs_extract: number | null;
     storage_vs_targz: number | null;
-    /** #6: podman's actual disk use for the N images (every layer once, base OS and toolchain included) ÷ store. */
+    /** podman's actual disk use for the N images (every layer once, base OS and toolchain included) ÷ store. */
     storage_vs_podman: number | null;
     /** Stricter: podman's env layers alone (no base OS, no toolchain, which a sandbox takes from the host) ÷ store. */
     storage_vs_podman_env_layers: number | null;

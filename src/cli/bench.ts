@@ -1,7 +1,7 @@
 import type { Command } from "commander";
 import { benchMain, type BenchOptions } from "../bench/index.js";
 import { ALL_WORKLOADS, DEFAULT_HISTORY_MIB, type Workload } from "../bench/run.js";
-import { fail } from "./common.js";
+import { fail, parsePositive } from "./common.js";
 
 export interface BenchCliOptions {
   quick?: boolean;
@@ -30,7 +30,8 @@ export function addBenchOptions(cmd: Command): Command {
     .option("--runs <N>", "rounds of the ready workload (default 25, --quick 6)")
     .option(
       "--history-mb <N>",
-      `fixture: git history (pack) of about N MiB before its commits, like a real repository's (default ${DEFAULT_HISTORY_MIB}, like sympy's; 0 = the small repository alone)`,
+      "fixture: git history (pack) of about N MiB before its commits, like a real repository's " +
+        `(default ${DEFAULT_HISTORY_MIB}, like sympy's; 0 = the small repository alone)`,
     )
     .option("--only <LIST>", `comma-separated workloads (${ALL_WORKLOADS.join(",")})`)
     .option("--no-podman", "skip the podman baselines even if podman is installed")
@@ -46,9 +47,7 @@ export function benchOptionsFrom(o: BenchCliOptions): BenchOptions & { outDir?: 
     if (bad.length)
       throw new Error(`--only: unknown workload(s) ${bad.join(", ")} (known: ${ALL_WORKLOADS.join(", ")})`);
   }
-  const runs = o.runs === undefined ? undefined : Number(o.runs);
-  if (runs !== undefined && (!Number.isInteger(runs) || runs < 1))
-    throw new Error(`--runs expects a positive integer, got ${o.runs}`);
+  const runs = o.runs === undefined ? undefined : parsePositive(o.runs, "--runs", { integer: true });
   if (o.historyMb !== undefined && !/^\d{1,6}$/.test(o.historyMb.trim()))
     throw new Error(`--history-mb expects a non-negative integer (MiB), got ${o.historyMb}`);
   if (o.historyMb !== undefined && o.dataset)

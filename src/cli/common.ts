@@ -1,7 +1,7 @@
 import type { Command } from "commander";
 import { parseSize } from "../util/size.js";
 import type { Limits } from "../sandbox/limits.js";
-import { MinisandboxError } from "../util/errors.js";
+import { InvalidInputError } from "../errors.js";
 
 /** Options shared by every command that starts a sandbox. */
 export interface SandboxCliOptions {
@@ -39,34 +39,37 @@ export function parseEnvPairs(pairs: string[]): Record<string, string> {
   const env: Record<string, string> = {};
   for (const p of pairs) {
     const i = p.indexOf("=");
-    if (i <= 0) throw new MinisandboxError("invalid_input", `--env expects K=V, got ${JSON.stringify(p)}`);
+    if (i <= 0) throw new InvalidInputError(`--env expects K=V, got ${JSON.stringify(p)}`, { field: "--env" });
     env[p.slice(0, i)] = p.slice(i + 1);
   }
   return env;
 }
 
+/**
+ * A positive number given as `flag`'s value (an integer with `integer`); anything else is bad input, named
+ * `${flag} expects <what>, got <value>` (default what: "a positive number" / "a positive integer").
+ */
+export function parsePositive(value: string, flag: string, opts: { integer?: boolean; what?: string } = {}): number {
+  const n = Number(value);
+  if (!Number.isFinite(n) || n <= 0 || (opts.integer && !Number.isInteger(n))) {
+    const what = opts.what ?? `a positive ${opts.integer ? "integer" : "number"}`;
+    throw new InvalidInputError(`${flag} expects ${what}, got ${value}`, { field: flag });
+  }
+  return n;
+}
+
 export function limitsFrom(o: SandboxCliOptions): Limits {
-  const int = (v: string | undefined, name: string): number | undefined => {
-    if (v === undefined) return undefined;
-    const n = Number(v);
-    if (!Number.isFinite(n) || n <= 0)
-      throw new MinisandboxError("invalid_input", `${name} expects a positive number, got ${v}`);
-    return n;
-  };
   return {
     memoryBytes: o.memory ? parseSize(o.memory) : undefined,
-    pids: int(o.pids, "--pids"),
-    cpuSeconds: int(o.cpu, "--cpu"),
+    pids: o.pids === undefined ? undefined : parsePositive(o.pids, "--pids"),
+    cpuSeconds: o.cpu === undefined ? undefined : parsePositive(o.cpu, "--cpu"),
     diskBytes: o.disk ? parseSize(o.disk) : undefined,
   };
 }
 
 export function timeoutMsFrom(o: { timeout?: string }): number | undefined {
   if (o.timeout === undefined) return undefined;
-  const s = Number(o.timeout);
-  if (!Number.isFinite(s) || s <= 0)
-    throw new MinisandboxError("invalid_input", `--timeout expects seconds, got ${o.timeout}`);
-  return s * 1000;
+  return parsePositive(o.timeout, "--timeout", { what: "seconds" }) * 1000;
 }
 
 /** Print an error the way every command does: one clear line, no stack, non-zero exit. */
@@ -74,5 +77,5 @@ export function fail(e: unknown): never {
   const msg = e instanceof Error ? e.message : String(e);
   process.stderr.write(`minisandbox: ${msg}\n`);
   if (process.env.MINISANDBOX_DEBUG && e instanceof Error) process.stderr.write(`${e.stack}\n`);
-  process.exit(e instanceof MinisandboxError && e.code === "invalid_input" ? 2 : 1);
+  process.exit(e instanceof InvalidInputError ? 2 : 1);
 }

@@ -1,6 +1,6 @@
 import type { Command } from "commander";
 import { addSandboxOptions, fail, limitsFrom, parseEnvPairs, timeoutMsFrom, type SandboxCliOptions } from "./common.js";
-import { addWorkspaceOptions, openWorkspace, type WorkspaceCliOptions } from "./workspace.js";
+import { addWorkspaceOptions, sandboxFor, type WorkspaceCliOptions } from "./workspace.js";
 
 export function registerExecCommand(program: Command, getHome: () => string): void {
   addWorkspaceOptions(addSandboxOptions(program.command("exec")))
@@ -10,7 +10,7 @@ export function registerExecCommand(program: Command, getHome: () => string): vo
       let code = 1;
       try {
         const timeoutMs = timeoutMsFrom(o);
-        await using sb = await openWorkspace(o, {
+        await using sb = await sandboxFor(o, {
           home: getHome(),
           network: o.network,
           limits: limitsFrom(o),

@@ -7,7 +7,7 @@ import { registerDoctorCommand } from "./doctor.js";
 import { registerStoreCommand } from "./store.js";
 import { registerPrepareCommand } from "./prepare.js";
 import { registerDemoCommand } from "./demo.js";
-import { demoEvaluate, registerEvaluateCommand, validateHook } from "./evaluate.js";
+import { registerEvaluateCommand } from "./evaluate.js";
 import { registerServeCommand } from "./serve.js";
 import { envProviderFactory } from "../server/env-provider.js";
 import { registerBenchCommand } from "./bench.js";
@@ -25,10 +25,10 @@ const getHome = (): string => resolveHome(program.opts<{ home?: string }>().home
 registerExecCommand(program, getHome);
 registerShellCommand(program, getHome);
 registerDoctorCommand(program, getHome);
-registerPrepareCommand(program, getHome, { validate: validateHook });
+registerPrepareCommand(program, getHome);
 registerEvaluateCommand(program, getHome);
 registerStoreCommand(program, getHome);
-registerDemoCommand(program, getHome, { evaluate: demoEvaluate });
+registerDemoCommand(program, getHome);
 registerServeCommand(program, getHome, envProviderFactory);
 registerBenchCommand(program, getHome);
 

@@ -1,14 +1,14 @@
 import { spawn } from "node:child_process";
 import type { Command } from "commander";
 import { addSandboxOptions, fail, limitsFrom, parseEnvPairs, timeoutMsFrom, type SandboxCliOptions } from "./common.js";
-import { addWorkspaceOptions, openWorkspace, type WorkspaceCliOptions } from "./workspace.js";
+import { addWorkspaceOptions, sandboxFor, type WorkspaceCliOptions } from "./workspace.js";
 
 export function registerShellCommand(program: Command, getHome: () => string): void {
   addWorkspaceOptions(addSandboxOptions(program.command("shell")))
     .description("an interactive shell in a fresh sandbox (everything it writes vanishes on exit)")
     .action(async (o: SandboxCliOptions & WorkspaceCliOptions) => {
       try {
-        await using sb = await openWorkspace(o, {
+        await using sb = await sandboxFor(o, {
           home: getHome(),
           network: o.network,
           limits: limitsFrom(o),

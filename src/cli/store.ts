@@ -17,10 +17,15 @@ interface JsonFlag {
   json?: boolean;
 }
 
+type StoreOf = () => Store;
+
 export function registerStoreCommand(program: Command, getHome: () => string): void {
   const cmd = program.command("store").description("content-addressed layer store: dedup stats, integrity, gc, packs");
-  const store = (): Store => openStore(homeLayout(getHome()).store);
+  const store: StoreOf = () => openStore(homeLayout(getHome()).store);
+  for (const register of [statsCommand, verifyCommand, gcCommand, exportCommand, importCommand]) register(cmd, store);
+}
 
+function statsCommand(cmd: Command, store: StoreOf): void {
   cmd
     .command("stats")
     .description("layers, logical vs stored bytes, dedup ratio")
@@ -39,7 +44,9 @@ export function registerStoreCommand(program: Command, getHome: () => string): v
         );
       }),
     );
+}
 
+function verifyCommand(cmd: Command, store: StoreOf): void {
   cmd
     .command("verify")
     .description("rehash every object and check every manifest; exits 1 on any problem")
@@ -58,7 +65,9 @@ export function registerStoreCommand(program: Command, getHome: () => string): v
         if (!report.ok) process.exitCode = 1;
       }),
     );
+}
 
+function gcCommand(cmd: Command, store: StoreOf): void {
   cmd
     .command("gc")
     .description("remove objects no layer references, and stale scratch files")
@@ -67,12 +76,13 @@ export function registerStoreCommand(program: Command, getHome: () => string): v
       action("gc", async (opts: JsonFlag) => {
         const r = await gcStore(store());
         if (opts.json) return printJson(r);
-        print(
-          `removed ${r.removedObjects} objects and ${r.removedTemp} scratch entries, freed ${formatBytes(r.freedBytes)}`,
-        );
+        const freed = formatBytes(r.freedBytes);
+        print(`removed ${r.removedObjects} objects and ${r.removedTemp} scratch entries, freed ${freed}`);
       }),
     );
+}
 
+function exportCommand(cmd: Command, store: StoreOf): void {
   cmd
     .command("export")
     .description("write layers (manifests + objects) to a tar+zstd pack")
@@ -83,12 +93,13 @@ export function registerStoreCommand(program: Command, getHome: () => string): v
       action("export", async (layers: string[], opts: JsonFlag & { output: string }) => {
         const r = await exportPack(store(), layers, opts.output);
         if (opts.json) return printJson(r);
-        print(
-          `wrote ${r.file}: ${r.layers.length} layer(s), ${r.objects} objects, ${formatBytes(r.objectBytes)} -> ${formatBytes(r.packBytes)}`,
-        );
+        const bytes = `${formatBytes(r.objectBytes)} -> ${formatBytes(r.packBytes)}`;
+        print(`wrote ${r.file}: ${r.layers.length} layer(s), ${r.objects} objects, ${bytes}`);
       }),
     );
+}
 
+function importCommand(cmd: Command, store: StoreOf): void {
   cmd
     .command("import")
     .description("validate a pack and add its layers to the store")
@@ -99,9 +110,8 @@ export function registerStoreCommand(program: Command, getHome: () => string): v
       action("import", async (file: string, opts: JsonFlag & { replace?: boolean }) => {
         const r = await importPack(store(), file, { replace: opts.replace });
         if (opts.json) return printJson(r);
-        print(
-          `imported ${r.layers.join(", ")}: ${r.objectsAdded} new objects (${formatBytes(r.bytesAdded)}), ${r.objectsPresent} already present`,
-        );
+        const added = `${r.objectsAdded} new objects (${formatBytes(r.bytesAdded)})`;
+        print(`imported ${r.layers.join(", ")}: ${added}, ${r.objectsPresent} already present`);
       }),
     );
 }

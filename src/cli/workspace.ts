@@ -1,6 +1,6 @@
 import type { Command } from "commander";
-import { Sandbox, type SandboxOptions } from "../sandbox/sandbox.js";
-import { InvalidInputError } from "../util/errors.js";
+import { InvalidInputError } from "../errors.js";
+import { Sandbox, type SandboxOptions } from "../index.js";
 
 /** How exec/shell pick their workspace: a plain directory, or a dataset instance's environment. */
 export interface WorkspaceCliOptions {
@@ -18,10 +18,7 @@ export function addWorkspaceOptions(cmd: Command): Command {
 }
 
 /** Start the sandbox a command asked for. */
-export function openWorkspace(
-  o: WorkspaceCliOptions,
-  common: Omit<SandboxOptions, "dir" | "overlays">,
-): Promise<Sandbox> {
+export function sandboxFor(o: WorkspaceCliOptions, common: Omit<SandboxOptions, "dir" | "overlays">): Promise<Sandbox> {
   if (!o.instance) return Sandbox.create({ ...common, dir: o.dir });
   if (o.dir) throw new InvalidInputError("--dir and --instance are exclusive");
   if (!o.dataset) throw new InvalidInputError("--instance needs --dataset FILE");

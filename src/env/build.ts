@@ -1,10 +1,12 @@
 import { appendFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
+import { sandboxRootOnHost } from "../sandbox/host.js";
 import { Sandbox } from "../sandbox/sandbox.js";
 import { homeLayout } from "../util/home.js";
 import { runOk } from "../util/run.js";
-import { MinisandboxError } from "../util/errors.js";
+import { shellQuote } from "../util/shell.js";
+import { BuildError } from "../errors.js";
 import { TESTBED_PATH, VENV_PATH, type EnvSpec, type LayerKey } from "./types.js";
 import { findToolchain, type Toolchain } from "./toolchains.js";
 import { pipSettings } from "./pip-config.js";
@@ -29,16 +31,6 @@ export interface BuildResult {
   logFile: string;
 }
 
-export class BuildError extends MinisandboxError {
-  constructor(
-    readonly step: string,
-    readonly logFile: string,
-    readonly tail: string,
-  ) {
-    super("build_failed", `build failed at step "${step}" (log: ${logFile}):\n${tail}`);
-  }
-}
-
 /** The build log of an environment. */
 export function buildLogPath(home: string, key: LayerKey): string {
   return join(homeLayout(home).logs, "build", `${key}.log`);
@@ -56,12 +48,8 @@ export function installScript(spec: EnvSpec, requirementsFile?: string): { deps:
   if (packages === "requirements.txt" && requirementsFile) deps.push(`${pip} -r ${requirementsFile}`);
   else if (packages && packages !== "environment.yml" && packages !== "requirements.txt")
     deps.push(`${pip} ${packages}`);
-  if (spec.pip_packages.length) deps.push(`${pip} ${spec.pip_packages.map(quoteArg).join(" ")}`);
+  if (spec.pip_packages.length) deps.push(`${pip} ${spec.pip_packages.map(shellQuote).join(" ")}`);
   return { deps, install: spec.install ? [spec.install] : [] };
-}
-
-function quoteArg(s: string): string {
-  return /^[\w.,:=<>!~*+\-[\]/@]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`;
 }
 
 /**
@@ -70,67 +58,112 @@ function quoteArg(s: string): string {
  * against the normalized sources, and ingest both trees into the store as one layer.
  */
 export async function buildEnvironment(opts: BuildOptions): Promise<BuildResult> {
-  const { home, spec, key } = opts;
-  const layout = homeLayout(home);
-  const logFile = buildLogPath(home, key);
-  mkdirSync(join(layout.logs, "build"), { recursive: true });
-  writeFileSync(logFile, `# build ${key} ${new Date().toISOString()}\n# spec ${JSON.stringify(spec)}\n`);
-  const log = (text: string): void => appendFileSync(logFile, text.endsWith("\n") ? text : `${text}\n`);
-  const work = join(layout.envs, `build-${key.slice(0, 16)}-${randomBytes(4).toString("hex")}`);
-  const trees = { testbed: join(work, "testbed"), venv: join(work, "venv") };
-  const started = performance.now();
-  const steps: BuildResult["steps"] = [];
-  let current = "prepare";
-  const step = async <T>(name: string, fn: () => Promise<T>): Promise<T> => {
-    current = name;
-    opts.onStep?.(name);
-    log(`\n## ${name}`);
+  const build = new Build(opts);
+  try {
+    const { toolchain, requirements } = await build.checkout();
+    await build.openSandbox(toolchain, requirements);
+    await build.install(toolchain, requirements);
+    await build.compile();
+    await build.ingest(toolchain);
+    return build.done();
+  } catch (e) {
+    throw build.failed(e);
+  } finally {
+    await build.cleanup();
+  }
+}
+
+type Requirements = Awaited<ReturnType<typeof requirementsFile>>;
+
+/** One build in progress: its log, its scratch trees, the step it is at, and its sandbox while it has one. */
+class Build {
+  private readonly logFile: string;
+  private readonly work: string;
+  private readonly trees: { testbed: string; venv: string };
+  private readonly started = performance.now();
+  private readonly steps: BuildResult["steps"] = [];
+  private current = "prepare";
+  private sandbox: Sandbox | undefined;
+  private pipEnv: Record<string, string> = {};
+
+  constructor(private readonly opts: BuildOptions) {
+    const { home, spec, key } = opts;
+    this.logFile = buildLogPath(home, key);
+    mkdirSync(join(homeLayout(home).logs, "build"), { recursive: true });
+    writeFileSync(this.logFile, `# build ${key} ${new Date().toISOString()}\n# spec ${JSON.stringify(spec)}\n`);
+    this.work = join(homeLayout(home).envs, `build-${key.slice(0, 16)}-${randomBytes(4).toString("hex")}`);
+    this.trees = { testbed: join(this.work, "testbed"), venv: join(this.work, "venv") };
+  }
+
+  private log(text: string): void {
+    appendFileSync(this.logFile, text.endsWith("\n") ? text : `${text}\n`);
+  }
+
+  private async step<T>(name: string, fn: () => Promise<T>): Promise<T> {
+    this.current = name;
+    this.opts.onStep?.(name);
+    this.log(`\n## ${name}`);
     const t = performance.now();
     const out = await fn();
-    steps.push({ name, durationMs: performance.now() - t });
+    this.steps.push({ name, durationMs: performance.now() - t });
     return out;
-  };
-  let sandbox: Sandbox | undefined;
-  try {
-    mkdirSync(trees.venv, { recursive: true });
-    const toolchain: Toolchain = await step("toolchain", () => findToolchain(spec.python, { home }));
-    log(`python ${toolchain.version} at ${toolchain.python}`);
-    const source = await step("fetch", () => repoSource(spec.repo, { reposDir: opts.reposDir, home }));
-    await step("checkout", () => checkoutTestbed(source, spec.commit, trees.testbed));
-    const requirements = await step("requirements", () => requirementsFile(spec, source, work));
+  }
+
+  /** A shell step inside the build sandbox; a non-zero exit fails the build. */
+  private async sh(name: string, command: string): Promise<void> {
+    await this.step(name, async () => {
+      this.log(`$ ${command}`);
+      const r = await this.sandbox!.exec(command, {
+        timeoutMs: this.opts.stepTimeoutMs ?? 30 * 60_000,
+        mergeOutput: true,
+        outputLimitBytes: 4 * 1024 * 1024,
+      });
+      this.log(r.stdout);
+      if (r.exitCode !== 0) throw new Error(`exit ${r.exitCode}${r.timedOut ? " (timed out)" : ""}`);
+    });
+  }
+
+  /** The interpreter, the repository at the spec's commit, and its requirements file if the spec names one. */
+  async checkout(): Promise<{ toolchain: Toolchain; requirements: Requirements }> {
+    const { home, spec, reposDir } = this.opts;
+    mkdirSync(this.trees.venv, { recursive: true });
+    const toolchain = await this.step("toolchain", () => findToolchain(spec.python, { home }));
+    this.log(`python ${toolchain.version} at ${toolchain.python}`);
+    const source = await this.step("fetch", () => repoSource(spec.repo, { reposDir, home }));
+    await this.step("checkout", () => checkoutTestbed(source, spec.commit, this.trees.testbed));
+    const requirements = await this.step("requirements", () => requirementsFile(spec, source, this.work));
+    return { toolchain, requirements };
+  }
+
+  /** The build sandbox: network on, the trees bound writable, the user's pip configuration read-only. */
+  async openSandbox(toolchain: Toolchain, requirements: Requirements): Promise<void> {
+    const { home, spec, key } = this.opts;
     const pip = await pipSettings(toolchain.python);
-    sandbox = await Sandbox.create({
+    this.pipEnv = pip.env;
+    // The trees are written by the sandbox's root, an unprivileged host uid in root mode: hand them over for the
+    // build, take them back before anything on the host reads them (chown also clears setuid and setgid bits).
+    await chownTree([this.trees.testbed, this.trees.venv], sandboxRootOnHost());
+    const readOnly = (source: string, target = source) => ({ source, target, readOnly: true });
+    this.sandbox = await Sandbox.create({
       home,
       network: true,
       binds: [
-        { source: trees.testbed, target: TESTBED_PATH, readOnly: false },
-        { source: trees.venv, target: VENV_PATH, readOnly: false },
-        ...pip.mounts.map((p) => ({ source: p, target: p, readOnly: true })),
-        ...(requirements ? [{ source: requirements.host, target: requirements.inside, readOnly: true }] : []),
+        { source: this.trees.testbed, target: TESTBED_PATH, readOnly: false },
+        { source: this.trees.venv, target: VENV_PATH, readOnly: false },
+        ...pip.mounts.map((p) => readOnly(p)),
+        ...(requirements ? [readOnly(requirements.host, requirements.inside)] : []),
       ],
       toolchains: toolchain.mounts,
       cwd: TESTBED_PATH,
       env: { ...pip.env, PIP_NO_INPUT: "1", PIP_PROGRESS_BAR: "off", ...spec.env },
       labels: { purpose: "build", key },
     });
-    const sh = async (name: string, command: string): Promise<void> => {
-      await step(name, async () => {
-        log(`$ ${command}`);
-        const r = await sandbox!.exec(command, {
-          timeoutMs: opts.stepTimeoutMs ?? 30 * 60_000,
-          mergeOutput: true,
-          outputLimitBytes: 4 * 1024 * 1024,
-        });
-        log(r.stdout);
-        if (r.exitCode !== 0) throw new Error(`exit ${r.exitCode}${r.timedOut ? " (timed out)" : ""}`);
-      });
-    };
-    const activate = `. ${VENV_PATH}/bin/activate && cd ${TESTBED_PATH}`;
+  }
+
+  /** The venv with its dependencies (restored from a snapshot when one fits), then the repository's own step. */
+  async install(toolchain: Toolchain, requirements: Requirements): Promise<void> {
+    const { home, spec } = this.opts;
     const script = installScript(spec, requirements?.inside);
-    const run = async (commands: string[], first: number): Promise<void> => {
-      for (const [i, c] of commands.entries())
-        await sh(`install ${first + i}: ${c.slice(0, 60)}`, `${activate} && ${c}`);
-    };
     // Instances of one repository version share their dependencies: install them once, restore them after.
     const deps = new DepsCache(home);
     const depsId = depsKey({
@@ -138,37 +171,52 @@ export async function buildEnvironment(opts: BuildOptions): Promise<BuildResult>
       python: toolchain.python,
       pythonVersion: toolchain.version,
       requirements: requirements?.text,
-      pipEnv: pip.env,
+      pipEnv: this.pipEnv,
     });
+    const venv = this.trees.venv;
     const restored =
-      depsId !== undefined && (await step("dependencies (snapshot)", () => deps.restore(depsId, trees.venv)));
-    if (restored) log(`restored the venv with dependencies from snapshot ${depsId}`);
+      depsId !== undefined && (await this.step("dependencies (snapshot)", () => deps.restore(depsId, venv)));
+    if (restored) this.log(`restored the venv with dependencies from snapshot ${depsId}`);
     else {
-      await sh("venv", `${toolchain.python} -m venv ${VENV_PATH}`);
-      await run(script.deps, 1);
-      if (depsId !== undefined) await step("dependencies (save snapshot)", () => deps.save(depsId, trees.venv));
+      await this.sh("venv", `${toolchain.python} -m venv ${VENV_PATH}`);
+      await this.runAll(script.deps, 1);
+      if (depsId !== undefined) await this.step("dependencies (save snapshot)", () => deps.save(depsId, venv));
     }
-    await run(script.install, script.deps.length + 1);
-    await step("normalize", async () => {
-      // .pyc files record their source's mtime: normalize first, then compile, so caches stay valid everywhere.
-      await normalizeMtimes(trees.testbed);
-      await normalizeMtimes(trees.venv);
+    await this.runAll(script.install, script.deps.length + 1);
+  }
+
+  private async runAll(commands: string[], first: number): Promise<void> {
+    for (const [i, c] of commands.entries())
+      await this.sh(`install ${first + i}: ${c.slice(0, 60)}`, `${ACTIVATE} && ${c}`);
+  }
+
+  /** Normalized mtimes first, then bytecode compiled against them (so every .pyc stays valid everywhere). */
+  async compile(): Promise<void> {
+    await this.step("normalize", async () => {
+      await normalizeMtimes(this.trees.testbed);
+      await normalizeMtimes(this.trees.venv);
     });
-    await sh(
-      "compile",
-      `${activate} && find ${VENV_PATH} -name '*.pyc' -delete && python -m compileall -q -j 0 ${VENV_PATH} >/dev/null 2>&1; python -m compileall -q -j 0 -x '/\\.git/' ${TESTBED_PATH} >/dev/null 2>&1; true`,
-    );
-    await sandbox.close();
-    sandbox = undefined;
-    await step("finalize", async () => {
-      await normalizeMtimes(trees.testbed);
-      await normalizeMtimes(trees.venv);
+    const venvPycs = `find ${VENV_PATH} -name '*.pyc' -delete && python -m compileall -q -j 0 ${VENV_PATH} >/dev/null 2>&1`;
+    const testbedPycs = `python -m compileall -q -j 0 -x '/\\.git/' ${TESTBED_PATH} >/dev/null 2>&1`;
+    await this.sh("compile", `${ACTIVATE} && ${venvPycs}; ${testbedPycs}; true`);
+    await this.sandbox!.close();
+    this.sandbox = undefined;
+    const self = { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
+    await chownTree([this.trees.testbed, this.trees.venv], self);
+    await this.step("finalize", async () => {
+      await normalizeMtimes(this.trees.testbed);
+      await normalizeMtimes(this.trees.venv);
       // The index's stat data must match the normalized files, or every `git status` rewrites the index.
-      await runOk("git", ["-C", trees.testbed, "update-index", "--refresh", "-q"]).catch(() => "");
+      await runOk("git", ["-C", this.trees.testbed, "update-index", "--refresh", "-q"]).catch(() => "");
     });
+  }
+
+  /** Both trees into the store as one layer. */
+  async ingest(toolchain: Toolchain): Promise<void> {
+    const { home, spec, key } = this.opts;
     const store = openStore(homeLayout(home).store);
-    await step("store", () =>
-      ingestLayer(store, key, trees, {
+    await this.step("store", () =>
+      ingestLayer(store, key, this.trees, {
         meta: {
           spec: spec as unknown as { [k: string]: string },
           python: toolchain.version,
@@ -176,16 +224,36 @@ export async function buildEnvironment(opts: BuildOptions): Promise<BuildResult>
         },
       }),
     );
-    log(`\n# done in ${((performance.now() - started) / 1000).toFixed(1)} s`);
-    return { key, durationMs: performance.now() - started, steps, logFile };
-  } catch (e) {
-    log(`\n# FAILED at ${current}: ${(e as Error).message}`);
-    const tail = readFileSync(logFile, "utf8").split("\n").slice(-25).join("\n");
-    throw new BuildError(current, logFile, tail);
-  } finally {
-    await sandbox?.close();
-    rmSync(work, { recursive: true, force: true });
   }
+
+  done(): BuildResult {
+    this.log(`\n# done in ${((performance.now() - this.started) / 1000).toFixed(1)} s`);
+    return {
+      key: this.opts.key,
+      durationMs: performance.now() - this.started,
+      steps: this.steps,
+      logFile: this.logFile,
+    };
+  }
+
+  /** The error to throw: the step that failed and the tail of the log. */
+  failed(e: unknown): BuildError {
+    this.log(`\n# FAILED at ${this.current}: ${(e as Error).message}`);
+    const tail = readFileSync(this.logFile, "utf8").split("\n").slice(-25).join("\n");
+    return new BuildError(this.current, this.logFile, tail);
+  }
+
+  async cleanup(): Promise<void> {
+    await this.sandbox?.close();
+    rmSync(this.work, { recursive: true, force: true });
+  }
+}
+
+const ACTIVATE = `. ${VENV_PATH}/bin/activate && cd ${TESTBED_PATH}`;
+
+/** chown -R without following symlinks (the trees' contents came from a sandbox). */
+async function chownTree(dirs: string[], ids: { uid: number; gid: number }): Promise<void> {
+  await runOk("chown", ["-R", "-h", `${ids.uid}:${ids.gid}`, "--", ...dirs]);
 }
 
 /** SWE-bench reads requirements.txt at the environment setup commit; we take it from the repository's history. */

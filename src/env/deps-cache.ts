@@ -1,8 +1,8 @@
 /**
  * Venvs with a spec's dependencies installed, before the repository's own install step: what SWE-bench keeps as its
  * "env" image. Instances of one repository version share them, so a dataset's N builds install the dependencies once
- * and then only `pip install -e .` each. A snapshot is a plain copy of the venv directory (it is restored into a build's
- * private venv, which the build then changes); the newest few are kept.
+ * and then only `pip install -e .` each. A snapshot is a plain copy of the venv directory (it is restored into a
+ * build's private venv, which the build then changes); the newest few are kept.
  */
 import { createHash, randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, renameSync, statSync, utimesSync } from "node:fs";

@@ -1,15 +1,12 @@
 import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { homeLayout } from "../util/home.js";
-import { NotFoundError } from "../util/errors.js";
 import type { Instance } from "../tasks/types.js";
 import { specForInstance, specKey } from "./spec.js";
-import { TESTBED_PATH, VENV_PATH, type EnvSpec, type LayerKey } from "./types.js";
-import { buildEnvironment, BuildError } from "./build.js";
-import { findToolchain } from "./toolchains.js";
+import type { EnvSpec, LayerKey } from "./types.js";
+import { buildEnvironment } from "./build.js";
 import { hasLayer, openStore } from "./store/index.js";
-import { NodeCache, type CacheLease } from "./cache/index.js";
-import type { SandboxOptions } from "../sandbox/sandbox.js";
+import { NodeCache } from "./cache/index.js";
 
 /** What we remember about a built environment (next to its layer): the spec and the validation verdict. */
 export interface EnvRecord {
@@ -94,8 +91,6 @@ export function ensureBuilt(
   return p;
 }
 
-export { BuildError };
-
 const caches = new Map<string, NodeCache>();
 
 /**
@@ -132,47 +127,4 @@ export function nodeCacheFor(home: string): NodeCache {
     caches.set(home, c);
   }
   return c;
-}
-
-const toolchains = new Map<string, ReturnType<typeof findToolchain>>();
-
-/** Interpreter discovery walks pyenv/conda/PATH (hundreds of ms): once per process, home and version. */
-function toolchainFor(home: string, version: string): ReturnType<typeof findToolchain> {
-  const id = `${home}\0${version}`;
-  let t = toolchains.get(id);
-  if (!t) {
-    t = findToolchain(version, { home });
-    toolchains.set(id, t);
-    t.catch(() => toolchains.delete(id));
-  }
-  return t;
-}
-
-/** Sandbox options for a built environment: its trees copy-on-write, its interpreter, its venv first on PATH. */
-export async function workspaceFor(
-  home: string,
-  spec: EnvSpec,
-  key: LayerKey,
-): Promise<{ options: SandboxOptions; lease: CacheLease }> {
-  if (!(await isBuilt(home, key)) && !readCacheConfig(home).remotes?.length)
-    throw new NotFoundError(
-      `environment ${key.slice(0, 12)} (${spec.repo}@${spec.commit.slice(0, 12)}) is not built: run \`minisandbox prepare\` first`,
-    );
-  const toolchain = await toolchainFor(home, spec.python);
-  const lease = await nodeCacheFor(home).acquire(key);
-  return {
-    lease,
-    options: {
-      home,
-      overlays: [
-        { lower: [lease.trees["testbed"]!], target: TESTBED_PATH },
-        { lower: [lease.trees["venv"]!], target: VENV_PATH },
-      ],
-      toolchains: toolchain.mounts,
-      pathPrepend: [`${VENV_PATH}/bin`],
-      env: { VIRTUAL_ENV: VENV_PATH, ...spec.env },
-      cwd: TESTBED_PATH,
-      labels: { env: key, repo: spec.repo },
-    },
-  };
 }

@@ -1,6 +1,7 @@
 import type { Instance } from "../tasks/types.js";
-import { pool } from "../util/progress.js";
-import { BuildError, ensureBuilt, envFor, type EnvOptions } from "./environments.js";
+import { pool, table } from "../util/progress.js";
+import { BuildError } from "../errors.js";
+import { ensureBuilt, envFor, type EnvOptions } from "./environments.js";
 
 export type PrepareStatus = "built" | "cached" | "failed";
 
@@ -42,4 +43,28 @@ export async function prepareInstances(
       return r;
     }
   });
+}
+
+/** The instances whose environment is ready (built now or before). */
+export function builtInstances(instances: readonly Instance[], results: readonly PrepareResult[]): Instance[] {
+  const failed = new Set(results.filter((r) => r.status === "failed").map((r) => r.instanceId));
+  return instances.filter((i) => !failed.has(i.instance_id));
+}
+
+/** One row per instance, the counts, then each failure in full: what `minisandbox prepare` prints. */
+export function renderPrepare(results: readonly PrepareResult[]): string {
+  const rows = results.map((r) => [
+    r.instanceId,
+    r.key.slice(0, 12),
+    r.status,
+    (r.durationMs / 1000).toFixed(1),
+    r.error ? r.error.split("\n")[0]! : "",
+  ]);
+  const n = (s: PrepareStatus): number => results.filter((r) => r.status === s).length;
+  const failures = results.filter((r) => r.status === "failed").map((r) => `\n${r.instanceId}: ${r.error}\n`);
+  return [
+    table(["instance", "environment", "status", "seconds", "reason"], rows),
+    `\n${n("built")} built, ${n("cached")} cached, ${n("failed")} failed\n`,
+    ...failures,
+  ].join("");
 }

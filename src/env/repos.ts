@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { runOk } from "../util/run.js";
-import { InvalidInputError, NotFoundError } from "../util/errors.js";
+import { InvalidInputError, NotFoundError } from "../errors.js";
 
 /**
  * Where a repository's history comes from: `--repos DIR` (local clones or bare mirrors at DIR/<owner>/<name>[.git]),

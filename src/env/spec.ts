@@ -18,7 +18,7 @@ import { createHash } from "node:crypto";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { EnvSpec } from "./types.js";
-import { InvalidInputError, NotFoundError } from "../util/errors.js";
+import { InvalidInputError, NotFoundError } from "../errors.js";
 import type { Instance } from "../tasks/types.js";
 
 export type SpecFields = Record<string, unknown>;
@@ -204,74 +204,124 @@ export function specForInstance(instance: Instance, opts: SpecOptions = {}): Env
 
 function unknownSpecMessage(instance: Instance, table: SpecTable, overrides: SpecOverrides[]): string {
   const { repo, version, instance_id: id } = instance;
-  const hint = `; give one with --specs FILE ({"${repo}": {"${version ?? "*"}": {"python": "3.x", …}}}) or a "spec" field in the row`;
+  const example = `{"${repo}": {"${version ?? "*"}": {"python": "3.x", …}}}`;
+  const hint = `; give one with --specs FILE (${example}) or a "spec" field in the row`;
   if (version === undefined)
     return `instance ${id} has no "version", so no environment spec can be looked up for ${repo}${hint}`;
   const fromOverrides = overrides.flatMap((o) => Object.keys(o.repos[repo] ?? {}));
   const known = [...new Set([...knownVersions(repo, table), ...fromOverrides])].sort(compareVersions);
   if (known.length > 0)
-    return `no environment spec for ${repo} version ${version} (instance ${id}); known versions of ${repo}: ${known.join(", ")}${hint}`;
+    return (
+      `no environment spec for ${repo} version ${version} (instance ${id}); ` +
+      `known versions of ${repo}: ${known.join(", ")}${hint}`
+    );
   const repos = Object.keys(table.specs).sort();
-  return `no environment spec for ${repo} (instance ${id}): the built-in table knows ${repos.length} repositories (${repos.join(", ")})${hint}`;
+  const table_ = `the built-in table knows ${repos.length} repositories (${repos.join(", ")})`;
+  return `no environment spec for ${repo} (instance ${id}): ${table_}${hint}`;
 }
 
 function toEnvSpec(instance: Instance, layers: Layer[], table: SpecTable): EnvSpec {
-  const merged: SpecFields = {};
-  const origin = new Map<string, string>();
-  for (const layer of layers) {
-    for (const [k, v] of Object.entries(layer.fields)) {
-      if (v === undefined) continue;
-      merged[k] = v;
-      origin.set(k, layer.from);
+  const fields = new SpecFieldReader(instance, layers);
+  const python = fields.str("python");
+  if (!python) {
+    const sources = layers.map((l) => l.from).join(", ");
+    throw new InvalidInputError(
+      `no python version in the environment spec of ${instance.instance_id} (sources: ${sources})`,
+    );
+  }
+  const repo = fields.str("repo") ?? instance.repo;
+  const packages = fields.str("packages");
+  const extra = extraFields(fields, { instance, table, repo, packages });
+  const spec: EnvSpec = {
+    repo,
+    commit: fields.str("commit") ?? instance.base_commit,
+    python,
+    pip_packages: fields.list("pip_packages"),
+    pre_install: fields.list("pre_install"),
+    eval_commands: fields.list("eval_commands"),
+    test_cmd: fields.command("test_cmd") ?? "",
+    env: { ...fields.envMap("env_vars_test"), ...fields.envMap("env") },
+  };
+  if (packages !== undefined) spec.packages = packages;
+  const install = fields.command("install");
+  if (install !== undefined) spec.install = install;
+  if (Object.keys(extra).length > 0) spec.extra = extra;
+  return spec;
+}
+
+/** The layers merged field by field (later ones win), read with the type each field must have. */
+class SpecFieldReader {
+  readonly merged: SpecFields = {};
+  private readonly origin = new Map<string, string>();
+
+  constructor(
+    private readonly instance: Instance,
+    layers: Layer[],
+  ) {
+    for (const layer of layers) {
+      for (const [k, v] of Object.entries(layer.fields)) {
+        if (v === undefined) continue;
+        this.merged[k] = v;
+        this.origin.set(k, layer.from);
+      }
     }
   }
-  const bad = (field: string, want: string) =>
-    new InvalidInputError(
-      `spec field "${field}" for ${instance.instance_id} must be ${want} (from ${origin.get(field)})`,
+
+  bad(field: string, want: string): InvalidInputError {
+    const from = this.origin.get(field);
+    return new InvalidInputError(
+      `spec field "${field}" for ${this.instance.instance_id} must be ${want} (from ${from})`,
+      { field },
     );
-  const str = (f: string): string | undefined => {
-    const v = merged[f];
+  }
+
+  str(f: string): string | undefined {
+    const v = this.merged[f];
     if (v === undefined || v === null) return undefined;
     if (typeof v === "string") return v;
     if (typeof v === "number" && f === "python") return String(v);
-    throw bad(f, "a string");
-  };
-  const list = (f: string): string[] => {
-    const v = merged[f];
+    throw this.bad(f, "a string");
+  }
+
+  list(f: string): string[] {
+    const v = this.merged[f];
     if (v === undefined || v === null) return [];
     if (Array.isArray(v) && v.every((x) => typeof x === "string")) return [...v];
-    throw bad(f, "a list of strings");
-  };
-  const command = (f: string): string | undefined => {
-    const v = merged[f];
+    throw this.bad(f, "a list of strings");
+  }
+
+  /** A command, or a list of them joined with ` && `. */
+  command(f: string): string | undefined {
+    const v = this.merged[f];
     if (Array.isArray(v) && v.every((x) => typeof x === "string")) return v.join(" && ");
-    return str(f);
-  };
-  const envMap = (f: string): Record<string, string> => {
-    const v = merged[f];
+    return this.str(f);
+  }
+
+  envMap(f: string): Record<string, string> {
+    const v = this.merged[f];
     if (v === undefined || v === null) return {};
-    if (!isRecord(v)) throw bad(f, "an object of environment variables");
+    if (!isRecord(v)) throw this.bad(f, "an object of environment variables");
     return Object.fromEntries(
       Object.entries(v).map(([k, x]) => {
         if (typeof x !== "string" && typeof x !== "number" && typeof x !== "boolean")
-          throw bad(f, "an object of string values");
+          throw this.bad(f, "an object of string values");
         return [k, String(x)];
       }),
     );
-  };
+  }
+}
 
-  const python = str("python");
-  if (!python)
-    throw new InvalidInputError(
-      `no python version in the environment spec of ${instance.instance_id} (sources: ${layers.map((l) => l.from).join(", ")})`,
-    );
-  const repo = str("repo") ?? instance.repo;
-  const packages = str("packages");
+/** Fields with no EnvSpec member, `extra` itself, and where SWE-bench reads requirement files from. */
+function extraFields(
+  fields: SpecFieldReader,
+  o: { instance: Instance; table: SpecTable; repo: string; packages: string | undefined },
+): Record<string, unknown> {
+  const { instance, table, repo, packages } = o;
   const extra: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(merged)) if (!MAPPED.has(k)) extra[k] = v;
-  if (merged.extra !== undefined) {
-    if (!isRecord(merged.extra)) throw bad("extra", "an object");
-    Object.assign(extra, merged.extra);
+  for (const [k, v] of Object.entries(fields.merged)) if (!MAPPED.has(k)) extra[k] = v;
+  if (fields.merged.extra !== undefined) {
+    if (!isRecord(fields.merged.extra)) throw fields.bad("extra", "an object");
+    Object.assign(extra, fields.merged.extra);
   }
   // SWE-bench reads requirements.txt / environment.yml from these paths at environment_setup_commit.
   if (packages === "requirements.txt" && table.reqs_paths?.[repo]) extra.reqs_paths ??= table.reqs_paths[repo];
@@ -279,22 +329,7 @@ function toEnvSpec(instance: Instance, layers: Layer[], table: SpecTable): EnvSp
   if ((packages === "requirements.txt" || packages === "environment.yml") && instance.environment_setup_commit) {
     extra.environment_setup_commit ??= instance.environment_setup_commit;
   }
-
-  const spec: EnvSpec = {
-    repo,
-    commit: str("commit") ?? instance.base_commit,
-    python,
-    pip_packages: list("pip_packages"),
-    pre_install: list("pre_install"),
-    eval_commands: list("eval_commands"),
-    test_cmd: command("test_cmd") ?? "",
-    env: { ...envMap("env_vars_test"), ...envMap("env") },
-  };
-  if (packages !== undefined) spec.packages = packages;
-  const install = command("install");
-  if (install !== undefined) spec.install = install;
-  if (Object.keys(extra).length > 0) spec.extra = extra;
-  return spec;
+  return extra;
 }
 
 // ---------------------------------------------------------------------------------------------- key

@@ -12,7 +12,7 @@
 import { existsSync, readFileSync, readdirSync, realpathSync, statSync } from "node:fs";
 import { homedir } from "node:os";
 import { dirname, isAbsolute, join, resolve, sep } from "node:path";
-import { NotFoundError, InvalidInputError } from "../util/errors.js";
+import { NotFoundError, InvalidInputError } from "../errors.js";
 import { resolveHome } from "../util/home.js";
 import { run } from "../util/run.js";
 
@@ -59,7 +59,7 @@ export async function listToolchains(opts: ToolchainOptions = {}): Promise<Toolc
   return Promise.all(found.map(async (c) => ({ ...c, mounts: await mountsFor(c.prefix, c.python) })));
 }
 
-/** The toolchain for a version ("3.9" -> newest 3.9.x; config entries win). Throws NotFoundError listing what exists. */
+/** The toolchain for a version ("3.9" -> newest 3.9.x; config entries win); NotFoundError lists what exists. */
 export async function findToolchain(version: string, opts: ToolchainOptions = {}): Promise<Toolchain> {
   const want = String(version).trim();
   if (!/^\d+(\.\d+){0,2}$/.test(want))
@@ -139,7 +139,8 @@ async function fromConfig(opts: ToolchainOptions): Promise<Candidate[]> {
     const python = interpreterIn(value, key);
     if (!python)
       throw new InvalidInputError(
-        `${file}: "${key}" -> ${value}: no python interpreter there (looked for bin/python${key}, bin/python3, bin/python)`,
+        `${file}: "${key}" -> ${value}: no python interpreter there ` +
+          `(looked for bin/python${key}, bin/python3, bin/python)`,
       );
     // Ask the interpreter itself: the key is a claim, the binary is the truth.
     const info = await interpreterInfo(python);
@@ -240,8 +241,8 @@ async function interpreterInfo(python: string): Promise<{ version: string; prefi
 
 /**
  * What a sandbox must see for this interpreter to run: its prefix (and the prefix's real location if it is
- * a symlink), the binary's directory, the real location of the binary when it lives elsewhere (conda/venv symlinks), and the
- * directories of shared libraries it loads from outside the system directories.
+ * a symlink), the binary's directory, the real location of the binary when it lives elsewhere (conda/venv
+ * symlinks), and the directories of shared libraries it loads from outside the system directories.
  */
 async function mountsFor(prefix: string, python: string): Promise<string[]> {
   const dirs = [prefix, safeRealpath(prefix), dirname(python)]; // venvs record the binary's directory as `home`
@@ -255,7 +256,7 @@ async function sharedLibs(binary: string): Promise<string[]> {
   try {
     const r = await run("ldd", [binary], { timeoutMs: 10_000 });
     if (r.code !== 0) return [];
-    // "libpython3.9.so.1.0 => /root/.pyenv/versions/3.9.18/lib/libpython3.9.so.1.0 (0x…)"
+    // "libpython3.9.so.1.0 => /opt/pyenv/versions/3.9.18/lib/libpython3.9.so.1.0 (0x…)"
     return [...r.stdout.matchAll(/=>\s+(\/\S+)/g)].map((m) => safeRealpath(m[1]!));
   } catch {
     return []; // no ldd (static or non-glibc systems): the prefix mount is the best we can do

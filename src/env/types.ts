@@ -3,8 +3,10 @@
  * the layer that building it produces.
  */
 
+import { TESTBED_PATH } from "../sandbox/plan.js";
+
 /** Where a layer's trees are mounted inside every sandbox (fixed, so venv shebangs stay valid). */
-export const TESTBED_PATH = "/testbed";
+export { TESTBED_PATH };
 export const VENV_PATH = "/opt/venv";
 
 export interface EnvSpec {

@@ -8,6 +8,7 @@ import type { EnvSpec } from "../env/types.js";
 import { TESTBED_PATH, VENV_PATH } from "../env/types.js";
 import { modifiedFiles, newFiles, testDirectives } from "./diff.js";
 import { MARKERS } from "./parsers.js";
+import { shellQuote } from "../util/shell.js";
 
 export interface EvalScriptInput {
   instance: { instance_id: string; repo: string; base_commit: string; test_patch: string };
@@ -29,17 +30,12 @@ export function heredocDelimiter(body: string, base: string = HEREDOC_DELIMITER)
   return delimiter;
 }
 
-/** Quote for bash only when needed, so ordinary paths read exactly as in the harness's scripts. */
-export function shellQuote(word: string): string {
-  return /^[A-Za-z0-9_./:=@%+,-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`;
-}
-
 /** Commands that put the test files back as they were at the base commit (empty when the patch touches none). */
 function resetCommands(baseCommit: string, testPatch: string): string[] {
   const modified = modifiedFiles(testPatch);
   const created = newFiles(testPatch);
   const out: string[] = [];
-  // Without files, `git checkout <base>` would reset the whole tree (harness issue #518).
+  // Without files, `git checkout <base>` would reset the whole tree (the harness guards against it the same way).
   if (modified.length > 0) out.push(`git checkout ${shellQuote(baseCommit)} ${modified.map(shellQuote).join(" ")}`);
   if (created.length > 0) out.push(`rm -f ${created.map(shellQuote).join(" ")}`);
   return out;

@@ -2,7 +2,7 @@
  * Grading, exactly as the harness grades (`grading.py`): which listed tests passed, the FAIL_TO_PASS and
  * PASS_TO_PASS ratios, FULL / PARTIAL / NO, the report.json entry; plus rewards for training loops.
  */
-import { InvalidInputError } from "../util/errors.js";
+import { InvalidInputError } from "../errors.js";
 import { evalTestLog, parserForInstance, type LogEval, type ParserName } from "./parsers.js";
 import type {
   EvalInstance,

@@ -8,7 +8,7 @@ export * from "./report.js";
 export * from "./predictions.js";
 export { pyJsonDumps, pySorted } from "./pystr.js";
 
-// The runner (sandboxes, patches, tests): `minisandbox evaluate`, validation, rewards, throughput.
+// The runner (sandboxes, patches, tests): `minisandbox evaluate`, validation, rewards.
 export {
   runEvaluation,
   defaultRunId,
@@ -19,6 +19,7 @@ export {
   type InstanceRunStatus,
   type RunTimings,
 } from "./run.js";
+export { renderRun, runResultJson } from "./render.js";
 export {
   runInstanceEvaluation,
   clearInstanceOutputs,
@@ -31,12 +32,12 @@ export {
   type EvalErrorKind,
 } from "./runner/instance.js";
 export { agentDiff, pristineListing, type AgentDiff } from "./runner/agent-diff.js";
-export { openEvalSandbox, type EvalSandboxOptions } from "./runner/sandbox.js";
+export { evalSandboxSettings, type EvalSandboxSettings } from "./runner/sandbox.js";
 export { timingStats, describeTimings, PHASES, type PhaseTimings, type TimingStats } from "./runner/timings.js";
-export { benchEvaluation, type BenchEvaluationOptions, type BenchEvaluationResult } from "./runner/bench.js";
 export {
   validateInstances,
   renderValidation,
+  validationSummary,
   goldProblems,
   baseProblems,
   type ValidateOptions,

@@ -3,7 +3,7 @@
  * included — a verdict only matches the harness's if the status map does. Written from the harness's documented
  * rules; where the harness would crash on a line (an IndexError on a lone status word) we skip the line instead.
  */
-import { InvalidInputError } from "../util/errors.js";
+import { InvalidInputError } from "../errors.js";
 import { PY_WS, pyLstrip, pySplit, pyStrip } from "./pystr.js";
 import { TEST_STATUSES, type StatusMap } from "./types.js";
 

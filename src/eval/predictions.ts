@@ -4,7 +4,7 @@
  * Malformed input raises InvalidInputError naming the file and line (or entry).
  */
 import { readFile } from "node:fs/promises";
-import { InvalidInputError, NotFoundError } from "../util/errors.js";
+import { InvalidInputError, NotFoundError } from "../errors.js";
 import type { Prediction } from "./types.js";
 
 export const KEY_INSTANCE_ID = "instance_id";

@@ -5,7 +5,7 @@
  */
 import { appendFile, mkdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { InvalidInputError } from "../util/errors.js";
+import { InvalidInputError } from "../errors.js";
 import { DEFAULT_MODEL, isEmptyPatch } from "./predictions.js";
 import { pyJsonDumps, pySorted } from "./pystr.js";
 import type { InstanceReport, InstanceReportFile, Prediction } from "./types.js";
@@ -244,7 +244,8 @@ export function instanceOutcomes(summary: RunSummary): Map<string, InstanceOutco
 
 /**
  * Plain-text summary: the harness's closing lines (same wording, plus the resolved percentage; like the harness,
- * "submitted" here counts only predictions inside the dataset), then one row per instance unless `perInstance` is false.
+ * "submitted" here counts only predictions inside the dataset), then one row per instance unless `perInstance` is
+ * false.
  */
 export function renderSummary(summary: RunSummary, opts: { perInstance?: boolean } = {}): string {
   const pct = (n: number): string =>

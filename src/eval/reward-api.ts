@@ -11,13 +11,13 @@ import { loadDataset, selectInstances } from "../tasks/index.js";
 import { Sandbox } from "../sandbox/sandbox.js";
 import type { Limits } from "../sandbox/limits.js";
 import { ensureBuilt, envFor } from "../env/environments.js";
-import type { EnvSpec, LayerKey } from "../env/types.js";
+import { openWorkspace, type InstanceEnv } from "../env/workspace.js";
 import { resolveHome } from "../util/home.js";
-import { InvalidInputError, NotFoundError } from "../util/errors.js";
+import { InvalidInputError, NotFoundError } from "../errors.js";
 import { gradeInstance, reward as rewardOf, type Grade, type RewardSpec } from "./grading.js";
 import type { InstanceReportFile } from "./types.js";
 import { agentDiff, pristineListing } from "./runner/agent-diff.js";
-import { openEvalSandbox } from "./runner/sandbox.js";
+import { evalSandboxSettings } from "./runner/sandbox.js";
 import { runInstanceEvaluation, type EvalFailure } from "./runner/instance.js";
 import { emptyTimings, roundTimings, type PhaseTimings } from "./runner/timings.js";
 
@@ -73,7 +73,8 @@ async function resolveInstance(
 ): Promise<Instance> {
   if (ref === undefined) {
     throw new InvalidInputError(
-      "evaluate: which instance? pass opts.instance (or create the sandbox with createInstanceSandbox, which labels it)",
+      "evaluate: which instance? pass opts.instance (or create the sandbox with Sandbox.create({ instance }), " +
+        "which labels it)",
     );
   }
   if (typeof ref !== "string") return ref;
@@ -84,169 +85,216 @@ async function resolveInstance(
   return found!;
 }
 
+/** One attempt being graded: what it is, and what has been measured so far. */
+interface Attempt {
+  started: number;
+  instance: Instance;
+  home: string;
+  env: InstanceEnv;
+  /** The agent's sandbox, for a live attempt. */
+  live?: Sandbox;
+  /** The patch given with the instance (null: none). */
+  givenPatch: string | null;
+  reward: RewardSpec;
+  timings: PhaseTimings;
+  skippedPaths: string[];
+}
+
+/** A fresh sandbox and the patch to grade in it. */
+interface Graded {
+  fresh: Sandbox;
+  sandboxMs: number;
+  patch: string | null;
+  patchBytes?: Buffer;
+  preamble: string[];
+  diffMs: number;
+}
+
 /**
  * Grade one attempt. Per-attempt failures (patch does not apply, tests time out, environment cannot be built...)
  * give status "ERROR" and the reward of an ungraded attempt (0 for "binary" and "fraction"); only misuse (no
  * instance, a closed sandbox, a sandbox of another environment) throws.
  */
 export async function evaluate(target: EvaluateTarget, opts: EvaluateOptions = {}): Promise<EvaluateResult> {
+  const a = await startAttempt(target, opts);
+  if (opts.build ?? true) {
+    try {
+      await ensureBuilt({ home: a.home, ...a.env, reposDir: opts.reposDir, specsFile: opts.specsFile });
+    } catch (e) {
+      return errored(a, { kind: "Environment Build Failed", message: (e as Error).message }, a.givenPatch ?? "");
+    }
+  }
+  const fresh = await openFresh(a, opts);
+  if (!("fresh" in fresh)) return fresh;
+  const graded = a.live
+    ? await takeAgentDiff(a, a.live, fresh)
+    : { ...fresh, patch: a.givenPatch, preamble: [], diffMs: 0 };
+  if (!("fresh" in graded)) return graded;
+  // Empty patches are not run (the harness's rule): nothing to grade.
+  if (graded.patch === null || graded.patch === "") return noPatch(a, graded);
+  return runInFresh(a, graded, opts);
+}
+
+/** The same function under a name that reads well next to the rest of the SDK. */
+export const evaluateAttempt = evaluate;
+
+async function startAttempt(target: EvaluateTarget, opts: EvaluateOptions): Promise<Attempt> {
   const started = performance.now();
   const live = target instanceof Sandbox ? target : undefined;
   if (live?.isClosed) throw new InvalidInputError(`evaluate: sandbox ${live.id} is closed`);
+  const given = live ? undefined : (target as { instance: Instance | string; patch: string | null });
   const instance = await resolveInstance(
-    live ? (opts.instance ?? live.labels["instance"]) : (target as { instance: Instance | string }).instance,
+    live ? (opts.instance ?? live.labels["instance"]) : given!.instance,
     opts.dataset,
   );
   const home = resolveHome(opts.home ?? live?.home);
-  const env: { spec: EnvSpec; key: LayerKey } = envFor(instance, { specsFile: opts.specsFile });
+  const env = envFor(instance, { specsFile: opts.specsFile });
   if (live?.labels["env"] && live.labels["env"] !== env.key) {
     throw new InvalidInputError(
-      `evaluate: sandbox ${live.id} runs environment ${live.labels["env"].slice(0, 12)}, but ${instance.instance_id}'s spec gives ` +
-        `${env.key.slice(0, 12)} (pass the specsFile the sandbox was created with)`,
+      `evaluate: sandbox ${live.id} runs environment ${live.labels["env"].slice(0, 12)}, ` +
+        `but ${instance.instance_id}'s spec gives ${env.key.slice(0, 12)} ` +
+        "(pass the specsFile the sandbox was created with)",
     );
   }
-  const spec = opts.reward ?? "binary";
-  const timings = emptyTimings();
-  const base = { instanceId: instance.instance_id, skippedPaths: [] as string[], warnings: [] as string[], log: "" };
-
-  const errored = (error: EvalFailure, patch: string, extra: Partial<EvaluateResult> = {}): EvaluateResult => {
-    const grade = gradeInstance({ instance, modelPatch: patch, testOutput: null });
-    timings.totalMs = performance.now() - started;
-    timings.overheadMs = timings.totalMs - timings.testsMs;
-    return {
-      ...base,
-      resolved: false,
-      status: "ERROR",
-      reward: rewardOf(grade, spec),
-      report: null,
-      grade,
-      error,
-      timings: roundTimings(timings),
-      patch,
-      testOutput: null,
-      ...extra,
-    };
-  };
-
-  if (opts.build ?? true) {
-    try {
-      await ensureBuilt({ home, spec: env.spec, key: env.key, reposDir: opts.reposDir, specsFile: opts.specsFile });
-    } catch (e) {
-      return errored(
-        { kind: "Environment Build Failed", message: (e as Error).message },
-        live ? "" : ((target as { patch: string | null }).patch ?? ""),
-      );
-    }
-  }
-
-  // The fresh sandbox the verdict comes from.
-  let t = performance.now();
-  let fresh: Sandbox;
-  try {
-    fresh = await openEvalSandbox({
-      home,
-      instance,
-      spec: env.spec,
-      specsFile: opts.specsFile,
-      reposDir: opts.reposDir,
-      limits: opts.limits,
-    });
-  } catch (e) {
-    timings.sandboxMs = performance.now() - t;
-    const kind = e instanceof NotFoundError ? "Environment Missing" : "Sandbox Failed";
-    return errored(
-      { kind, message: (e as Error).message },
-      live ? "" : ((target as { patch: string | null }).patch ?? ""),
-    );
-  }
-  const sandboxMs = performance.now() - t;
-
-  let patch: string | null;
-  let patchBytes: Buffer | undefined;
-  const preamble: string[] = [];
-  let diffMs = 0;
-  if (live) {
-    t = performance.now();
-    try {
-      const listing = await pristineListing(fresh);
-      const d = await agentDiff(live, listing);
-      patch = d.patch;
-      patchBytes = d.patchBytes;
-      base.skippedPaths = d.skipped;
-      preamble.push(`Patch for ${instance.instance_id} taken from sandbox ${live.id}: ${d.patchBytes.length} bytes`);
-      if (d.skipped.length > 0)
-        preamble.push(`Left out changes to files the environment had untracked at the start: ${d.skipped.join(", ")}`);
-    } catch (e) {
-      timings.sandboxMs = sandboxMs;
-      timings.diffMs = performance.now() - t;
-      await fresh.close().catch(() => {});
-      return errored(
-        { kind: "Tests Errored", message: `could not take the agent's diff: ${(e as Error).message}` },
-        "",
-      );
-    }
-    diffMs = performance.now() - t;
-  } else {
-    patch = (target as { patch: string | null }).patch;
-  }
-
-  // Empty patches are not run (the harness's rule): nothing to grade.
-  if (patch === null || patch === "") {
-    t = performance.now();
-    await fresh.close().catch(() => {});
-    timings.sandboxMs = sandboxMs;
-    timings.diffMs = diffMs;
-    timings.cleanupMs = performance.now() - t;
-    const grade = gradeInstance({ instance, modelPatch: null, testOutput: null });
-    grade.report[instance.instance_id]!.patch_is_None = patch === null;
-    timings.totalMs = performance.now() - started;
-    timings.overheadMs = timings.totalMs;
-    return {
-      ...base,
-      resolved: false,
-      status: "NO",
-      reward: rewardOf(grade, spec),
-      report: grade.report,
-      grade,
-      timings: roundTimings(timings),
-      patch: patch ?? "",
-      testOutput: null,
-    };
-  }
-
-  const r = await runInstanceEvaluation({
-    home,
+  return {
+    started,
     instance,
+    home,
     env,
-    patch: patchBytes ?? patch,
+    ...(live ? { live } : {}),
+    givenPatch: given ? given.patch : "",
+    reward: opts.reward ?? "binary",
+    timings: emptyTimings(),
+    skippedPaths: [],
+  };
+}
+
+function errored(a: Attempt, error: EvalFailure, patch: string): EvaluateResult {
+  const grade = gradeInstance({ instance: a.instance, modelPatch: patch, testOutput: null });
+  a.timings.totalMs = performance.now() - a.started;
+  a.timings.overheadMs = a.timings.totalMs - a.timings.testsMs;
+  return {
+    ...resultBase(a),
+    resolved: false,
+    status: "ERROR",
+    reward: rewardOf(grade, a.reward),
+    report: null,
+    grade,
+    error,
+    timings: roundTimings(a.timings),
+    patch,
+    testOutput: null,
+  };
+}
+
+function resultBase(a: Attempt): Pick<EvaluateResult, "instanceId" | "skippedPaths" | "warnings" | "log"> {
+  return { instanceId: a.instance.instance_id, skippedPaths: a.skippedPaths, warnings: [], log: "" };
+}
+
+/** The fresh sandbox the verdict comes from. */
+async function openFresh(
+  a: Attempt,
+  opts: EvaluateOptions,
+): Promise<{ fresh: Sandbox; sandboxMs: number } | EvaluateResult> {
+  const t = performance.now();
+  try {
+    const fresh = await openWorkspace({
+      home: a.home,
+      instance: a.instance,
+      environment: a.env,
+      limits: opts.limits,
+      ...(await evalSandboxSettings(a.home, a.env.spec)),
+    });
+    return { fresh, sandboxMs: performance.now() - t };
+  } catch (e) {
+    a.timings.sandboxMs = performance.now() - t;
+    const kind = e instanceof NotFoundError ? "Environment Missing" : "Sandbox Failed";
+    return errored(a, { kind, message: (e as Error).message }, a.givenPatch ?? "");
+  }
+}
+
+/** The agent's changes: its /testbed against the pristine state listed in the fresh sandbox. */
+async function takeAgentDiff(
+  a: Attempt,
+  live: Sandbox,
+  opened: { fresh: Sandbox; sandboxMs: number },
+): Promise<Graded | EvaluateResult> {
+  const t = performance.now();
+  const id = a.instance.instance_id;
+  try {
+    const listing = await pristineListing(opened.fresh);
+    const d = await agentDiff(live, listing);
+    a.skippedPaths = d.skipped;
+    const preamble = [`Patch for ${id} taken from sandbox ${live.id}: ${d.patchBytes.length} bytes`];
+    if (d.skipped.length > 0)
+      preamble.push(`Left out changes to files the environment had untracked at the start: ${d.skipped.join(", ")}`);
+    return { ...opened, patch: d.patch, patchBytes: d.patchBytes, preamble, diffMs: performance.now() - t };
+  } catch (e) {
+    a.timings.sandboxMs = opened.sandboxMs;
+    a.timings.diffMs = performance.now() - t;
+    await opened.fresh.close().catch(() => {});
+    const message = `could not take the agent's diff: ${(e as Error).message}`;
+    return errored(a, { kind: "Tests Errored", message }, "");
+  }
+}
+
+/** An empty (or absent) patch: status NO without running anything. */
+async function noPatch(a: Attempt, g: Graded): Promise<EvaluateResult> {
+  const t = performance.now();
+  await g.fresh.close().catch(() => {});
+  a.timings.sandboxMs = g.sandboxMs;
+  a.timings.diffMs = g.diffMs;
+  a.timings.cleanupMs = performance.now() - t;
+  const grade = gradeInstance({ instance: a.instance, modelPatch: null, testOutput: null });
+  grade.report[a.instance.instance_id]!.patch_is_None = g.patch === null;
+  a.timings.totalMs = performance.now() - a.started;
+  a.timings.overheadMs = a.timings.totalMs;
+  return {
+    ...resultBase(a),
+    resolved: false,
+    status: "NO",
+    reward: rewardOf(grade, a.reward),
+    report: grade.report,
+    grade,
+    timings: roundTimings(a.timings),
+    patch: g.patch ?? "",
+    testOutput: null,
+  };
+}
+
+/** Apply the patch and run the tests in the fresh sandbox (it is closed afterwards). */
+async function runInFresh(a: Attempt, g: Graded, opts: EvaluateOptions): Promise<EvaluateResult> {
+  const patch = g.patch!;
+  const r = await runInstanceEvaluation({
+    home: a.home,
+    instance: a.instance,
+    env: a.env,
+    patch: g.patchBytes ?? patch,
     timeoutMs: opts.timeoutMs,
     specsFile: opts.specsFile,
     reposDir: opts.reposDir,
-    sandbox: fresh,
-    diffMs,
-    preamble,
+    sandbox: g.fresh,
+    diffMs: g.diffMs,
+    preamble: g.preamble,
     ...(opts.logDir ? { logDir: opts.logDir } : {}),
     ...(opts.onWarning ? { onWarning: opts.onWarning } : {}),
   });
-  const timingsOut: PhaseTimings = { ...r.timings, sandboxMs: Math.round(sandboxMs * 10) / 10 };
-  timingsOut.totalMs = Math.round((performance.now() - started) * 10) / 10;
-  timingsOut.overheadMs = Math.round((timingsOut.totalMs - timingsOut.testsMs) * 10) / 10;
-  const grade = r.grade ?? gradeInstance({ instance, modelPatch: patch, testOutput: null });
+  const timings: PhaseTimings = { ...r.timings, sandboxMs: Math.round(g.sandboxMs * 10) / 10 };
+  timings.totalMs = Math.round((performance.now() - a.started) * 10) / 10;
+  timings.overheadMs = Math.round((timings.totalMs - timings.testsMs) * 10) / 10;
+  const grade = r.grade ?? gradeInstance({ instance: a.instance, modelPatch: patch, testOutput: null });
   return {
-    ...base,
+    ...resultBase(a),
     resolved: r.status === "resolved",
     status: r.error ? "ERROR" : (r.resolution ?? "NO"),
-    reward: rewardOf(grade, spec),
+    reward: rewardOf(grade, a.reward),
     report: r.report,
     grade,
     ...(r.error ? { error: r.error } : {}),
-    timings: timingsOut,
+    timings,
     patch,
     testOutput: r.testOutput,
     warnings: r.warnings,
     log: r.log,
   };
 }
-
-/** The same function under a name that reads well next to the rest of the SDK. */
-export const evaluateAttempt = evaluate;

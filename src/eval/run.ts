@@ -10,11 +10,12 @@ import { join, resolve } from "node:path";
 import { loadDataset, selectInstances } from "../tasks/index.js";
 import type { Instance } from "../tasks/types.js";
 import type { Limits } from "../sandbox/limits.js";
-import type { EnvSpec, LayerKey } from "../env/types.js";
+import type { LayerKey } from "../env/types.js";
+import type { InstanceEnv } from "../env/workspace.js";
 import { envFor, isBuilt } from "../env/environments.js";
 import { prepareInstances } from "../env/prepare.js";
 import { Progress, pool } from "../util/progress.js";
-import { InvalidInputError } from "../util/errors.js";
+import { InvalidInputError } from "../errors.js";
 import type { ResolutionStatus } from "./grading.js";
 import { DEFAULT_MODEL, indexPredictions, isEmptyPatch, loadPredictions, unknownPredictionIds } from "./predictions.js";
 import {
@@ -126,6 +127,63 @@ export function timingsFileName(model: string | undefined, runId: string): strin
 
 /** Evaluate predictions on a dataset, the harness's way. Per-instance failures are in the records, never thrown. */
 export async function runEvaluation(opts: RunEvaluationOptions): Promise<RunEvaluationResult> {
+  const run = await startRun(opts);
+  const unknown = await recordUnknownPredictions(run);
+  const { jobs, order } = planJobs(run);
+  const { toRun, buildMs } = await ensureEnvironments(run, jobs);
+  const { timed, evalWallMs } = await evaluateJobs(run, toRun);
+
+  // The summary, from the report.json files on disk (as make_run_report).
+  const { reportDir, runId, model } = run;
+  const summary = await makeRunSummaryFromDisk({ baseDir: reportDir, runId, datasetIds: order, predictions: run.byId });
+  const summaryPath = await writeRunSummary(reportDir, summary, model, runId);
+  const timings = runTimings(run, timed, buildMs, evalWallMs);
+  const timingsPath = join(reportDir, timingsFileName(model, runId));
+  await mkdir(reportDir, { recursive: true });
+  await writeFile(timingsPath, `${JSON.stringify(timings, null, 2)}\n`);
+  return {
+    runId,
+    model,
+    summary,
+    summaryPath,
+    timingsPath,
+    timings,
+    instances: [...order, ...unknown].map((id) => run.records.get(id)!).filter(Boolean),
+    unknownPredictionIds: unknown,
+    warnings: run.warnings,
+  };
+}
+
+/** One evaluation run: its settings, its inputs, and the records so far. */
+interface Run {
+  opts: RunEvaluationOptions;
+  started: number;
+  startedAt: Date;
+  workers: number;
+  timeoutMs: number;
+  reportDir: string;
+  runId: string;
+  showProgress: boolean;
+  datasetName: string;
+  all: Instance[];
+  instances: Instance[];
+  predictions: Prediction[];
+  byId: Map<string, Prediction>;
+  model: string;
+  records: Map<string, InstanceRunRecord>;
+  warnings: string[];
+  warn: (message: string) => void;
+}
+
+/** An instance to evaluate, and where its files go. */
+interface Job {
+  instance: Instance;
+  prediction: Prediction;
+  logDir: string;
+  env?: InstanceEnv;
+}
+
+async function startRun(opts: RunEvaluationOptions): Promise<Run> {
   const started = performance.now();
   const startedAt = new Date();
   const workers = positiveInt(opts.workers ?? 2, "workers");
@@ -133,18 +191,16 @@ export async function runEvaluation(opts: RunEvaluationOptions): Promise<RunEval
   if (!(timeoutMs > 0)) throw new InvalidInputError(`timeout must be positive, got ${timeoutMs} ms`);
   const reportDir = resolve(opts.reportDir ?? process.cwd());
   const runId = opts.runId ?? defaultRunId(startedAt);
-  const showProgress = opts.progress ?? true;
   const warnings: string[] = [];
   const warn = (message: string): void => {
     warnings.push(message);
     if (opts.onWarning) opts.onWarning(message);
     else process.stderr.write(`minisandbox: warning: ${message}\n`);
   };
-
   const datasetName = typeof opts.dataset === "string" ? opts.dataset : "the dataset";
   const all = typeof opts.dataset === "string" ? await loadDataset(opts.dataset) : opts.dataset;
-  const instances =
-    opts.instanceIds && opts.instanceIds.length > 0 ? selectInstances(all, opts.instanceIds, datasetName) : all;
+  const ids = opts.instanceIds;
+  const instances = ids && ids.length > 0 ? selectInstances(all, ids, datasetName) : all;
   const predictions =
     typeof opts.predictions === "string" ? await loadPredictions(opts.predictions, all) : opts.predictions;
   if (predictions.length === 0) throw new InvalidInputError("no predictions to evaluate");
@@ -152,16 +208,21 @@ export async function runEvaluation(opts: RunEvaluationOptions): Promise<RunEval
   const model = predictions[0]?.model_name_or_path ?? DEFAULT_MODEL;
   // Fail early on ids that cannot name a directory.
   summaryFileName(model, runId);
+  const showProgress = opts.progress ?? true;
+  const settings = { opts, started, startedAt, workers, timeoutMs, reportDir, runId, showProgress };
+  return { ...settings, datasetName, all, instances, predictions, byId, model, records: new Map(), warnings, warn };
+}
 
-  const records = new Map<string, InstanceRunRecord>();
+/** Predictions for ids the dataset does not have: an error record each (and a run_instance.log), never run. */
+async function recordUnknownPredictions(run: Run): Promise<string[]> {
   const unknown = unknownPredictionIds(
-    predictions,
-    all.map((i) => i.instance_id),
+    run.predictions,
+    run.all.map((i) => i.instance_id),
   );
   for (const id of unknown) {
-    const pred = byId.get(id)!;
-    const message = `instance ${id} is not in ${datasetName}`;
-    warn(`prediction for ${id}: ${message}; not evaluated`);
+    const pred = run.byId.get(id)!;
+    const message = `instance ${id} is not in ${run.datasetName}`;
+    run.warn(`prediction for ${id}: ${message}; not evaluated`);
     const record: InstanceRunRecord = {
       instanceId: id,
       model: pred.model_name_or_path,
@@ -171,75 +232,75 @@ export async function runEvaluation(opts: RunEvaluationOptions): Promise<RunEval
       warnings: [],
     };
     try {
-      record.logDir = instanceLogDir(reportDir, runId, pred.model_name_or_path, id);
+      record.logDir = instanceLogDir(run.reportDir, run.runId, pred.model_name_or_path, id);
       await logError(record.logDir, message);
     } catch {
       // an id that cannot name a directory: the record says it all
     }
-    records.set(id, record);
+    run.records.set(id, record);
   }
+  return unknown;
+}
 
-  interface Job {
-    instance: Instance;
-    prediction: Prediction;
-    logDir: string;
-    env?: { spec: EnvSpec; key: LayerKey };
-  }
+/** The jobs to run; instances without a prediction, with an empty one, or already run get their record now. */
+function planJobs(run: Run): { jobs: Job[]; order: string[] } {
   const jobs: Job[] = [];
   const order: string[] = [];
   let skipped = 0;
-  for (const instance of instances) {
+  for (const instance of run.instances) {
     const id = instance.instance_id;
     order.push(id);
-    const prediction = byId.get(id);
+    const prediction = run.byId.get(id);
     const base = { instanceId: id, resolution: null, warnings: [] as string[] };
     if (!prediction) {
-      records.set(id, { ...base, model: null, status: "no_prediction" });
+      run.records.set(id, { ...base, model: null, status: "no_prediction" });
       continue;
     }
+    const model = prediction.model_name_or_path;
     if (isEmptyPatch(prediction)) {
-      records.set(id, { ...base, model: prediction.model_name_or_path, status: "empty_patch" });
+      run.records.set(id, { ...base, model, status: "empty_patch" });
       continue;
     }
     let logDir: string;
     try {
-      logDir = instanceLogDir(reportDir, runId, prediction.model_name_or_path, id);
+      logDir = instanceLogDir(run.reportDir, run.runId, model, id);
     } catch (e) {
-      records.set(id, {
-        ...base,
-        model: prediction.model_name_or_path,
-        status: "error",
-        error: { kind: "Unknown Instance", message: (e as Error).message },
-      });
+      const error: EvalFailure = { kind: "Unknown Instance", message: (e as Error).message };
+      run.records.set(id, { ...base, model, status: "error", error });
       continue;
     }
-    if (!opts.rerun && existsSync(join(logDir, LOG_FILES.report))) {
+    if (!run.opts.rerun && existsSync(join(logDir, LOG_FILES.report))) {
       skipped++;
-      records.set(id, { ...base, model: prediction.model_name_or_path, status: "skipped", logDir });
+      run.records.set(id, { ...base, model, status: "skipped", logDir });
       continue;
     }
     jobs.push({ instance, prediction, logDir });
   }
   if (skipped > 0) process.stderr.write(`${skipped} instances already run, skipping...\n`);
+  return { jobs, order };
+}
 
-  const errorRecord = async (job: Job, kind: EvalErrorKind, message: string): Promise<void> => {
-    await clearInstanceOutputs(job.logDir);
-    await logError(job.logDir, message);
-    const record: InstanceRunRecord = {
-      instanceId: job.instance.instance_id,
-      model: job.prediction.model_name_or_path,
-      status: "error",
-      resolution: null,
-      error: { kind, message },
-      warnings: [],
-      logDir: job.logDir,
-    };
-    records.set(record.instanceId, record);
-    opts.onInstance?.(record);
+/** A job that ends before running: its files cleared, the error logged and recorded. */
+async function recordError(run: Run, job: Job, kind: EvalErrorKind, message: string): Promise<void> {
+  await clearInstanceOutputs(job.logDir);
+  await logError(job.logDir, message);
+  const record: InstanceRunRecord = {
+    instanceId: job.instance.instance_id,
+    model: job.prediction.model_name_or_path,
+    status: "error",
+    resolution: null,
+    error: { kind, message },
+    warnings: [],
+    logDir: job.logDir,
   };
+  run.records.set(record.instanceId, record);
+  run.opts.onInstance?.(record);
+}
 
-  // Environments: each distinct one once; missing ones are built first.
-  const buildStarted = performance.now();
+/** Each job's environment (its spec computed here, once); missing ones are built first, each distinct one once. */
+async function ensureEnvironments(run: Run, jobs: Job[]): Promise<{ toRun: Job[]; buildMs: number }> {
+  const { opts } = run;
+  const started = performance.now();
   const runnable: Job[] = [];
   const missing = new Map<LayerKey, Job[]>();
   const built = new Map<LayerKey, boolean>();
@@ -247,7 +308,7 @@ export async function runEvaluation(opts: RunEvaluationOptions): Promise<RunEval
     try {
       job.env = envFor(job.instance, { specsFile: opts.specsFile });
     } catch (e) {
-      await errorRecord(job, "Environment Missing", (e as Error).message);
+      await recordError(run, job, "Environment Missing", (e as Error).message);
       continue;
     }
     runnable.push(job);
@@ -257,38 +318,55 @@ export async function runEvaluation(opts: RunEvaluationOptions): Promise<RunEval
       if (!built.get(key)) missing.set(key, [...(missing.get(key) ?? []), job]);
     }
   }
-  const failedEnvs = new Map<LayerKey, string>();
-  if (missing.size > 0) {
-    const representatives = [...missing.values()].map((js) => js[0]!.instance);
-    const progress = showProgress ? new Progress(representatives.length, "build environments") : undefined;
-    const results = await prepareInstances(representatives, {
-      home: opts.home,
-      reposDir: opts.reposDir,
-      specsFile: opts.specsFile,
-      workers: opts.buildWorkers ?? workers,
-      onResult: (r) => progress?.tick(r.status, r.instanceId),
-    });
-    progress?.finish();
-    for (const r of results) if (r.status === "failed") failedEnvs.set(r.key, r.error ?? "build failed");
-  }
-  const buildMs = performance.now() - buildStarted;
-
+  const failedEnvs = await buildMissing(
+    run,
+    [...missing.values()].map((js) => js[0]!.instance),
+  );
+  const buildMs = performance.now() - started;
   const toRun: Job[] = [];
   for (const job of runnable) {
     const failure = failedEnvs.get(job.env!.key);
     if (failure !== undefined)
-      await errorRecord(job, "Environment Build Failed", `environment build failed: ${failure}`);
+      await recordError(run, job, "Environment Build Failed", `environment build failed: ${failure}`);
     else toRun.push(job);
   }
+  return { toRun, buildMs };
+}
 
-  // Evaluate. (The pip configuration is read once per interpreter up front, not inside the first instances' timings.)
-  await Promise.all(
-    [...new Set(toRun.map((j) => j.env!.spec.python))].map((python) => evalPipSettings(opts.home, python)),
-  );
-  const evalStarted = performance.now();
-  const progress = showProgress && toRun.length > 0 ? new Progress(toRun.length, "evaluate") : undefined;
-  const timed: Array<{ id: string; status: string; timings: PhaseTimings }> = [];
-  await pool(toRun, workers, async (job) => {
+/** Build the environments of these instances; the failures by key. */
+async function buildMissing(run: Run, representatives: Instance[]): Promise<Map<LayerKey, string>> {
+  const failed = new Map<LayerKey, string>();
+  if (representatives.length === 0) return failed;
+  const { opts } = run;
+  const progress = run.showProgress ? new Progress(representatives.length, "build environments") : undefined;
+  const results = await prepareInstances(representatives, {
+    home: opts.home,
+    reposDir: opts.reposDir,
+    specsFile: opts.specsFile,
+    workers: opts.buildWorkers ?? run.workers,
+    onResult: (r) => progress?.tick(r.status, r.instanceId),
+  });
+  progress?.finish();
+  for (const r of results) if (r.status === "failed") failed.set(r.key, r.error ?? "build failed");
+  return failed;
+}
+
+interface Timed {
+  id: string;
+  status: string;
+  timings: PhaseTimings;
+}
+
+/** Every job in a fresh sandbox, `workers` at a time; the wall time from the first sandbox to the last close. */
+async function evaluateJobs(run: Run, toRun: Job[]): Promise<{ timed: Timed[]; evalWallMs: number }> {
+  const { opts } = run;
+  // The pip configuration is read once per interpreter up front, not inside the first instances' timings.
+  const pythons = new Set(toRun.map((j) => j.env!.spec.python));
+  await Promise.all([...pythons].map((python) => evalPipSettings(opts.home, python)));
+  const started = performance.now();
+  const progress = run.showProgress && toRun.length > 0 ? new Progress(toRun.length, "evaluate") : undefined;
+  const timed: Timed[] = [];
+  await pool(toRun, run.workers, async (job) => {
     const id = job.instance.instance_id;
     await clearInstanceOutputs(job.logDir);
     const r = await runInstanceEvaluation({
@@ -297,12 +375,12 @@ export async function runEvaluation(opts: RunEvaluationOptions): Promise<RunEval
       env: job.env,
       patch: job.prediction.model_patch ?? "",
       model: job.prediction.model_name_or_path,
-      timeoutMs,
+      timeoutMs: run.timeoutMs,
       specsFile: opts.specsFile,
       reposDir: opts.reposDir,
       limits: opts.limits,
       logDir: job.logDir,
-      onWarning: (m) => warn(`${id}: ${m}`),
+      onWarning: (m) => run.warn(`${id}: ${m}`),
     });
     const record: InstanceRunRecord = {
       instanceId: id,
@@ -314,48 +392,32 @@ export async function runEvaluation(opts: RunEvaluationOptions): Promise<RunEval
       warnings: r.warnings,
       logDir: job.logDir,
     };
-    records.set(id, record);
+    run.records.set(id, record);
     timed.push({ id, status: r.error ? `error: ${r.error.kind}` : r.status, timings: r.timings });
     progress?.tick(r.error ? `error` : r.status, r.error ? `${id} (${r.error.kind})` : id);
     opts.onInstance?.(record);
   });
   progress?.finish();
-  const evalWallMs = toRun.length > 0 ? performance.now() - evalStarted : 0;
+  return { timed, evalWallMs: toRun.length > 0 ? performance.now() - started : 0 };
+}
 
-  // The summary, from the report.json files on disk (as make_run_report).
-  const summary = await makeRunSummaryFromDisk({ baseDir: reportDir, runId, datasetIds: order, predictions: byId });
-  const summaryPath = await writeRunSummary(reportDir, summary, model, runId);
-
+function runTimings(run: Run, timed: Timed[], buildMs: number, evalWallMs: number): RunTimings {
   const stats = timingStats(timed.map((t) => t.timings));
-  const timings: RunTimings = {
-    runId,
-    model,
-    workers,
-    timeoutSeconds: timeoutMs / 1000,
-    startedAt: startedAt.toISOString(),
+  const perMinute = evalWallMs > 0 ? Math.round((timed.length / (evalWallMs / 60_000)) * 100) / 100 : 0;
+  return {
+    runId: run.runId,
+    model: run.model,
+    workers: run.workers,
+    timeoutSeconds: run.timeoutMs / 1000,
+    startedAt: run.startedAt.toISOString(),
     buildMs: Math.round(buildMs),
     evalWallMs: Math.round(evalWallMs),
-    wallMs: Math.round(performance.now() - started),
+    wallMs: Math.round(performance.now() - run.started),
     instancesRun: timed.length,
-    instancesPerMinute: evalWallMs > 0 ? Math.round((timed.length / (evalWallMs / 60_000)) * 100) / 100 : 0,
+    instancesPerMinute: perMinute,
     totals: stats.totals,
     means: stats.means,
     instances: Object.fromEntries(timed.map((t) => [t.id, { status: t.status, ...roundTimings(t.timings) }])),
-  };
-  const timingsPath = join(reportDir, timingsFileName(model, runId));
-  await mkdir(reportDir, { recursive: true });
-  await writeFile(timingsPath, `${JSON.stringify(timings, null, 2)}\n`);
-
-  return {
-    runId,
-    model,
-    summary,
-    summaryPath,
-    timingsPath,
-    timings,
-    instances: [...order, ...unknown].map((id) => records.get(id)!).filter(Boolean),
-    unknownPredictionIds: unknown,
-    warnings,
   };
 }
 

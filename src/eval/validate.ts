@@ -7,7 +7,8 @@
 import { join } from "node:path";
 import type { Instance } from "../tasks/types.js";
 import type { Limits } from "../sandbox/limits.js";
-import type { EnvSpec, LayerKey } from "../env/types.js";
+import type { LayerKey } from "../env/types.js";
+import type { InstanceEnv } from "../env/workspace.js";
 import { envFor, isBuilt, readEnvRecord, writeEnvRecord, type ValidationVerdict } from "../env/environments.js";
 import { Progress, pool } from "../util/progress.js";
 import { parseTestList, testFailed, testPassed, type ResolutionStatus } from "./grading.js";
@@ -111,45 +112,61 @@ const brief = (r: InstanceEvalResult): ValidationRun => ({
   timings: r.timings,
 });
 
+/** An instance whose environment is built, with that environment. */
+interface Item extends InstanceEnv {
+  instance: Instance;
+}
+
 /** Validate instances on their built environments; store one verdict per environment. */
 export async function validateInstances(
   instances: readonly Instance[],
   opts: ValidateOptions,
 ): Promise<ValidationReport> {
   const results = new Map<string, InstanceValidation>();
-  interface Item {
-    instance: Instance;
-    spec: EnvSpec;
-    key: LayerKey;
-  }
+  const items = await checkable(instances, opts, results);
+  await runGoldAndBase(items, opts, results);
+  const verdicts = storeVerdicts(items, results, opts);
+  const ordered = instances.map((i) => results.get(i.instance_id)!).filter(Boolean);
+  return {
+    results: ordered,
+    invalid: ordered.filter((r) => !r.valid && !r.skipped),
+    skipped: ordered.filter((r) => r.skipped !== undefined),
+    verdicts,
+  };
+}
+
+/** The instances that can be checked; the others get a `skipped` result (no spec, or not built). */
+async function checkable(
+  instances: readonly Instance[],
+  opts: ValidateOptions,
+  results: Map<string, InstanceValidation>,
+): Promise<Item[]> {
   const items: Item[] = [];
   for (const instance of instances) {
-    let env: { spec: EnvSpec; key: LayerKey };
+    const instanceId = instance.instance_id;
+    let env: InstanceEnv;
     try {
       env = envFor(instance, { specsFile: opts.specsFile });
     } catch (e) {
-      results.set(instance.instance_id, {
-        instanceId: instance.instance_id,
-        key: "",
-        valid: false,
-        skipped: (e as Error).message,
-        problems: [],
-      });
+      results.set(instanceId, { instanceId, key: "", valid: false, skipped: (e as Error).message, problems: [] });
       continue;
     }
     if (!(await isBuilt(opts.home, env.key))) {
-      results.set(instance.instance_id, {
-        instanceId: instance.instance_id,
-        key: env.key,
-        valid: false,
-        skipped: `environment ${env.key.slice(0, 12)} is not built`,
-        problems: [],
-      });
+      const skipped = `environment ${env.key.slice(0, 12)} is not built`;
+      results.set(instanceId, { instanceId, key: env.key, valid: false, skipped, problems: [] });
       continue;
     }
     items.push({ instance, ...env });
   }
+  return items;
+}
 
+/** Two runs per instance (gold patch, no patch), `workers` at a time; each instance's verdict once both ended. */
+async function runGoldAndBase(
+  items: Item[],
+  opts: ValidateOptions,
+  results: Map<string, InstanceValidation>,
+): Promise<void> {
   await Promise.all([...new Set(items.map((i) => i.spec.python))].map((python) => evalPipSettings(opts.home, python)));
   type Mode = "gold" | "base";
   const tasks = items.flatMap((item) => (["gold", "base"] as Mode[]).map((mode) => ({ item, mode })));
@@ -159,22 +176,7 @@ export async function validateInstances(
   await pool(tasks, opts.workers ?? 2, async ({ item, mode }) => {
     const id = item.instance.instance_id;
     const gold = item.instance.patch ?? "";
-    const r =
-      mode === "gold" && gold.trim() === ""
-        ? null
-        : await runInstanceEvaluation({
-            home: opts.home,
-            instance: item.instance,
-            env: { spec: item.spec, key: item.key },
-            patch: mode === "gold" ? gold : null,
-            model: mode,
-            timeoutMs: opts.timeoutMs,
-            specsFile: opts.specsFile,
-            reposDir: opts.reposDir,
-            limits: opts.limits,
-            checkValidation: false,
-            ...(opts.logDir ? { logDir: join(opts.logDir, id, mode) } : {}),
-          });
+    const r = mode === "gold" && gold.trim() === "" ? null : await runOnce(item, mode === "gold" ? gold : null, opts);
     if (r) runs.set(`${id}\0${mode}`, r);
     progress?.tick(r?.error ? "error" : "done", `${id} (${mode === "gold" ? "gold patch" : "no patch"})`);
     finished.set(id, (finished.get(id) ?? 0) + 1);
@@ -185,8 +187,31 @@ export async function validateInstances(
     }
   });
   progress?.finish();
+}
 
-  // One verdict per environment (several SWE-smith tasks can share one).
+function runOnce(item: Item, patch: string | null, opts: ValidateOptions): Promise<InstanceEvalResult> {
+  const mode = patch === null ? "base" : "gold";
+  return runInstanceEvaluation({
+    home: opts.home,
+    instance: item.instance,
+    env: { spec: item.spec, key: item.key },
+    patch,
+    model: mode,
+    timeoutMs: opts.timeoutMs,
+    specsFile: opts.specsFile,
+    reposDir: opts.reposDir,
+    limits: opts.limits,
+    checkValidation: false,
+    ...(opts.logDir ? { logDir: join(opts.logDir, item.instance.instance_id, mode) } : {}),
+  });
+}
+
+/** One verdict per environment (several SWE-smith tasks can share one), stored in its record unless `store: false`. */
+function storeVerdicts(
+  items: Item[],
+  results: Map<string, InstanceValidation>,
+  opts: ValidateOptions,
+): Record<LayerKey, ValidationVerdict> {
   const verdicts: Record<LayerKey, ValidationVerdict> = {};
   const byKey = new Map<LayerKey, InstanceValidation[]>();
   for (const item of items) {
@@ -214,14 +239,7 @@ export async function validateInstances(
       });
     }
   }
-
-  const ordered = instances.map((i) => results.get(i.instance_id)!).filter(Boolean);
-  return {
-    results: ordered,
-    invalid: ordered.filter((r) => !r.valid && !r.skipped),
-    skipped: ordered.filter((r) => r.skipped !== undefined),
-    verdicts,
-  };
+  return verdicts;
 }
 
 function verdictFor(
@@ -256,4 +274,19 @@ export function renderValidation(report: ValidationReport): string {
   }
   for (const r of report.skipped) lines.push(`  ${r.instanceId}: not checked: ${r.skipped}`);
   return `${lines.join("\n")}\n`;
+}
+
+/** What `prepare --validate --json` reports: instance ids by verdict, with each problem, and every result. */
+export function validationSummary(report: ValidationReport): {
+  valid: string[];
+  invalid: { instanceId: string; environment: LayerKey; problems: string[] }[];
+  skipped: { instanceId: string; reason: string }[];
+  results: InstanceValidation[];
+} {
+  return {
+    valid: report.results.filter((r) => r.valid).map((r) => r.instanceId),
+    invalid: report.invalid.map((r) => ({ instanceId: r.instanceId, environment: r.key, problems: r.problems })),
+    skipped: report.skipped.map((r) => ({ instanceId: r.instanceId, reason: r.skipped ?? "" })),
+    results: report.results,
+  };
 }

@@ -1,10 +1,7 @@
-import { existsSync, readFileSync } from "node:fs";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { readFileSync } from "node:fs";
 import { run } from "../util/run.js";
-import { findTool, helperPath, launchMode } from "./host.js";
-import { cgroupSupport } from "./limits.js";
+import { findTool, helperPath, idRange, launchMode, SUBID_USER } from "./host.js";
+import { enforcement } from "./limits.js";
 import { Sandbox } from "./sandbox.js";
 
 export type CheckStatus = "ok" | "warn" | "fail";
@@ -76,85 +73,93 @@ async function userNamespaces(): Promise<DoctorCheck> {
   };
 }
 
-async function overlayCheck(): Promise<DoctorCheck> {
-  const fs = readTrim("/proc/filesystems") ?? "";
-  if (!/\toverlay$/m.test(fs)) {
-    return {
-      name: "overlayfs",
-      status: "warn",
-      detail: "not in /proc/filesystems: workspaces are copied (slower)",
-      fix: "modprobe overlay",
-    };
+/** Root mode: whom root inside is on the host, and whether that range is reserved for us. */
+function idRangeCheck(): DoctorCheck {
+  if (launchMode() !== "root") {
+    return { name: "user ids", status: "ok", detail: "root inside is you (one id mapped: unprivileged mode)" };
   }
-  const dir = mkdtempSync(join(tmpdir(), "msb-doctor-"));
   try {
-    const ns = launchMode() === "root" ? ["--mount"] : ["--user", "--map-root-user", "--mount"];
-    const opts = launchMode() === "root" ? "" : ",userxattr";
-    const script = `mount -t tmpfs t "$1" && mkdir "$1/l" "$1/u" "$1/w" "$1/m" && mount -t overlay overlay -o "lowerdir=$1/l,upperdir=$1/u,workdir=$1/w${opts}" "$1/m"`;
-    const r = await run("/usr/bin/unshare", [...ns, "/bin/sh", "-c", script, "sh", dir]);
-    if (r.code !== 0)
-      return {
-        name: "overlayfs",
-        status: "warn",
-        detail: `cannot mount: ${r.stderr.trim()}; workspaces are copied (slower)`,
-      };
-    return { name: "overlayfs", status: "ok", detail: "copy-on-write workspaces" };
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
+    const r = idRange();
+    const detail = `root inside is host uid ${r.base}, never 0 (ids ${r.base}-${r.base + r.count - 1}, from ${r.source})`;
+    if (r.source !== "default") return { name: "user ids", status: "ok", detail };
+    return {
+      name: "user ids",
+      status: "warn",
+      detail: `${detail}; the range is not reserved in /etc/subuid, so another tool could hand it out`,
+      fix: `add "${SUBID_USER}:${r.base}:${r.count}" to /etc/subuid and /etc/subgid (scripts/install-system-deps.sh does)`,
+    };
+  } catch (e) {
+    return { name: "user ids", status: "fail", detail: (e as Error).message, fix: "set MINISANDBOX_IDMAP=BASE:COUNT" };
   }
+}
+
+/** The helper's own report: the seccomp profile compiled in, and id-mapped mount support. */
+async function helperCheck(): Promise<DoctorCheck[]> {
+  let helper: string;
+  try {
+    helper = helperPath();
+  } catch (e) {
+    return [{ name: "native helper", status: "fail", detail: (e as Error).message }];
+  }
+  const r = await run(helper, ["check"]);
+  const facts = Object.fromEntries(r.stdout.split("\n").map((l) => l.split(" ") as [string, string]));
+  return [
+    { name: "native helper", status: r.code === 0 ? "ok" : "fail", detail: helper },
+    {
+      name: "seccomp",
+      status: facts.seccomp_embedded === "yes" ? "ok" : "warn",
+      detail:
+        `${facts.seccomp_allowed} syscalls allowed, ${facts.seccomp_refused} refused (EPERM), the rest ENOSYS; ` +
+        "no_new_privs; off only for sandboxes created with `seccomp: false` (reported by their security())",
+    },
+  ];
 }
 
 function cgroupCheck(): DoctorCheck {
-  const s = cgroupSupport();
-  const v2only = existsSync("/sys/fs/cgroup/cgroup.controllers") && !existsSync("/sys/fs/cgroup/memory");
-  if (s.memory && s.pids)
-    return {
-      name: "cgroups",
-      status: "ok",
-      detail: "v1 memory + pids controllers: memory and process limits enforced per sandbox",
-    };
-  const what = v2only
-    ? "cgroup v2 only (not yet supported)"
-    : launchMode() === "root"
-      ? "memory/pids controllers not mounted"
-      : "not writable as this user";
+  const e = enforcement();
+  if (e.memory && e.pids) {
+    return { name: "cgroups", status: "ok", detail: "memory and processes limited per sandbox (cgroup v1)" };
+  }
+  const uid = process.getuid?.() ?? 0;
+  const fix =
+    launchMode() === "root"
+      ? "mount the cgroup v1 memory and pids controllers"
+      : `delegate a cgroup to this user: sudo sh -c 'for c in memory pids; do mkdir -p /sys/fs/cgroup/$c/minisandbox-${uid}; ` +
+        `chown -R ${uid} /sys/fs/cgroup/$c/minisandbox-${uid}; done'`;
+  const missing = [...(e.memory ? [] : ["memory"]), ...(e.pids ? [] : ["process-count"])].join(" and ");
   return {
     name: "cgroups",
     status: "warn",
-    detail: `${what}: falling back to rlimits (RLIMIT_AS per process, RLIMIT_NPROC per user)`,
-    fix: "run as root on a host with cgroup v1 memory and pids controllers for per-sandbox limits",
+    detail: `${missing} limits are NOT enforced per sandbox (disk, CPU seconds and open files are)`,
+    fix,
   };
 }
 
-async function sandboxCheck(home: string): Promise<DoctorCheck> {
+/** A real sandbox, started and asked who it is; whether its workspaces are copy-on-write or copied. */
+async function sandboxChecks(home: string): Promise<DoctorCheck[]> {
   try {
     const t0 = performance.now();
     const sb = await Sandbox.create({ home });
-    const r = await sb.exec(["/bin/echo", "ok"]);
+    const r = await sb.exec(["/bin/sh", "-c", "cat /proc/self/uid_map; grep ^Seccomp: /proc/self/status"]);
     const ms = performance.now() - t0;
+    const copied = sb.notices.some((n) => /copying/.test(n));
     await sb.close();
-    if (r.stdout.trim() !== "ok")
-      return { name: "sandbox", status: "fail", detail: `unexpected output ${JSON.stringify(r.stdout)}` };
-    return {
-      name: "sandbox",
-      status: "ok",
-      detail: `created, ran a command and closed in ${ms.toFixed(0)} ms (${launchMode()} mode)`,
-    };
+    if (r.exitCode !== 0) return [{ name: "sandbox", status: "fail", detail: `${r.stderr.trim() || r.stdout}` }];
+    const [map, seccomp] = r.stdout.trim().split("\n");
+    const inside = `uid_map ${map?.trim().replace(/\s+/g, " ")}, ${seccomp?.replace(/\s+/g, " ")}`;
+    return [
+      {
+        name: "sandbox",
+        status: "ok",
+        detail: `created, ran a command and closed in ${ms.toFixed(0)} ms (${launchMode()} mode; inside: ${inside})`,
+      },
+      copied
+        ? { name: "overlayfs", status: "warn", detail: "cannot be mounted here: workspaces are copied (slower)" }
+        : { name: "overlayfs", status: "ok", detail: "copy-on-write workspaces" },
+    ];
   } catch (e) {
-    return { name: "sandbox", status: "fail", detail: (e as Error).message, fix: "see the checks above" };
+    return [{ name: "sandbox", status: "fail", detail: (e as Error).message, fix: "see the checks above" }];
   }
-}
-
-function helperCheck(): DoctorCheck {
-  const path = helperPath();
-  if (path) return { name: "native helper", status: "ok", detail: `${path}: one exec to launch or enter a sandbox` };
-  return {
-    name: "native helper",
-    status: "warn",
-    detail:
-      "missing: sandboxes start and run commands through unshare/nsenter/setpriv/env (each step an extra exec, slower)",
-    fix: "install a C compiler with static libc (apt-get install gcc libc6-dev), then npm run build",
-  };
 }
 
 /** Every check `minisandbox doctor` runs. Extra checks (toolchains...) are appended by the caller. */
@@ -164,26 +169,18 @@ export async function runDoctor(
 ): Promise<DoctorReport> {
   const checks: DoctorCheck[] = [
     await toolCheck("bwrap", "bubblewrap"),
-    helperCheck(),
-    await toolCheck("unshare", "util-linux"),
-    await toolCheck("nsenter", "util-linux"),
-    await toolCheck("setpriv", "util-linux"),
+    ...(await helperCheck()),
     await toolCheck("script", "bsdutils"),
     await userNamespaces(),
-    await overlayCheck(),
+    idRangeCheck(),
     cgroupCheck(),
-    {
-      name: "limits",
-      status: "ok",
-      detail: "CPU time and open files via rlimits; writable layer via tmpfs size; output via capture caps",
-    },
     await toolCheck("git", "git"),
     await toolCheck("tar", "tar"),
     await toolCheck("zstd", "zstd", "-V"),
   ];
-  checks.push(await sandboxCheck(home));
+  checks.push(...(await sandboxChecks(home)));
   checks.push(...(await extra()));
-  const basics = new Set(["bwrap", "unshare", "nsenter", "setpriv", "script", "sandbox"]);
+  const basics = new Set(["bwrap", "native helper", "script", "sandbox", "user ids"]);
   const ok = !checks.some((c) => c.status === "fail" && (basics.has(c.name) || c.name === "user namespaces"));
   return { ok, mode: launchMode(), checks };
 }

@@ -1,15 +1,23 @@
-import { spawn } from "node:child_process";
-import { mkdirSync, statSync } from "node:fs";
-import { readFile, writeFile } from "node:fs/promises";
-import { dirname } from "node:path";
-import { NotFoundError, SandboxError } from "../util/errors.js";
+import { type ChildProcess, spawn } from "node:child_process";
+import { statSync } from "node:fs";
+import { readFile } from "node:fs/promises";
+import { InvalidInputError, LimitError, NotFoundError, SandboxError, TimeoutError } from "../errors.js";
+import { extractUntrusted, type CopyOutReport } from "./copy-out.js";
 import type { ExecOptions, ExecResult } from "./exec.js";
 
-/** The slice of a sandbox that file operations need: run a command inside with stdin and capture its output. */
+/** A command started inside the sandbox with its output streamed (tar pipes). */
+export interface StreamedCommand {
+  child: ChildProcess;
+  /** Kill the command's whole process tree inside the sandbox (nothing stays behind), then clean up. */
+  kill(): Promise<void>;
+  /** Clean up after a normal exit. */
+  cleanup(): void;
+}
+
+/** The slice of a sandbox that file operations need. */
 export interface FileRunner {
   exec(argv: string[], opts?: ExecOptions): Promise<ExecResult>;
-  /** argv + cleanup for streaming (tar pipes). */
-  spawnArgv(argv: string[]): { argv: string[]; cleanup: () => void };
+  stream(argv: string[]): StreamedCommand;
 }
 
 export interface FileEntry {
@@ -20,11 +28,43 @@ export interface FileEntry {
   mode: number;
 }
 
+/** Bounds of a read or a copy out of the sandbox: whatever the sandbox put at the path, the host's cost is capped. */
+export interface ReadOptions {
+  /** Refuse more than this many bytes (default 256 MiB for reads, 1 GiB for copies). */
+  maxBytes?: number;
+  /** Give up after this long (default 60 s for reads, 300 s for copies). */
+  timeoutMs?: number;
+}
+
+export type { CopyOutReport } from "./copy-out.js";
+
+export const DEFAULT_READ_BYTES = 256 * 1024 ** 2;
+export const DEFAULT_READ_TIMEOUT_MS = 60_000;
+export const DEFAULT_COPY_OUT_BYTES = 1024 ** 3;
+export const DEFAULT_COPY_OUT_TIMEOUT_MS = 300_000;
+
 const NO_LIMIT = Number.MAX_SAFE_INTEGER;
+/** Exit codes of the read script, each a reason the file cannot be read. */
+const NOT_FOUND = 3;
+const NOT_REGULAR = 4;
+const IS_DIRECTORY = 5;
+/** At most $2 bytes of a regular file; anything else is refused by its exit code. */
+const READ_SCRIPT =
+  `[ -e "$1" ] || exit ${NOT_FOUND}; [ -d "$1" ] && exit ${IS_DIRECTORY}; [ -f "$1" ] || exit ${NOT_REGULAR}; ` +
+  `exec head -c "$2" -- "$1"`;
+
+function bounds(opts: ReadOptions, bytes: number, timeoutMs: number): { max: number; timeoutMs: number } {
+  const max = opts.maxBytes ?? bytes;
+  const t = opts.timeoutMs ?? timeoutMs;
+  if (!Number.isSafeInteger(max) || max < 0) throw new InvalidInputError(`maxBytes must be a non-negative integer`);
+  if (!Number.isFinite(t) || t <= 0) throw new InvalidInputError(`timeoutMs must be a positive number`);
+  return { max, timeoutMs: t };
+}
 
 /**
  * Files inside a sandbox. Every operation runs *inside* it (as the sandbox user, through its mount namespace),
  * never through host paths: a symlink planted in the sandbox can then never point a host-side write at the host.
+ * What comes out is bounded in bytes and time, and is data only (see copy-out.ts).
  */
 export class SandboxFiles {
   constructor(private readonly runner: FileRunner) {}
@@ -36,13 +76,27 @@ export class SandboxFiles {
     throw new SandboxError(`${what} ${path} failed: ${msg || `exit ${r.exitCode}`}`);
   }
 
-  async readBytes(path: string): Promise<Buffer> {
-    const r = await this.runner.exec(["/bin/cat", "--", path], { outputLimitBytes: NO_LIMIT });
-    return (await this.check(r, path, "read")).stdoutBytes;
+  /**
+   * The bytes of a regular file. FIFOs, devices and other special files are refused; more than `maxBytes` is a
+   * LimitError, no answer within `timeoutMs` a TimeoutError; either way the reader inside is killed.
+   */
+  async readBytes(path: string, opts: ReadOptions = {}): Promise<Buffer> {
+    const { max, timeoutMs } = bounds(opts, DEFAULT_READ_BYTES, DEFAULT_READ_TIMEOUT_MS);
+    const r = await this.runner.exec(["/bin/sh", "-c", READ_SCRIPT, "sh", path, String(max + 1)], {
+      outputLimitBytes: max + 1,
+      timeoutMs,
+    });
+    if (r.timedOut) throw new TimeoutError(`read ${path}: no end within ${timeoutMs} ms`);
+    if (r.exitCode === NOT_FOUND) throw new NotFoundError(`read ${path}: no such file or directory`);
+    if (r.exitCode === NOT_REGULAR) throw new InvalidInputError(`read ${path}: not a regular file`);
+    if (r.exitCode === IS_DIRECTORY) throw new InvalidInputError(`read ${path}: Is a directory`);
+    await this.check(r, path, "read");
+    if (r.stdoutBytes.length > max) throw new LimitError(`read ${path}: larger than ${max} bytes`);
+    return r.stdoutBytes;
   }
 
-  async read(path: string): Promise<string> {
-    return (await this.readBytes(path)).toString("utf8");
+  async read(path: string, opts: ReadOptions = {}): Promise<string> {
+    return (await this.readBytes(path, opts)).toString("utf8");
   }
 
   /** Write a file, creating parent directories. */
@@ -90,64 +144,59 @@ export class SandboxFiles {
       await this.write(target, await readFile(hostPath));
       return;
     }
-    await this.pipe(
-      ["/bin/tar", "-C", hostPath, "-cf", "-", "."],
-      ["/bin/sh", "-c", 'mkdir -p -- "$1" && exec tar -C "$1" -xf - --no-same-owner', "sh", target],
-      "inside",
+    const cons = this.runner.stream([
+      "/bin/sh",
+      "-c",
+      'mkdir -p -- "$1" && exec tar -C "$1" -xf - --no-same-owner',
+      "sh",
       target,
-    );
+    ]);
+    const prod = spawn("/bin/tar", ["-C", hostPath, "-cf", "-", "."], { stdio: ["ignore", "pipe", "pipe"] });
+    let errText = "";
+    prod.stderr!.on("data", (b: Buffer) => (errText += b.toString()));
+    cons.child.stderr!.on("data", (b: Buffer) => (errText += b.toString()));
+    cons.child.stdin!.on("error", () => {});
+    prod.stdout!.pipe(cons.child.stdin!);
+    const [p, c] = await Promise.all([exitOf(prod), exitOf(cons.child)]);
+    cons.cleanup();
+    if (p !== 0 || c !== 0) throw new SandboxError(`copy of ${hostPath} failed: ${errText.trim()}`);
   }
 
-  /** Copy a file or directory out of the sandbox to a host path. */
-  async download(path: string, hostTarget: string): Promise<void> {
-    const r = await this.runner.exec(["/usr/bin/test", "-d", path]);
-    if (r.exitCode !== 0) {
-      const bytes = await this.readBytes(path);
-      mkdirSync(dirname(hostTarget), { recursive: true });
-      await writeFile(hostTarget, bytes);
-      return;
+  /**
+   * Copy a regular file or a directory out of the sandbox to a host path. Data only: regular files (permission
+   * bits without setuid, setgid or sticky), directories and symlinks (never followed), owned by the caller; device
+   * nodes, FIFOs and sockets are skipped and reported. Bounded by `maxBytes` and `timeoutMs`.
+   */
+  async download(path: string, hostTarget: string, opts: ReadOptions = {}): Promise<CopyOutReport> {
+    const { max, timeoutMs } = bounds(opts, DEFAULT_COPY_OUT_BYTES, DEFAULT_COPY_OUT_TIMEOUT_MS);
+    const deadline = Date.now() + timeoutMs;
+    const kind = await this.runner.exec(["/usr/bin/stat", "-L", "-c", "%F", "--", path], { timeoutMs });
+    if (kind.exitCode !== 0) throw new NotFoundError(`download ${path}: no such file or directory`);
+    const type = kind.stdout.trim();
+    if (type === "regular file" || type === "regular empty file") {
+      const bytes = await this.readBytes(path, { maxBytes: max, timeoutMs: Math.max(1, deadline - Date.now()) });
+      return extractUntrusted.singleFile(bytes, hostTarget);
     }
-    mkdirSync(hostTarget, { recursive: true });
-    // GNU tar defers links that point outside the target until the end and refuses `..` members.
-    await this.pipe(
-      ["/bin/tar", "-C", path, "-cf", "-", "."],
-      ["/bin/tar", "-C", hostTarget, "-xf", "-", "--no-same-owner"],
-      "outside",
-      path,
-    );
+    if (type !== "directory") throw new InvalidInputError(`download ${path}: not a regular file or directory`);
+    const cmd = this.runner.stream(["/bin/tar", "-C", path, "--hard-dereference", "-cf", "-", "."]);
+    cmd.child.stderr!.resume();
+    const timer = setTimeout(() => void cmd.kill(), Math.max(1, deadline - Date.now()));
+    try {
+      return await extractUntrusted.tree(cmd.child.stdout!, hostTarget, max, path);
+    } catch (e) {
+      await cmd.kill();
+      if (Date.now() >= deadline) throw new TimeoutError(`download ${path}: not done within ${timeoutMs} ms`);
+      throw e;
+    } finally {
+      clearTimeout(timer);
+      cmd.cleanup();
+    }
   }
+}
 
-  /** Stream tar from one side to the other. `inside` says which end runs in the sandbox. */
-  private pipe(
-    producer: string[],
-    consumer: string[],
-    consumerSide: "inside" | "outside",
-    what: string,
-  ): Promise<void> {
-    const prod = consumerSide === "inside" ? { argv: producer, cleanup: () => {} } : this.runner.spawnArgv(producer);
-    const cons = consumerSide === "inside" ? this.runner.spawnArgv(consumer) : { argv: consumer, cleanup: () => {} };
-    return new Promise((resolve, reject) => {
-      const p = spawn(prod.argv[0]!, prod.argv.slice(1), { stdio: ["ignore", "pipe", "pipe"] });
-      const c = spawn(cons.argv[0]!, cons.argv.slice(1), { stdio: ["pipe", "ignore", "pipe"] });
-      let errText = "";
-      p.stderr!.on("data", (b: Buffer) => (errText += b.toString()));
-      c.stderr!.on("data", (b: Buffer) => (errText += b.toString()));
-      p.stdout!.pipe(c.stdin!);
-      c.stdin!.on("error", () => {});
-      let done = 0;
-      let failed = false;
-      const finish = (code: number | null): void => {
-        if (code !== 0) failed = true;
-        if (++done < 2) return;
-        prod.cleanup();
-        cons.cleanup();
-        if (failed) reject(new SandboxError(`copy of ${what} failed: ${errText.trim()}`));
-        else resolve();
-      };
-      p.on("close", finish);
-      c.on("close", finish);
-      p.on("error", reject);
-      c.on("error", reject);
-    });
-  }
+function exitOf(child: ChildProcess): Promise<number | null> {
+  return new Promise((resolve) => {
+    child.on("close", (code) => resolve(code));
+    child.on("error", () => resolve(-1));
+  });
 }

@@ -1,29 +1,80 @@
-import { existsSync, mkdirSync, readFileSync, readdirSync, rmdirSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, statSync, writeFileSync } from "node:fs";
+import { totalmem } from "node:os";
 import { join } from "node:path";
+import { InvalidInputError, SandboxError } from "../errors.js";
 
-/** Resource limits of a sandbox. Every field is optional; absent means "not limited". */
+/** Resource limits of a sandbox. Every field is optional; absent means the default (see `withDefaults`). */
 export interface Limits {
-  /** Memory (RSS + page cache + tmpfs writes) in bytes. cgroup memory controller, else RLIMIT_AS per process. */
+  /** Memory (RSS + page cache + tmpfs writes) in bytes, for the whole sandbox (cgroup memory controller). */
   memoryBytes?: number;
-  /** Number of processes/threads. cgroup pids controller, else RLIMIT_NPROC. */
+  /** Number of processes and threads in the whole sandbox (cgroup pids controller). */
   pids?: number;
   /** CPU seconds per process (RLIMIT_CPU). */
   cpuSeconds?: number;
-  /** Size of the writable layer (tmpfs holding the overlay upper dirs, /tmp and home). */
+  /** Every writable place together: `/`, /tmp, /dev/shm, home and the copy-on-write layers (one tmpfs). */
   diskBytes?: number;
   /** Max open files per process (RLIMIT_NOFILE). */
   openFiles?: number;
 }
 
 export const DEFAULT_DISK_BYTES = 8 * 1024 ** 3;
+export const DEFAULT_PIDS = 4096;
+/** Half the host's memory, at most 8 GiB: enough for a test suite, never the whole machine. */
+export const DEFAULT_MEMORY_BYTES = Math.min(8 * 1024 ** 3, Math.floor(totalmem() / 2));
+
+const LIMIT_RULES: Record<keyof Limits, { min: number; integer: boolean; unit: string }> = {
+  memoryBytes: { min: 16 * 1024 ** 2, integer: true, unit: "bytes" },
+  pids: { min: 1, integer: true, unit: "processes" },
+  cpuSeconds: { min: 1, integer: false, unit: "seconds" },
+  diskBytes: { min: 1024 ** 2, integer: true, unit: "bytes" },
+  openFiles: { min: 16, integer: true, unit: "files" },
+};
+
+/** Refuse what the kernel would reject (or silently misread): every field named, with what it must be. */
+export function validateLimits(limits: unknown): Limits {
+  if (limits === undefined || limits === null) return {};
+  if (typeof limits !== "object" || Array.isArray(limits)) throw new InvalidInputError("limits must be an object");
+  for (const [key, value] of Object.entries(limits)) {
+    const rule = LIMIT_RULES[key as keyof Limits];
+    if (!rule)
+      throw new InvalidInputError(`limits.${key}: unknown limit (known: ${Object.keys(LIMIT_RULES).join(", ")})`);
+    if (value === undefined) continue;
+    const ok =
+      typeof value === "number" &&
+      Number.isFinite(value) &&
+      value >= rule.min &&
+      value <= Number.MAX_SAFE_INTEGER &&
+      (!rule.integer || Number.isInteger(value));
+    if (!ok) {
+      const what = rule.integer ? "an integer" : "a number";
+      throw new InvalidInputError(
+        `limits.${key} must be ${what} of ${rule.unit} >= ${rule.min}, got ${JSON.stringify(value) ?? String(value)}`,
+      );
+    }
+  }
+  return limits as Limits;
+}
+
+/** The limits a sandbox runs with: the caller's, validated, over the defaults for disk, processes and memory. */
+export function withDefaults(limits: Limits | undefined): Limits {
+  const given = Object.entries(validateLimits(limits)).filter(([, v]) => v !== undefined);
+  const defaults = { diskBytes: DEFAULT_DISK_BYTES, pids: DEFAULT_PIDS, memoryBytes: DEFAULT_MEMORY_BYTES };
+  return { ...defaults, ...Object.fromEntries(given) };
+}
 
 const CGROUP_ROOT = "/sys/fs/cgroup";
-const GROUP = "minisandbox";
+/** The parent group of every sandbox's cgroups: shared by root, per user otherwise (a delegated subtree). */
+const GROUP = process.getuid?.() === 0 ? "minisandbox" : `minisandbox-${process.getuid?.()}`;
 
-/** Which cgroup v1 controllers this process may use (root on a host with them mounted). */
+/**
+ * Which cgroup v1 controllers this process may use: root where they are mounted; another user where root delegated
+ * its group to it (`/sys/fs/cgroup/{memory,pids}/minisandbox-<uid>`, owned by the user: see `minisandbox doctor`).
+ */
 export interface CgroupSupport {
   memory: boolean;
   pids: boolean;
+  /** Freezes a sandbox while a fork copies its state. */
+  freezer: boolean;
 }
 
 let cached: CgroupSupport | undefined;
@@ -40,7 +91,7 @@ export function cgroupSupport(): CgroupSupport {
       return false;
     }
   };
-  cached = { memory: usable("memory"), pids: usable("pids") };
+  cached = { memory: usable("memory"), pids: usable("pids"), freezer: usable("freezer") };
   return cached;
 }
 
@@ -48,6 +99,7 @@ export function cgroupSupport(): CgroupSupport {
 export interface SandboxCgroups {
   memory?: string;
   pids?: string;
+  freezer?: string;
 }
 
 function write(file: string, value: string | number): void {
@@ -73,7 +125,41 @@ export function createCgroups(id: string, limits: Limits): SandboxCgroups {
     if (limits.pids) write(join(dir, "pids.max"), limits.pids);
     groups.pids = dir;
   }
+  if (support.freezer) {
+    const dir = join(CGROUP_ROOT, "freezer", GROUP, id);
+    mkdirSync(dir, { recursive: true });
+    groups.freezer = dir;
+  }
   return groups;
+}
+
+/** Every cgroup directory a sandbox's processes join, in the order they join. */
+export function cgroupDirs(groups: SandboxCgroups): string[] {
+  return [groups.memory, groups.pids, groups.freezer].filter((d): d is string => Boolean(d));
+}
+
+/** Let a frozen group go on (a frozen process cannot even die: thaw before killing). */
+export function thaw(dir: string | undefined): void {
+  if (!dir) return;
+  try {
+    writeFileSync(join(dir, "freezer.state"), "THAWED");
+  } catch {
+    /* gone */
+  }
+}
+
+/** Stop every process of a freezer group where it stands, run `fn`, then let them go on. */
+export async function whileFrozen<T>(dir: string, fn: () => Promise<T>): Promise<T> {
+  writeFileSync(join(dir, "freezer.state"), "FROZEN");
+  try {
+    for (let i = 0; readFileSync(join(dir, "freezer.state"), "utf8").trim() !== "FROZEN"; i++) {
+      if (i > 500) throw new SandboxError("the sandbox's processes could not be frozen");
+      await new Promise((r) => setTimeout(r, 2));
+    }
+    return await fn();
+  } finally {
+    thaw(dir);
+  }
 }
 
 /** A child pids cgroup for one command, so that its whole tree (double forks included) can be killed. */
@@ -118,6 +204,12 @@ export async function killCgroup(dir: string, removeDir = true, spareFirst: numb
     await new Promise((r) => setTimeout(r, round < 5 ? 2 : 20));
   }
   if (removeDir) removeCgroupTree(dir);
+}
+
+/** Kill everything in a sandbox's cgroups (thawed first: frozen processes cannot die) and remove them. */
+export async function killSandboxCgroups(groups: SandboxCgroups): Promise<void> {
+  thaw(groups.freezer);
+  for (const dir of [groups.pids, groups.memory, groups.freezer]) if (dir) await killCgroup(dir);
 }
 
 /** Processes of a cgroup and of all its subgroups. */
@@ -179,7 +271,7 @@ function sumOverTree(dir: string, file: string, re: RegExp): number {
 /** All sandbox cgroups on this host (for the reaper). */
 export function listSandboxCgroups(): { id: string; dir: string }[] {
   const out: { id: string; dir: string }[] = [];
-  for (const ctl of ["memory", "pids"]) {
+  for (const ctl of ["memory", "pids", "freezer"]) {
     const base = join(CGROUP_ROOT, ctl, GROUP);
     try {
       for (const e of readdirSync(base, { withFileTypes: true })) {
@@ -192,13 +284,27 @@ export function listSandboxCgroups(): { id: string; dir: string }[] {
   return out;
 }
 
-/** `prlimit` arguments for the portable per-process limits (and the fallbacks when cgroups are missing). */
-export function rlimitArgs(limits: Limits, groups: SandboxCgroups): string[] {
+/** The per-process limits (rlimits): CPU seconds, open files. Memory and processes are per sandbox (cgroups) only. */
+export function rlimitArgs(limits: Limits): string[] {
   const args: string[] = [];
   // soft < hard: the soft limit delivers SIGXCPU (a clear status), the hard one a SIGKILL a second later.
   if (limits.cpuSeconds) args.push(`--cpu=${Math.ceil(limits.cpuSeconds)}:${Math.ceil(limits.cpuSeconds) + 1}`);
   if (limits.openFiles) args.push(`--nofile=${limits.openFiles}`);
-  if (limits.memoryBytes && !groups.memory) args.push(`--as=${limits.memoryBytes}`);
-  if (limits.pids && !groups.pids) args.push(`--nproc=${limits.pids}`);
   return args;
+}
+
+/** Which limits this host enforces for a sandbox: memory and processes need their cgroup controllers. */
+export interface Enforcement {
+  memory: boolean;
+  pids: boolean;
+  /** Always: one size-limited tmpfs holds every writable place. */
+  disk: true;
+  /** Per process (RLIMIT_CPU, RLIMIT_NOFILE). */
+  cpu: true;
+  openFiles: true;
+}
+
+export function enforcement(): Enforcement {
+  const s = cgroupSupport();
+  return { memory: s.memory, pids: s.pids, disk: true, cpu: true, openFiles: true };
 }

@@ -48,11 +48,3 @@ export class CappedBuffer {
     return this.toBuffer().toString("utf8");
   }
 }
-
-// CSI / OSC / other escape sequences, as terminals emit them.
-const ANSI = /\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[PX^_][^\x1b]*\x1b\\|\x1b[@-Z\\-_]/g;
-
-/** Output as SWE-ReX returns it: ANSI escapes removed, `\r\n` turned into `\n`. */
-export function cleanTerminalOutput(text: string): string {
-  return text.replace(ANSI, "").replace(/\r\n/g, "\n");
-}

@@ -1,10 +1,19 @@
-import { TESTBED_PATH } from "../env/types.js";
+import { InvalidInputError } from "../errors.js";
 import { systemEntries } from "./host.js";
+import { etcSecrets, type MaskedPath, procCover } from "./masks.js";
+
+/** Where a sandbox's workspace directory (`dir`) is mounted. */
+export const TESTBED_PATH = "/testbed";
 
 /** A directory tree mounted copy-on-write: the sandbox reads and writes it; the lower dirs never change. */
 export interface OverlayMount {
   /** Host directories, topmost first (a layer stack). */
   lower: string[];
+  /**
+   * Directories written by a sandbox (a fork's snapshots of its parents' upper dirs), topmost first, stacked above
+   * `lower`. Their files already carry the sandbox's ids, so they are not id-mapped.
+   */
+  sandboxLowers?: string[];
   /** Path inside the sandbox. */
   target: string;
 }
@@ -58,18 +67,42 @@ const UNSAFE = /[,:\n\r\0\\]/;
 
 export function checkPlanPaths(plan: MountPlan): void {
   for (const o of plan.overlays) {
-    for (const l of o.lower) if (UNSAFE.test(l)) throw new Error(`unsupported character in path ${JSON.stringify(l)}`);
-    if (!o.target.startsWith("/")) throw new Error(`mount target must be absolute: ${o.target}`);
+    for (const l of [...(o.sandboxLowers ?? []), ...o.lower]) {
+      if (UNSAFE.test(l) || !l.startsWith("/"))
+        throw new InvalidInputError(`unsupported lower directory ${JSON.stringify(l)}`);
+    }
+    if (!o.target.startsWith("/")) throw new InvalidInputError(`mount target must be absolute: ${o.target}`);
   }
   for (const b of plan.binds)
-    if (!b.target.startsWith("/")) throw new Error(`mount target must be absolute: ${b.target}`);
+    if (!b.target.startsWith("/")) throw new InvalidInputError(`mount target must be absolute: ${b.target}`);
 }
 
 /**
- * The bwrap arguments for a plan. `scratch` is the (private, tmpfs) scratch root prepared by the launch script:
- * `scratch/tmp`, `scratch/home`, and `scratch/m/<i>` for the i-th overlay. `initBinary` is bound at INIT_PATH.
+ * A host path the launch clones into the scratch (at `b/<name>`) before the sandbox's user namespace exists: the
+ * sandbox's root may not be able to walk the host path to it. Read-only sources are id-mapped in root mode.
  */
-export function bwrapArgs(plan: MountPlan, scratch: string, privileged: boolean, initBinary?: string): string[] {
+export interface PlanSource {
+  name: string;
+  path: string;
+  writable: boolean;
+}
+
+export function planSources(plan: MountPlan, initBinary: string): PlanSource[] {
+  return [
+    { name: "init", path: initBinary, writable: false },
+    { name: "ctl", path: plan.controlDir, writable: false },
+    ...plan.toolchains.map((path, i) => ({ name: `t${i}`, path, writable: false })),
+    ...plan.binds.map((b, i) => ({ name: `x${i}`, path: b.source, writable: !b.readOnly })),
+  ];
+}
+
+/**
+ * The bwrap arguments for a plan. `scratch` is the private, size-limited tmpfs prepared by the launch: `root` (the
+ * sandbox's `/`), `tmp`, `shm`, `home`, `empty` (a directory) and `void` (a file) to mask paths with, and `m/<i>`
+ * for the i-th overlay, `b/<name>` for the sources of planSources(). Every writable place lives there, so one size
+ * bounds them all.
+ */
+export function bwrapArgs(plan: MountPlan, scratch: string): string[] {
   const a: string[] = [
     "--die-with-parent",
     "--as-pid-1",
@@ -79,27 +112,33 @@ export function bwrapArgs(plan: MountPlan, scratch: string, privileged: boolean,
     "--unshare-cgroup-try",
   ];
   if (!plan.network) a.push("--unshare-net");
-  a.push("--hostname", plan.hostname);
+  a.push("--hostname", plan.hostname, "--bind", `${scratch}/root`, "/");
   for (const e of systemEntries()) {
     if (e.symlinkTo) a.push("--symlink", e.symlinkTo, e.path);
     else a.push("--ro-bind", e.path, e.path);
   }
-  a.push("--proc", "/proc", "--dev", "/dev");
+  // Docker shows masked files as empty: an empty read-only file (a device node would not open on a nodev mount).
+  const mask = (m: MaskedPath): string[] => ["--ro-bind", `${scratch}/${m.kind === "dir" ? "empty" : "void"}`, m.path];
+  for (const m of etcSecrets()) a.push(...mask(m));
+  const proc = procCover();
+  a.push("--proc", "/proc");
+  for (const p of proc.readOnly) a.push("--ro-bind", p, p);
+  for (const m of proc.masked) a.push(...mask(m));
+  // /dev is bwrap's own small tmpfs: read-only, with /dev/shm on the sized scratch instead.
+  a.push("--dev", "/dev", "--bind", `${scratch}/shm`, "/dev/shm", "--remount-ro", "/dev");
   a.push("--bind", `${scratch}/tmp`, "/tmp");
   // bwrap would create missing parents 0700, locking a non-root user out of its own home.
   const homeParent = plan.home.slice(0, plan.home.lastIndexOf("/"));
   if (homeParent && homeParent !== "/root") a.push("--perms", "0755", "--dir", homeParent);
   a.push("--bind", `${scratch}/home`, plan.home);
-  for (const t of plan.toolchains) a.push("--ro-bind", t, t);
+  for (const [i, t] of plan.toolchains.entries()) a.push("--ro-bind", `${scratch}/b/t${i}`, t);
   for (const [i, o] of plan.overlays.entries()) a.push("--bind", `${scratch}/m/${i}`, o.target);
-  for (const b of plan.binds) a.push(b.readOnly ? "--ro-bind" : "--bind", b.source, b.target);
-  a.push("--ro-bind", plan.controlDir, CONTROL_PATH);
-  if (initBinary) a.push("--ro-bind", initBinary, INIT_PATH);
+  for (const [i, b] of plan.binds.entries())
+    a.push(b.readOnly ? "--ro-bind" : "--bind", `${scratch}/b/x${i}`, b.target);
+  a.push("--ro-bind", `${scratch}/b/ctl`, CONTROL_PATH, "--ro-bind", `${scratch}/b/init`, INIT_PATH);
   a.push("--chdir", plan.cwd);
-  if (privileged) {
-    a.push("--cap-drop", "ALL");
-    for (const c of SANDBOX_CAPS) a.push("--cap-add", `CAP_${c.toUpperCase()}`);
-  }
+  a.push("--cap-drop", "ALL");
+  for (const c of SANDBOX_CAPS) a.push("--cap-add", `CAP_${c.toUpperCase()}`);
   a.push("--clearenv", "--setenv", "PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
   return a;
 }

@@ -1,9 +1,9 @@
 import { spawnSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { cgroupPids, killCgroup, listSandboxCgroups, removeCgroupTree } from "./limits.js";
+import { cgroupPids, killSandboxCgroups, listSandboxCgroups, removeCgroupTree } from "./limits.js";
 import { isSameProcessAlive, killQuietly } from "./procfs.js";
-import { readState, sandboxPaths } from "./state.js";
+import { readState, removeSandboxDirs, runtimeDirFor, sandboxPaths } from "./state.js";
 
 export interface ReapReport {
   sandboxes: string[];
@@ -39,10 +39,23 @@ export async function reapLeftovers(sandboxesDir: string): Promise<ReapReport> {
     if (state) {
       if (isSameProcessAlive(state.holderPid, state.holderStart)) killQuietly(state.holderPid);
       if (isSameProcessAlive(state.pid1, undefined) && state.holderStart !== undefined) killQuietly(state.pid1);
-      for (const dir of [state.cgroups.memory, state.cgroups.pids]) if (dir) await killCgroup(dir);
+      await killSandboxCgroups(state.cgroups);
     }
     unmountUnder(paths.dir);
-    rmSync(paths.dir, { recursive: true, force: true });
+    unmountUnder(paths.scratch);
+    removeSandboxDirs(paths);
+    report.sandboxes.push(id);
+  }
+  // Root-mode scratch mount points whose sandbox directory is gone (a crash between the two removals).
+  const runtime = runtimeDirFor(sandboxesDir);
+  for (const id of existsSync(runtime) ? readdirSync(runtime) : []) {
+    if (existsSync(join(sandboxesDir, id))) continue;
+    try {
+      if (Date.now() - statSync(join(runtime, id)).mtimeMs < GRACE_MS) continue;
+    } catch {
+      continue;
+    }
+    rmSync(join(runtime, id), { recursive: true, force: true });
     report.sandboxes.push(id);
   }
   // Empty sandbox cgroups whose owner is gone (any home): nothing lives in them, so removing them is safe.

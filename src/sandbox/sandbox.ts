@@ -1,32 +1,37 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, rmSync, statSync } from "node:fs";
-import { resolve } from "node:path";
+import { existsSync } from "node:fs";
+import { join, resolve } from "node:path";
 import { homeLayout, resolveHome } from "../util/home.js";
-import { InvalidInputError, SandboxError } from "../util/errors.js";
-import { TESTBED_PATH } from "../env/types.js";
+import { InvalidInputError, SandboxError } from "../errors.js";
 import { BashSession, type RunOptions, type RunResult, type SessionProcess } from "../session/bash-session.js";
 import { sessionExists, sessionMissing } from "../session/errors.js";
 import { enterArgv } from "./enter.js";
 import { DEFAULT_OUTPUT_LIMIT, runCommand, type ExecOptions, type ExecResult, type LimitHit } from "./exec.js";
-import { SandboxFiles } from "./files.js";
-import { launchMode, type LaunchMode } from "./host.js";
-import { launch } from "./launcher.js";
+import { SandboxFiles, type StreamedCommand } from "./files.js";
+import { idRange, launchMode, type LaunchMode } from "./host.js";
+import { type OpenedDir, openHostDir } from "./host-dir.js";
+import { FIRST_PASSED_FD, launch } from "./launcher.js";
 import {
   createCgroups,
   createCommandCgroup,
-  DEFAULT_DISK_BYTES,
+  enforcement,
   killCgroup,
+  killSandboxCgroups,
   readCounters,
   removeCgroupTree,
   rlimitArgs,
+  type Enforcement,
   type Limits,
   type SandboxCgroups,
+  whileFrozen,
+  withDefaults,
 } from "./limits.js";
-import { CONTROL_PATH, defaultCwd, type BindMount, type MountPlan, type OverlayMount } from "./plan.js";
+import { CONTROL_PATH, defaultCwd, TESTBED_PATH, type BindMount, type MountPlan, type OverlayMount } from "./plan.js";
 import { commandName, descendants, killQuietly, parentPid, processStartTime } from "./procfs.js";
 import { reapLeftovers } from "./reaper.js";
-import { makeSandboxDirs, sandboxPaths, writeState, type SandboxPaths } from "./state.js";
+import { reapSnapshots, Snapshot } from "./snapshot.js";
+import { makeSandboxDirs, removeSandboxDirs, sandboxPaths, type SandboxPaths, writeState } from "./state.js";
 
 export interface SandboxOptions {
   /** Data directory (default: MINISANDBOX_HOME or the per-user default). */
@@ -58,6 +63,20 @@ export interface SandboxOptions {
   forceCopy?: boolean;
   /** Free-form labels (instance id, env key...) shown by list APIs. */
   labels?: Record<string, string>;
+  /** When set, `dir` must lie inside one of these host directories (checked on the opened directory itself). */
+  dirRoots?: string[];
+  /** The seccomp profile (default on). Turning it off is an explicit, reported choice (`security()`). */
+  seccomp?: boolean;
+}
+
+/** What `Sandbox.security()` reports. */
+export interface SandboxSecurity {
+  mode: LaunchMode;
+  /** Whom root inside is on the host. */
+  rootMapsTo: string;
+  seccomp: boolean;
+  noNewPrivileges: boolean;
+  limits: Enforcement;
 }
 
 export interface SessionCreateOptions {
@@ -66,16 +85,52 @@ export interface SessionCreateOptions {
   outputLimitBytes?: number;
 }
 
-/** `Sandbox.create({ instance, dataset })`: a sandbox on a task's environment (see env/workspace.ts). */
-export interface InstanceSandboxRequest extends Omit<SandboxOptions, "dir" | "overlays"> {
-  instance: string | import("../tasks/types.js").Instance;
-  dataset?: string;
-  specsFile?: string;
-  reposDir?: string;
-  build?: boolean;
+const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+function checkId(value: number, field: "uid" | "gid"): number {
+  if (!Number.isInteger(value) || value < 0 || value > 65_535) {
+    throw new InvalidInputError(`${field} must be an integer from 0 to 65535, got ${value}`);
+  }
+  return value;
 }
 
-const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/** The environment every command starts from (nothing of the caller's leaks in). */
+function sandboxEnv(opts: SandboxOptions, uid: number, home: string, hostname: string): Record<string, string> {
+  const user = uid === 0 ? "root" : `u${uid}`;
+  const path = [...(opts.pathPrepend ?? []), DEFAULT_PATH].join(":");
+  return { PATH: path, HOME: home, USER: user, LOGNAME: user, LANG: "C.UTF-8", HOSTNAME: hostname, ...opts.env };
+}
+
+/** Plain words for limits this host cannot enforce, so that nobody relies on them. */
+function enforcementNotices(mode: LaunchMode): string[] {
+  const e = enforcement();
+  const missing = [...(e.memory ? [] : ["memory"]), ...(e.pids ? [] : ["process-count"])];
+  if (missing.length === 0) return [];
+  const why = mode === "root" ? "their cgroup controllers are not mounted" : "no cgroup is delegated to this user";
+  return [`${missing.join(" and ")} limits are not enforced: ${why} (see \`minisandbox doctor\`)`];
+}
+
+/** Everything a launch needs, kept by the sandbox so that its forks start the same way. */
+interface LaunchInputs {
+  /** Options with home and limits resolved. */
+  opts: SandboxOptions;
+  sandboxesDir: string;
+  mode: LaunchMode;
+  uid: number;
+  gid: number;
+  /** `dir`, held open for the sandbox's life: forks mount the very same directory. */
+  dir?: OpenedDir;
+  /** The workspace trees as launched (`dir` first). */
+  overlays: OverlayMount[];
+  /** A fork's snapshot: the parent's writable places. */
+  seed?: string;
+  /** Snapshots whose copies are lowers of this sandbox's trees, held until it closes. */
+  snapshots: Snapshot[];
+}
+
+function snapshotsDir(home: string): string {
+  return join(home, "snapshots");
+}
 
 const reapedFor = new Set<string>();
 
@@ -98,9 +153,8 @@ export class Sandbox implements AsyncDisposable {
   private readonly closeListeners: (() => void)[] = [];
 
   private constructor(
-    private readonly opts: SandboxOptions,
+    private readonly inputs: LaunchInputs,
     readonly paths: SandboxPaths,
-    private readonly mode: LaunchMode,
     private readonly holder: ChildProcess,
     readonly pid1: number,
     private readonly cgroups: SandboxCgroups,
@@ -109,13 +163,19 @@ export class Sandbox implements AsyncDisposable {
     readonly cwd: string,
     notices: string[],
   ) {
+    const opts = inputs.opts;
+    this.opts = opts;
+    this.mode = inputs.mode;
+    this.uid = inputs.uid;
+    this.gid = inputs.gid;
+    this.dirPath = inputs.dir?.realPath;
     this.id = paths.dir.slice(paths.dir.lastIndexOf("/") + 1);
     this.home = opts.home!;
     this.labels = opts.labels ?? {};
     this.notices = notices;
     this.files = new SandboxFiles({
       exec: (argv, o) => this.exec(argv, o),
-      spawnArgv: (argv) => this.commandArgv(argv, {}),
+      stream: (argv) => this.stream(argv),
     });
     this.sessions = new SessionManager(this);
     this.commands = { run: (cmd, o) => this.exec(cmd, o) };
@@ -126,66 +186,67 @@ export class Sandbox implements AsyncDisposable {
     }
   }
 
-  static async create(options: SandboxOptions | InstanceSandboxRequest = {}): Promise<Sandbox> {
-    if ("instance" in options) {
-      // Lazy: environments depend on sandboxes, not the other way round.
-      const { createInstanceSandbox } = await import("../env/workspace.js");
-      return createInstanceSandbox(options);
-    }
+  static async create(options: SandboxOptions = {}): Promise<Sandbox> {
     const home = resolveHome(options.home);
     const layout = homeLayout(home);
     // Leftovers of owners that died (SIGKILL) are cleaned at the first start in each process.
     if (!reapedFor.has(layout.sandboxes)) {
       reapedFor.add(layout.sandboxes);
       await reapLeftovers(layout.sandboxes);
+      reapSnapshots(snapshotsDir(home));
     }
-    const opts: SandboxOptions = { ...options, home };
+    const opts: SandboxOptions = { ...options, home, limits: withDefaults(options.limits) };
+    const mode = launchMode();
+    const uid = checkId(opts.uid ?? 0, "uid");
+    const gid = checkId(opts.gid ?? uid, "gid");
+    if (mode === "userns" && (uid !== 0 || gid !== 0)) {
+      throw new InvalidInputError("uid: only 0 inside without root on the host (unprivileged sandboxes map only root)");
+    }
+    const dir = opts.dir === undefined ? undefined : openHostDir(resolve(opts.dir), opts.dirRoots);
     const overlays = [...(opts.overlays ?? [])];
-    if (opts.dir) {
-      const dir = resolve(opts.dir);
-      if (!existsSync(dir) || !statSync(dir).isDirectory())
-        throw new InvalidInputError(`--dir ${dir}: not a directory`);
-      overlays.unshift({ lower: [dir], target: TESTBED_PATH });
-    }
     for (const o of overlays)
       for (const l of o.lower) if (!existsSync(l)) throw new InvalidInputError(`mount source ${l} does not exist`);
-    const mode = launchMode();
-    const uid = opts.uid ?? 0;
-    const gid = opts.gid ?? uid;
-    if (mode === "userns" && (uid !== 0 || gid !== 0)) {
-      throw new InvalidInputError(
-        "a uid other than 0 inside needs root on the host (unprivileged sandboxes map only root)",
-      );
-    }
+    // The opened directory itself, as descriptor 5 of the launch: no path is looked up again.
+    if (dir) overlays.unshift({ lower: [`/proc/self/fd/${FIRST_PASSED_FD}`], target: TESTBED_PATH });
+    return Sandbox.launch({ opts, sandboxesDir: layout.sandboxes, mode, uid, gid, dir, overlays, snapshots: [] });
+  }
+
+  /** Start a sandbox; on failure, release what `inputs` holds (the opened directory, snapshots). */
+  private static async launch(inputs: LaunchInputs): Promise<Sandbox> {
+    const { opts, mode, uid, gid, overlays } = inputs;
     const id = `sb-${randomBytes(6).toString("hex")}`;
-    const paths = sandboxPaths(layout.sandboxes, id);
-    makeSandboxDirs(paths);
-    const home_ = uid === 0 ? "/root" : `/home/u${uid}`;
+    const paths = sandboxPaths(inputs.sandboxesDir, id);
+    const home = uid === 0 ? "/root" : `/home/u${uid}`;
     const plan: MountPlan = {
       hostname: opts.hostname ?? id,
       network: opts.network ?? false,
       overlays,
       binds: opts.binds ?? [],
       toolchains: opts.toolchains ?? [],
-      home: home_,
+      home,
       controlDir: paths.control,
       cwd: opts.cwd ?? defaultCwd({ overlays }),
     };
-    const limits = opts.limits ?? {};
+    const limits = opts.limits!;
     let cgroups: SandboxCgroups = {};
     try {
-      cgroups = mode === "root" ? createCgroups(id, limits) : {};
-      const rlimits = rlimitArgs(limits, cgroups);
+      makeSandboxDirs(paths);
+      cgroups = createCgroups(id, limits);
+      const rlimits = rlimitArgs(limits);
       const launched = await launch({
         plan,
         scratch: paths.scratch,
         mode,
+        idRange: mode === "root" ? idRange() : undefined,
         cgroups,
-        diskBytes: limits.diskBytes ?? DEFAULT_DISK_BYTES,
+        diskBytes: limits.diskBytes!,
         owner: `${uid}:${gid}`,
         forceCopy: opts.forceCopy ?? false,
         rlimits,
         label: id,
+        seccomp: opts.seccomp ?? true,
+        fds: inputs.dir ? [inputs.dir.fd] : [],
+        seed: inputs.seed,
       });
       writeState(paths, {
         id,
@@ -197,40 +258,87 @@ export class Sandbox implements AsyncDisposable {
         cgroups,
         createdAt: new Date().toISOString(),
       });
-      const path = [...(opts.pathPrepend ?? []), DEFAULT_PATH].join(":");
-      const env: Record<string, string> = {
-        PATH: path,
-        HOME: home_,
-        USER: uid === 0 ? "root" : `u${uid}`,
-        LOGNAME: uid === 0 ? "root" : `u${uid}`,
-        LANG: "C.UTF-8",
-        HOSTNAME: plan.hostname,
-        ...opts.env,
-      };
-      const sb = new Sandbox(
-        opts,
-        paths,
-        mode,
-        launched.child,
-        launched.pid1,
-        cgroups,
-        rlimits,
-        env,
-        plan.cwd,
-        launched.notices,
-      );
-      sb.uid = uid;
-      sb.gid = gid;
-      return sb;
+      const env = sandboxEnv(opts, uid, home, plan.hostname);
+      const notices = [...launched.notices, ...enforcementNotices(mode)];
+      return new Sandbox(inputs, paths, launched.child, launched.pid1, cgroups, rlimits, env, plan.cwd, notices);
     } catch (e) {
-      for (const dir of [cgroups.memory, cgroups.pids]) if (dir) await killCgroup(dir);
-      rmSync(paths.dir, { recursive: true, force: true });
+      await killSandboxCgroups(cgroups);
+      removeSandboxDirs(paths);
+      inputs.dir?.release();
+      for (const snap of inputs.snapshots) snap.release();
       throw e;
     }
   }
 
-  uid = 0;
-  gid = 0;
+  /**
+   * Start `count` sandboxes from this one's current writable state (its workspace trees, `/`, /tmp, home,
+   * /dev/shm), frozen for the moment of the copy: the children see what the parent had written, then everyone
+   * diverges on their own. Processes are not copied; the parent keeps running.
+   */
+  async fork(count = 1): Promise<Sandbox[]> {
+    if (!Number.isInteger(count) || count < 1 || count > 256) {
+      throw new InvalidInputError(`fork count must be an integer from 1 to 256, got ${count}`);
+    }
+    if (this.closed) throw new SandboxError(`sandbox ${this.id} is closed`);
+    const snapshot = await this.snapshot();
+    try {
+      const started = await Promise.allSettled(Array.from({ length: count }, () => this.startChild(snapshot)));
+      const children = started.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
+      const failed = started.find((r): r is PromiseRejectedResult => r.status === "rejected");
+      if (failed) {
+        await Promise.all(children.map((c) => c.close()));
+        throw failed.reason;
+      }
+      return children;
+    } finally {
+      snapshot.release();
+    }
+  }
+
+  private async snapshot(): Promise<Snapshot> {
+    const name = `${this.id}-${++this.forkCounter}`;
+    const take = (): Promise<Snapshot> =>
+      Snapshot.take(snapshotsDir(this.home), name, this.holder.pid!, this.paths.scratch);
+    if (this.cgroups.freezer) return whileFrozen(this.cgroups.freezer, take);
+    // Copying a running root-mode sandbox without freezing it could race its writes (and its symlink swaps).
+    if (this.mode === "root") throw new SandboxError("fork needs the cgroup freezer controller on this host");
+    return take();
+  }
+
+  private startChild(snapshot: Snapshot): Promise<Sandbox> {
+    const { opts } = this.inputs;
+    return Sandbox.launch({
+      ...this.inputs,
+      opts: { ...opts, labels: { ...opts.labels, forkedFrom: this.id } },
+      overlays: this.inputs.overlays.map((o, i) => ({
+        ...o,
+        sandboxLowers: [snapshot.upper(i), ...(o.sandboxLowers ?? [])],
+      })),
+      seed: snapshot.dir,
+      dir: this.inputs.dir?.acquire(),
+      snapshots: [snapshot.acquire(), ...this.inputs.snapshots.map((s) => s.acquire())],
+    });
+  }
+
+  readonly uid: number;
+  readonly gid: number;
+  /** The real host path of `dir`, as opened and mounted. */
+  readonly dirPath: string | undefined;
+  private readonly opts: SandboxOptions;
+  private readonly mode: LaunchMode;
+  private forkCounter = 0;
+
+  /** How this sandbox is isolated: what is enforced, and what an explicit option turned off. */
+  security(): SandboxSecurity {
+    const range = this.mode === "root" ? idRange() : undefined;
+    return {
+      mode: this.mode,
+      rootMapsTo: range ? `host uid ${range.base} (ids ${range.base}-${range.base + range.count - 1})` : "the caller",
+      seccomp: this.opts.seccomp ?? true,
+      noNewPrivileges: true,
+      limits: enforcement(),
+    };
+  }
 
   get isClosed(): boolean {
     return this.closed;
@@ -253,15 +361,15 @@ export class Sandbox implements AsyncDisposable {
     const group = createCommandCgroup(this.cgroups, `c${++this.execCounter}`);
     const argv = enterArgv(
       {
-        mode: this.mode,
         pid1: this.pid1,
-        cgroupDirs: [this.cgroups.memory, group].filter((d): d is string => Boolean(d)),
+        cgroupDirs: [this.cgroups.memory, this.cgroups.freezer, group].filter((d): d is string => Boolean(d)),
         rlimits: this.rlimits,
         uid: o.uid ?? this.uid,
         gid: o.gid ?? this.gid,
         cwd: o.cwd ?? this.cwd,
         env: { ...this.env, ...o.env },
         mergeStderr: o.mergeOutput ?? false,
+        seccomp: this.opts.seccomp ?? true,
       },
       command,
     );
@@ -300,8 +408,7 @@ export class Sandbox implements AsyncDisposable {
 
   /** Start a process for a session (see BashSession). */
   spawnSessionProcess(argv: string[]): SessionProcess {
-    const { argv: full, group, cleanup } = this.commandArgv(argv, { env: { SHELL: "/bin/bash" } });
-    const child = spawn(full[0]!, full.slice(1), { stdio: ["pipe", "pipe", "pipe"], env: {} });
+    const { child, kill } = this.stream(argv, { SHELL: "/bin/bash" });
     child.stderr!.on("data", () => {});
     const shellPid = (): number | undefined => {
       // script -> bash: the shell is the child of the `script` process.
@@ -312,15 +419,26 @@ export class Sandbox implements AsyncDisposable {
     };
     return {
       child,
-      killTree: async () => {
+      killTree: kill,
+      killJobs: async () => {
+        const shell = shellPid();
+        if (shell) for (const pid of descendants(shell)) killQuietly(pid);
+      },
+    };
+  }
+
+  /** A command inside with piped stdio, and a way to kill its whole process tree (cgroup, else /proc tree). */
+  stream(argv: string[], env: Record<string, string> = {}): StreamedCommand {
+    const { argv: full, group, cleanup } = this.commandArgv(argv, { env });
+    const child = spawn(full[0]!, full.slice(1), { stdio: ["pipe", "pipe", "pipe"], env: {} });
+    return {
+      child,
+      cleanup,
+      kill: async () => {
         if (group) await killCgroup(group, false, [child.pid!]);
         for (const pid of descendants(child.pid!)) killQuietly(pid);
         killQuietly(child.pid!);
         cleanup();
-      },
-      killJobs: async () => {
-        const shell = shellPid();
-        if (shell) for (const pid of descendants(shell)) killQuietly(pid);
       },
     };
   }
@@ -353,8 +471,10 @@ export class Sandbox implements AsyncDisposable {
       });
     }
     if (!holderExited()) killQuietly(this.holder.pid!);
-    for (const dir of [this.cgroups.pids, this.cgroups.memory]) if (dir) await killCgroup(dir);
-    rmSync(this.paths.dir, { recursive: true, force: true });
+    await killSandboxCgroups(this.cgroups);
+    removeSandboxDirs(this.paths);
+    this.inputs.dir?.release();
+    for (const snap of this.inputs.snapshots) snap.release();
     for (const fn of this.closeListeners) fn();
   }
 

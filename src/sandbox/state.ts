@@ -1,5 +1,6 @@
-import { mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { createHash } from "node:crypto";
+import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
 import type { SandboxCgroups } from "./limits.js";
 
 /** What the reaper needs to clean a sandbox whose owner died: written when the sandbox starts. */
@@ -18,18 +19,41 @@ export interface SandboxState {
 export interface SandboxPaths {
   dir: string;
   control: string;
+  /** Mount point of the sandbox's scratch tmpfs (an empty directory on the host: the mount is private). */
   scratch: string;
   state: string;
 }
 
+/**
+ * Root-mode scratch mount points live here, not in the home: root inside is an unprivileged host uid, which must be
+ * able to walk the path to its scratch, and a home (e.g. under /root) need not be walkable by others.
+ */
+export const RUNTIME_DIR = "/run/minisandbox";
+
+/** The runtime directory of one home's root-mode sandboxes. */
+export function runtimeDirFor(sandboxesDir: string): string {
+  return join(RUNTIME_DIR, createHash("sha256").update(sandboxesDir).digest("hex").slice(0, 16));
+}
+
 export function sandboxPaths(sandboxesDir: string, id: string): SandboxPaths {
   const dir = join(sandboxesDir, id);
-  return { dir, control: join(dir, "ctl"), scratch: join(dir, "rw"), state: join(dir, "state.json") };
+  const scratch = process.getuid?.() === 0 ? join(runtimeDirFor(sandboxesDir), id) : join(dir, "rw");
+  return { dir, control: join(dir, "ctl"), scratch, state: join(dir, "state.json") };
 }
 
 export function makeSandboxDirs(p: SandboxPaths): void {
   mkdirSync(p.control, { recursive: true, mode: 0o755 });
+  if (!p.scratch.startsWith(`${p.dir}/`)) {
+    mkdirSync(RUNTIME_DIR, { recursive: true, mode: 0o711 });
+    mkdirSync(dirname(p.scratch), { recursive: true, mode: 0o711 });
+  }
   mkdirSync(p.scratch, { recursive: true, mode: 0o755 });
+}
+
+/** Remove a sandbox's directories (state, control files, scratch mount point). */
+export function removeSandboxDirs(p: SandboxPaths): void {
+  rmSync(p.dir, { recursive: true, force: true });
+  rmSync(p.scratch, { recursive: true, force: true });
 }
 
 export function writeState(p: SandboxPaths, state: SandboxState): void {

@@ -1,12 +1,8 @@
 import type { Sandbox } from "../sandbox/sandbox.js";
 import { loadDataset, type Instance } from "../tasks/index.js";
-import { ensureBuilt, envFor, workspaceFor } from "../env/environments.js";
-import { isLayerKey } from "../env/store/index.js";
-import { readEnvRecord } from "../env/environments.js";
-import { applyTaskSetup } from "../env/workspace.js";
+import { openWorkspace, resolveWorkspace } from "../env/workspace.js";
 import { evaluate } from "../eval/reward-api.js";
 import { agentDiff, pristineListing } from "../eval/runner/agent-diff.js";
-import { createInstanceSandbox } from "../env/workspace.js";
 import { NotFoundError } from "../util/errors.js";
 import type { ProvidedWorkspace, ProviderFactory, WorkspaceProvider } from "./provider.js";
 
@@ -29,21 +25,18 @@ export function envProvider(opts: {
   return {
     async forInstance(id: string): Promise<ProvidedWorkspace> {
       const inst = instance(id);
-      const { spec, key } = envFor(inst, opts);
-      await ensureBuilt({ ...opts, spec, key });
-      const { options, lease } = await workspaceFor(opts.home, spec, key);
+      const { home, reposDir, specsFile } = opts;
+      const ws = await resolveWorkspace({ home, instance: inst, reposDir, specsFile, build: true });
       return {
-        options: { ...options, labels: { ...options.labels, instance: id } },
-        release: () => void lease.release(),
-        setup: (sb: Sandbox) => applyTaskSetup(sb, inst),
-        meta: { instance_id: id, env_key: key, repo: spec.repo, base_commit: inst.base_commit },
+        options: ws.options,
+        release: () => void ws.release(),
+        setup: ws.setup,
+        meta: { instance_id: id, env_key: ws.key, repo: ws.spec.repo, base_commit: inst.base_commit },
       };
     },
     async forEnvKey(key: string): Promise<ProvidedWorkspace> {
-      const record = isLayerKey(key) ? readEnvRecord(opts.home, key) : undefined;
-      if (!record) throw new NotFoundError(`unknown environment ${key}`);
-      const { options, lease } = await workspaceFor(opts.home, record.spec, key);
-      return { options, release: () => void lease.release(), meta: { env_key: key, repo: record.spec.repo } };
+      const ws = await resolveWorkspace({ home: opts.home, envKey: key });
+      return { options: ws.options, release: () => void ws.release(), meta: { env_key: key, repo: ws.spec.repo } };
     },
     evaluate: (sandbox: Sandbox, id: string) =>
       evaluate(sandbox, {
@@ -66,7 +59,7 @@ export function envProvider(opts: {
       if (!id) throw new NotFoundError(`sandbox ${sandbox.id} was not created from a dataset instance`);
       let listing: Buffer;
       {
-        await using fresh = await createInstanceSandbox({
+        await using fresh = await openWorkspace({
           home: opts.home,
           instance: instance(id),
           specsFile: opts.specsFile,

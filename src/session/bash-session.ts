@@ -4,7 +4,9 @@ import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { StringDecoder } from "node:string_decoder";
 import { OutputCollector, type PromptHit } from "./stream.js";
-import { commandTimeout, nonZeroExit, sessionDied, syntaxError, type SessionError } from "./errors.js";
+import type { SessionError } from "../errors.js";
+import { shellQuote } from "../util/shell.js";
+import { commandTimeout, nonZeroExit, sessionDied, syntaxError } from "./errors.js";
 
 /** What a sandbox provides to run a session inside it. */
 export interface SessionProcess {
@@ -310,8 +312,4 @@ export class BashSession {
 function isSyntaxMessage(output: string, file: string): boolean {
   const text = output.startsWith("bash: ") ? output.slice("bash: ".length) : output;
   return text.startsWith(`${file}: line `) && /^[^\n]*: line \d+: (syntax error|unexpected EOF)/.test(text);
-}
-
-export function shellQuote(s: string): string {
-  return `'${s.replace(/'/g, `'\\''`)}'`;
 }

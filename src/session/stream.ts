@@ -1,5 +1,3 @@
-import { cleanTerminalOutput } from "../sandbox/output.js";
-
 /**
  * Collects a session's terminal output for one command: finds prompt sentinels in the raw stream, keeps a bounded
  * head and tail of the text before them, and a recent window for `expect` patterns.
@@ -96,4 +94,12 @@ export class OutputCollector {
       : "";
     return cleanTerminalOutput(this.head + middle + tail);
   }
+}
+
+// CSI / OSC / other escape sequences, as terminals emit them.
+const ANSI = /\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[PX^_][^\x1b]*\x1b\\|\x1b[@-Z\\-_]/g;
+
+/** Output as SWE-ReX returns it: ANSI escapes removed, `\r\n` turned into `\n`. */
+export function cleanTerminalOutput(text: string): string {
+  return text.replace(ANSI, "").replace(/\r\n/g, "\n");
 }

@@ -2,7 +2,7 @@ import { open, readFile } from "node:fs/promises";
 import { basename } from "node:path";
 import * as zlib from "node:zlib";
 import { asyncBufferFromFile, parquetReadObjects, type Compressors } from "hyparquet";
-import { InvalidInputError, NotFoundError } from "../util/errors.js";
+import { InvalidInputError, NotFoundError } from "../errors.js";
 import { normalizeInstance } from "./normalize.js";
 import type { Instance, LoadDatasetOptions } from "./types.js";
 
@@ -32,7 +32,8 @@ export function selectInstances(instances: Instance[], ids: readonly string[], f
   if (missing.length > 0) {
     const shown = missing.slice(0, 20).join(", ") + (missing.length > 20 ? `, … (${missing.length - 20} more)` : "");
     throw new NotFoundError(
-      `${missing.length} instance id${missing.length === 1 ? "" : "s"} not found in ${file} (${instances.length} instances): ${shown}`,
+      `${missing.length} instance id${missing.length === 1 ? "" : "s"} not found in ${file} ` +
+        `(${instances.length} instances): ${shown}`,
     );
   }
   return instances.filter((i) => wanted.has(i.instance_id));

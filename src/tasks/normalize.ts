@@ -1,4 +1,4 @@
-import { InvalidInputError } from "../util/errors.js";
+import { InvalidInputError } from "../errors.js";
 import type { Instance, TaskFormat } from "./types.js";
 import { normalizeSweSmithRow, sweSmithSnapshot } from "./swesmith.js";
 

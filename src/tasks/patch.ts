@@ -1,4 +1,4 @@
-import { InvalidInputError } from "../util/errors.js";
+import { InvalidInputError } from "../errors.js";
 
 /**
  * Reverse a unified diff (what `git apply -R` would apply), as text.
@@ -34,6 +34,12 @@ export function reversePatch(patch: string): string {
   return out.join("\n");
 }
 
+/** The extended header lines git writes between `diff --git` and the first `---`/`@@`. */
+const EXTENDED_HEADER = new RegExp(
+  "^(old mode|new mode|new file mode|deleted file mode|index |similarity index|dissimilarity index|" +
+    "rename from|rename to|copy from|copy to)",
+);
+
 /** Reverse the `diff --git` line and its extended header lines (up to the first ---/@@/next diff). */
 function reverseGitHeader(lines: string[], start: number, out: string[]): number {
   const header = lines[start]!;
@@ -45,12 +51,7 @@ function reverseGitHeader(lines: string[], start: number, out: string[]): number
     if (l.startsWith("GIT binary patch") || /^Binary files .* differ$/.test(l)) {
       throw new InvalidInputError(`cannot reverse a binary patch (${header.slice(11)})`);
     }
-    if (
-      !/^(old mode|new mode|new file mode|deleted file mode|index |similarity index|dissimilarity index|rename from|rename to|copy from|copy to)/.test(
-        l,
-      )
-    )
-      break;
+    if (!EXTENDED_HEADER.test(l)) break;
     ext.push(l);
     i++;
   }

@@ -1,4 +1,4 @@
-import { InvalidInputError } from "../util/errors.js";
+import { InvalidInputError } from "../errors.js";
 import { reversePatch } from "./patch.js";
 
 /**

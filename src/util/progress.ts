@@ -33,9 +33,8 @@ export class Progress {
     const width = 30;
     const filled = this.total ? Math.round((this.done / this.total) * width) : width;
     const counts = [...this.counts].map(([k, v]) => `${k} ${v}`).join(", ");
-    this.out.write(
-      `\r${this.label} [${"#".repeat(filled)}${"-".repeat(width - filled)}] ${this.done}/${this.total} ${counts} ETA ${this.eta()}\x1b[K`,
-    );
+    const bar = `${"#".repeat(filled)}${"-".repeat(width - filled)}`;
+    this.out.write(`\r${this.label} [${bar}] ${this.done}/${this.total} ${counts} ETA ${this.eta()}\x1b[K`);
   }
 
   finish(): void {

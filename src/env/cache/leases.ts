@@ -4,7 +4,7 @@
  */
 import * as fsp from "node:fs/promises";
 import { join } from "node:path";
-import { errCode } from "../store/errors.js";
+import { errCode } from "../../errors.js";
 import { processAlive, scratchName, selfIdentity } from "../store/fsutil.js";
 
 const self = selfIdentity();

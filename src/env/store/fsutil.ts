@@ -5,7 +5,7 @@ import * as fsp from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { run } from "../../util/run.js";
-import { errCode } from "./errors.js";
+import { errCode } from "../../errors.js";
 
 /** Every file, dir and symlink of a layer carries this mtime (2000-01-01T00:00:00Z); see README "mtimes". */
 export const NORMALIZED_MTIME_SEC = 946684800;

@@ -1,5 +1,4 @@
 /** Public API of the content-addressed store (see README.md). */
-export { StoreCorruptError } from "./errors.js";
 export { NORMALIZED_MTIME_SEC, processAlive, removeTree, selfIdentity } from "./fsutil.js";
 export { lockFile, tryLockFile, type FileLock, type LockOptions } from "./lock.js";
 export { openStore, assertLayerKey, isLayerKey, objectPath, type Store, type ObjectId } from "./layout.js";

@@ -1,7 +1,7 @@
 /** Directory trees -> objects + one manifest. Idempotent; the manifest is written last, after a filesystem sync. */
 import { lstatSync, readdirSync, readlinkSync, type Stats } from "node:fs";
 import * as fsp from "node:fs/promises";
-import { InvalidInputError } from "../../util/errors.js";
+import { InvalidInputError } from "../../errors.js";
 import type { LayerKey } from "../types.js";
 import { NORMALIZED_MTIME_SEC, mapLimit, syncFilesystem, yielder } from "./fsutil.js";
 import { lockFile } from "./lock.js";
@@ -54,57 +54,12 @@ export async function ingestLayer(
   opts: IngestOptions = {},
 ): Promise<IngestResult> {
   assertLayerKey(key);
-  const names = Object.keys(trees).sort();
-  if (names.length === 0) throw new InvalidInputError(`layer ${key}: no trees to ingest`);
-  for (const name of names) {
-    if (!isTreeName(name)) throw new InvalidInputError(`layer ${key}: invalid tree name ${JSON.stringify(name)}`);
-    const st = await fsp.stat(trees[name]!).catch(() => undefined);
-    if (!st?.isDirectory())
-      throw new InvalidInputError(`layer ${key}: tree ${name}: ${trees[name]} is not a directory`);
-  }
+  const names = await checkTrees(key, trees);
   // Shared lock: gc (exclusive) must not delete objects we rely on before our manifest exists.
   const lock = await lockFile(store.lockPath, { shared: true });
   try {
-    const warnings: string[] = [];
-    const pending: PendingFile[] = [];
-    const unnormalized: string[] = [];
-    const manifestTrees: Record<string, TreeManifest> = {};
-    for (const name of names) {
-      const rootStat = await fsp.stat(trees[name]!);
-      const entries: ManifestEntry[] = [];
-      await walk(Buffer.from(trees[name]!), Buffer.alloc(0), {
-        tree: name,
-        entries,
-        pending,
-        warnings,
-        unnormalized,
-        inodes: new Map(),
-        pause: yielder(),
-      });
-      manifestTrees[name] = { mode: rootStat.mode & 0o7777, entries };
-    }
-    if (unnormalized.length > 0) {
-      warnings.push(
-        `${unnormalized.length} file(s) had an mtime other than ${new Date(NORMALIZED_MTIME_SEC * 1000).toISOString()} ` +
-          `(e.g. ${unnormalized[0]}); they are recorded with that time — compile .pyc files after normalizeMtimes()`,
-      );
-    }
-    const added = new Map<string, number>();
-    const record = (p: PendingFile, r: PutResult): void => {
-      p.entry.object = r.id;
-      p.entry.size = r.size;
-      if (r.added) added.set(r.id, r.size);
-    };
-    const pause = yielder();
-    for (const p of pending) {
-      if (p.entry.size > SMALL_FILE_BYTES) continue;
-      record(p, putSmallFileSync(store, p.abs, (p.entry.mode & 0o111) !== 0));
-      await pause();
-    }
-    const large = pending.filter((p) => p.entry.size > SMALL_FILE_BYTES);
-    await mapLimit(large, opts.concurrency ?? 4, async (p) =>
-      record(p, await putLargeFile(store, p.abs, (p.entry.mode & 0o111) !== 0)),
-    );
+    const { manifestTrees, pending, warnings } = await walkTrees(trees, names);
+    const added = await storeObjects(store, pending, opts.concurrency ?? 4);
     const manifest: LayerManifest = {
       format: MANIFEST_FORMAT,
       key,
@@ -126,6 +81,72 @@ export async function ingestLayer(
   } finally {
     await lock.release();
   }
+}
+
+/** Tree names, sorted; each must be a valid name and an existing directory. */
+async function checkTrees(key: LayerKey, trees: Record<string, string>): Promise<string[]> {
+  const names = Object.keys(trees).sort();
+  if (names.length === 0) throw new InvalidInputError(`layer ${key}: no trees to ingest`);
+  for (const name of names) {
+    if (!isTreeName(name)) throw new InvalidInputError(`layer ${key}: invalid tree name ${JSON.stringify(name)}`);
+    const st = await fsp.stat(trees[name]!).catch(() => undefined);
+    if (!st?.isDirectory())
+      throw new InvalidInputError(`layer ${key}: tree ${name}: ${trees[name]} is not a directory`);
+  }
+  return names;
+}
+
+/** Every tree's entries (files still without their object id), the files to store, and the warnings. */
+async function walkTrees(
+  trees: Record<string, string>,
+  names: string[],
+): Promise<{ manifestTrees: Record<string, TreeManifest>; pending: PendingFile[]; warnings: string[] }> {
+  const warnings: string[] = [];
+  const pending: PendingFile[] = [];
+  const unnormalized: string[] = [];
+  const manifestTrees: Record<string, TreeManifest> = {};
+  for (const name of names) {
+    const rootStat = await fsp.stat(trees[name]!);
+    const entries: ManifestEntry[] = [];
+    await walk(Buffer.from(trees[name]!), Buffer.alloc(0), {
+      tree: name,
+      entries,
+      pending,
+      warnings,
+      unnormalized,
+      inodes: new Map(),
+      pause: yielder(),
+    });
+    manifestTrees[name] = { mode: rootStat.mode & 0o7777, entries };
+  }
+  if (unnormalized.length > 0) {
+    warnings.push(
+      `${unnormalized.length} file(s) had an mtime other than ${new Date(NORMALIZED_MTIME_SEC * 1000).toISOString()} ` +
+        `(e.g. ${unnormalized[0]}); they are recorded with that time — compile .pyc files after normalizeMtimes()`,
+    );
+  }
+  return { manifestTrees, pending, warnings };
+}
+
+/** Store each file as an object (small ones inline, large ones `concurrency` at a time); the objects added. */
+async function storeObjects(store: Store, pending: PendingFile[], concurrency: number): Promise<Map<string, number>> {
+  const added = new Map<string, number>();
+  const record = (p: PendingFile, r: PutResult): void => {
+    p.entry.object = r.id;
+    p.entry.size = r.size;
+    if (r.added) added.set(r.id, r.size);
+  };
+  const pause = yielder();
+  for (const p of pending) {
+    if (p.entry.size > SMALL_FILE_BYTES) continue;
+    record(p, putSmallFileSync(store, p.abs, (p.entry.mode & 0o111) !== 0));
+    await pause();
+  }
+  const large = pending.filter((p) => p.entry.size > SMALL_FILE_BYTES);
+  await mapLimit(large, concurrency, async (p) =>
+    record(p, await putLargeFile(store, p.abs, (p.entry.mode & 0o111) !== 0)),
+  );
+  return added;
 }
 
 interface WalkState {

@@ -8,7 +8,7 @@
  */
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { InvalidInputError, NotFoundError } from "../../util/errors.js";
+import { InvalidInputError, NotFoundError } from "../../errors.js";
 import type { LayerKey } from "../types.js";
 
 export interface Store {

@@ -6,7 +6,7 @@
 import { spawn } from "node:child_process";
 import { mkdirSync } from "node:fs";
 import { dirname } from "node:path";
-import { TimeoutError } from "../../util/errors.js";
+import { TimeoutError } from "../../errors.js";
 
 export interface FileLock {
   readonly path: string;

@@ -1,9 +1,8 @@
 /** Store upkeep: stats (dedup), verify (rehash everything), gc (drop unreferenced objects and scratch). */
 import * as fsp from "node:fs/promises";
 import { join } from "node:path";
-import { TimeoutError } from "../../util/errors.js";
+import { errMessage, StoreCorruptError, TimeoutError } from "../../errors.js";
 import type { LayerKey } from "../types.js";
-import { errMessage, StoreCorruptError } from "./errors.js";
 import { mapLimit, NORMALIZED_MTIME_SEC, removeTree } from "./fsutil.js";
 import { isExecutableId, manifestPath, objectIdFor, objectMode, type ObjectId, type Store } from "./layout.js";
 import { lockFile } from "./lock.js";
@@ -160,7 +159,8 @@ export async function gcStore(store: Store, opts: { lockTimeoutMs?: number } = {
     const { manifests, bad } = await loadManifests(store);
     if (bad.length > 0) {
       throw new StoreCorruptError(
-        `refusing to gc: manifest of layer ${bad[0]!.key} is corrupt (${bad[0]!.error}); remove or re-import that layer first`,
+        `refusing to gc: manifest of layer ${bad[0]!.key} is corrupt (${bad[0]!.error}); ` +
+          "remove or re-import that layer first",
       );
     }
     const refs = referenceIndex(manifests);

@@ -1,8 +1,7 @@
 /** Layer manifests: types, strict validation (they may come from untrusted packs), reading and atomic writing. */
 import * as fsp from "node:fs/promises";
-import { InvalidInputError, NotFoundError } from "../../util/errors.js";
+import { errCode, errMessage, InvalidInputError, NotFoundError, StoreCorruptError } from "../../errors.js";
 import type { LayerKey } from "../types.js";
-import { errCode, errMessage, StoreCorruptError } from "./errors.js";
 import { writeFileAtomic } from "./fsutil.js";
 import {
   isLayerKey,
@@ -220,7 +219,8 @@ export async function assertCanWrite(store: Store, manifest: LayerManifest, repl
   }
   if (JSON.stringify(existing) !== JSON.stringify(manifest)) {
     throw new InvalidInputError(
-      `layer ${manifest.key} already exists in store ${store.root} with different content (use replace to overwrite it)`,
+      `layer ${manifest.key} already exists in store ${store.root} with different content ` +
+        "(use replace to overwrite it)",
     );
   }
 }

@@ -6,9 +6,8 @@ import { constants } from "node:fs";
 import * as fsp from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { performance } from "node:perf_hooks";
-import { InvalidInputError } from "../../util/errors.js";
+import { errCode, InvalidInputError, StoreCorruptError } from "../../errors.js";
 import type { LayerKey } from "../types.js";
-import { errCode, StoreCorruptError } from "./errors.js";
 import { mapLimit, NORMALIZED_MTIME_SEC, removeTree } from "./fsutil.js";
 import { objectMode, objectPath, type ObjectId, type Store } from "./layout.js";
 import { readManifest, summarizeManifest, type FileEntry, type LayerManifest, type TreeManifest } from "./manifest.js";
@@ -197,7 +196,8 @@ async function placeFile(ctx: Ctx, e: FileEntry, abs: Buffer, shown: string, rel
   } catch (err) {
     if (errCode(err) === "ENOENT") {
       throw new StoreCorruptError(
-        `layer ${ctx.manifest.key}: object ${e.object} (for ${shown}) is missing from store ${ctx.store.root}; run 'minisandbox store verify'`,
+        `layer ${ctx.manifest.key}: object ${e.object} (for ${shown}) is missing from store ${ctx.store.root}; ` +
+          "run 'minisandbox store verify'",
       );
     }
     throw err;

@@ -35,7 +35,7 @@ export function displayName(name: EncodedName | Buffer): string {
 
 const SLASH = 0x2f;
 
-/** Why a manifest path is unsafe (absolute, empty component, ".", "..", NUL), or null if it is a clean relative path. */
+/** Why a manifest path is unsafe (absolute, empty component, ".", "..", NUL); null for a clean relative path. */
 export function relPathProblem(path: Buffer): string | null {
   if (path.length === 0) return "empty path";
   if (path.includes(0)) return "NUL byte in path";

@@ -17,8 +17,7 @@ import {
 } from "node:fs";
 import * as fsp from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { InvalidInputError } from "../../util/errors.js";
-import { errCode } from "./errors.js";
+import { errCode, InvalidInputError } from "../../errors.js";
 import { NORMALIZED_MTIME_SEC, scratchName } from "./fsutil.js";
 import { isExecutableId, objectIdFor, objectMode, objectPath, type ObjectId, type Store } from "./layout.js";
 

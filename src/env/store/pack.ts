@@ -5,10 +5,9 @@
 import { spawn } from "node:child_process";
 import * as fsp from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
-import { InvalidInputError, NotFoundError } from "../../util/errors.js";
+import { errMessage, InvalidInputError, NotFoundError, StoreCorruptError, TarFormatError } from "../../errors.js";
 import { runOk } from "../../util/run.js";
 import type { LayerKey } from "../types.js";
-import { errMessage, StoreCorruptError } from "./errors.js";
 import { NORMALIZED_MTIME_SEC, removeTree, scratchName, syncFilesystem } from "./fsutil.js";
 import { isExecutableId, isLayerKey, objectIdFor, type ObjectId, type Store } from "./layout.js";
 import { lockFile } from "./lock.js";
@@ -21,7 +20,7 @@ import {
   type LayerManifest,
 } from "./manifest.js";
 import { hasObject, placeObject, writeHashed } from "./objects.js";
-import { readTar, TarFormatError, type TarHeader } from "./tar.js";
+import { readTar, type TarHeader } from "../../util/tar.js";
 
 const PACK_HEADER = "msb-pack.json";
 const PACK_FORMAT = "minisandbox-pack";
@@ -90,7 +89,8 @@ export async function exportPack(store: Store, keys: readonly LayerKey[], file: 
       for (const [id, size] of referencedObjects(await readManifest(store, key))) {
         if (!(await hasObject(store, id, size))) {
           throw new StoreCorruptError(
-            `layer ${key} needs object ${id}, which is missing or truncated in store ${store.root}; run 'minisandbox store verify'`,
+            `layer ${key} needs object ${id}, which is missing or truncated in store ${store.root}; ` +
+              "run 'minisandbox store verify'",
           );
         }
         objects.set(id, size);
@@ -175,8 +175,7 @@ export async function importPack(
       manifests = await checkPack(store, extracted);
       for (const m of manifests) await assertCanWrite(store, m, opts.replace ?? false);
     } catch (e) {
-      if (e instanceof TarFormatError || e instanceof InvalidInputError)
-        throw new InvalidInputError(`invalid pack ${file}: ${e.message}`);
+      if (e instanceof InvalidInputError) throw new InvalidInputError(`invalid pack ${file}: ${e.message}`);
       throw e;
     }
     const result: ImportResult = {
@@ -232,7 +231,7 @@ async function extractPack(file: string, staging: string, budget: { bytes: numbe
   try {
     await readTar({ [Symbol.asyncIterator]: () => it }, async (h, body) => {
       const name = entryName(h);
-      if (seen.has(name)) throw new TarFormatError(`duplicate entry ${JSON.stringify(name)}`);
+      if (seen.has(name)) throw new InvalidInputError(`duplicate entry ${JSON.stringify(name)}`);
       seen.add(name);
       declared += h.kind === "file" ? h.size : 0;
       if (declared > budget.bytes)
@@ -247,10 +246,10 @@ async function extractPack(file: string, staging: string, budget: { bytes: numbe
       zstd.stdout.destroy(); // unread output would otherwise hold back the 'close' event
     }
     const code = await exited;
-    if (code !== null && code !== 0) throw new TarFormatError(zstdProblem());
+    if (code !== null && code !== 0) throw new InvalidInputError(zstdProblem());
     throw e;
   }
-  if ((await exited) !== 0) throw new TarFormatError(zstdProblem());
+  if ((await exited) !== 0) throw new InvalidInputError(zstdProblem());
   return out;
 }
 
@@ -258,10 +257,10 @@ async function extractPack(file: string, staging: string, budget: { bytes: numbe
 function entryName(h: TarHeader): string {
   const raw = h.name.toString("latin1");
   const shown = JSON.stringify(raw);
-  if (raw.startsWith("/")) throw new TarFormatError(`entry ${shown} has an absolute path`);
-  if (raw.split("/").includes("..")) throw new TarFormatError(`entry ${shown} escapes the store ('..')`);
+  if (raw.startsWith("/")) throw new InvalidInputError(`entry ${shown} has an absolute path`);
+  if (raw.split("/").includes("..")) throw new InvalidInputError(`entry ${shown} escapes the store ('..')`);
   if (h.kind !== "file" && h.kind !== "dir")
-    throw new TarFormatError(`entry ${shown} is a ${h.kind}; packs hold only files and directories`);
+    throw new InvalidInputError(`entry ${shown} is a ${h.kind}; packs hold only files and directories`);
   let name = raw;
   while (name.startsWith("./")) name = name.slice(2);
   return name.replace(/\/+$/, "");
@@ -286,7 +285,7 @@ async function readEntry(
       /^objects\/[0-9a-f]{2}$/.test(name)
     )
       return;
-    throw new TarFormatError(`unexpected directory ${JSON.stringify(name)}`);
+    throw new InvalidInputError(`unexpected directory ${JSON.stringify(name)}`);
   }
   const obj = OBJECT_ENTRY.exec(name);
   if (obj) {
@@ -296,7 +295,7 @@ async function readEntry(
   }
   const man = MANIFEST_ENTRY.exec(name);
   if (man && isLayerKey(man[1]!)) {
-    if (h.size > MAX_MANIFEST_BYTES) throw new TarFormatError(`manifest ${name} is too large`);
+    if (h.size > MAX_MANIFEST_BYTES) throw new InvalidInputError(`manifest ${name} is too large`);
     out.manifests.set(man[1]!, (await collect(body)).toString("utf8"));
     return;
   }
@@ -304,13 +303,13 @@ async function readEntry(
     out.header = (await collect(body)).toString("utf8");
     return;
   }
-  throw new TarFormatError(`unexpected entry ${JSON.stringify(name)}`);
+  throw new InvalidInputError(`unexpected entry ${JSON.stringify(name)}`);
 }
 
 async function writeVerified(id: ObjectId, body: AsyncIterable<Buffer>, path: string): Promise<number> {
   const { hex, size } = await writeHashed(body, path);
   if (objectIdFor(hex, isExecutableId(id)) !== id)
-    throw new TarFormatError(`object ${id}: content does not match its hash`);
+    throw new InvalidInputError(`object ${id}: content does not match its hash`);
   return size;
 }
 
@@ -322,20 +321,20 @@ async function collect(body: AsyncIterable<Buffer>): Promise<Buffer> {
 
 /** Header, manifests and references: every object a manifest names is in the pack or already in the store. */
 async function checkPack(store: Store, x: Extracted): Promise<LayerManifest[]> {
-  if (x.header === undefined) throw new TarFormatError(`not a minisandbox pack (no ${PACK_HEADER})`);
+  if (x.header === undefined) throw new InvalidInputError(`not a minisandbox pack (no ${PACK_HEADER})`);
   let header: unknown;
   try {
     header = JSON.parse(x.header);
   } catch (e) {
-    throw new TarFormatError(`${PACK_HEADER}: ${errMessage(e)}`);
+    throw new InvalidInputError(`${PACK_HEADER}: ${errMessage(e)}`);
   }
   const h = header as { format?: unknown; version?: unknown; layers?: unknown };
   if (h.format !== PACK_FORMAT || h.version !== 1 || !Array.isArray(h.layers))
-    throw new TarFormatError(`${PACK_HEADER}: unsupported pack format`);
+    throw new InvalidInputError(`${PACK_HEADER}: unsupported pack format`);
   const listed = [...h.layers].map(String).sort();
   const present = [...x.manifests.keys()].sort();
   if (listed.join("\n") !== present.join("\n")) {
-    throw new TarFormatError(`pack lists layers [${listed.join(", ")}] but holds manifests [${present.join(", ")}]`);
+    throw new InvalidInputError(`pack lists layers [${listed.join(", ")}] but holds manifests [${present.join(", ")}]`);
   }
   const manifests: LayerManifest[] = [];
   for (const key of present) {
@@ -343,7 +342,9 @@ async function checkPack(store: Store, x: Extracted): Promise<LayerManifest[]> {
     for (const [id, size] of referencedObjects(m)) {
       const staged = x.objects.get(id);
       if (staged === undefined ? !(await hasObject(store, id, size)) : staged !== size) {
-        throw new TarFormatError(`layer ${key} references object ${id}, which is neither in the pack nor in the store`);
+        throw new InvalidInputError(
+          `layer ${key} references object ${id}, which is neither in the pack nor in the store`,
+        );
       }
     }
     manifests.push(m);

@@ -3,7 +3,7 @@
  * missing objects into the local store, verifying each hash, then writes the manifest last.
  */
 import type { LayerKey } from "../types.js";
-import { errCode, StoreCorruptError } from "./errors.js";
+import { errCode, StoreCorruptError } from "../../errors.js";
 import { mapLimit, syncFilesystem } from "./fsutil.js";
 import { openStore, objectPath, type Store } from "./layout.js";
 import { lockFile } from "./lock.js";

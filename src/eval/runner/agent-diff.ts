@@ -7,7 +7,7 @@
  */
 import type { Sandbox } from "../../sandbox/sandbox.js";
 import { TESTBED_PATH } from "../../env/types.js";
-import { SandboxError } from "../../util/errors.js";
+import { SandboxError } from "../../errors.js";
 
 /** System tools only: the agent may have put anything in front of PATH (the venv's bin, for one). */
 const SAFE_ENV = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin", GIT_CONFIG_NOSYSTEM: "1", GIT_TERMINAL_PROMPT: "0" };
@@ -62,7 +62,8 @@ export async function pristineListing(fresh: Sandbox, timeoutMs = 300_000): Prom
   });
   if (r.exitCode !== 0 || r.truncated) {
     throw new SandboxError(
-      `could not list the pristine ${TESTBED_PATH}: ${r.timedOut ? "timed out" : r.stderr.trim() || `exit ${r.exitCode}`}`,
+      `could not list the pristine ${TESTBED_PATH}: ` +
+        (r.timedOut ? "timed out" : r.stderr.trim() || `exit ${r.exitCode}`),
     );
   }
   return r.stdoutBytes;

@@ -1,15 +1,12 @@
 /**
- * Fresh evaluation sandboxes: an instance's environment, no network, and the host's pip configuration (local
- * indexes bound read-only) so that eval.sh's re-run of the spec's `install` command works offline as it did at
- * build time, without network retries.
+ * What every evaluation sandbox adds to its workspace: no network, and the host's pip configuration (local indexes
+ * bound read-only) so that eval.sh's re-run of the spec's `install` command works offline as it did at build time,
+ * without network retries.
  */
-import type { Instance } from "../../tasks/types.js";
-import type { Sandbox } from "../../sandbox/sandbox.js";
-import type { Limits } from "../../sandbox/limits.js";
-import type { EnvSpec } from "../../env/types.js";
-import { createInstanceSandbox } from "../../env/workspace.js";
-import { findToolchain } from "../../env/toolchains.js";
 import { pipSettings, type PipSettings } from "../../env/pip-config.js";
+import { findToolchain } from "../../env/toolchains.js";
+import type { EnvSpec } from "../../env/types.js";
+import type { WorkspaceRequest } from "../../env/workspace.js";
 
 const pipByPython = new Map<string, Promise<PipSettings>>();
 
@@ -30,29 +27,21 @@ export function evalPipSettings(home: string, python: string): Promise<PipSettin
   return p;
 }
 
-export interface EvalSandboxOptions {
-  home: string;
-  instance: Instance;
-  spec: EnvSpec;
-  specsFile?: string;
-  reposDir?: string;
-  limits?: Limits;
-  /** Default false: evaluation runs offline, as the harness's verdicts must not depend on the network. */
-  network?: boolean;
-  labels?: Record<string, string>;
-}
+export type EvalSandboxSettings = Required<Pick<WorkspaceRequest, "network" | "binds" | "env" | "labels">>;
 
-/** A fresh sandbox of the instance's (already built) environment, ready for evaluation. */
-export async function openEvalSandbox(opts: EvalSandboxOptions): Promise<Sandbox> {
-  const pip = await evalPipSettings(opts.home, opts.spec.python);
+/**
+ * The part of an evaluation's workspace request that makes it one: give it to `openWorkspace` with the instance.
+ * `network` defaults to false: the harness's verdicts must not depend on the network.
+ */
+export async function evalSandboxSettings(
+  home: string,
+  spec: EnvSpec,
+  opts: { network?: boolean } = {},
+): Promise<EvalSandboxSettings> {
+  const pip = await evalPipSettings(home, spec.python);
   const network = opts.network ?? false;
-  return createInstanceSandbox({
-    home: opts.home,
-    instance: opts.instance,
-    specsFile: opts.specsFile,
-    reposDir: opts.reposDir,
+  return {
     network,
-    limits: opts.limits,
     binds: pip.mounts.map((p) => ({ source: p, target: p, readOnly: true })),
     env: {
       ...pip.env,
@@ -60,8 +49,8 @@ export async function openEvalSandbox(opts: EvalSandboxOptions): Promise<Sandbox
       PIP_PROGRESS_BAR: "off",
       // Offline, a retry can only wait: fail at once on the default index and use the local ones.
       ...(network ? {} : { PIP_RETRIES: "0" }),
-      ...opts.spec.env,
+      ...spec.env,
     },
-    labels: { purpose: "eval", ...opts.labels },
-  });
+    labels: { purpose: "eval" },
+  };
 }

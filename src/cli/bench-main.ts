@@ -1,10 +1,10 @@
 #!/usr/bin/env node
-/** `npm run bench` (node dist/src/bench/main.js [options]): the same as `minisandbox bench [options]`. */
-process.env.PIP_RETRIES ??= "0"; // this machine's pip config names an unreachable default index: fail fast, not after retries
+/** `npm run bench` (node dist/src/cli/bench-main.js [options]): `minisandbox bench [options]`, then exit. */
+process.env.PIP_RETRIES ??= "0"; // an unreachable default pip index must fail fast, not after retries
 
 import { Command } from "commander";
-import { addBenchOptions, benchOptionsFrom, type BenchCliOptions } from "../cli/bench.js";
-import { benchMain } from "./index.js";
+import { benchMain } from "../bench/index.js";
+import { addBenchOptions, benchOptionsFrom, type BenchCliOptions } from "./bench.js";
 
 const program = addBenchOptions(new Command("bench"))
   .description("minisandbox benchmarks, side by side with extract-per-task and podman")

@@ -1,10 +1,9 @@
 /**
- * A minimal streaming tar reader (ustar, GNU long names, pax path/size). Packs are untrusted: reading the stream
- * ourselves means no entry ever touches the filesystem except as a regular file the caller chose to write —
- * no symlink or hard link tricks are possible, unlike extracting with tar(1) and checking afterwards.
+ * A minimal streaming tar reader (ustar, GNU long names and link names, pax path/linkpath/size). Its input is
+ * untrusted (store packs, archives made inside sandboxes): reading the stream ourselves means no entry ever touches
+ * the filesystem except as the caller decides — no symlink or hard link tricks, unlike extracting with tar(1).
  */
-
-export class TarFormatError extends Error {}
+import { TarFormatError } from "../errors.js";
 
 export interface TarHeader {
   /** Raw name bytes (after GNU long-name / pax overrides). */
@@ -12,6 +11,10 @@ export interface TarHeader {
   /** "file" and "dir" are the only kinds a pack may contain; everything else is reported by its kind. */
   kind: "file" | "dir" | "hardlink" | "symlink" | "device" | "fifo" | "other";
   size: number;
+  /** Permission bits as archived (setuid, setgid and sticky included: callers decide what to keep). */
+  mode: number;
+  /** Target of a symlink or hard link (raw bytes). */
+  linkName: Buffer;
 }
 
 const BLOCK = 512;
@@ -68,7 +71,8 @@ export async function readTar(
 ): Promise<void> {
   const r = new ChunkReader(source[Symbol.asyncIterator]());
   let longName: Buffer | undefined;
-  let pax: { path?: Buffer; size?: number } = {};
+  let longLink: Buffer | undefined;
+  let pax: Pax = {};
   for (;;) {
     const block = await r.read(BLOCK);
     if (block === null) throw new TarFormatError("truncated archive (no end-of-archive marker)");
@@ -81,12 +85,13 @@ export async function readTar(
     checkChecksum(block);
     const flag = block[156] === 0 ? "0" : String.fromCharCode(block[156]!);
     const size = parseNumber(block, 124, 12);
-    if (flag === "L" || flag === "x" || flag === "g") {
+    if (flag === "L" || flag === "K" || flag === "x" || flag === "g") {
       if (size > MAX_META_BYTES) throw new TarFormatError("oversized tar metadata entry");
       const data = size === 0 ? Buffer.alloc(0) : await r.read(size);
       if (data === null) throw new TarFormatError("truncated archive");
       await r.skip((BLOCK - (size % BLOCK)) % BLOCK);
       if (flag === "L") longName = cString(data);
+      else if (flag === "K") longLink = cString(data);
       else if (flag === "x") pax = parsePax(data);
       continue;
     }
@@ -94,8 +99,11 @@ export async function readTar(
       name: pax.path ?? longName ?? headerName(block),
       kind: kindOf(flag),
       size: pax.size ?? size,
+      mode: parseNumber(block, 100, 8) & 0o7777,
+      linkName: pax.linkpath ?? longLink ?? cString(block.subarray(157, 257)),
     };
     longName = undefined;
+    longLink = undefined;
     pax = {};
     // Only regular files carry data for the caller; other entries' data (if any) is skipped.
     const dataSize = header.kind === "file" ? header.size : size;
@@ -177,8 +185,14 @@ function parseNumber(block: Buffer, off: number, len: number): number {
   return text === "" ? 0 : parseInt(text, 8);
 }
 
-function parsePax(data: Buffer): { path?: Buffer; size?: number } {
-  const out: { path?: Buffer; size?: number } = {};
+interface Pax {
+  path?: Buffer;
+  linkpath?: Buffer;
+  size?: number;
+}
+
+function parsePax(data: Buffer): Pax {
+  const out: Pax = {};
   let pos = 0;
   while (pos < data.length) {
     const space = data.indexOf(0x20, pos);
@@ -190,6 +204,7 @@ function parsePax(data: Buffer): { path?: Buffer; size?: number } {
     const key = record.subarray(0, eq).toString("latin1");
     const value = record.subarray(eq + 1);
     if (key === "path") out.path = value;
+    else if (key === "linkpath") out.linkpath = value;
     else if (key === "size") {
       const n = Number(value.toString("latin1"));
       if (!Number.isSafeInteger(n) || n < 0) throw new TarFormatError("corrupt pax size");

@@ -1,9 +1,12 @@
-/** Python's `repr()` of JSON-like data, for log lines the harness writes with an f-string of a dict. */
+/**
+ * Python's `repr()` of JSON-like data: SWE-ReX quotes commands with `{cmd!r}`, and the SWE-bench harness logs
+ * dicts with f-strings, so messages and logs that must match theirs byte for byte use this.
+ */
 export function pyRepr(value: unknown): string {
   if (value === null || value === undefined) return "None";
   if (value === true) return "True";
   if (value === false) return "False";
-  if (typeof value === "number") return Number.isInteger(value) ? String(value) : String(value);
+  if (typeof value === "number") return String(value);
   if (typeof value === "string") return pyStrRepr(value);
   if (Array.isArray(value)) return `[${value.map(pyRepr).join(", ")}]`;
   if (typeof value === "object") {
@@ -14,6 +17,7 @@ export function pyRepr(value: unknown): string {
   return pyStrRepr(String(value));
 }
 
+/** repr() of a str: single quotes unless the text has one and no double quote; control characters escaped. */
 function pyStrRepr(s: string): string {
   const quote = s.includes("'") && !s.includes('"') ? '"' : "'";
   let out = quote;

@@ -1,0 +1,107 @@
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { test } from "node:test";
+import { Sandbox } from "../src/sandbox/sandbox.js";
+import { reapSnapshots } from "../src/sandbox/snapshot.js";
+import { cgroupsLeft, processesMatching, scratchDirs, tempDir, tempHome } from "./helpers.js";
+
+const home = tempHome("msb-fork-");
+
+function workspace(): string {
+  const dir = tempDir();
+  writeFileSync(join(dir, "kept.txt"), "from host\n");
+  writeFileSync(join(dir, "doomed.txt"), "to be deleted\n");
+  mkdirSync(join(dir, "pkg"));
+  writeFileSync(join(dir, "pkg", "mod.py"), "X = 1\n");
+  return dir;
+}
+
+const snapshots = (): string[] => (existsSync(join(home, "snapshots")) ? readdirSync(join(home, "snapshots")) : []);
+
+test("children start from the parent's writable state: workspace edits and deletions, /, /tmp, home, /dev/shm", async () => {
+  const dir = workspace();
+  await using parent = await Sandbox.create({ home, dir });
+  const setup = await parent.exec(
+    "echo parent > /testbed/new.txt && rm /testbed/doomed.txt && echo 'X = 2' > /testbed/pkg/mod.py && " +
+      "echo t > /tmp/t && echo h > ~/h && mkdir -p /data && echo r > /data/r && echo s > /dev/shm/s",
+  );
+  assert.equal(setup.exitCode, 0, setup.stderr);
+  const [child] = await parent.fork();
+  const r = await child!.exec(
+    "cat /testbed/new.txt /testbed/kept.txt /testbed/pkg/mod.py /tmp/t ~/h /data/r /dev/shm/s; ls /testbed",
+  );
+  assert.equal(r.exitCode, 0, r.stderr);
+  assert.equal(r.stdout, "parent\nfrom host\nX = 2\nt\nh\nr\ns\nkept.txt\nnew.txt\npkg\n");
+  assert.equal(child!.labels.forkedFrom, parent.id);
+  await child!.close();
+  assert.equal(readFileSync(join(dir, "doomed.txt"), "utf8"), "to be deleted\n", "the host directory never changes");
+});
+
+test("K children diverge independently; the parent keeps running and sees none of their writes", async () => {
+  await using parent = await Sandbox.create({ home, dir: workspace() });
+  const { session } = await parent.sessions.create();
+  await session.run("export KEEP=1; echo base > /testbed/state");
+  const children = await parent.fork(4);
+  assert.equal(new Set(children.map((c) => c.id)).size, 4);
+  await Promise.all(children.map((c, i) => c.exec(`echo child${i} >> /testbed/state; touch /tmp/only-${i}`)));
+  for (const [i, c] of children.entries()) {
+    const r = await c.exec("cat /testbed/state; ls /tmp");
+    assert.equal(r.stdout, `base\nchild${i}\nonly-${i}\n`);
+  }
+  assert.equal((await parent.exec("cat /testbed/state; ls /tmp")).stdout, "base\n");
+  // The parent's session survived the freeze and goes on where it was.
+  assert.equal((await session.run("echo $KEEP")).output, "1\n");
+  await Promise.all(children.map((c) => c.close()));
+});
+
+test("a grandchild outlives its parent and grandparent; snapshots go with the last sandbox that uses them", async () => {
+  const before = snapshots().length;
+  const parent = await Sandbox.create({ home, dir: workspace() });
+  await parent.exec("echo 1 > /testbed/gen");
+  const [child] = await parent.fork();
+  await child!.exec("echo 2 >> /testbed/gen");
+  const [grandchild] = await child!.fork();
+  await parent.close();
+  await child!.close();
+  assert.equal((await grandchild!.exec("cat /testbed/gen")).stdout, "1\n2\n");
+  assert.ok(snapshots().length > before, "the grandchild's lowers are still there");
+  await grandchild!.close();
+  assert.equal(snapshots().length, before, "no snapshot outlives the sandboxes started from it");
+});
+
+test("bad input and closed sandboxes are clear errors; nothing leaks", async () => {
+  const parent = await Sandbox.create({ home });
+  await assert.rejects(parent.fork(0), /fork count must be an integer from 1 to 256/);
+  await assert.rejects(parent.fork(1.5), /fork count/);
+  const kids = await parent.fork(2);
+  const ids = [parent.id, ...kids.map((k) => k.id)];
+  await parent.close();
+  await assert.rejects(parent.fork(), /closed/);
+  await Promise.all(kids.map((k) => k.close()));
+  assert.deepEqual(cgroupsLeft(ids), []);
+  assert.deepEqual(
+    ids.flatMap((id) => processesMatching(id)),
+    [],
+  );
+  assert.deepEqual(
+    scratchDirs(home).filter((d) => ids.includes(d)),
+    [],
+  );
+});
+
+test("snapshots of a process killed with SIGKILL are removed by the next start's reaper", async () => {
+  const h = tempHome("msb-fork-kill-");
+  const script = join(import.meta.dirname, "fixtures", "hold-fork.js");
+  const child = spawn(process.execPath, [script, h], { stdio: ["ignore", "pipe", "inherit"] });
+  await new Promise<void>((resolve, reject) => {
+    child.stdout!.on("data", (b: Buffer) => b.toString().includes("forked") && resolve());
+    child.on("exit", (c) => reject(new Error(`holder exited early (${c})`)));
+  });
+  assert.ok(readdirSync(join(h, "snapshots")).length >= 1);
+  child.kill("SIGKILL");
+  await new Promise((r) => child.once("exit", r));
+  assert.ok(reapSnapshots(join(h, "snapshots")).length >= 1);
+  assert.deepEqual(readdirSync(join(h, "snapshots")), []);
+});
