@@ -10,6 +10,7 @@ import {
   CommandTimeoutError,
   ForbiddenError,
   InvalidInputError,
+  NotImplementedError,
   LimitError,
   NotFoundError,
   RemoteSandbox,
@@ -167,7 +168,7 @@ test("instances: evaluate and diff through the server's provider", async () => {
   await assert.rejects(RemoteSandbox.create({ ...conn(), instanceId: "missing" }), NotFoundError);
   await assert.rejects(
     RemoteSandbox.create({ ...conn(), envKey: "abc" }),
-    (e: unknown) => e instanceof SandboxError && /environment keys/.test((e as Error).message),
+    (e: unknown) => e instanceof NotImplementedError && /environment keys/.test((e as Error).message),
   );
   await using plain = await RemoteSandbox.create(conn());
   await assert.rejects(plain.evaluate(), InvalidInputError);

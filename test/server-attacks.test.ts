@@ -185,7 +185,8 @@ test("read_file of /dev/zero, a FIFO, a huge file: refused or capped at once, no
     }
     const huge = await call(s.url, "POST", `${P}/read_file`, { key: ALICE, body: { path: "/tmp/huge" } });
     assert.match(huge.json.swerexception.message, /^\[Errno 27\] File too large/);
-    assert.equal((await call(s.url, "GET", `${P}/files?path=/tmp/huge`, { key: ALICE })).status, 413);
+    const raw = await call(s.url, "GET", `${P}/files?path=/tmp/huge`, { key: ALICE });
+    assert.deepEqual([raw.status, raw.json.code], [429, "limit_reached"], "over the read cap: the read budget");
   }
   // A regular file swapped for a FIFO between the check and the read: the deadline ends the reader.
   await exec(
@@ -277,7 +278,8 @@ test("uploads: zip bomb refused before extraction; size, concurrency bounded; ab
     body: form({ target_path: "/tmp/five" }, Buffer.from("5"), "five"),
   });
   assert.equal(fifth.status, 429, fifth.text);
-  assert.equal(fifth.json.code, "busy");
+  assert.equal(fifth.json.code, "limit_reached");
+  assert.match(fifth.json.detail, /4 uploads are in progress/);
   assert.ok(Number(fifth.headers.get("retry-after")) >= 1);
   for (const a of aborts) a.abort();
   await Promise.all(hanging);
@@ -388,7 +390,8 @@ test("rate limit per token: 429 with Retry-After, other tokens unaffected", asyn
   const limited = burst.filter((r) => r.status === 429);
   assert.ok(limited.length >= 15, `${limited.length} of 30 limited`);
   assert.ok(burst.filter((r) => r.status === 200).length <= 12);
-  assert.equal(limited[0]!.json.code, "rate_limited");
+  assert.equal(limited[0]!.json.code, "limit_reached");
+  assert.match(limited[0]!.json.detail, /rate limit of alice exceeded/);
   assert.ok(Number(limited[0]!.headers.get("retry-after")) >= 1);
   assert.equal((await call(s.url, "GET", "/sandboxes", { key: BOB })).status, 200);
 });

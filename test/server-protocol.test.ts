@@ -824,7 +824,7 @@ test("429 over --max-sandboxes; body and upload size limits", async () => {
       "builtins.OSError",
       /^\[Errno 27\] File too large: '\/tmp\/big.bin'/,
     );
-    assert.equal((await call("GET", `/sandboxes/${other}/files?path=/tmp/big.bin`, undefined, o)).status, 413);
+    assert.equal((await call("GET", `/sandboxes/${other}/files?path=/tmp/big.bin`, undefined, o)).status, 429);
     const m = (await call("GET", "/metrics", undefined, o)).text;
     assert.match(m, /^minisandbox_sandbox_creations_total\{result="rejected"\} 1$/m);
     assert.match(m, /^minisandbox_sandboxes_live 2$/m);

@@ -1,5 +1,5 @@
 /** The SDK's HTTP layer: global fetch, X-API-Key, JSON in and out, typed errors, no client-side time limit. */
-import { SandboxError, TimeoutError, type MinisandboxError } from "../util/errors.js";
+import { SandboxError, TimeoutError } from "../errors.js";
 import { type Model, type OutOf, WireValidationError } from "../wire/index.js";
 import { errorFromResponse } from "./errors.js";
 
@@ -99,7 +99,8 @@ export class HttpClient {
     } catch {
       /* not JSON */
     }
-    if (!res.ok) throw errorFromResponse(res.status, data, what) as MinisandboxError;
+    const retry = Number(res.headers.get("retry-after"));
+    if (!res.ok) throw errorFromResponse(res.status, data, what, retry > 0 ? retry * 1000 : undefined);
     try {
       return response.parse(data, ["response"]) as OutOf<M>;
     } catch (e) {

@@ -10,15 +10,21 @@ export { RemoteFiles } from "./remote-files.js";
 export type { RemoteExecOptions, RemoteExecResult } from "./remote-exec.js";
 export {
   AuthError,
+  UnauthorizedError,
   ForbiddenError,
   CommandTimeoutError,
   RemoteRuntimeError,
   errorFromResponse,
   InvalidInputError,
+  RequestValidationError,
   LimitError,
   MinisandboxError,
   NotFoundError,
+  SandboxNotFoundError,
+  NotImplementedError,
   SandboxError,
+  UnavailableError,
+  UploadTooLargeError,
   TimeoutError,
   SessionError,
 } from "./errors.js";

@@ -1,18 +1,12 @@
 /**
  * Host directories a client may mount (`serve --allow-dir`). A requested directory is opened once; its real path
- * is read from the open descriptor and checked against the roots, and the sandbox mounts that very descriptor
- * (`/proc/<pid>/fd/<n>`), so swapping a symlink or a directory after the check changes nothing.
+ * is read from the open descriptor and checked against the roots and the server's secrets, and the sandbox is given
+ * that very descriptor (`/proc/<pid>/fd/<n>`, with `dirRoots` so it checks the object it mounts again): swapping a
+ * symlink or a directory after the check changes nothing.
  */
 import { closeSync, constants, openSync, readlinkSync, realpathSync, statSync } from "node:fs";
 import { isAbsolute, resolve, sep } from "node:path";
-import { InvalidInputError, MinisandboxError } from "../util/errors.js";
-
-/** `{dir}` outside the allowed roots, or no roots at all (403). */
-export class ForbiddenError extends MinisandboxError {
-  constructor(message: string) {
-    super("forbidden", message);
-  }
-}
+import { ForbiddenError, InvalidInputError } from "../errors.js";
 
 export interface OpenedDir {
   /** What to mount: the open descriptor of the checked directory. */

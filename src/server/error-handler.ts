@@ -4,8 +4,8 @@
  * Fastify's own 4xx (body too large, bad multipart) keep their status. A wrong method is 405, as in FastAPI.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { codeFor, RetryLaterError, statusFor, swerexception } from "./errors.js";
-import { WireValidationError } from "../wire/index.js";
+import { errorCode, RequestValidationError } from "../errors.js";
+import { retryAfterSeconds, statusFor, swerexception } from "./errors.js";
 import { PyError } from "./pycompat.js";
 import { SessionError } from "../session/errors.js";
 
@@ -26,7 +26,7 @@ function isTransportError(err: FastifyLikeError): boolean {
  * sandbox 404, an upload over the size limit 413, retry later 429), as SWE-ReX's own server answers them.
  * Errors that carry a Python class (`PyError`, `SessionError`) are always 511 swerexceptions.
  */
-const HTTP_LEVEL_CODES = new Set(["sandbox_not_found", "too_large", "busy", "rate_limited"]);
+const HTTP_LEVEL_CODES = new Set(["sandbox_not_found", "upload_too_large", "limit_reached"]);
 
 function answeredOverHttp(err: Error, code: string): boolean {
   if (err instanceof PyError || err instanceof SessionError) return false;
@@ -34,10 +34,11 @@ function answeredOverHttp(err: Error, code: string): boolean {
 }
 
 function answer(err: FastifyLikeError, req: FastifyRequest, reply: FastifyReply) {
-  if (err instanceof WireValidationError) return reply.code(422).send({ detail: err.detail });
+  if (err instanceof RequestValidationError) return reply.code(422).send({ detail: err.detail });
   if (isTransportError(err)) return reply.code(err.statusCode!).send({ detail: err.message, code: err.code });
-  if (err instanceof RetryLaterError) reply.header("retry-after", String(err.retryAfterSeconds));
-  const code = codeFor(err);
+  const retry = retryAfterSeconds(err);
+  if (retry !== undefined) reply.header("retry-after", String(retry));
+  const code = errorCode(err);
   if (req.routeOptions.config?.kind === "runtime" && !answeredOverHttp(err, code)) {
     req.log.info({ err: { message: err.message, name: err.name } }, "runtime error (511)");
     return reply.code(511).send(swerexception(err));

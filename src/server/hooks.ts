@@ -32,7 +32,7 @@ export function registerHooks(app: FastifyInstance, deps: HookDeps): void {
       reply.header("retry-after", String(wait));
       return reply
         .code(429)
-        .send({ detail: `rate limit of ${who.principal.name} exceeded; retry`, code: "rate_limited" });
+        .send({ detail: `rate limit of ${who.principal.name} exceeded; retry`, code: "limit_reached" });
     }
   });
   app.addHook("preHandler", (req, reply) => replayOrBegin(req, reply, deps));

@@ -1,20 +1,13 @@
 /** Liveness (no token; says nothing about sandboxes), Prometheus metrics (admin tokens), SWE-ReX's `GET /`. */
 import type { FastifyInstance } from "fastify";
-import { MinisandboxError } from "../util/errors.js";
+import { ForbiddenError } from "../errors.js";
 import { principalOf, type RouteContext } from "./route-context.js";
 import { RUNTIME } from "./runtime-common.js";
-
-/** An admin-only route asked with a non-admin token (403). */
-export class AdminOnlyError extends MinisandboxError {
-  constructor(what: string) {
-    super("forbidden", `${what} needs an admin token`);
-  }
-}
 
 export function registerOpsRoutes(app: FastifyInstance, ctx: RouteContext): void {
   app.get("/healthz", async () => ({ status: "ok" }));
   app.get("/metrics", { config: { kind: "lifecycle" } }, async (req, reply) => {
-    if (!principalOf(req).admin) throw new AdminOnlyError("GET /metrics");
+    if (!principalOf(req).admin) throw new ForbiddenError("GET /metrics needs an admin token");
     reply.type("text/plain; version=0.0.4; charset=utf-8");
     return ctx.metrics.render({
       sandboxes: ctx.registry.size,

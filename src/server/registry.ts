@@ -5,23 +5,20 @@
  */
 import { Sandbox } from "../sandbox/sandbox.js";
 import type { Limits } from "../sandbox/limits.js";
-import { LimitError, MinisandboxError } from "../util/errors.js";
+import { LimitError } from "../util/errors.js";
 import type { Principal } from "./auth.js";
 import type { DirRoots } from "./dir-roots.js";
-import { ShuttingDownError } from "./errors.js";
+import { SandboxNotFoundError, UnavailableError } from "../errors.js";
+
+const shuttingDown = (): UnavailableError => new UnavailableError("the server is shutting down; no new sandboxes");
+const notFound = (id: string): SandboxNotFoundError =>
+  new SandboxNotFoundError(`sandbox ${id} not found (it was deleted, reaped, or never existed)`);
 import type { ServerMetrics } from "./metrics.js";
 import type { native } from "../wire/index.js";
 
 type CreateSandboxRequest = native.CreateSandboxRequest;
 import type { WorkspaceProvider } from "./provider.js";
 import { limitsFor, resolveSource, type ResolvedSource, type SourceKind } from "./sandbox-source.js";
-
-/** The sandbox named in a URL is not live, or not the caller's: 404 on every route (existence is not revealed). */
-export class SandboxNotFoundError extends MinisandboxError {
-  constructor(id: string) {
-    super("sandbox_not_found", `sandbox ${id} not found (it was deleted, reaped, or never existed)`);
-  }
-}
 
 export type CloseReason = "delete" | "ttl" | "idle" | "shutdown" | "exited";
 
@@ -123,7 +120,7 @@ export class SandboxRegistry {
   /** A live sandbox `who` may use; anything else is the same 404. */
   get(id: string, who: Principal): Entry {
     const e = this.entries.get(id);
-    if (!e || e.sandbox.isClosed || !(who.admin || e.owner === who.name)) throw new SandboxNotFoundError(id);
+    if (!e || e.sandbox.isClosed || !(who.admin || e.owner === who.name)) throw notFound(id);
     return e;
   }
 
@@ -168,7 +165,7 @@ export class SandboxRegistry {
   }
 
   private async createCounted(req: CreateSandboxRequest, who: Principal, opts: CreateOptions): Promise<Entry> {
-    if (this.closing) throw new ShuttingDownError();
+    if (this.closing) throw shuttingDown();
     this.checkCaps(who);
     this.starting.set(who.name, (this.starting.get(who.name) ?? 0) + 1);
     const started = performance.now();
@@ -222,7 +219,7 @@ export class SandboxRegistry {
     if (this.closing) {
       entry.closeReason = "shutdown";
       await sandbox.close();
-      throw new ShuttingDownError();
+      throw shuttingDown();
     }
     this.entries.set(entry.id, entry);
     return entry;
@@ -266,7 +263,7 @@ export class SandboxRegistry {
   /** Close and forget one sandbox. */
   async delete(id: string, reason: CloseReason = "delete"): Promise<void> {
     const e = this.entries.get(id);
-    if (!e) throw new SandboxNotFoundError(id);
+    if (!e) throw notFound(id);
     this.entries.delete(id);
     e.closeReason = reason;
     this.o.metrics.closes.inc({ reason });

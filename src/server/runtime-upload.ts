@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import type { MultipartFile, MultipartValue } from "@fastify/multipart";
-import { RetryLaterError, TooLargeError } from "./errors.js";
+import { LimitError, UploadTooLargeError } from "../errors.js";
 import { swerex, type ValidationDetail, WireValidationError } from "../wire/index.js";
 import { fileError, RUNTIME } from "./runtime-common.js";
 import { onEntry, type EntryResolver, type RouteContext } from "./route-context.js";
@@ -36,7 +36,8 @@ async function receive(req: FastifyRequest, dir: string, maxBytes: number): Prom
       }
       const path = join(dir, "upload");
       await pipeline(f.file, createWriteStream(path, { flags: "wx", mode: 0o600 }));
-      if (f.file.truncated) throw new TooLargeError(`upload larger than this server's limit of ${maxBytes} bytes`);
+      if (f.file.truncated)
+        throw new UploadTooLargeError(`upload larger than this server's limit of ${maxBytes} bytes`);
       got.file = path;
     } else {
       const v = part as MultipartValue<string>;
@@ -52,10 +53,12 @@ async function upload(ctx: RouteContext, e: Entry, req: FastifyRequest): Promise
   const { maxUploadBytes, uploadTimeoutMs } = ctx.limits;
   const declared = Number(req.headers["content-length"] ?? 0);
   if (declared > maxUploadBytes + 64 * 1024)
-    throw new TooLargeError(`upload larger than this server's limit of ${maxUploadBytes} bytes`);
+    throw new UploadTooLargeError(`upload larger than this server's limit of ${maxUploadBytes} bytes`);
   const release = ctx.uploads.tryAcquire();
   if (!release)
-    throw new RetryLaterError("busy", `${ctx.uploads.capacity} uploads are in progress on this server; retry`, 1);
+    throw new LimitError(`${ctx.uploads.capacity} uploads are in progress on this server; retry`, {
+      retryAfterMs: 1000,
+    });
   const tmp = ctx.scratch.make();
   // A client that sends too slowly loses the connection: the upload slot is not held forever.
   const deadline = setTimeout(() => req.raw.destroy(new Error("upload deadline passed")), uploadTimeoutMs);

@@ -6,7 +6,7 @@ import type { SandboxOptions } from "../sandbox/sandbox.js";
 import type { Limits } from "../sandbox/limits.js";
 import { InvalidInputError } from "../util/errors.js";
 import type { DirRoots } from "./dir-roots.js";
-import { NotImplementedError } from "./errors.js";
+import { NotImplementedError } from "../errors.js";
 import type { native } from "../wire/index.js";
 
 type CreateSandboxRequest = native.CreateSandboxRequest;
@@ -38,8 +38,11 @@ export async function resolveSource(
   const nothing = (): void => {};
   if (trustedDir !== undefined) return { kind: "dir", options: { dir: trustedDir }, dir: trustedDir, done: nothing };
   if (req.dir !== undefined) {
+    // Checked here (roots, the server's secrets) on the opened directory; the sandbox re-checks the roots on the
+    // very object it mounts (`dirRoots`), which is this descriptor's.
     const opened = ctx.roots.open(req.dir);
-    return { kind: "dir", options: { dir: opened.mountSource }, dir: opened.realPath, done: opened.close };
+    const options = { dir: opened.mountSource, dirRoots: [...ctx.roots.roots] };
+    return { kind: "dir", options, dir: opened.realPath, done: opened.close };
   }
   if (req.instance_id !== undefined) {
     if (!ctx.provider)

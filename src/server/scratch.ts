@@ -4,7 +4,7 @@
  */
 import { mkdirSync, mkdtempSync, rmSync, statfsSync } from "node:fs";
 import { join } from "node:path";
-import { TooLargeError } from "./errors.js";
+import { UploadTooLargeError } from "../errors.js";
 
 /** Disk space an upload must leave free for everything else. */
 const RESERVE_BYTES = 512 * 1024 ** 2;
@@ -34,6 +34,6 @@ export class UploadScratch {
     const s = statfsSync(this.dir);
     const free = s.bavail * s.bsize;
     if (bytes > free - RESERVE_BYTES)
-      throw new TooLargeError(`${what} needs ${bytes} bytes; the server's disk has ${Math.max(0, free)} free`);
+      throw new UploadTooLargeError(`${what} needs ${bytes} bytes; the server's disk has ${Math.max(0, free)} free`);
   }
 }

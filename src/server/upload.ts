@@ -110,7 +110,8 @@ async function plan(
   let total = 0;
   const seen = new Set<string>();
   for await (const entry of zip.eachEntry()) {
-    if (entries.length >= limits.maxEntries) throw rejected([`more than ${limits.maxEntries} entries`], "too_large");
+    if (entries.length >= limits.maxEntries)
+      throw rejected([`more than ${limits.maxEntries} entries`], "upload_too_large");
     const raw = yauzl.getFileNameLowLevel(entry.generalPurposeBitFlag, entry.fileNameRaw, entry.extraFields, true);
     const shown = pyRepr(raw);
     const unixMode = entry.versionMadeBy >> 8 === 3 ? entry.externalFileAttributes >>> 16 : 0;
@@ -126,7 +127,7 @@ async function plan(
     if (path !== "" && seen.has(path)) problems.push(`entry ${shown} appears twice`);
     seen.add(path);
     total += entry.uncompressedSize;
-    if (total > budget.bytes) throw rejected([`archive unpacks to more than ${budget.why}`], "too_large");
+    if (total > budget.bytes) throw rejected([`archive unpacks to more than ${budget.why}`], "upload_too_large");
     const planned: PlannedEntry = {
       entry,
       path,

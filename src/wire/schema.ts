@@ -4,7 +4,7 @@
  * lax where pydantic is lax (numeric strings, "yes"/"no"); `jsonSchema()` describes the same model for other
  * languages. No dependencies.
  */
-import { MinisandboxError } from "../util/errors.js";
+import { RequestValidationError } from "../errors.js";
 
 export type Loc = (string | number)[];
 
@@ -17,9 +17,9 @@ export interface ValidationDetail {
 }
 
 /** A request (or response) that does not match its model: HTTP 422 with pydantic's details. */
-export class WireValidationError extends MinisandboxError {
-  constructor(readonly detail: ValidationDetail[]) {
-    super("validation_error", `request validation failed: ${detail.map((d) => d.loc.join(".")).join(", ")}`);
+export class WireValidationError extends RequestValidationError<ValidationDetail> {
+  constructor(override readonly detail: ValidationDetail[]) {
+    super(detail, `request validation failed: ${detail.map((d) => d.loc.join(".")).join(", ")}`);
   }
 }
 
