@@ -53,7 +53,7 @@ test("no --auth-token: a strong token in an owner-only file; --no-auth is loopba
   const file = join(home, "server", "token");
   assert.match(s.stderr(), new RegExp(`token in ${file}, readable by its owner only`));
   assert.equal(statSync(file).mode & 0o777, 0o600);
-  const { readTokenFile } = await import("../src/client/token-file.js");
+  const { readTokenFile } = await import("../src/wire/token-file.js");
   const token = readTokenFile(home)!;
   assert.ok(token.length >= 40, "32 random bytes");
   // The attack: a local client without the token creating a sandbox over the host's /root.
@@ -78,7 +78,7 @@ test("no --auth-token: a strong token in an owner-only file; --no-auth is loopba
 test("a sandbox with network cannot reach the token nor use the server without it", async () => {
   const home = tempHome("msb-atk-net-");
   const s = await startServe(home, []);
-  const { readTokenFile, tokenFilePath } = await import("../src/client/token-file.js");
+  const { readTokenFile, tokenFilePath } = await import("../src/wire/token-file.js");
   const token = readTokenFile(home)!;
   const id = await sandbox(s, token, { network: true });
   const probe = `

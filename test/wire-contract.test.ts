@@ -18,7 +18,8 @@ const details = (fn: () => unknown) => {
   assert.fail("no validation error");
 };
 
-test("the committed wire-contract.json is what the contract generates (regenerate: node dist/src/wire/contract-json.js)", () => {
+// Regenerate with: npm run build && node dist/src/wire/contract-json.js
+test("the committed wire-contract.json is what the contract generates", () => {
   assert.equal(readFileSync(CONTRACT_FILE, "utf8"), contractJson());
 });
 

@@ -29,5 +29,5 @@ export {
   SessionError,
 } from "./errors.js";
 export { HttpClient } from "./http.js";
-export { readTokenFile, tokenFilePath } from "./token-file.js";
+export { readTokenFile, tokenFilePath } from "../wire/token-file.js";
 export { buildZip, zipDirectory, type ZipEntry } from "./zip.js";

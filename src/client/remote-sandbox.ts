@@ -10,7 +10,7 @@ import { HttpClient } from "./http.js";
 import { type RemoteExecOptions, type RemoteExecResult, remoteExec } from "./remote-exec.js";
 import { RemoteFiles } from "./remote-files.js";
 import { RemoteSessions } from "./remote-sessions.js";
-import { readTokenFile } from "./token-file.js";
+import { readTokenFile } from "../wire/token-file.js";
 
 export interface ConnectOptions {
   /** Server base URL, e.g. "http://127.0.0.1:8000". */

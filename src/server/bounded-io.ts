@@ -20,7 +20,8 @@ export async function pythonReadError(sandbox: Sandbox, e: unknown, path: string
   if (e instanceof LimitError)
     return new PyError(
       "builtins.OSError",
-      `[Errno 27] File too large: ${p} (over this server's read limit of ${o.maxBytes} bytes; use /execute to inspect it)`,
+      `[Errno 27] File too large: ${p} ` +
+        `(over this server's read limit of ${o.maxBytes} bytes; use /execute to inspect it)`,
       {},
       e.code,
     );

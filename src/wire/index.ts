@@ -18,6 +18,7 @@ export {
 } from "./model.js";
 export { WireValidationError, type ValidationDetail, type JsonSchema } from "./schema.js";
 export { t } from "./types.js";
+export { readTokenFile, tokenFilePath } from "./token-file.js";
 
 /**
  * Both contracts as JSON schema, one entry per model: the file `integrations/python/wire-contract.json`, against which
