@@ -16,7 +16,9 @@ export function registerShellCommand(program: Command, getHome: () => string): v
           cwd: o.cwd,
           uid: o.uid ? Number(o.uid) : undefined,
           timeoutMs: timeoutMsFrom(o),
+          seccomp: o.seccomp,
         });
+        if (!sb.security().seccomp) process.stderr.write("minisandbox: seccomp is OFF for this sandbox\n");
         const { argv, cleanup } = sb.commandArgv(["/bin/bash", "-i"], {});
         const code = await new Promise<number>((resolve) => {
           const child = spawn(argv[0]!, argv.slice(1), { stdio: "inherit", env: {} });
