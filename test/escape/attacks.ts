@@ -193,6 +193,30 @@ function hostEtcSecrets(): { path: string; dir: boolean }[] {
   return out;
 }
 
+/** Takes inotify instances until the kernel refuses (at most 1024), says how many, holds them until released. */
+const INOTIFY_HOG = `
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+held = []
+while len(held) < 1024:
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        break
+    held.append(fd)
+print(len(held), flush=True)
+open("/tmp/quota-held", "w").close()
+deadline = time.time() + 15
+while not os.path.exists("/tmp/quota-release") and time.time() < deadline:
+    time.sleep(0.002)
+`;
+
+/** One inotify instance, on the host: "ok" or the errno name. */
+const INOTIFY_ONE = `
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+print("ok" if libc.inotify_init1(0) >= 0 else errno.errorcode[ctypes.get_errno()])
+`;
+
 /** What a command inside sees at each path: EMPTY, MISSING, DENIED, or the sha256 of what it read. */
 const SEE_PATHS = `
 import errno, hashlib, json, os, sys
@@ -888,6 +912,26 @@ export function registerEscapeSuite(target: EscapeTarget): void {
         assert.ok(Math.abs(hostFree() - free) < 512 * MiB, "the host's free disk space moved");
       } finally {
         rmSync(testbed, { recursive: true, force: true });
+      }
+    });
+
+    test("per-user kernel quotas: inotify instances taken inside do not come out of the host user's quota", async () => {
+      await main.exec(["rm", "-f", "/tmp/quota-held", "/tmp/quota-release"]);
+      const hold = main.exec(["python3", "-c", INOTIFY_HOG], { timeoutMs: 20_000 });
+      try {
+        assert.ok(await until(() => main.files.exists("/tmp/quota-held")), "the hog did not start");
+        // Checked at once, then released: the host's quota is held for a few milliseconds only.
+        const host = spawnSync(HOST_PYTHON, ["-c", INOTIFY_ONE], { encoding: "utf8" });
+        await main.files.write("/tmp/quota-release", "");
+        assert.equal(
+          host.stdout.trim(),
+          "ok",
+          `with a sandbox holding ${(await hold).stdout.trim()} inotify instances, the host user (uid ${process.getuid!()}) ` +
+            `gets: ${host.stdout.trim()} (fs.inotify.max_user_instances ${readOr("/proc/sys/fs/inotify/max_user_instances").trim()})`,
+        );
+      } finally {
+        await main.files.write("/tmp/quota-release", "");
+        await hold;
       }
     });
 
