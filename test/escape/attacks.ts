@@ -23,6 +23,7 @@ import { dirname, join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { ExecResult } from "../../src/sandbox/exec.js";
+import { DEFAULT_DISK_BYTES, DEFAULT_MEMORY_BYTES, DEFAULT_PIDS } from "../../src/sandbox/limits.js";
 import { reapLeftovers } from "../../src/sandbox/reaper.js";
 import { Sandbox } from "../../src/sandbox/sandbox.js";
 import { InvalidInputError, LimitError, TimeoutError } from "../../src/util/errors.js";
@@ -1033,6 +1034,21 @@ export function registerEscapeSuite(target: EscapeTarget): void {
 /** Memory and process limits: enforced and reported as such, or reported as not enforced. */
 export function registerLimitTests(target: EscapeTarget, ids: string[] = []): void {
   const { home } = target;
+  test("limits a caller leaves undefined (as the server and the CLI pass them) still get the defaults", async () => {
+    const opts = { home, limits: { memoryBytes: undefined, pids: undefined, diskBytes: undefined } };
+    await using sb = await Sandbox.create(opts);
+    ids.push(sb.id);
+    assert.equal(sb.limits.memoryBytes, DEFAULT_MEMORY_BYTES);
+    assert.equal(sb.limits.pids, DEFAULT_PIDS);
+    const df = await sb.exec(["df", "-B1", "--output=size", "/tmp"]);
+    assert.equal(Number(df.stdout.trim().split("\n").pop()), DEFAULT_DISK_BYTES);
+    const state = JSON.parse(readFileSync(sb.paths.state, "utf8")) as { cgroups: { memory?: string; pids?: string } };
+    if (target.limitsEnforced) {
+      assert.equal(readOr(join(state.cgroups.pids ?? "", "pids.max")).trim(), String(DEFAULT_PIDS));
+      assert.equal(Number(readOr(join(state.cgroups.memory ?? "", "memory.limit_in_bytes"))), DEFAULT_MEMORY_BYTES);
+    }
+  });
+
   if (!target.limitsEnforced) {
     test("without cgroups the memory and process limits are reported as not enforced", async () => {
       await using sb = await Sandbox.create({ home, limits: { pids: 64, memoryBytes: 128 * MiB } });
