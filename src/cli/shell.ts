@@ -19,7 +19,7 @@ export function registerShellCommand(program: Command, getHome: () => string): v
           seccomp: o.seccomp,
         });
         if (!sb.security().seccomp) process.stderr.write("minisandbox: seccomp is OFF for this sandbox\n");
-        const { argv, cleanup } = sb.commandArgv(["/bin/bash", "-i"], {});
+        const { argv, cleanup } = sb.commandArgv(["/bin/bash", "-i"], { keepTerminal: true });
         const code = await new Promise<number>((resolve) => {
           const child = spawn(argv[0]!, argv.slice(1), { stdio: "inherit", env: {} });
           child.on("exit", (c, s) => resolve(c ?? (s ? 128 : 1)));
