@@ -2,6 +2,9 @@ import type { Command } from "commander";
 import { parseSize } from "../util/size.js";
 import type { Limits } from "../sandbox/limits.js";
 import { InvalidInputError } from "../errors.js";
+import { statSync } from "node:fs";
+import { resolve } from "node:path";
+import type { BindMount } from "../sandbox/plan.js";
 
 /** Options shared by every command that starts a sandbox. */
 export interface SandboxCliOptions {
@@ -17,6 +20,7 @@ export interface SandboxCliOptions {
   uid?: string;
   /** False with --no-seccomp. */
   seccomp?: boolean;
+  python?: string;
 }
 
 export function addSandboxOptions(cmd: Command): Command {
@@ -31,7 +35,29 @@ export function addSandboxOptions(cmd: Command): Command {
     .option("--env <K=V>", "environment variable (repeatable)", collect, [] as string[])
     .option("--cwd <PATH>", "working directory inside")
     .option("--uid <UID>", "user id inside (default 0)")
+    .option("--python <VERSION>", "a host Python (e.g. 3.11) first on PATH as python, python3, pip")
     .option("--no-seccomp", "turn the seccomp profile off for this sandbox (weaker isolation; said on stderr)");
+}
+
+/** `HOST[:PATH][:ro]`: a host directory shared at PATH (default: the same path), read-only with `:ro`. */
+export function parseBind(spec: string): BindMount {
+  const parts = spec.split(":");
+  const readOnly = parts.length > 1 && parts[parts.length - 1] === "ro";
+  if (readOnly) parts.pop();
+  if (parts.length > 2 || !parts[0])
+    throw new InvalidInputError(`--bind expects HOST[:PATH][:ro], got ${JSON.stringify(spec)}`, { field: "--bind" });
+  const source = resolve(parts[0]);
+  const target = parts[1] ?? source;
+  if (!target.startsWith("/"))
+    throw new InvalidInputError(`--bind: the path inside must be absolute, got ${target}`, { field: "--bind" });
+  let isDir = false;
+  try {
+    isDir = statSync(source).isDirectory();
+  } catch {
+    /* reported below */
+  }
+  if (!isDir) throw new InvalidInputError(`--bind: ${source} is not a directory on this host`, { field: "--bind" });
+  return { source, target, readOnly };
 }
 
 export function collect(value: string, previous: string[]): string[] {

@@ -45,6 +45,8 @@ export const CreateSandboxRequest = model(
     env: t.dict(t.str()).optional(),
     cwd: t.str().optional(),
     labels: t.dict(t.str()).optional(),
+    /** A host Python (e.g. "3.11") mounted read-only, first on PATH as python, python3, pip. */
+    python: t.str().optional(),
   },
   { extra: "forbid", objectError: "dict", absentBody: "empty", check: oneSource },
 );
