@@ -16,7 +16,7 @@ export const HOME_DOTFILES: Readonly<Record<string, string>> = {
   ".bashrc":
     "# ~/.bashrc: sourced by interactive bash and by tools that start sessions with it.\n" +
     "# Agents read output: never wait in a pager.\n" +
-    'export PAGER="${PAGER:-cat}" GIT_PAGER="${GIT_PAGER:-cat}" MANPAGER="${MANPAGER:-cat}"\n',
+    'for v in PAGER GIT_PAGER MANPAGER; do [ -n "$(eval echo "\\$$v")" ] || export "$v=cat"; done\n',
   ".profile":
     "# ~/.profile: login shells.\n" +
     'if [ -n "$BASH_VERSION" ] && [ -f "$HOME/.bashrc" ]; then . "$HOME/.bashrc"; fi\n',
