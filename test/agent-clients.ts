@@ -81,7 +81,7 @@ export async function preparedFixture(): Promise<PreparedFixture> {
       const hf = join(dir, "hf");
       mkdirSync(hf);
       const rows = JSON.parse(readFileSync(f.datasetPath, "utf8")) as object[];
-      writeFileSync(join(hf, "data.jsonl"), rows.map((r) => JSON.stringify(r)).join("\n") + "\n");
+      writeFileSync(join(hf, "data.jsonl"), `${rows.map((r) => JSON.stringify(r)).join("\n")}\n`);
       writeFileSync(
         join(hf, "README.md"),
         "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: dev\n    path: data.jsonl\n" +

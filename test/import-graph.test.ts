@@ -20,8 +20,8 @@ const LAYERS: string[][] = [
   ["env"],
   ["fixtures"],
   ["eval"],
-  ["index.ts"],
   ["server", "client"],
+  ["index.ts"],
   ["bench"],
   ["cli"],
 ];

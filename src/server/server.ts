@@ -13,6 +13,7 @@ import { registerErrorHandling } from "./error-handler.js";
 import { registerHooks } from "./hooks.js";
 import { registerExecRoutes } from "./lifecycle-exec.js";
 import { registerKeyedRuntimes } from "./keyed-runtime.js";
+import { registerSdkRoutes } from "./sdk-routes.js";
 import { registerSandboxRoutes } from "./lifecycle-sandboxes.js";
 import { registerTaskRoutes } from "./lifecycle-tasks.js";
 import { ServerMetrics } from "./metrics.js";
@@ -100,6 +101,7 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
   registerSandboxRoutes(app, ctx);
   registerExecRoutes(app, ctx);
   registerTaskRoutes(app, ctx);
+  registerSdkRoutes(app, ctx);
   registerRuntimeRoutes(
     app,
     "/sandboxes/:id",
