@@ -39,6 +39,7 @@ async function streamCommand(ctx: RouteContext, e: Entry, req: FastifyRequest, r
   reply.hijack();
   const out = reply.raw;
   out.writeHead(200, { "content-type": "application/x-ndjson", "cache-control": "no-store" });
+  out.flushHeaders(); // the client learns at once that the command started, output or not
   const line = (obj: object): void => {
     if (!out.writableEnded) out.write(`${JSON.stringify(obj)}\n`);
   };
