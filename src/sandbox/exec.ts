@@ -33,6 +33,8 @@ export interface ExecOptions {
   /** Run as this user inside (default: the sandbox's). */
   uid?: number;
   gid?: number;
+  /** Aborting kills the command's whole process tree (e.g. its HTTP client went away); the result still comes. */
+  signal?: AbortSignal;
   /** Streamed as it arrives (the CLI prints live). */
   onStdout?: (chunk: Buffer) => void;
   onStderr?: (chunk: Buffer) => void;
@@ -67,6 +69,9 @@ export function runCommand(cmd: SpawnedCommand, opts: ExecOptions): Promise<Exec
             void cmd.killTree(child.pid!);
           }, opts.timeoutMs)
         : undefined;
+    const abort = (): void => void cmd.killTree(child.pid!);
+    if (opts.signal?.aborted) abort();
+    else opts.signal?.addEventListener("abort", abort, { once: true });
     child.stdout!.on("data", (b: Buffer) => {
       out.push(b);
       opts.onStdout?.(b);
@@ -98,6 +103,7 @@ export function runCommand(cmd: SpawnedCommand, opts: ExecOptions): Promise<Exec
       settled = true;
       if (drain) clearTimeout(drain);
       if (timer) clearTimeout(timer);
+      opts.signal?.removeEventListener("abort", abort);
       void finish(code, signal).then(resolve, reject);
     });
 
