@@ -95,12 +95,16 @@ function readOr(path: string, fallback = "(unreadable)"): string {
   }
 }
 
+/** Container storage that other tools on a shared host mount and unmount at any time (podman's layers and shm). */
+const OTHER_TOOLS = /\/overlay\/[^/ ]+\/merged$|\/overlay-containers\/[^/ ]+\/userdata\/shm$/;
+
 function hostMounts(): Set<string> {
   return new Set(
     readFileSync("/proc/self/mountinfo", "utf8")
       .split("\n")
       .filter(Boolean)
-      .map((l) => l.split(" ").slice(3, 5).join(" ")),
+      .map((l) => l.split(" ").slice(3, 5).join(" "))
+      .filter((m) => !OTHER_TOOLS.test(m)),
   );
 }
 
