@@ -92,7 +92,7 @@ test("global options work before or after the command; --python puts python, pyt
   assert.equal(plain.stdout, "none\n", "without --python a plain directory has no `python`");
 });
 
-test("evaluate: the harness's flag names, a dataset by Hub name from the local cache, unknown ids refused", async () => {
+test("evaluate: harness flag names, a dataset by Hub name from the local cache, unknown ids refused", async () => {
   const fx = await preparedFixture();
   const hf = tempDir("msb-hf-");
   const snap = join(hf, "hub", "datasets--acme--calc-bench", "snapshots", "0123abcd", "data");

@@ -35,7 +35,7 @@ after(() => srv?.close());
 const execute = (path: string, command: string, key = ADMIN) =>
   call(srv.url, "POST", `${path}/execute`, { key, body: { command, shell: true } });
 
-test("instance-addressed runtimes: created on first use, shared, deleted on close, fresh after, apart per token", async () => {
+test("instance-addressed runtimes: made on first use, shared, deleted on close, fresh after, per token", async () => {
   const base = "/run/fixture__calc-1/attempt-0";
   const probe = await call(srv.url, "GET", `${base}/is_alive`, { key: ADMIN });
   assert.deepEqual(probe.json, { is_alive: true, message: "" });

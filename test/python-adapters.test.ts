@@ -133,7 +133,8 @@ async def main():
     except IsADirectoryError:
         pass
     await rt.upload(UploadRequest(source_path=bundle, target_path="/root/tools/bundle"))
-    c = await rt.execute(Command(command="chmod +x /root/tools/bundle/bin/* && /root/tools/bundle/bin/hello", shell=True))
+    tool = "/root/tools/bundle/bin"
+    c = await rt.execute(Command(command=f"chmod +x {tool}/* && {tool}/hello", shell=True))
     assert c.stdout == "hello from tool\\n", c
     await rt.upload(UploadRequest(source_path=single, target_path="/root/deep/dir/single.txt"))
     assert (await rt.read_file(ReadFileRequest(path="/root/deep/dir/single.txt"))).content == "single file\\n"
@@ -158,7 +159,7 @@ asyncio.run(main())
   assert.equal(res.status, 404, "stop() deleted the sandbox");
 });
 
-test("runtime client: 401 / 403 are HTTP errors and not alive; unknown class paths fall back to SwerexException", async () => {
+test("runtime client: 401 / 403 are HTTP errors, not alive; unknown class paths become SwerexException", async () => {
   const sb = (await (
     await fetch(`${srv.url}/sandboxes`, {
       method: "POST",
@@ -206,7 +207,7 @@ asyncio.run(main())
   }
 });
 
-test("mini-swe-agent environment: fresh bash per command, merged output, cwd, env, timeout, submission, close", async () => {
+test("mini-swe-agent environment: fresh bash per command, merged output, cwd, env, timeout, submission", async () => {
   const dir = tempDir();
   writeFileSync(join(dir, "main.py"), "print('hi')\n");
   const out = await py(
@@ -268,7 +269,8 @@ try:
     raise AssertionError("no error")
 except ServerUnreachableError as e:
     assert "no answer from minisandbox at http://127.0.0.1:9" in str(e) and "\\n" not in str(e), str(e)
-assert instance_from_image("docker.io/swebench/sweb.eval.x86_64.django_1776_django-11099:latest") == "django__django-11099"
+image = "docker.io/swebench/sweb.eval.x86_64.django_1776_django-11099:latest"
+assert instance_from_image(image) == "django__django-11099"
 assert instance_from_image("python:3.11") is None
 print("OK")
 `,
@@ -307,7 +309,8 @@ url = sys.argv[3]
 async def main():
     d = MinisandboxDeployment(url=url)
     await d.start()
-    assert (await d.runtime.execute(__import__("minisandbox.swerex.runtime", fromlist=["Command"]).Command(command="true"))).exit_code == 0
+    from minisandbox.swerex.runtime import Command
+    assert (await d.runtime.execute(Command(command="true"))).exit_code == 0
     bare = MinisandboxRuntime(host=d.runtime.host, auth_token="")
     assert not (await bare.is_alive(timeout=5)).is_alive, "an explicit empty token sends none"
     await d.stop()

@@ -149,7 +149,7 @@ test("bad options are refused before anything is sent, each naming the option", 
   await assert.rejects(sb.commands.run([]), /command: empty argv/);
 });
 
-test("remote parity: streaming callbacks, background handle with wait/kill, files, setTimeout, kill, camelCase", async () => {
+test("remote parity: streaming, background handle with wait/kill, files, setTimeout, kill, camelCase", async () => {
   const quiet = await RemoteSandbox.create({ url: srv.url, apiKey: TOKEN });
   const silent = await quiet.commands.run("sleep 300", { background: true });
   assert.equal(silent.stdout, "", "a command that prints nothing still starts at once");

@@ -39,7 +39,9 @@ export function explainBuildFailure(e: unknown): BuildFailure {
     return {
       ...base,
       cause: `${at}: package ${pkg[1]} is not available from the configured package index`,
-      fix: "make it available to pip (a local index or wheel directory in pip.conf / PIP_INDEX_URL / PIP_FIND_LINKS; builds see the host's pip configuration), or pin an available version with --specs",
+      fix:
+        "make it available to pip (a local index or wheel directory in pip.conf / PIP_INDEX_URL / " +
+        "PIP_FIND_LINKS; builds see the host's pip configuration), or pin an available version with --specs",
     };
   if (step === "toolchain" || /Python \S+ is not installed/.test(failedLine))
     return {
@@ -52,7 +54,9 @@ export function explainBuildFailure(e: unknown): BuildFailure {
     return {
       ...base,
       cause: `${at}: ${failedLine || git || "the repository could not be fetched"}`,
-      fix: "give local clones or mirrors with --repos DIR (laid out as DIR/<owner>/<name>); without it the repository is cloned from GitHub, which needs the network",
+      fix:
+        "give local clones or mirrors with --repos DIR (laid out as DIR/<owner>/<name>); without it the " +
+        "repository is cloned from GitHub, which needs the network",
     };
   }
   const errorLine =

@@ -5,25 +5,10 @@
 import { StringDecoder } from "node:string_decoder";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { errorCode, InvalidInputError } from "../errors.js";
-import type { StreamedCommand } from "../sandbox/files.js";
 import { native } from "../wire/index.js";
 import { baseUrl, describe, LIFECYCLE } from "./lifecycle-sandboxes.js";
 import type { Entry } from "./registry.js";
-import { byId, onEntry, type RouteContext } from "./route-context.js";
-
-/** argv that enters `cwd`, merges stderr when asked, then becomes the command (no shell parsing of the command). */
-function wrapped(command: string | string[], cwd: string, merge: boolean): string[] {
-  const argv = typeof command === "string" ? ["/bin/bash", "-c", command] : command;
-  const script = 'cd -- "$1" || exit 1; [ "$2" = 1 ] && exec 2>&1; shift 2; exec "$@"';
-  return ["/bin/bash", "-c", script, "exec", cwd, merge ? "1" : "0", ...argv];
-}
-
-interface Streamed {
-  exitCode: number;
-  timedOut: boolean;
-  truncated: boolean;
-  signal: string | null;
-}
+import { byId, clientGone, onEntry, type RouteContext } from "./route-context.js";
 
 /** Run one command, writing each chunk as an NDJSON line; the client going away kills the command's whole tree. */
 async function streamCommand(ctx: RouteContext, e: Entry, req: FastifyRequest, reply: FastifyReply): Promise<void> {
@@ -32,73 +17,49 @@ async function streamCommand(ctx: RouteContext, e: Entry, req: FastifyRequest, r
   if (max > ctx.limits.maxReadBytes)
     throw new InvalidInputError(`output_limit_bytes ${max} is above this server's maximum ${ctx.limits.maxReadBytes}`);
   const started = performance.now();
-  const cmd: StreamedCommand = e.sandbox.stream(
-    wrapped(r.command, r.cwd ?? e.sandbox.cwd, r.merge_output ?? false),
-    r.env ?? {},
-  );
+  const gone = clientGone(reply);
   reply.hijack();
   const out = reply.raw;
   out.writeHead(200, { "content-type": "application/x-ndjson", "cache-control": "no-store" });
   out.flushHeaders(); // the client learns at once that the command started, output or not
   const line = (obj: object): void => {
-    if (!out.writableEnded) out.write(`${JSON.stringify(obj)}\n`);
+    if (!out.writableEnded && !gone.aborted) out.write(`${JSON.stringify(obj)}\n`);
   };
+  // Forwarded as written, up to the output limit over both streams; text split only on whole characters.
   let sent = 0;
-  let truncated = false;
   const forward = (key: "stdout" | "stderr") => {
     const dec = new StringDecoder("utf8");
-    cmd.child[key]!.on("data", (b: Buffer) => {
-      if (sent >= max) {
-        truncated = true;
-        return;
-      }
-      const part = b.subarray(0, max - sent);
+    return (b: Buffer) => {
+      const part = b.subarray(0, Math.max(0, max - sent));
       sent += part.length;
-      truncated ||= part.length < b.length;
-      const text = dec.write(part);
+      const text = part.length ? dec.write(part) : "";
       if (text) line({ [key]: text });
-    });
+    };
   };
-  forward("stdout");
-  forward("stderr");
-  cmd.child.stdin!.on("error", () => {});
-  cmd.child.stdin!.end(r.stdin ?? "");
-  let timedOut = false;
-  let gone = false;
-  const timer =
-    r.timeout_ms === undefined
-      ? undefined
-      : setTimeout(() => {
-          timedOut = true;
-          void cmd.kill();
-        }, r.timeout_ms);
-  out.once("close", () => {
-    if (!out.writableFinished) {
-      gone = true;
-      void cmd.kill();
-    }
+  const res = await e.sandbox.exec(r.command, {
+    timeoutMs: r.timeout_ms,
+    cwd: r.cwd,
+    env: r.env,
+    stdin: r.stdin,
+    mergeOutput: r.merge_output,
+    outputLimitBytes: max,
+    onStdout: forward("stdout"),
+    onStderr: forward("stderr"),
+    signal: gone,
   });
-  const done = await new Promise<Streamed>((resolve) => {
-    cmd.child.once("close", (code, signal) =>
-      resolve({ exitCode: timedOut ? 124 : (code ?? 128 + 9), timedOut, truncated, signal: signal ?? null }),
-    );
-  });
-  if (timer) clearTimeout(timer);
-  cmd.cleanup();
   ctx.metrics.commands.observe({ kind: "exec" }, (performance.now() - started) / 1000);
-  if (gone) return;
-  line({
-    result: {
-      exit_code: done.exitCode,
-      stdout: "",
-      stderr: "",
-      timed_out: done.timedOut,
-      truncated: done.truncated,
-      limit: done.timedOut ? "timeout" : null,
-      signal: done.signal,
-      duration_ms: performance.now() - started,
-    },
-  });
+  if (gone.aborted) return;
+  const result: native.ExecResponse = {
+    exit_code: res.exitCode,
+    stdout: "",
+    stderr: "",
+    timed_out: res.timedOut,
+    truncated: res.truncated || sent >= max,
+    limit: res.limit ?? null,
+    signal: res.signal ?? null,
+    duration_ms: res.durationMs,
+  };
+  line({ result });
   out.end();
 }
 

@@ -1,7 +1,8 @@
 """Ready configs for the agent ecosystem's runners. ``python -m minisandbox.configs NAME`` prints a config's path.
 
 - ``mini-swebench``: mini-swe-agent's SWE-bench batch runner on minisandbox (merge it after ``swebench.yaml``).
-- ``sweagent``: SWE-agent's ``run-batch`` on minisandbox (with an instances file from ``python -m minisandbox.sweagent``).
+- ``sweagent``: SWE-agent's ``run-batch`` on minisandbox (with an instances file from
+  ``python -m minisandbox.sweagent``).
 """
 
 from __future__ import annotations
