@@ -93,6 +93,70 @@ export async function remoteExec(
   return resultOf(await api.call("POST", `/sandboxes/${id}/exec`, native.ExecResponse, body));
 }
 
+/** The NDJSON answer of `/exec/stream`, read as it arrives: output to the callbacks, then the result. */
+class StreamedRun {
+  stdout = "";
+  stderr = "";
+  killed = false;
+  finished = false;
+  private readonly started = performance.now();
+
+  constructor(
+    private readonly o: RemoteExecOptions,
+    private readonly what: string,
+  ) {}
+
+  private onLine(text: string): native.ExecResponse | undefined {
+    let parsed: ReturnType<typeof native.ExecStreamLine.parse>;
+    try {
+      parsed = native.ExecStreamLine.parse(JSON.parse(text), ["response"]);
+    } catch (e) {
+      const why = e instanceof WireValidationError ? e.message : (e as Error).message;
+      throw new SandboxError(`${this.what}: the server's stream does not match the wire contract (${why})`);
+    }
+    if (parsed.stdout !== undefined) {
+      this.stdout += parsed.stdout;
+      this.o.onStdout?.(parsed.stdout);
+    }
+    if (parsed.stderr !== undefined) {
+      this.stderr += parsed.stderr;
+      this.o.onStderr?.(parsed.stderr);
+    }
+    if (parsed.error) throw errorFromResponse(500, parsed.error, this.what);
+    return parsed.result;
+  }
+
+  private async lines(body: ReadableStream<Uint8Array>): Promise<native.ExecResponse | undefined> {
+    const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffered = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return undefined;
+      buffered += value;
+      for (let nl = buffered.indexOf("\n"); nl >= 0; nl = buffered.indexOf("\n")) {
+        const result = buffered.slice(0, nl).trim() ? this.onLine(buffered.slice(0, nl)) : undefined;
+        buffered = buffered.slice(nl + 1);
+        if (result) return result;
+      }
+    }
+  }
+
+  async read(body: ReadableStream<Uint8Array>): Promise<RemoteExecResult> {
+    try {
+      const result = await this.lines(body);
+      if (result) return resultOf(result, this.stdout, this.stderr);
+    } catch (e) {
+      if (!this.killed) throw e;
+    } finally {
+      this.finished = true;
+    }
+    if (!this.killed) throw new SandboxError(`${this.what}: the server closed the stream before the command's result`);
+    const { stdout, stderr } = this;
+    const durationMs = performance.now() - this.started;
+    return { exitCode: 137, signal: "SIGKILL", stdout, stderr, timedOut: false, truncated: false, durationMs };
+  }
+}
+
 /** Start a command whose output streams; resolves once the server has started it. */
 export async function remoteStart(
   api: HttpClient,
@@ -103,7 +167,6 @@ export async function remoteStart(
   const body = requestBody(cmd, o);
   const ac = new AbortController();
   const what = "exec";
-  const started = performance.now();
   const res = await api.fetch("POST", `/sandboxes/${id}/exec/stream`, JSON.stringify(body), {
     headers: { "content-type": "application/json" },
     signal: ac.signal,
@@ -113,68 +176,20 @@ export async function remoteStart(
     await api.read(res, native.ExecStreamLine, what);
     throw new SandboxError(`${what}: the server sent no output stream`);
   }
-  let stdout = "";
-  let stderr = "";
-  let killed = false;
-  let finished = false;
-  const onLine = (text: string): native.ExecResponse | undefined => {
-    let parsed: ReturnType<typeof native.ExecStreamLine.parse>;
-    try {
-      parsed = native.ExecStreamLine.parse(JSON.parse(text), ["response"]);
-    } catch (e) {
-      const why = e instanceof WireValidationError ? e.message : (e as Error).message;
-      throw new SandboxError(`${what}: the server's stream does not match the wire contract (${why})`);
-    }
-    if (parsed.stdout !== undefined) {
-      stdout += parsed.stdout;
-      o.onStdout?.(parsed.stdout);
-    }
-    if (parsed.stderr !== undefined) {
-      stderr += parsed.stderr;
-      o.onStderr?.(parsed.stderr);
-    }
-    if (parsed.error) throw errorFromResponse(500, parsed.error, what);
-    return parsed.result;
-  };
-  const reading = (async (): Promise<RemoteExecResult> => {
-    const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
-    let buffered = "";
-    try {
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buffered += value;
-        let nl = buffered.indexOf("\n");
-        while (nl >= 0) {
-          const result = buffered.slice(0, nl).trim() ? onLine(buffered.slice(0, nl)) : undefined;
-          buffered = buffered.slice(nl + 1);
-          if (result) return resultOf(result, stdout, stderr);
-          nl = buffered.indexOf("\n");
-        }
-      }
-    } catch (e) {
-      if (!killed) throw e;
-    } finally {
-      finished = true;
-    }
-    if (killed) {
-      const durationMs = performance.now() - started;
-      return { exitCode: 137, signal: "SIGKILL", stdout, stderr, timedOut: false, truncated: false, durationMs };
-    }
-    throw new SandboxError(`${what}: the server closed the stream before the command's result`);
-  })();
+  const run = new StreamedRun(o, what);
+  const reading = run.read(res.body);
   reading.catch(() => undefined); // awaited by wait(); never an unhandled rejection
   return {
     get stdout() {
-      return stdout;
+      return run.stdout;
     },
     get stderr() {
-      return stderr;
+      return run.stderr;
     },
     wait: () => reading,
     async kill() {
-      if (finished) return false;
-      killed = true;
+      if (run.finished) return false;
+      run.killed = true;
       ac.abort();
       await reading.catch(() => undefined);
       return true;
