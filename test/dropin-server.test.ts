@@ -87,6 +87,18 @@ test("instance-addressed runtimes: made on first use, shared, deleted on close, 
   assert.deepEqual((await call(srv.url, "POST", `${base}/close`, { key: ADMIN })).json, {}, "close is idempotent");
 });
 
+test("delete_on_close: SWE-ReX's close ends a sandbox that asked for it; others keep SWE-ReX's meaning", async () => {
+  const doomed = await call(srv.url, "POST", "/sandboxes", { key: ADMIN, body: { delete_on_close: true } });
+  const kept = await call(srv.url, "POST", "/sandboxes", { key: ADMIN, body: {} });
+  for (const sb of [doomed, kept]) {
+    const r = await call(srv.url, "POST", `/sandboxes/${sb.json.id}/close`, { key: ADMIN });
+    assert.deepEqual([r.status, r.json], [200, {}]);
+  }
+  assert.equal((await call(srv.url, "GET", `/sandboxes/${doomed.json.id}`, { key: ADMIN })).status, 404);
+  assert.equal((await call(srv.url, "GET", `/sandboxes/${kept.json.id}`, { key: ADMIN })).status, 200);
+  await call(srv.url, "DELETE", `/sandboxes/${kept.json.id}`, { key: ADMIN });
+});
+
 test("instance ids: a lower-cased id finds its instance; an unknown one is refused with its name", async () => {
   const calc2 = fx.instances.find((i) => i.instance_id === "fixture__calc-2")!;
   const r = await call(srv.url, "POST", "/sandboxes", { key: ADMIN, body: { instance_id: "FIXTURE__CALC-2" } });

@@ -51,6 +51,8 @@ export interface RemoteSandboxCreateOptions extends ConnectOptions {
   labels?: Record<string, string>;
   /** A host Python on the server (e.g. "3.11"), first on PATH as python, python3, pip. */
   python?: string;
+  /** A SWE-ReX client's `close()` on `runtimeUrl` deletes the sandbox (default: closes its sessions only). */
+  deleteOnClose?: boolean;
 }
 
 /** E2B's `commands`: `run(cmd, opts)` → the result; `run(cmd, { background: true })` → a handle (wait, kill). */
@@ -89,6 +91,7 @@ function createBody(o: RemoteSandboxCreateOptions): InOf<typeof native.CreateSan
     cwd: o.cwd,
     labels: o.labels,
     python: o.python,
+    delete_on_close: o.deleteOnClose,
   };
 }
 

@@ -43,6 +43,8 @@ export interface Entry {
   labels: Record<string, string>;
   meta: Record<string, unknown>;
   isDefault: boolean;
+  /** SWE-ReX's close ends the sandbox (instance-addressed runtimes, `delete_on_close`). */
+  deleteOnClose: boolean;
   closeReason?: CloseReason;
 }
 
@@ -250,6 +252,7 @@ export class SandboxRegistry {
       labels: sb.labels,
       meta: src.provided?.meta ?? {},
       isDefault: o.isDefault ?? false,
+      deleteOnClose: (req.delete_on_close ?? false) && !o.isDefault,
     };
     return entry;
   }

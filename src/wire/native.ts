@@ -47,6 +47,8 @@ export const CreateSandboxRequest = model(
     labels: t.dict(t.str()).optional(),
     /** A host Python (e.g. "3.11") mounted read-only, first on PATH as python, python3, pip. */
     python: t.str().optional(),
+    /** SWE-ReX's `POST …/close` deletes the sandbox (default: it closes the sessions only, as SWE-ReX's server). */
+    delete_on_close: t.bool().optional(),
   },
   { extra: "forbid", objectError: "dict", absentBody: "empty", check: oneSource },
 );
