@@ -3,8 +3,9 @@
  * copied into this repository), venvs built from the local package index plus those mirrors (cached per machine),
  * and one prepared fixture dataset (3 instances, built once per machine).
  *
- * Mirrors: `$MINISANDBOX_MIRRORS/<owner>+<name>/repo` (default `/work/.mirror`, where the team's fetched mirrors live),
- * or one variable per mirror (e.g. `MINI_SWE_AGENT_MIRROR`). A test whose mirror is absent is skipped with the reason.
+ * Mirrors: `$MINISANDBOX_MIRRORS/<owner>+<name>/repo` (default `/work/.mirror`, where this project's machines keep
+ * them), or one variable per mirror (e.g. `MINI_SWE_AGENT_MIRROR`). A test whose mirror is absent is skipped with the
+ * reason.
  */
 import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
