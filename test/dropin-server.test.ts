@@ -6,11 +6,20 @@
  */
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
+import { readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { startServer, type RunningServer } from "../src/server/index.js";
 import { envProvider } from "../src/server/env-provider.js";
 import { loadDataset } from "../src/tasks/index.js";
 import { preparedFixture, type PreparedFixture } from "./agent-clients.js";
+import { tempDir } from "./helpers.js";
+
+function writeJson(rows: object[]): string {
+  const file = join(tempDir(), "dataset.json");
+  writeFileSync(file, JSON.stringify(rows));
+  return file;
+}
 import { call } from "./serve-process.js";
 
 const ADMIN = "dropin-admin";
@@ -114,6 +123,27 @@ test("instance ids: a lower-cased id finds its instance; an unknown one is refus
   assert.notEqual(unknown.status, 200);
   assert.match(unknown.text, /unknown instance nobody__nothing-1/);
   assert.equal(srv.registry.size, 0);
+});
+
+test("an instance whose environment cannot be built: one line, the cause first, then the fix", async () => {
+  const rows = JSON.parse(readFileSync(fx.dataset, "utf8")) as Record<string, unknown>[];
+  const bad = { ...rows[0], instance_id: "nobody__missing-1", repo: "nobody/missing" };
+  const s2 = await startServer({
+    home: fx.home,
+    provider: envProvider({ home: fx.home, instances: await loadDataset(writeJson([bad])), reposDir: tempDir() }),
+    authToken: ADMIN,
+  });
+  try {
+    const r = await call(s2.url, "POST", "/sandboxes", { key: ADMIN, body: { instance_id: "nobody__missing-1" } });
+    assert.equal(r.json.code, "build_failed", r.text);
+    assert.match(
+      r.json.detail,
+      /^build failed at step "fetch": repository nobody\/missing not found.*; fix: give local /,
+    );
+    assert.doesNotMatch(r.json.detail, /\n/);
+  } finally {
+    await s2.close();
+  }
 });
 
 test("non-interactive defaults and dotfiles in every sandbox; python on request", async () => {

@@ -65,6 +65,14 @@ export function explainBuildFailure(e: unknown): BuildFailure {
   return { ...base, cause: `${at}: ${errorLine ?? "see the log"}` };
 }
 
+/** A build failure whose message is its explanation on one line (for answers that are one line, e.g. HTTP). */
+export function withOneLineMessage(e: unknown): unknown {
+  if (!(e instanceof BuildError)) return e;
+  const f = explainBuildFailure(e);
+  e.message = [f.cause, f.fix && `fix: ${f.fix}`, f.logFile && `log: ${f.logFile}`].filter(Boolean).join("; ");
+  return e;
+}
+
 /** The explanation as text: cause, fix, log, then the log's last lines indented. */
 export function renderBuildFailure(f: BuildFailure, withTail = true): string {
   const lines = [f.cause];

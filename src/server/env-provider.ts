@@ -4,6 +4,7 @@ import { openWorkspace, resolveWorkspace } from "../env/workspace.js";
 import { evaluate } from "../eval/reward-api.js";
 import { agentDiff, pristineListing } from "../eval/runner/agent-diff.js";
 import { NotFoundError } from "../util/errors.js";
+import { withOneLineMessage } from "../env/build-diagnosis.js";
 import type { ProvidedWorkspace, ProviderFactory, WorkspaceProvider } from "./provider.js";
 
 /**
@@ -32,7 +33,9 @@ export function envProvider(opts: {
     async forInstance(id: string): Promise<ProvidedWorkspace> {
       const inst = instance(id);
       const { home, reposDir, specsFile } = opts;
-      const ws = await resolveWorkspace({ home, instance: inst, reposDir, specsFile, build: true });
+      const ws = await resolveWorkspace({ home, instance: inst, reposDir, specsFile, build: true }).catch((e) => {
+        throw withOneLineMessage(e);
+      });
       return {
         options: ws.options,
         release: () => void ws.release(),
