@@ -1,5 +1,6 @@
 /** Ratios, targets, and the Markdown table and SVG chart written next to the results JSON. */
 import { formatBytes } from "../util/size.js";
+import { ROLLOUT_RATIO_MEANINGS, rolloutLines, rolloutRatios, rolloutTargets } from "./report-rollout.js";
 import { ratio } from "./stats.js";
 import type { BenchResults, ReadyVariant, ReadyVariantName, Target, Unavailable } from "./types.js";
 
@@ -67,6 +68,7 @@ export function computeRatios(
       warm_import_vs_podman_import: readyRatio("warm_import_vs_podman_import", "podman", "minisandbox_warm", "import"),
       eval_vs_podman: evalRatio,
       eval_steps_vs_podman: stepsRatio,
+      ...rolloutRatios(r, reasons),
     },
     ratio_reasons: reasons,
   };
@@ -87,6 +89,7 @@ export function computeTargets(r: Omit<BenchResults, "targets">): Target[] {
   readyAndStorageTargets(r, at);
   sandboxTargets(r, at);
   evaluationTargets(r, at);
+  t.push(...rolloutTargets(r));
   return t;
 }
 
@@ -176,6 +179,7 @@ export function renderMarkdown(r: BenchResults): string {
     ...concurrencyLines(r),
     ...sessionLines(r),
     ...evaluationLines(r),
+    ...rolloutLines(r),
   ];
   if (r.notes.length) L.push("", "## Notes", "", ...r.notes.map((n) => `- ${n}`));
   return `${L.join("\n")}\n`;
@@ -346,6 +350,7 @@ const RATIO_MEANINGS: Record<keyof BenchResults["ratios"], string> = {
   warm_import_vs_podman_import: "real first command (import) p50: podman run ÷ minisandbox warm",
   eval_vs_podman: "evaluation throughput: minisandbox eval engine (else harness steps) ÷ podman",
   eval_steps_vs_podman: "evaluation throughput, the very same script: Sandbox API ÷ podman run -i",
+  ...ROLLOUT_RATIO_MEANINGS,
 };
 
 /** Which environment: the fixture with its history size, or the dataset. */
