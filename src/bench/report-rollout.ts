@@ -1,12 +1,26 @@
 /** The rollout workload's ratios, targets and Markdown section (see rollout.ts). */
 import { ratio } from "./stats.js";
-import type { BenchResults, RolloutResults, Target, Unavailable } from "./types.js";
+import type {
+  BenchResults,
+  ForkLatency,
+  GroupReady,
+  RolloutResults,
+  Target,
+  TrajectoryOverhead,
+  Unavailable,
+} from "./types.js";
 
 type Partial = Omit<BenchResults, "ratios" | "ratio_reasons" | "targets">;
 type RolloutRatios = Pick<
   BenchResults["ratios"],
-  "rollout_group_vs_podman" | "rollout_overhead_vs_podman" | "fork_vs_podman_commit"
+  "rollout_group_vs_podman" | "rollout_group_pool_vs_podman" | "rollout_overhead_vs_podman" | "fork_vs_podman_commit"
 >;
+const KEYS: (keyof RolloutRatios)[] = [
+  "rollout_group_vs_podman",
+  "rollout_group_pool_vs_podman",
+  "rollout_overhead_vs_podman",
+  "fork_vs_podman_commit",
+];
 
 const measured = (r: Partial): RolloutResults | undefined => (r.rollout.available ? r.rollout : undefined);
 
@@ -16,13 +30,11 @@ const reasonOf = (ours: { available: boolean }, theirs: { available: boolean }):
 export function rolloutRatios(r: Partial, reasons: Record<string, string>): RolloutRatios {
   const m = measured(r);
   if (!m) {
-    const why = (r.rollout as Unavailable).reason;
-    for (const k of ["rollout_group_vs_podman", "rollout_overhead_vs_podman", "fork_vs_podman_commit"])
-      reasons[k] = why;
-    return { rollout_group_vs_podman: null, rollout_overhead_vs_podman: null, fork_vs_podman_commit: null };
+    for (const k of KEYS) reasons[k] = (r.rollout as Unavailable).reason;
+    return Object.fromEntries(KEYS.map((k) => [k, null])) as unknown as RolloutRatios;
   }
   const pair = <T extends { available: boolean }>(
-    key: string,
+    key: keyof RolloutRatios,
     ours: T,
     theirs: T,
     p50: (x: T) => number | undefined,
@@ -31,24 +43,27 @@ export function rolloutRatios(r: Partial, reasons: Record<string, string>): Roll
     if (v === null) reasons[key] = reasonOf(ours, theirs);
     return v;
   };
+  const group = (x: GroupReady | Unavailable): number | undefined => (x.available ? x.allReady.p50Ms : undefined);
+  const overhead = (x: TrajectoryOverhead | Unavailable): number | undefined =>
+    x.available ? x.overhead.p50Ms : undefined;
+  const fork = (x: ForkLatency | Unavailable): number | undefined => (x.available ? x.fork.p50Ms : undefined);
+  const g = m.group;
   return {
-    rollout_group_vs_podman: pair("rollout_group_vs_podman", m.group.minisandbox, m.group.podman, (x) =>
-      x.available ? x.allReady.p50Ms : undefined,
-    ),
+    rollout_group_vs_podman: pair("rollout_group_vs_podman", g.minisandbox, g.podman, group),
+    rollout_group_pool_vs_podman: pair("rollout_group_pool_vs_podman", g.minisandbox_warm_pool, g.podman, group),
     rollout_overhead_vs_podman: pair(
       "rollout_overhead_vs_podman",
       m.trajectory.minisandbox,
       m.trajectory.podman,
-      (x) => (x.available ? x.overhead.p50Ms : undefined),
+      overhead,
     ),
-    fork_vs_podman_commit: pair("fork_vs_podman_commit", m.fork.minisandbox, m.fork.podman_commit, (x) =>
-      x.available ? x.fork.p50Ms : undefined,
-    ),
+    fork_vs_podman_commit: pair("fork_vs_podman_commit", m.fork.minisandbox, m.fork.podman_commit, fork),
   };
 }
 
 export const ROLLOUT_RATIO_MEANINGS: Record<keyof RolloutRatios, string> = {
   rollout_group_vs_podman: "group of 8 ready, p50: podman (mini-swe-agent's environment) ÷ startGroup, no warm pool",
+  rollout_group_pool_vs_podman: "group of 8 ready, p50: podman ÷ startGroup served by the warm pool (prewarmed)",
   rollout_overhead_vs_podman: "overhead per trajectory outside agent and tests, p50: podman ÷ minisandbox",
   fork_vs_podman_commit: "fork → child started, p50: podman commit + run ÷ Rollout.fork",
 };

@@ -1,6 +1,6 @@
 /**
  * Workload 7, rollouts for RL trainers, side by side with mini-swe-agent's podman environment (what SkyRL's example
- * runs: `podman run -d … sleep 2h`, then `podman exec … bash -lc <command>` per action, reward in a fresh
+ * runs: `podman run -d … sleep 2h`, then `podman exec … bash -c <command>` per action, reward in a fresh
  * `podman run -i` that applies the diff with a heredoc and runs the eval script):
  *   - a group of 8 ready: from the request to the first command's output in all 8 (minisandbox: `startGroup`, with and
  *     without the warm pool; podman: 8 containers started at once);
@@ -145,7 +145,7 @@ async function groupReady(
             "podman",
             `podman, mini-swe-agent's environment (n=${n})`,
             `${n} × (podman run -d --rm --network none -w /testbed <env image> sleep 2h, then ` +
-              "podman exec -w /testbed <c> bash -lc 'echo ready'), all at once; removal untimed",
+              "podman exec -w /testbed <c> bash -c 'echo ready'), all at once; removal untimed",
           ),
   };
 }
@@ -158,7 +158,8 @@ async function startContainer(p: PodmanSide, image: string, name: string): Promi
 }
 
 function podmanExec(p: PodmanSide, name: string, command: string, input?: string): ReturnType<typeof timedRun> {
-  const args = ["exec", ...(input === undefined ? [] : ["-i"]), "-w", "/testbed", name, "bash", "-lc", command];
+  // mini-swe-agent's SWE-bench config runs actions with `bash -c` (its docker default `bash -lc` resets PATH).
+  const args = ["exec", ...(input === undefined ? [] : ["-i"]), "-w", "/testbed", name, "bash", "-c", command];
   return timedRun(p.podman.bin, p.podman.args(...args), { timeoutMs: 600_000, input });
 }
 
@@ -233,7 +234,7 @@ async function trajectories(
         : summary(
             "podman",
             "podman, mini-swe-agent's environment + a fresh container for the reward",
-            "podman run -d … sleep 2h → agent via podman exec bash -lc → git diff via podman exec → " +
+            "podman run -d … sleep 2h → agent via podman exec bash -c → git diff via podman exec → " +
               "podman run -i (heredoc git apply + eval.sh, tests timed inside) → podman rm -f -t 0",
           ),
   };

@@ -222,6 +222,8 @@ export interface BenchResults {
     eval_steps_vs_podman: number | null;
     /** Group of 8 ready, p50: podman (mini-swe-agent's environment) ÷ startGroup (no warm pool). */
     rollout_group_vs_podman: number | null;
+    /** The same with the group taken from the warm pool (prewarmed while the previous step trained). */
+    rollout_group_pool_vs_podman: number | null;
     /** Overhead per trajectory outside agent and tests, p50: podman ÷ minisandbox (fresh-sandbox reward). */
     rollout_overhead_vs_podman: number | null;
     /** Fork → child started, p50: podman commit + run ÷ Rollout.fork. */
