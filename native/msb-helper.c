@@ -37,6 +37,7 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
@@ -197,6 +198,9 @@ static void seccomp_profile(scmp_filter_ctx *allow, scmp_filter_ctx *refuse, int
       rc |= seccomp_rule_add(*refuse, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1,
                              SCMP_A0(SCMP_CMP_MASKED_EQ, flag, flag));
   }
+  /* vsock ignores network namespaces: it would reach the hypervisor even with the network off. */
+  rc |= seccomp_rule_add(*refuse, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_EQ, AF_VSOCK));
+  rc |= seccomp_rule_add(*refuse, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socketpair), 1, SCMP_A0(SCMP_CMP_EQ, AF_VSOCK));
   /* TIOCSTI types into a terminal; the kernel reads the request as 32 bits, so compare only those. */
   rc |= seccomp_rule_add(*refuse, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
                          SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffULL, TIOCSTI));
@@ -276,6 +280,9 @@ static int make_userns(unsigned base, unsigned count) {
     char b = 1;
     close(up[0]);
     close(down[1]);
+    /* The namespace's owner is whoever creates it, and the kernel charges per-user quotas of everything inside
+       (inotify instances and watches...) to its owner too: make that the sandbox's own id, never host root. */
+    if (setgroups(0, NULL) != 0 || setresgid(base, base, base) != 0 || setresuid(base, base, base) != 0) _exit(1);
     if (unshare(CLONE_NEWUSER) != 0) _exit(1);
     if (write(up[1], &b, 1) != 1) _exit(1);
     /* Wait until the parent holds the namespace (or died: then the read ends at EOF). */
@@ -696,7 +703,7 @@ static int wait_and_mirror(pid_t child) {
 struct enter_opts {
   const char *cgroups[MAX_ITEMS];
   const char **envs;
-  int ncg, nenv, merge, seccomp;
+  int ncg, nenv, merge, seccomp, keep_terminal;
   const char *pid, *cwd, *caps;
   uid_t uid;
   gid_t gid;
@@ -713,6 +720,7 @@ static void parse_enter(int argc, char **argv, struct enter_opts *o) {
     if (take_rlimit(&o->limits, a)) continue;
     if (!strcmp(a, "--merge-stderr")) o->merge = 1;
     else if (!strcmp(a, "--no-seccomp")) o->seccomp = 0;
+    else if (!strcmp(a, "--keep-terminal")) o->keep_terminal = 1;
     else if (!v) die(2, "%s needs a value", a);
     else if (!strcmp(a, "--pid")) o->pid = v, i++;
     else if (!strcmp(a, "--cgroup")) push(o->cgroups, &o->ncg, v), i++;
@@ -739,6 +747,9 @@ static void become_and_exec(const struct enter_opts *o) {
   if (chdir(o->cwd) != 0) die(125, "cannot change directory to '%s': %s", o->cwd, strerror(errno));
   /* One descriptor for both streams, so that the order of writes survives (subprocess's stderr=STDOUT). */
   if (o->merge && dup2(1, 2) < 0) die(1, "dup2: %s", strerror(errno));
+  /* A session of its own: no controlling terminal of the host's, and kill(0) reaches only its own process group
+     (process groups span pid namespaces). Only an interactive shell keeps the caller's terminal. */
+  if (!o->keep_terminal && setsid() < 0) die(1, "setsid: %s", strerror(errno));
   close_from(3);
   clearenv();
   for (int e = 0; e < o->nenv; e++) putenv((char *)o->envs[e]);

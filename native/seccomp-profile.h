@@ -6,7 +6,8 @@
  * Refused: the kernel keyring, every mount and namespace call (clone with namespace flags included), module and
  * kexec loading, bpf, perf_event_open, userfaultfd, io_uring, open_by_handle_at, reading or writing another
  * process's memory, NUMA policy, clock and hostname setting, swap, quota, accounting, reboot, raw I/O ports,
- * syslog, personality values other than the usual ones, and TIOCSTI (typing into a terminal).
+ * syslog, vsock sockets (they ignore network namespaces) and TIOCSTI (typing into a terminal). personality values
+ * other than the usual ones are not allowed (ENOSYS).
  */
 #ifndef MSB_SECCOMP_PROFILE_H
 #define MSB_SECCOMP_PROFILE_H

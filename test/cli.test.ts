@@ -107,3 +107,14 @@ test("unprivileged users get sandboxes through user namespaces", () => {
   assert.deepEqual(rest.slice(0, 3), ["x", "x", "y"]);
   assert.equal(readFileSync(join(dir, "f"), "utf8"), "x\n");
 });
+
+test("the seccomp profile is on unless --no-seccomp, and turning it off is said", () => {
+  const on = cli("exec", "--", "grep", "^Seccomp:", "/proc/self/status");
+  assert.equal(on.status, 0, on.stderr);
+  assert.match(on.stdout, /^Seccomp:\s+2$/m);
+  assert.equal(on.stderr, "");
+  const off = cli("exec", "--no-seccomp", "--", "grep", "^Seccomp:", "/proc/self/status");
+  assert.equal(off.status, 0, off.stderr);
+  assert.match(off.stdout, /^Seccomp:\s+0$/m);
+  assert.match(off.stderr, /seccomp is OFF for this sandbox/);
+});

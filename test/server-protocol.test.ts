@@ -841,7 +841,7 @@ test("TTL and idle timeouts reap sandboxes (a busy sandbox is not idle); process
     command: "exec -a msb-ttl-marker sleep 1000 &",
     check: "ignore",
   });
-  assert.ok(processesMatching("msb-ttl-marker").length > 0);
+  await waitFor(async () => processesMatching("msb-ttl-marker").length > 0, 5000, "the background process");
   let busyDone = 0;
   const busy = post(`/sandboxes/${idle.id}/execute`, { command: ["sleep", "4"] }).then((r) => {
     busyDone = Date.now();

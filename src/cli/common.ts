@@ -15,6 +15,8 @@ export interface SandboxCliOptions {
   env: string[];
   cwd?: string;
   uid?: string;
+  /** False with --no-seccomp. */
+  seccomp?: boolean;
 }
 
 export function addSandboxOptions(cmd: Command): Command {
@@ -28,7 +30,8 @@ export function addSandboxOptions(cmd: Command): Command {
     .option("--timeout <SECONDS>", "wall-clock timeout")
     .option("--env <K=V>", "environment variable (repeatable)", collect, [] as string[])
     .option("--cwd <PATH>", "working directory inside")
-    .option("--uid <UID>", "user id inside (default 0)");
+    .option("--uid <UID>", "user id inside (default 0)")
+    .option("--no-seccomp", "turn the seccomp profile off for this sandbox (weaker isolation; said on stderr)");
 }
 
 export function collect(value: string, previous: string[]): string[] {

@@ -17,7 +17,9 @@ export function registerExecCommand(program: Command, getHome: () => string): vo
           env: { ...parseEnvPairs(o.env) },
           cwd: o.cwd,
           uid: o.uid ? Number(o.uid) : undefined,
+          seccomp: o.seccomp,
         });
+        if (!sb.security().seccomp) process.stderr.write("minisandbox: seccomp is OFF for this sandbox\n");
         for (const n of sb.notices) process.stderr.write(`minisandbox: ${n}\n`);
         const r = await sb.exec(cmd, {
           timeoutMs,

@@ -16,8 +16,10 @@ export function registerShellCommand(program: Command, getHome: () => string): v
           cwd: o.cwd,
           uid: o.uid ? Number(o.uid) : undefined,
           timeoutMs: timeoutMsFrom(o),
+          seccomp: o.seccomp,
         });
-        const { argv, cleanup } = sb.commandArgv(["/bin/bash", "-i"], {});
+        if (!sb.security().seccomp) process.stderr.write("minisandbox: seccomp is OFF for this sandbox\n");
+        const { argv, cleanup } = sb.commandArgv(["/bin/bash", "-i"], { keepTerminal: true });
         const code = await new Promise<number>((resolve) => {
           const child = spawn(argv[0]!, argv.slice(1), { stdio: "inherit", env: {} });
           child.on("exit", (c, s) => resolve(c ?? (s ? 128 : 1)));

@@ -17,9 +17,12 @@ export interface CopyOutReport {
 
 /** Permission bits that may leave a sandbox: rwx for owner, group, other. Never setuid, setgid or sticky. */
 const DATA_MODE = 0o777;
+/** What an entry costs the host besides its data (a header; a directory takes a block): counted against the cap. */
+const ENTRY_COST = 512;
+const DIR_COST = 4096;
 
-function newReport(): CopyOutReport {
-  return { files: 0, dirs: 0, symlinks: 0, bytes: 0, skipped: [] };
+function newReport(): CopyOutReport & { cost: number } {
+  return { files: 0, dirs: 0, symlinks: 0, bytes: 0, skipped: [], cost: 0 };
 }
 
 /** A relative path inside the target, or undefined for the archive's root entry; `..` and absolute names refused. */
@@ -43,7 +46,11 @@ function checkParents(root: string, rel: string): void {
   }
 }
 
-async function writeEntry(root: string, h: TarHeader, body: AsyncIterable<Buffer>, r: CopyOutReport, max: number) {
+type Tally = CopyOutReport & { cost: number };
+
+async function writeEntry(root: string, h: TarHeader, body: AsyncIterable<Buffer>, r: Tally, max: number) {
+  r.cost += ENTRY_COST + (h.kind === "dir" ? DIR_COST : 0) + (h.kind === "file" ? h.size : 0);
+  if (r.cost > max) throw new LimitError(`copy out: more than ${max} bytes (entries count too)`);
   const rel = entryPath(h.name);
   if (rel === undefined) return;
   checkParents(root, rel);
@@ -56,7 +63,6 @@ async function writeEntry(root: string, h: TarHeader, body: AsyncIterable<Buffer
     symlinkSync(h.linkName.toString("utf8"), target);
     r.symlinks++;
   } else if (h.kind === "file") {
-    if (r.bytes + h.size > max) throw new LimitError(`copy out: more than ${max} bytes`);
     rmSync(target, { force: true });
     // wx: a fresh file, never an existing one (or whatever a symlink there would point at).
     const fh = await open(target, "wx", h.mode & DATA_MODE);
@@ -80,7 +86,7 @@ export const extractUntrusted = {
     mkdirSync(dirname(hostTarget), { recursive: true });
     rmSync(hostTarget, { force: true });
     await writeFile(hostTarget, bytes, { flag: "wx", mode: 0o644 });
-    return { ...newReport(), files: 1, bytes: bytes.length };
+    return { files: 1, dirs: 0, symlinks: 0, bytes: bytes.length, skipped: [] };
   },
 
   /**
@@ -90,13 +96,14 @@ export const extractUntrusted = {
    */
   async tree(stream: Readable, hostTarget: string, max: number, label: string): Promise<CopyOutReport> {
     mkdirSync(hostTarget, { recursive: true });
-    const report = newReport();
+    const tally = newReport();
     try {
-      await readTar(stream, (h, body) => writeEntry(hostTarget, h, body, report, max));
+      await readTar(stream, (h, body) => writeEntry(hostTarget, h, body, tally, max));
     } catch (e) {
       if (e instanceof TarFormatError) throw new SandboxError(`copy of ${label} failed: ${e.message}`);
       throw e;
     }
+    const { cost: _cost, ...report } = tally;
     return report;
   },
 };

@@ -14,6 +14,8 @@ export interface EnterSpec {
   /** stderr onto stdout: one descriptor, so that the order of writes is kept. */
   mergeStderr?: boolean;
   seccomp: boolean;
+  /** Keep the caller's terminal and session (an interactive shell); otherwise the command gets a session of its own. */
+  keepTerminal?: boolean;
 }
 
 /**
@@ -37,6 +39,7 @@ export function enterArgv(spec: EnterSpec, command: readonly string[]): string[]
     String(spec.gid),
     ...(spec.mergeStderr ? ["--merge-stderr"] : []),
     ...(spec.seccomp ? [] : ["--no-seccomp"]),
+    ...(spec.keepTerminal ? ["--keep-terminal"] : []),
     "--cwd",
     spec.cwd,
     ...Object.entries(spec.env).flatMap(([k, v]) => ["--env", `${k}=${v}`]),

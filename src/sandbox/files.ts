@@ -170,22 +170,28 @@ export class SandboxFiles {
   async download(path: string, hostTarget: string, opts: ReadOptions = {}): Promise<CopyOutReport> {
     const { max, timeoutMs } = bounds(opts, DEFAULT_COPY_OUT_BYTES, DEFAULT_COPY_OUT_TIMEOUT_MS);
     const deadline = Date.now() + timeoutMs;
-    const kind = await this.runner.exec(["/usr/bin/stat", "-L", "-c", "%F", "--", path], { timeoutMs });
+    const left = (): number => Math.max(1, deadline - Date.now());
+    const late = (): TimeoutError => new TimeoutError(`download ${path}: not done within ${timeoutMs} ms`);
+    const kind = await this.runner.exec(["/usr/bin/stat", "-L", "-c", "%F", "--", path], { timeoutMs: left() });
+    if (kind.timedOut) throw late();
     if (kind.exitCode !== 0) throw new NotFoundError(`download ${path}: no such file or directory`);
     const type = kind.stdout.trim();
     if (type === "regular file" || type === "regular empty file") {
-      const bytes = await this.readBytes(path, { maxBytes: max, timeoutMs: Math.max(1, deadline - Date.now()) });
+      const bytes = await this.readBytes(path, { maxBytes: max, timeoutMs: left() });
       return extractUntrusted.singleFile(bytes, hostTarget);
     }
     if (type !== "directory") throw new InvalidInputError(`download ${path}: not a regular file or directory`);
     const cmd = this.runner.stream(["/bin/tar", "-C", path, "--hard-dereference", "-cf", "-", "."]);
     cmd.child.stderr!.resume();
-    const timer = setTimeout(() => void cmd.kill(), Math.max(1, deadline - Date.now()));
+    // At the deadline the stream ends with an error whoever holds its other end (tar, or a process that took it).
+    const timer = setTimeout(() => {
+      void cmd.kill();
+      cmd.child.stdout!.destroy(late());
+    }, left());
     try {
       return await extractUntrusted.tree(cmd.child.stdout!, hostTarget, max, path);
     } catch (e) {
       await cmd.kill();
-      if (Date.now() >= deadline) throw new TimeoutError(`download ${path}: not done within ${timeoutMs} ms`);
       throw e;
     } finally {
       clearTimeout(timer);

@@ -1,4 +1,14 @@
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, statSync, writeFileSync } from "node:fs";
+import {
+  accessSync,
+  constants,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmdirSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { totalmem } from "node:os";
 import { join } from "node:path";
 import { InvalidInputError, SandboxError } from "../errors.js";
@@ -86,6 +96,8 @@ export function cgroupSupport(): CgroupSupport {
     try {
       if (!existsSync(join(dir, "cgroup.procs")) || !statSync(dir).isDirectory()) return false;
       mkdirSync(join(dir, GROUP), { recursive: true });
+      // Delegated to us, or not: a group root left owned by someone else is not ours to use.
+      accessSync(join(dir, GROUP), constants.W_OK);
       return true;
     } catch {
       return false;

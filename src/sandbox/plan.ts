@@ -104,6 +104,7 @@ export function planSources(plan: MountPlan, initBinary: string): PlanSource[] {
  */
 export function bwrapArgs(plan: MountPlan, scratch: string): string[] {
   const a: string[] = [
+    "--new-session",
     "--die-with-parent",
     "--as-pid-1",
     "--unshare-pid",

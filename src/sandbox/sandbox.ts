@@ -355,7 +355,14 @@ export class Sandbox implements AsyncDisposable {
   /** argv running `command` inside, in its own pids cgroup; cleanup removes that cgroup. */
   commandArgv(
     command: string[],
-    o: { cwd?: string; env?: Record<string, string>; uid?: number; gid?: number; mergeOutput?: boolean },
+    o: {
+      cwd?: string;
+      env?: Record<string, string>;
+      uid?: number;
+      gid?: number;
+      mergeOutput?: boolean;
+      keepTerminal?: boolean;
+    },
   ): { argv: string[]; group?: string; cleanup: () => void } {
     if (this.closed) throw new SandboxError(`sandbox ${this.id} is closed`);
     const group = createCommandCgroup(this.cgroups, `c${++this.execCounter}`);
@@ -370,6 +377,7 @@ export class Sandbox implements AsyncDisposable {
         env: { ...this.env, ...o.env },
         mergeStderr: o.mergeOutput ?? false,
         seccomp: this.opts.seccomp ?? true,
+        keepTerminal: o.keepTerminal,
       },
       command,
     );

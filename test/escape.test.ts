@@ -1,0 +1,222 @@
+/**
+ * The escape suite (test/escape/attacks.ts), as root and as an unprivileged user.
+ *
+ * The unprivileged run needs a system user: `msb-escape` is created with useradd when missing and kept (creating it
+ * is idempotent; removing it could pull it from under a concurrent run). Everything else this file creates is
+ * removed: the user's home, a copy of the build when the user cannot reach this one, and the cgroups it delegates.
+ */
+import assert from "node:assert/strict";
+import { spawn, spawnSync } from "node:child_process";
+import { chmodSync, chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import { idRange } from "../src/sandbox/host.js";
+import { cgroupSupport, killCgroup } from "../src/sandbox/limits.js";
+import { registerEscapeSuite } from "./escape/attacks.js";
+import { tempHome } from "./helpers.js";
+
+const cg = cgroupSupport();
+const range = idRange();
+registerEscapeSuite({
+  mode: "root",
+  home: tempHome("msb-escape-"),
+  hostUid: range.base,
+  idCount: range.count,
+  limitsEnforced: cg.memory && cg.pids,
+});
+
+const USER = "msb-escape";
+const REPO = join(import.meta.dirname, "..", "..");
+/** What the unprivileged run needs from the build, relative to the repository. */
+const NEEDED = ["dist/test/escape/unprivileged.js", "dist/test/fixtures/escape-owner.js", "dist/native/msb-helper"];
+
+function run(cmd: string, args: string[]): { status: number | null; out: string } {
+  const r = spawnSync(cmd, args, { encoding: "utf8" });
+  return { status: r.status, out: `${r.stdout ?? ""}${r.stderr ?? ""}${r.error ? String(r.error) : ""}`.trim() };
+}
+
+function asUser(args: string[]): { status: number | null; out: string } {
+  return run("runuser", ["-u", USER, "--", ...args]);
+}
+
+/** The user's ids, creating the user when missing; a reason string when that is impossible here. */
+function ensureUser(): { uid: number; gid: number } | string {
+  if (process.getuid?.() !== 0) return "not running as root";
+  if (run("id", ["-u", USER]).status !== 0) {
+    const add = run("useradd", ["--system", "--user-group", "--no-create-home", "--shell", "/usr/sbin/nologin", USER]);
+    if (add.status !== 0 && run("id", ["-u", USER]).status !== 0) return `cannot create user ${USER}: ${add.out}`;
+  }
+  const uid = Number(run("id", ["-u", USER]).out);
+  const gid = Number(run("id", ["-g", USER]).out);
+  if (!(uid > 0) || !(gid > 0)) return `user ${USER} has no usable ids`;
+  return { uid, gid };
+}
+
+/** True when the user can run the build where it is (the repository may sit under a directory it cannot walk). */
+function reachable(root: string): boolean {
+  const checks = NEEDED.map((p) => `test -r '${join(root, p)}'`).join(" && ");
+  return (
+    asUser([
+      "/bin/sh",
+      "-c",
+      `${checks} && test -x '${join(root, "dist/native/msb-helper")}' && test -x '${process.execPath}'`,
+    ]).status === 0
+  );
+}
+
+interface Setup {
+  uid: number;
+  gid: number;
+  root: string;
+  home: string;
+  copy?: string;
+}
+
+function cgroupDirs(uid: number): string[] {
+  return ["memory", "pids"].map((c) => `/sys/fs/cgroup/${c}/minisandbox-${uid}`);
+}
+
+/** Runs a phase of escape/unprivileged.js as the user, in a session of its own; resolves to its status and output. */
+function runPhase(s: Setup, phase: string, delegated: boolean): Promise<{ status: number | null; out: string }> {
+  const env = [
+    `HOME=${s.home}`,
+    "PATH=/usr/local/bin:/usr/bin:/bin",
+    `MINISANDBOX_HOME=${s.home}`,
+    `MSB_ESCAPE_DELEGATED=${delegated ? 1 : 0}`,
+  ];
+  const script = join(s.root, "dist/test/escape/unprivileged.js");
+  const child = spawn("runuser", ["-u", USER, "--", "env", "-i", ...env, process.execPath, script, phase], {
+    cwd: s.home,
+    detached: true,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let out = "";
+  child.stdout.on("data", (b: Buffer) => (out += b.toString()));
+  child.stderr.on("data", (b: Buffer) => (out += b.toString()));
+  const timer = setTimeout(() => {
+    out += "\n(killed after 180 s)";
+    try {
+      process.kill(-child.pid!, "SIGKILL");
+    } catch {
+      /* gone */
+    }
+  }, 180_000);
+  return new Promise((resolve) => {
+    child.on("close", (status) => {
+      clearTimeout(timer);
+      resolve({ status, out });
+    });
+  });
+}
+
+/** The failing part of a TAP report (every `not ok` with its details), or all of it when none is marked. */
+function failures(out: string): string {
+  const lines = out.split("\n");
+  const keep: string[] = [];
+  for (let i = 0; i < lines.length; i++) {
+    if (!/^\s*not ok /.test(lines[i]!)) continue;
+    const indent = lines[i]!.search(/\S/);
+    keep.push(lines[i]!);
+    for (i++; i < lines.length && (lines[i]!.search(/\S/) > indent || !lines[i]!.trim()); i++) keep.push(lines[i]!);
+    i--;
+  }
+  return keep.length ? keep.join("\n") : out;
+}
+
+describe("escape attempts as an unprivileged user (user-namespace mode)", () => {
+  let setup: Setup | string;
+  const created: string[] = [];
+
+  before(() => {
+    const user = ensureUser();
+    if (typeof user === "string") {
+      setup = user;
+      return;
+    }
+    if (asUser(["unshare", "-Ur", "true"]).status !== 0) {
+      setup = `this kernel does not let ${USER} create user namespaces`;
+      return;
+    }
+    const home = mkdtempSync(join(tmpdir(), "msb-escape-user-"));
+    chownSync(home, user.uid, user.gid);
+    let root = REPO;
+    let copy: string | undefined;
+    if (!reachable(REPO)) {
+      // Copy what the run needs somewhere the user can read (the build and its runtime dependencies).
+      copy = mkdtempSync(join(tmpdir(), "msb-escape-build-"));
+      chmodSync(copy, 0o755);
+      for (const part of ["package.json", "dist", "node_modules"])
+        cpSync(join(REPO, part), join(copy, part), { recursive: true });
+      root = copy;
+      console.error(`# ${USER} cannot reach ${REPO}: running a copy of the build in ${copy}`);
+    }
+    setup = { ...user, root, home, copy };
+    if (!reachable(root)) setup = `${USER} cannot read or run the build even in ${root}`;
+  });
+
+  after(async () => {
+    if (typeof setup === "string" || !setup) return;
+    for (const dir of created) await killCgroup(dir);
+    rmSync(setup.home, { recursive: true, force: true });
+    if (setup.copy) rmSync(setup.copy, { recursive: true, force: true });
+  });
+
+  const ready = (t: { skip: (why: string) => void }): Setup | undefined => {
+    if (typeof setup !== "string") return setup;
+    console.error(`# SKIPPED the unprivileged escape suite: ${setup}`);
+    t.skip(setup);
+    return undefined;
+  };
+
+  test("every attack fails as an unprivileged user too", async (t) => {
+    const s = ready(t);
+    if (!s) return;
+    const delegated = cgroupDirs(s.uid).every((d) => existsSync(d));
+    const r = await runPhase(s, "suite", delegated);
+    assert.equal(r.status, 0, `the unprivileged suite failed:\n${failures(r.out)}`);
+  });
+
+  test("a cgroup group that exists but was not handed to the user: sandboxes start, limits reported not enforced", async (t) => {
+    const s = ready(t);
+    if (!s) return;
+    if (!cg.memory || !cg.pids) return t.skip("cgroup v1 memory and pids controllers are not mounted");
+    const dirs = cgroupDirs(s.uid);
+    if (dirs.some((d) => existsSync(d))) return t.skip(`${dirs.join(", ")} already exist: not ours to change`);
+    for (const d of dirs) {
+      mkdirSync(d);
+      created.push(d);
+    }
+    try {
+      const r = await runPhase(s, "reported", false);
+      assert.equal(r.status, 0, `with a group root kept for itself:\n${failures(r.out)}`);
+    } finally {
+      for (const d of dirs) await killCgroup(d);
+    }
+  });
+
+  test("with cgroups delegated to the user, a fork bomb and a memory hog are stopped", async (t) => {
+    const s = ready(t);
+    if (!s) return;
+    if (!cg.memory || !cg.pids) return t.skip("cgroup v1 memory and pids controllers are not mounted");
+    const dirs = cgroupDirs(s.uid);
+    if (dirs.some((d) => existsSync(d))) return t.skip(`${dirs.join(", ")} already exist: not ours to change`);
+    for (const d of dirs) {
+      mkdirSync(d);
+      created.push(d);
+      assert.equal(run("chown", ["-R", `${s.uid}:${s.gid}`, d]).status, 0);
+    }
+    try {
+      const r = await runPhase(s, "limits", true);
+      assert.equal(r.status, 0, `with delegated cgroups:\n${failures(r.out)}`);
+      const left = dirs.flatMap((d) =>
+        readdirSync(d, { withFileTypes: true })
+          .filter((e) => e.isDirectory())
+          .map((e) => join(d, e.name)),
+      );
+      assert.deepEqual(left, [], "sandbox cgroups left behind");
+    } finally {
+      for (const d of dirs) await killCgroup(d);
+    }
+  });
+});
