@@ -2,12 +2,15 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdirSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startServer, type RunningServer, type WorkspaceProvider } from "../src/server/index.js";
 import {
   AuthError,
   CommandTimeoutError,
+  ForbiddenError,
   InvalidInputError,
+  NotImplementedError,
   LimitError,
   NotFoundError,
   RemoteSandbox,
@@ -43,7 +46,7 @@ before(async () => {
       return (await sb.exec(["git", "-C", "/testbed", "diff"])).stdout;
     },
   };
-  srv = await startServer({ home, authToken: KEY, provider, maxSandboxes: 4 });
+  srv = await startServer({ home, authToken: KEY, provider, maxSandboxes: 4, allowDirs: [tmpdir()] });
 });
 after(() => srv?.close());
 
@@ -156,7 +159,7 @@ test("files: read / readBytes / write (text and binary) / upload file and direct
 
 test("instances: evaluate and diff through the server's provider", async () => {
   await using sb = await RemoteSandbox.create({ ...conn(), instanceId: "app-1" });
-  assert.equal(sb.info.instance_id, "app-1");
+  assert.equal(sb.info.instanceId, "app-1");
   assert.equal(await sb.diff(), "");
   assert.deepEqual(await sb.evaluate(), { instance_id: "app-1", resolved: false });
   await sb.files.write("/testbed/app.py", "VALUE = 2\n");
@@ -165,7 +168,7 @@ test("instances: evaluate and diff through the server's provider", async () => {
   await assert.rejects(RemoteSandbox.create({ ...conn(), instanceId: "missing" }), NotFoundError);
   await assert.rejects(
     RemoteSandbox.create({ ...conn(), envKey: "abc" }),
-    (e: unknown) => e instanceof SandboxError && /environment keys/.test((e as Error).message),
+    (e: unknown) => e instanceof NotImplementedError && /environment keys/.test((e as Error).message),
   );
   await using plain = await RemoteSandbox.create(conn());
   await assert.rejects(plain.evaluate(), InvalidInputError);
@@ -180,7 +183,7 @@ test("typed errors: auth, limits, bad input, unreachable server, client timeouts
     RemoteSandbox.create({ url: srv.url }),
     (e: unknown) => e instanceof AuthError && e.status === 403,
   );
-  await assert.rejects(RemoteSandbox.create({ ...conn(), dir: "/no/such/dir" }), InvalidInputError);
+  await assert.rejects(RemoteSandbox.create({ ...conn(), dir: "/no/such/dir" }), ForbiddenError);
   const held: RemoteSandbox[] = [];
   try {
     for (let i = 0; i < 4; i++) held.push(await RemoteSandbox.create(conn()));

@@ -15,7 +15,7 @@ const SRC = fileURLToPath(new URL("../../src/", import.meta.url));
 const LAYERS: string[][] = [
   ["errors.ts"],
   ["util"],
-  ["session", "tasks"],
+  ["session", "tasks", "wire"],
   ["sandbox"],
   ["env"],
   ["fixtures"],

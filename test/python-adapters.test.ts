@@ -6,6 +6,7 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdirSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startServer, type RunningServer } from "../src/server/index.js";
 import { run } from "../src/util/run.js";
@@ -17,7 +18,7 @@ const home = tempHome("msb-py-");
 const work = tempDir("msb-py-work-");
 let srv: RunningServer;
 
-const VENV_PACKAGES = ["aiohttp", "pydantic"];
+const VENV_PACKAGES = ["aiohttp", "pydantic", "jsonschema"];
 
 const adapterVenv = (): Promise<string> => cachedVenv("pyadapters", VENV_PACKAGES);
 
@@ -25,16 +26,16 @@ let python = "";
 
 before(async () => {
   python = join(await adapterVenv(), "bin", "python");
-  srv = await startServer({ home, authToken: TOKEN });
+  srv = await startServer({ home, authToken: TOKEN, allowDirs: [tmpdir()] });
 });
 after(() => srv?.close());
 
 /** Run a Python snippet with the adapters importable; it must print "OK" last. */
-async function py(name: string, code: string, args: string[] = []): Promise<string> {
+async function py(name: string, code: string, args: string[] = [], env: Record<string, string> = {}): Promise<string> {
   const file = join(work, `${name}.py`);
   writeFileSync(file, code);
   const r = await run(python, [file, srv.url, TOKEN, ...args], {
-    env: { PATH: process.env.PATH, PYTHONPATH: ADAPTERS, PYTHONDONTWRITEBYTECODE: "1", NO_PROXY: "*" },
+    env: { PATH: process.env.PATH, PYTHONPATH: ADAPTERS, PYTHONDONTWRITEBYTECODE: "1", NO_PROXY: "*", ...env },
     timeoutMs: 60_000,
   });
   assert.equal(r.code, 0, `python ${name} failed:\n${r.stdout}\n${r.stderr}`);
@@ -250,5 +251,51 @@ print("OK")
   for (const m of out.matchAll(/CLOSED (\S+)/g)) {
     const res = await fetch(`${srv.url}/sandboxes/${m[1]}`, { headers: { "X-API-Key": TOKEN } });
     assert.equal(res.status, 404, `${m[1]} deleted`);
+  }
+});
+
+test("the adapters agree with the wire contract (fields, defaults, types, the bodies they send)", async () => {
+  const r = await run(python, [join(ADAPTERS, "contract_check.py")], {
+    env: { PATH: process.env.PATH, PYTHONPATH: ADAPTERS, PYTHONDONTWRITEBYTECODE: "1" },
+    timeoutMs: 60_000,
+  });
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  assert.match(r.stdout, /^CONTRACT OK$/m);
+});
+
+test("without a token the adapters read the server's token file (same home resolution as the CLI)", async () => {
+  const h = tempHome("msb-py-tokenfile-");
+  const s2 = await startServer({ home: h });
+  try {
+    const out = await py(
+      "tokenfile",
+      `
+import asyncio, sys
+from minisandbox_deployment import MinisandboxDeployment
+from minisandbox_env import MinisandboxEnvironment
+from minisandbox_runtime import MinisandboxRuntime, default_token
+
+url = sys.argv[3]
+
+async def main():
+    d = MinisandboxDeployment(url=url)
+    await d.start()
+    assert (await d.runtime.execute(__import__("minisandbox_runtime").Command(command="true"))).exit_code == 0
+    bare = MinisandboxRuntime(host=d.runtime.host, auth_token="")
+    assert not (await bare.is_alive(timeout=5)).is_alive, "an explicit empty token sends none"
+    await d.stop()
+    with MinisandboxEnvironment(url=url) as e:
+        assert e.execute("echo ok")["output"] == "ok\\n"
+    assert default_token("/nowhere") == ""
+    print("OK")
+
+asyncio.run(main())
+`,
+      [s2.url],
+      { MINISANDBOX_HOME: h },
+    );
+    assert.match(out, /OK/);
+  } finally {
+    await s2.close();
   }
 });

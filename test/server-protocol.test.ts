@@ -6,6 +6,7 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { startServer, type RunningServer, type WorkspaceProvider } from "../src/server/index.js";
@@ -90,7 +91,7 @@ async function newSandbox(body: Record<string, unknown> = {}, base?: string): Pr
 }
 
 before(async () => {
-  srv = await startServer({ home, authToken: TOKEN, maxSandboxes: 8 });
+  srv = await startServer({ home, authToken: TOKEN, maxSandboxes: 8, allowDirs: [tmpdir()] });
   const sb = await newSandbox();
   P = `/sandboxes/${sb.id}`;
 });
@@ -122,7 +123,7 @@ test("auth: missing key 403, wrong key 401, checked before routing; /healthz is 
   assert.equal((await call("GET", `${P}/run_in_session`)).status, 405);
   assert.deepEqual((await call("GET", `${P}/run_in_session`)).json, { detail: "Method Not Allowed" });
   assert.equal((await call("GET", "/no/such/route")).status, 404);
-  await assert.rejects(startServer({ home, host: "0.0.0.0" }), /auth token/);
+  await assert.rejects(startServer({ home, host: "0.0.0.0", noAuth: true }), /loopback only/);
 });
 
 test("probes: GET / and /is_alive answer exactly; unknown sandbox is 404", async () => {
@@ -709,8 +710,8 @@ test("lifecycle: create from a directory, inspect, list, delete; errors have cle
   const { readFileSync } = await import("node:fs");
   assert.equal(readFileSync(join(dir, "hello.txt"), "utf8"), "from host\n", "copy-on-write: the host dir is untouched");
   const notDir = await post("/sandboxes", { dir: "/no/such/dir" });
-  assert.equal(notDir.status, 400);
-  assert.match(notDir.json.detail, /not a directory/);
+  assert.equal(notDir.status, 403);
+  assert.match(notDir.json.detail, /not a directory under the directories this server may mount/);
   const inst = await post("/sandboxes", { instance_id: "x" });
   assert.equal(inst.status, 501);
   assert.match(inst.json.detail, /provider/);
@@ -753,7 +754,7 @@ test("provider: instance sandboxes, evaluate and diff through a real provider; r
       return (await sb.exec(["git", "-C", "/testbed", "diff"])).stdout;
     },
   };
-  const s2 = await startServer({ home, authToken: TOKEN, provider });
+  const s2 = await startServer({ home, authToken: TOKEN, provider, allowDirs: [repo] });
   try {
     const o = { base: s2.url };
     const unknown = await post("/sandboxes", { instance_id: "nope" }, o);
@@ -823,7 +824,7 @@ test("429 over --max-sandboxes; body and upload size limits", async () => {
       "builtins.OSError",
       /^\[Errno 27\] File too large: '\/tmp\/big.bin'/,
     );
-    assert.equal((await call("GET", `/sandboxes/${other}/files?path=/tmp/big.bin`, undefined, o)).status, 400);
+    assert.equal((await call("GET", `/sandboxes/${other}/files?path=/tmp/big.bin`, undefined, o)).status, 429);
     const m = (await call("GET", "/metrics", undefined, o)).text;
     assert.match(m, /^minisandbox_sandbox_creations_total\{result="rejected"\} 1$/m);
     assert.match(m, /^minisandbox_sandboxes_live 2$/m);

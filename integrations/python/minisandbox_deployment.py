@@ -4,7 +4,7 @@
 SWE-ReX-compatible client for that sandbox's runtime URL, ``stop()`` deletes the sandbox. Use it where SWE-agent
 or your own code would use ``swerex.deployment.*`` (e.g. ``RemoteDeployment``)::
 
-    deployment = MinisandboxDeployment(url="http://127.0.0.1:8000", auth_token="...", instance_id="astropy__astropy-12907")
+    deployment = MinisandboxDeployment(url="http://127.0.0.1:8000", instance_id="astropy__astropy-12907")
     await deployment.start()
     await deployment.runtime.create_session(CreateBashSessionRequest())
     obs = await deployment.runtime.run_in_session(BashAction(command="git status", check="silent"))
@@ -23,25 +23,28 @@ import aiohttp
 from pydantic import BaseModel
 
 from minisandbox_runtime import (
+    default_token,
     DeploymentNotStartedError,
     DeploymentStartupError,
     IsAliveResponse,
     MinisandboxRuntime,
 )
 
-__all__ = ["MinisandboxDeploymentConfig", "MinisandboxDeployment"]
+__all__ = ["MinisandboxDeploymentConfig", "MinisandboxDeployment", "create_sandbox_body"]
 
 
 class MinisandboxDeploymentConfig(BaseModel):
     """Where the server is and what sandbox to ask for (one of ``dir``, ``instance_id``, ``env_key``, or none)."""
 
     url: str = "http://127.0.0.1:8000"
-    auth_token: str = ""
+    auth_token: str | None = None
+    """Default: the token file ``minisandbox serve`` wrote under ``home`` (see ``default_token``)."""
+    home: str | None = None
     dir: str | None = None
     instance_id: str | None = None
     env_key: str | None = None
     network: bool = False
-    limits: dict[str, float] = {}
+    limits: dict[str, int] = {}
     """memory_bytes, pids, cpu_seconds, disk_bytes"""
     ttl_seconds: float | None = None
     idle_timeout_seconds: float | None = None
@@ -55,9 +58,23 @@ class MinisandboxDeploymentConfig(BaseModel):
         return MinisandboxDeployment.from_config(self)
 
 
+def create_sandbox_body(c: MinisandboxDeploymentConfig) -> dict[str, Any]:
+    """The ``POST /sandboxes`` body (the wire contract's ``CreateSandboxRequest``) for a config."""
+    body: dict[str, Any] = {"network": c.network}
+    for key in ("dir", "instance_id", "env_key", "ttl_seconds", "idle_timeout_seconds"):
+        if getattr(c, key) is not None:
+            body[key] = getattr(c, key)
+    for key in ("limits", "env", "labels"):
+        if getattr(c, key):
+            body[key] = getattr(c, key)
+    return body
+
+
 class MinisandboxDeployment:
     def __init__(self, *, logger: logging.Logger | None = None, **kwargs: Any):
         self._config = MinisandboxDeploymentConfig(**kwargs)
+        if self._config.auth_token is None:
+            self._config.auth_token = default_token(self._config.home)
         self.logger = logger or logging.getLogger("minisandbox-deployment")
         self._runtime: MinisandboxRuntime | None = None
         self._info: dict[str, Any] | None = None
@@ -105,23 +122,17 @@ class MinisandboxDeployment:
     async def start(self) -> None:
         """Create the sandbox and wait until its runtime answers."""
         c = self._config
-        body: dict[str, Any] = {"network": c.network}
-        for key in ("dir", "instance_id", "env_key", "ttl_seconds", "idle_timeout_seconds"):
-            if getattr(c, key) is not None:
-                body[key] = getattr(c, key)
-        if c.limits:
-            body["limits"] = c.limits
-        if c.env:
-            body["env"] = c.env
-        if c.labels:
-            body["labels"] = c.labels
+        body = create_sandbox_body(c)
         self._step("Creating sandbox")
         timeout = aiohttp.ClientTimeout(total=c.startup_timeout + 30)
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True), timeout=timeout) as session:
             async with session.post(f"{c.url.rstrip('/')}/sandboxes", json=body, headers=self._headers) as resp:
                 data = await resp.json(content_type=None)
                 if resp.status != 201:
-                    raise DeploymentStartupError(f"minisandbox server refused to create a sandbox (HTTP {resp.status}): {data.get('detail', data)}")
+                    detail = data.get("detail", data)
+                    raise DeploymentStartupError(
+                        f"minisandbox server refused to create a sandbox (HTTP {resp.status}): {detail}"
+                    )
         self._info = data
         self._runtime = MinisandboxRuntime(host=data["runtime_url"], auth_token=c.auth_token, logger=self.logger)
         self._step(f"Sandbox {data['id']} created, waiting for its runtime")
@@ -136,8 +147,11 @@ class MinisandboxDeployment:
                 self.logger.debug("closing sessions failed: %r", e)
         if self._info is not None:
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
-                async with session.delete(f"{self._config.url.rstrip('/')}/sandboxes/{self._info['id']}", headers=self._headers) as resp:
+                url = f"{self._config.url.rstrip('/')}/sandboxes/{self._info['id']}"
+                async with session.delete(url, headers=self._headers) as resp:
                     if resp.status not in (200, 404):
-                        self.logger.warning("deleting sandbox %s: HTTP %s %s", self._info["id"], resp.status, await resp.text())
+                        self.logger.warning(
+                            "deleting sandbox %s: HTTP %s %s", self._info["id"], resp.status, await resp.text()
+                        )
         self._runtime = None
         self._info = None

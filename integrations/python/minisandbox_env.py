@@ -14,6 +14,7 @@ In a mini-swe-agent config: ``environment: {environment_class: minisandbox_env.M
 from __future__ import annotations
 
 import json
+import os
 import platform
 import urllib.error
 import urllib.request
@@ -28,7 +29,14 @@ except ImportError:  # mini-swe-agent not installed: same shape
         """The agent printed the completion marker; ``args[0]`` is the exit message."""
 
 
-__all__ = ["MinisandboxEnvironmentConfig", "MinisandboxEnvironment", "Submitted"]
+__all__ = [
+    "MinisandboxEnvironmentConfig",
+    "MinisandboxEnvironment",
+    "Submitted",
+    "default_token",
+    "create_sandbox_body",
+    "execute_payload",
+]
 
 COMPLETION_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
@@ -36,7 +44,9 @@ COMPLETION_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 @dataclass
 class MinisandboxEnvironmentConfig:
     url: str = "http://127.0.0.1:8000"
-    api_key: str = ""
+    api_key: str | None = None
+    """Default: the token file ``minisandbox serve`` wrote under ``home`` (see ``default_token``)."""
+    home: str | None = None
     dir: str | None = None
     instance_id: str | None = None
     env_key: str | None = None
@@ -46,7 +56,7 @@ class MinisandboxEnvironmentConfig:
     """Added to the environment of every command."""
     timeout: int = 30
     network: bool = False
-    limits: dict[str, float] = field(default_factory=dict)
+    limits: dict[str, int] = field(default_factory=dict)
     ttl_seconds: float | None = None
     idle_timeout_seconds: float | None = None
     shell: str = "bash"
@@ -56,17 +66,59 @@ class MinisandboxError(RuntimeError):
     pass
 
 
+def default_token(home: str | None = None) -> str:
+    """The token ``minisandbox serve`` wrote to ``<home>/server/token`` ("" when there is none).
+
+    The home is resolved as the CLI resolves it: ``home``, then ``$MINISANDBOX_HOME``, then
+    ``$XDG_DATA_HOME/minisandbox``, then ``~/.local/share/minisandbox``.
+    """
+    if not home:
+        home = os.environ.get("MINISANDBOX_HOME") or os.path.join(
+            os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share"), "minisandbox"
+        )
+    try:
+        with open(os.path.join(os.path.abspath(home), "server", "token"), encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+
+def create_sandbox_body(c: MinisandboxEnvironmentConfig) -> dict[str, Any]:
+    """The ``POST /sandboxes`` body (the wire contract's ``CreateSandboxRequest``) for a config."""
+    body: dict[str, Any] = {"network": c.network}
+    for key in ("dir", "instance_id", "env_key", "ttl_seconds", "idle_timeout_seconds"):
+        if getattr(c, key) is not None:
+            body[key] = getattr(c, key)
+    if c.limits:
+        body["limits"] = c.limits
+    return body
+
+
+def execute_payload(c: MinisandboxEnvironmentConfig, command: str, cwd: str, timeout: float) -> dict[str, Any]:
+    """The ``/execute`` body (SWE-ReX's ``Command``, every field given): a fresh shell, stderr merged."""
+    argv = [c.shell, "-c", command]
+    if c.env:
+        argv = ["env", *[f"{k}={v}" for k, v in c.env.items()], *argv]
+    return {
+        "command": argv,
+        "timeout": timeout,
+        "shell": False,
+        "check": False,
+        "error_msg": "",
+        "env": None,
+        "cwd": cwd or c.cwd or None,
+        "merge_output_streams": True,
+    }
+
+
 class MinisandboxEnvironment:
     def __init__(self, *, config_class: type = MinisandboxEnvironmentConfig, **kwargs: Any):
         self.config = config_class(**kwargs)
+        if self.config.api_key is None:
+            self.config.api_key = default_token(self.config.home)
         self.sandbox: dict[str, Any] | None = None
-        body: dict[str, Any] = {"network": self.config.network}
-        for key in ("dir", "instance_id", "env_key", "ttl_seconds", "idle_timeout_seconds"):
-            if getattr(self.config, key) is not None:
-                body[key] = getattr(self.config, key)
-        if self.config.limits:
-            body["limits"] = self.config.limits
-        status, data = self._http("POST", f"{self._base}/sandboxes", body, timeout=3600)
+        status, data = self._http("POST", f"{self._base}/sandboxes", create_sandbox_body(self.config), timeout=3600)
         if status != 201:
             raise MinisandboxError(f"could not create a sandbox (HTTP {status}): {data}")
         self.sandbox = data
@@ -98,19 +150,7 @@ class MinisandboxEnvironment:
             raise MinisandboxError("the environment is closed")
         cmd = command.get("command", "") if isinstance(command, dict) else command
         t = timeout or self.config.timeout
-        argv = [self.config.shell, "-c", cmd]
-        if self.config.env:
-            argv = ["env", *[f"{k}={v}" for k, v in self.config.env.items()], *argv]
-        payload = {
-            "command": argv,
-            "timeout": t,
-            "shell": False,
-            "check": False,
-            "error_msg": "",
-            "env": None,
-            "cwd": cwd or self.config.cwd or None,
-            "merge_output_streams": True,
-        }
+        payload = execute_payload(self.config, cmd, cwd, t)
         status, data = self._http("POST", f"{self.sandbox['runtime_url']}/execute", payload, timeout=t + 60)
         if status == 200:
             output = {"output": data["stdout"], "returncode": data["exit_code"], "exception_info": ""}
@@ -132,7 +172,8 @@ class MinisandboxEnvironment:
         lines = output.get("output", "").lstrip().splitlines(keepends=True)
         if lines and lines[0].strip() == COMPLETION_MARKER and output["returncode"] == 0:
             submission = "".join(lines[1:])
-            raise Submitted({"role": "exit", "content": submission, "extra": {"exit_status": "Submitted", "submission": submission}})
+            extra = {"exit_status": "Submitted", "submission": submission}
+            raise Submitted({"role": "exit", "content": submission, "extra": extra})
 
     def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
         return {**asdict(self.config), **platform.uname()._asdict(), "sandbox": self.sandbox or {}, **kwargs}

@@ -15,6 +15,7 @@ import asyncio
 import builtins
 import importlib
 import logging
+import os
 import random
 import shutil
 import sys
@@ -29,6 +30,7 @@ from pydantic import BaseModel
 
 __all__ = [
     "MinisandboxRuntime",
+    "default_token",
     "IsAliveResponse",
     "CreateBashSessionRequest",
     "CreateBashSessionResponse",
@@ -124,6 +126,23 @@ _MIRRORS = {
         DeploymentStartupError,
     )
 }
+
+def default_token(home: str | None = None) -> str:
+    """The token ``minisandbox serve`` wrote to ``<home>/server/token`` ("" when there is none).
+
+    The home is resolved as the CLI resolves it: ``home``, then ``$MINISANDBOX_HOME``, then
+    ``$XDG_DATA_HOME/minisandbox``, then ``~/.local/share/minisandbox``.
+    """
+    if not home:
+        home = os.environ.get("MINISANDBOX_HOME") or os.path.join(
+            os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share"), "minisandbox"
+        )
+    try:
+        with open(os.path.join(os.path.abspath(home), "server", "token"), encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
 
 # -------------------------------------------------------------------------------------------------- models
 
@@ -263,7 +282,8 @@ class MinisandboxRuntime:
         *,
         host: str,
         port: int | None = None,
-        auth_token: str = "",
+        auth_token: str | None = None,
+        home: str | None = None,
         timeout: float = 0.15,
         num_retries: int = 0,
         logger: logging.Logger | None = None,
@@ -272,7 +292,8 @@ class MinisandboxRuntime:
             host = f"http://{host}"
         self.host = host.rstrip("/")
         self.port = port
-        self.auth_token = auth_token
+        # Not given: the token file of the home (same resolution as the CLI); "" means no token at all.
+        self.auth_token = default_token(home) if auth_token is None else auth_token
         self.timeout = timeout
         self.num_retries = num_retries
         self.logger = logger or logging.getLogger("minisandbox-runtime")
@@ -346,7 +367,8 @@ class MinisandboxRuntime:
                     except Exception:
                         detail = await response.text()
                     return IsAliveResponse(
-                        is_alive=False, message=f"Status code {response.status} from {self._api_url}/is_alive. Message: {detail}"
+                        is_alive=False,
+                        message=f"Status code {response.status} from {self._api_url}/is_alive. Message: {detail}",
                     )
         except SwerexException:
             raise
@@ -366,7 +388,9 @@ class MinisandboxRuntime:
 
     # -- requests
 
-    async def _request(self, endpoint: str, payload: BaseModel | None, output_class: Any, num_retries: int | None = None) -> Any:
+    async def _request(
+        self, endpoint: str, payload: BaseModel | None, output_class: Any, num_retries: int | None = None
+    ) -> Any:
         retries = self.num_retries if num_retries is None else num_retries
         url = f"{self._api_url}/{endpoint}"
         headers = {**self._headers, "X-Request-ID": str(uuid.uuid4())}
@@ -375,7 +399,8 @@ class MinisandboxRuntime:
         for attempt in range(retries + 1):
             try:
                 async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
-                    async with session.post(url, json=payload.model_dump() if payload is not None else None, headers=headers) as resp:
+                    body = payload.model_dump() if payload is not None else None
+                    async with session.post(url, json=body, headers=headers) as resp:
                         try:
                             await self._handle_response_errors(resp)
                             return output_class(**await resp.json())
@@ -422,7 +447,8 @@ class MinisandboxRuntime:
                         data.add_field("file", f, filename=zip_path.name, content_type="application/zip")
                         data.add_field("target_path", request.target_path)
                         data.add_field("unzip", "true")
-                        async with session.post(f"{self._api_url}/upload", data=data, headers=self._headers) as response:
+                        url = f"{self._api_url}/upload"
+                        async with session.post(url, data=data, headers=self._headers) as response:
                             await self._handle_response_errors(response)
                             return UploadResponse(**(await response.json()))
             if source.is_file():

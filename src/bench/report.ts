@@ -2,6 +2,7 @@
 import { formatBytes } from "../util/size.js";
 import { ROLLOUT_RATIO_MEANINGS, rolloutLines, rolloutRatios, rolloutTargets } from "./report-rollout.js";
 import { ratio } from "./stats.js";
+import type { Leftovers, ServerLoadResult } from "./server-load.js";
 import type { BenchResults, ReadyVariant, ReadyVariantName, Target, Unavailable } from "./types.js";
 
 const ok = (v: ReadyVariant | Unavailable | undefined): v is ReadyVariant => v?.available === true;
@@ -124,6 +125,7 @@ function sandboxTargets(r: Omit<BenchResults, "targets">, at: TargetAt): void {
   const s = r.session.inProcess;
   const sessionP50 = "p50Ms" in s ? s.p50Ms : null;
   at("session round trip, p50 (in process)", "≤ 5 ms", ms(sessionP50), sessionP50 === null ? null : sessionP50 <= 5);
+  serverLoadTargets(r.serverLoad, at);
   const mem = r.concurrency.levels.filter((l) => l.rssPerIdleBytes !== null).sort((a, b) => b.k - a.k)[0];
   // Both readings: summed RSS counts shared pages (libc, bash text) once per process; PSS splits them fairly.
   at(
@@ -179,6 +181,10 @@ export function renderMarkdown(r: BenchResults): string {
     ...concurrencyLines(r),
     ...sessionLines(r),
     ...evaluationLines(r),
+    "",
+    "## 6. Server load and faults (a real serve process on 127.0.0.1)",
+    "",
+    ...serverLoadLines(r.serverLoad),
     ...rolloutLines(r),
   ];
   if (r.notes.length) L.push("", "## Notes", "", ...r.notes.map((n) => `- ${n}`));
@@ -337,6 +343,52 @@ function evaluationLines(r: BenchResults): string[] {
     L.push(`| ${e.label} | ${run} | ${ms(e.perInstance?.p50Ms)} | ${ms(e.overheadMs)} |`);
   }
   return L;
+}
+
+const none = (l: Leftovers): boolean => Object.values(l).every((v) => v === 0);
+const left = (l: Leftovers): string =>
+  none(l)
+    ? "nothing left"
+    : Object.entries(l)
+        .filter(([, v]) => v > 0)
+        .map(([k, v]) => `${v} ${k}`)
+        .join(", ");
+
+function serverLoadTargets(
+  s: ServerLoadResult | Unavailable | undefined,
+  at: (...a: [string, string, string, boolean | null]) => void,
+) {
+  if (!s?.available) return at("server load over HTTP", "0 errors, nothing left", "not run", null);
+  at(
+    `server load: ${s.sandboxes} sandboxes x ${s.commandsPerSandbox} commands over HTTP`,
+    "0 errors",
+    `${s.errors} errors, p50 ${ms(s.command.p50Ms)}, p99 ${ms(s.command.p99Ms)}`,
+    s.errors === 0,
+  );
+  const clean = none(s.leftoversAfterLoad) && none(s.kill.leftoversAfterRestart) && none(s.disconnects.leftovers);
+  at(
+    `SIGKILL with ${s.kill.liveAtKill} live sandboxes, restart; disconnected clients`,
+    "nothing left",
+    `${s.kill.reapedAtRestart} reaped at restart; ${left(s.kill.leftoversAfterRestart)}`,
+    clean && s.kill.reapedAtRestart === s.kill.liveAtKill,
+  );
+}
+
+function serverLoadLines(s: ServerLoadResult | Unavailable | undefined): string[] {
+  if (!s) return ["Not run."];
+  if (!s.available) return [`Not available — ${s.reason}`];
+  const mib = (b: number): string => `${(b / 1024 ** 2).toFixed(0)} MiB`;
+  const rss = s.serverRssBytes;
+  return [
+    `${s.sandboxes} clients (one token and sandbox each) × ${s.commandsPerSandbox} \`run_in_session\` commands, ` +
+      `all at once: ${s.errors} errors, p50 ${ms(s.command.p50Ms)}, p99 ${ms(s.command.p99Ms)}, ` +
+      `${s.commandsPerSecond} commands/s; create p50 ${ms(s.create.p50Ms)}, p99 ${ms(s.create.p99Ms)}.`,
+    `Server RSS ${mib(rss.start)} at start, ${mib(rss.peak)} at peak, ${mib(rss.end)} after.`,
+    `After deleting them: ${left(s.leftoversAfterLoad)}. ` +
+      `SIGKILL with ${s.kill.liveAtKill} live sandboxes, then restart: ` +
+      `${s.kill.reapedAtRestart} reaped, ${left(s.kill.leftoversAfterRestart)}. ` +
+      `Clients gone mid-upload and mid-command: ${left(s.disconnects.leftovers)}.`,
+  ];
 }
 
 const RATIO_MEANINGS: Record<keyof BenchResults["ratios"], string> = {

@@ -9,6 +9,7 @@ import { timedRun } from "./proc.js";
 import { benchReady } from "./ready.js";
 import { benchRollout } from "./rollout.js";
 import { computeRatios, computeTargets } from "./report.js";
+import { benchServerLoad } from "./server-load.js";
 import { benchSessionHttp, benchSessionInProcess } from "./session.js";
 import { defaultWorkDir, setupEnvironment, type BenchEnvironment } from "./setup.js";
 import { benchStorage } from "./storage.js";
@@ -19,9 +20,17 @@ const PODMAN_STORAGE_METHOD =
   "what podman really keeps on disk for these images (storage_vs_podman) — and the env layers alone " +
   "(storage_vs_podman_env_layers)";
 
-export type Workload = "ready" | "storage" | "concurrency" | "session" | "evaluation" | "rollout";
-export const ALL_WORKLOADS: Workload[] = ["ready", "storage", "concurrency", "session", "evaluation", "rollout"];
-/** What `--dataset` runs (workloads 1, 2 and 5); the others do not depend on the environment. */
+export type Workload = "ready" | "storage" | "concurrency" | "session" | "evaluation" | "server" | "rollout";
+export const ALL_WORKLOADS: Workload[] = [
+  "ready",
+  "storage",
+  "concurrency",
+  "session",
+  "evaluation",
+  "server",
+  "rollout",
+];
+/** What `--dataset` runs (workloads 1, 2, 5 and 7); the others do not depend on the environment. */
 export const DATASET_WORKLOADS: Workload[] = ["ready", "storage", "evaluation", "rollout"];
 
 export interface BenchOptions {
@@ -49,6 +58,10 @@ export interface BenchOptions {
   evalInstances?: number;
   evalWorkers?: number;
   coldStampedeK?: number;
+  /** Server load: clients (one sandbox each) x commands, and sandboxes live at the SIGKILL. */
+  serverSandboxes?: number;
+  serverCommands?: number;
+  serverKillWithLive?: number;
   /** Rollout workload: groups per variant, trajectories per variant, forks. */
   rolloutRounds?: number;
   rolloutTrajectories?: number;
@@ -257,6 +270,7 @@ async function skeleton(x: {
     },
     concurrency: { levels: [], k128_failures: null, cold_stampede: null },
     session: { inProcess: notRun("session round trip"), http: notRun("HTTP round trip") },
+    serverLoad: notRun("server load"),
     evaluation: {
       minisandbox_engine: notRun("evaluation"),
       minisandbox_steps: notRun("evaluation"),
@@ -345,6 +359,18 @@ const WORKLOADS: Record<Workload, (run: BenchRun) => Promise<void>> = {
     log("workload 4: session round trip");
     results.session.inProcess = await benchSessionInProcess(env, size.sessionCommands);
     if (o.sessionHttp !== false) results.session.http = await benchSessionHttp(env, { quick: o.quick ?? false, log });
+  },
+  async server({ o, results, work, log }) {
+    const q = o.quick ?? false;
+    const sizes = {
+      sandboxes: o.serverSandboxes ?? (q ? 16 : 128),
+      commandsPerSandbox: o.serverCommands ?? (q ? 20 : 100),
+      killWithLive: o.serverKillWithLive ?? (q ? 8 : 32),
+    };
+    log(`workload 6: server load, ${sizes.sandboxes} clients x ${sizes.commandsPerSandbox} commands over HTTP`);
+    results.serverLoad = await benchServerLoad({ ...sizes, workDir: work }).catch((e: unknown) =>
+      na(`server load failed: ${(e as Error).message.split("\n")[0]}`),
+    );
   },
   async evaluation({ o, results, env, size, podman, log }) {
     const instances = env.instances.slice(0, size.evalInstances);

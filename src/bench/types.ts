@@ -1,7 +1,8 @@
 /** The results file's shape (bench/results/<date>.json, `--out DIR` -> DIR/results.json). See README.md. */
 
 import type { Dist } from "../util/stats.js";
-export type { Dist };
+import type { ServerLoadResult } from "./server-load.js";
+export type { Dist, ServerLoadResult };
 
 /** A baseline or workload that could not run: why, and what to do about it. */
 export interface Unavailable {
@@ -197,6 +198,8 @@ export interface BenchResults {
     cold_stampede: { k: number; wallMs: number; failures: number; materializations: number } | null;
   };
   session: { inProcess: Dist | Unavailable; http: Record<string, unknown> | Unavailable };
+  /** Workload 6: a real `serve` process under load, killed with SIGKILL and restarted, abandoned by clients. */
+  serverLoad: ServerLoadResult | Unavailable;
   evaluation: {
     minisandbox_engine: EvalMeasurement | Unavailable;
     /** The same with one worker (overhead is judged at 1 and 2), when the main run uses more. */

@@ -1,6 +1,7 @@
 /** `minisandbox serve`: the HTTP server (native lifecycle API + SWE-ReX runtime). Parsing and printing only. */
 import type { Command } from "commander";
 import { startServer, type RunningServer } from "../server/server.js";
+import { loadTokensFile } from "../server/auth.js";
 import type { ProviderFactory, WorkspaceProvider } from "../server/provider.js";
 import { parseSize } from "../util/size.js";
 import { InvalidInputError } from "../util/errors.js";
@@ -10,6 +11,12 @@ interface ServeOptions {
   host: string;
   port: string;
   authToken?: string;
+  tokensFile?: string;
+  auth: boolean;
+  rateLimit?: string;
+  maxBody?: string;
+  maxRead?: string;
+  fileTimeout: string;
   dataset?: string;
   maxSandboxes?: string;
   dir?: string;
@@ -23,6 +30,12 @@ interface ServeOptions {
   maxUpload: string;
   publicUrl?: string;
   logLevel: string;
+}
+
+function integer(v: string | undefined, name: string): number | undefined {
+  const n = positive(v, name);
+  if (n !== undefined && !Number.isInteger(n)) throw new InvalidInputError(`${name} expects a whole number, got ${v}`);
+  return n;
 }
 
 function positive(v: string | undefined, name: string, allowZero = false): number | undefined {
@@ -41,15 +54,21 @@ export function registerServeCommand(program: Command, getHome: () => string, pr
   program
     .command("serve")
     .description("serve sandboxes over HTTP: lifecycle API + SWE-ReX remote runtime per sandbox")
-    .option("--host <HOST>", "interface to bind (a non-loopback one needs --auth-token)", "127.0.0.1")
+    .option("--host <HOST>", "interface to bind", "127.0.0.1")
     .option("--port <PORT>", "port (0: any free port)", "8000")
-    .option("--auth-token <TOKEN>", "required X-API-Key on every route but /healthz (or $MINISANDBOX_AUTH_TOKEN)")
+    .option(
+      "--auth-token <TOKEN>",
+      "admin X-API-Key (or $MINISANDBOX_AUTH_TOKEN); default: a generated one in <home>/server/token",
+    )
+    .option("--tokens-file <FILE>", 'more clients: {"tokens": [{"name", "token", "admin"?, "max_sandboxes"?}]}')
+    .option("--no-auth", "no authentication at all (loopback only; anyone on this host can then use the server)")
+    .option("--rate-limit <N>", "requests per second per token, bursts of 2N (0: none)", "200")
     .option("--dataset <FILE>", "SWE-bench / SWE-smith dataset: create sandboxes from instance ids, evaluate, diff")
-    .option("--max-sandboxes <N>", "live sandboxes at most (then HTTP 429)")
+    .option("--max-sandboxes <N>", "live sandboxes at most, then HTTP 429 (default: one per 128 MiB of memory)")
     .option("--dir <DIR>", "also serve one default sandbox of DIR at the root (like swerex-remote)")
     .option(
       "--allow-dir <DIR>",
-      "restrict POST /sandboxes {dir} to directories under DIR (repeatable)",
+      "let POST /sandboxes {dir} mount directories under DIR (repeatable; default: no host directories)",
       collect,
       [] as string[],
     )
@@ -60,72 +79,100 @@ export function registerServeCommand(program: Command, getHome: () => string, pr
     .option("--cpu <SECONDS>", "maximum (and default) CPU seconds per process")
     .option("--disk <SIZE>", "maximum (and default) writable layer per sandbox")
     .option("--max-upload <SIZE>", "largest upload", "1G")
+    .option("--max-body <SIZE>", "largest JSON request body", "16M")
+    .option("--max-read <SIZE>", "largest file read_file returns", "64M")
+    .option("--file-timeout <SECONDS>", "deadline of one file read or write in a sandbox", "60")
     .option("--public-url <URL>", "base URL put in runtime_url (default: the Host the client used)")
     .option("--log-level <LEVEL>", "fatal, error, warn, info, debug, trace or silent", "info")
     .action(async (o: ServeOptions) => {
       let server: RunningServer | undefined;
       try {
-        const home = getHome();
-        const authToken = o.authToken ?? process.env.MINISANDBOX_AUTH_TOKEN;
-        let provider: WorkspaceProvider | undefined;
-        if (o.dataset) {
-          if (!providerFactory)
-            throw new InvalidInputError(
-              "--dataset: this build has no workspace provider wired in (serve directories with --dir or POST /sandboxes {dir})",
-            );
-          provider = await providerFactory({ home, dataset: o.dataset });
-        } else if (providerFactory) {
-          provider = await providerFactory({ home });
-        }
-        const port = positive(o.port, "--port", true)!;
-        const idle = positive(o.idleTimeout, "--idle-timeout", true);
-        server = await startServer({
-          host: o.host,
-          port,
-          authToken,
-          home,
-          provider,
-          maxSandboxes: positive(o.maxSandboxes, "--max-sandboxes"),
-          defaultDir: o.dir,
-          allowDirs: o.allowDir.length ? o.allowDir : undefined,
-          ttlSeconds: positive(o.ttl, "--ttl"),
-          idleTimeoutSeconds: idle ? idle : undefined,
-          limits: {
-            memoryBytes: o.memory ? parseSize(o.memory) : undefined,
-            pids: positive(o.pids, "--pids"),
-            cpuSeconds: positive(o.cpu, "--cpu"),
-            diskBytes: o.disk ? parseSize(o.disk) : undefined,
-          },
-          maxUploadBytes: parseSize(o.maxUpload),
-          publicUrl: o.publicUrl,
-          logger: o.logLevel === "silent" ? false : { level: o.logLevel },
-        });
+        server = await startServer(await serverOptions(o, getHome(), providerFactory));
       } catch (e) {
         if (server) await server.close().catch(() => undefined);
         fail(e);
       }
-      const s = server!;
-      process.stderr.write(
-        `minisandbox: serving on ${s.url}${s.defaultSandboxId ? ` (default sandbox ${s.defaultSandboxId} at the root)` : ""}` +
-          `${o.authToken || process.env.MINISANDBOX_AUTH_TOKEN ? "; X-API-Key required" : "; no auth token (loopback only)"}\n`,
-      );
-      let stopping = false;
-      const stop = (signal: string): void => {
-        if (stopping) {
-          process.stderr.write(`minisandbox: ${signal} again, exiting now\n`);
-          process.exit(1);
-        }
-        stopping = true;
-        process.stderr.write(`minisandbox: ${signal}: closing ${s.registry.size} sandbox(es)\n`);
-        s.close().then(
-          () => process.exit(0),
-          (e) => {
-            process.stderr.write(`minisandbox: shutdown failed: ${(e as Error).message}\n`);
-            process.exit(1);
-          },
-        );
-      };
-      process.on("SIGTERM", () => stop("SIGTERM"));
-      process.on("SIGINT", () => stop("SIGINT"));
+      announce(server!);
+      handleSignals(server!);
     });
+}
+
+async function serverOptions(o: ServeOptions, home: string, providerFactory?: ProviderFactory) {
+  const authToken = o.authToken ?? (process.env.MINISANDBOX_AUTH_TOKEN || undefined);
+  let provider: WorkspaceProvider | undefined;
+  if (o.dataset) {
+    if (!providerFactory)
+      throw new InvalidInputError(
+        "--dataset: this build has no workspace provider wired in " +
+          "(serve directories with --dir or POST /sandboxes {dir})",
+      );
+    provider = await providerFactory({ home, dataset: o.dataset });
+  } else if (providerFactory) {
+    provider = await providerFactory({ home });
+  }
+  const idle = positive(o.idleTimeout, "--idle-timeout", true);
+  return {
+    host: o.host,
+    port: positive(o.port, "--port", true)!,
+    authToken: o.auth ? authToken : undefined,
+    tokens: o.tokensFile ? loadTokensFile(o.tokensFile) : undefined,
+    secretPaths: o.tokensFile ? [o.tokensFile] : undefined,
+    noAuth: !o.auth,
+    rateLimit: positive(o.rateLimit, "--rate-limit", true),
+    home,
+    provider,
+    maxSandboxes: integer(o.maxSandboxes, "--max-sandboxes"),
+    defaultDir: o.dir,
+    allowDirs: o.allowDir,
+    ttlSeconds: positive(o.ttl, "--ttl"),
+    idleTimeoutSeconds: idle ? idle : undefined,
+    limits: {
+      memoryBytes: o.memory ? parseSize(o.memory) : undefined,
+      pids: integer(o.pids, "--pids"),
+      cpuSeconds: integer(o.cpu, "--cpu"),
+      diskBytes: o.disk ? parseSize(o.disk) : undefined,
+    },
+    maxUploadBytes: parseSize(o.maxUpload),
+    maxBodyBytes: o.maxBody ? parseSize(o.maxBody) : undefined,
+    maxReadBytes: o.maxRead ? parseSize(o.maxRead) : undefined,
+    fileTimeoutMs: positive(o.fileTimeout, "--file-timeout")! * 1000,
+    publicUrl: o.publicUrl,
+    logger: o.logLevel === "silent" ? false : { level: o.logLevel },
+  };
+}
+
+function announce(s: RunningServer): void {
+  const root = s.defaultSandboxId ? ` (default sandbox ${s.defaultSandboxId} at the root)` : "";
+  let auth = "; X-API-Key required";
+  if (s.tokenFile) auth += ` (token in ${s.tokenFile}, readable by its owner only)`;
+  if (!s.authenticated)
+    auth = "; WARNING: no authentication (--no-auth): every local user and sandbox with network can use it";
+  // Leftovers first: whoever waits for the "serving on" line has everything said before it.
+  if (s.reaped.sandboxes.length || s.reaped.cgroups.length)
+    process.stderr.write(
+      `minisandbox: removed leftovers of an earlier server: ${s.reaped.sandboxes.length} sandbox(es), ` +
+        `${s.reaped.cgroups.length} cgroup(s)\n`,
+    );
+  process.stderr.write(`minisandbox: serving on ${s.url}${root}${auth}\n`);
+}
+
+function handleSignals(s: RunningServer): void {
+  let stopping = false;
+  const stop = (signal: string): void => {
+    if (stopping) {
+      process.stderr.write(`minisandbox: ${signal} again, exiting now\n`);
+      process.exit(1);
+    }
+    stopping = true;
+    process.stderr.write(`minisandbox: ${signal}: closing ${s.registry.size} sandbox(es)\n`);
+    s.close().then(
+      () => process.exit(0),
+      (e) => {
+        process.stderr.write(`minisandbox: shutdown failed: ${(e as Error).message}\n`);
+        process.exit(1);
+      },
+    );
+  };
+  process.on("SIGTERM", () => stop("SIGTERM"));
+  process.on("SIGINT", () => stop("SIGINT"));
 }

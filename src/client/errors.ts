@@ -1,59 +1,47 @@
 /**
- * Errors the SDK throws. They reuse the classes of the in-process API where they fit (`util/errors`, and
- * `SessionError` for session failures, with the same `code` and `swerexClass`), so code written against `Sandbox`
- * catches the same things against `RemoteSandbox`.
+ * Errors the SDK throws: the product's one hierarchy (`src/errors.ts`), the same classes as the in-process API, so
+ * code written against `Sandbox` catches the same things against `RemoteSandbox`. A native error answer is turned
+ * back into its class by its `code`; a SWE-ReX 511 by its `class_path`.
  */
 import {
+  AuthError,
+  CommandTimeoutError,
+  ForbiddenError,
   InvalidInputError,
   LimitError,
   MinisandboxError,
   NotFoundError,
+  NotImplementedError,
+  RemoteRuntimeError,
+  RequestValidationError,
   SandboxError,
+  SandboxNotFoundError,
+  SessionError,
+  SWEREX_CLASSES,
   TimeoutError,
-} from "../util/errors.js";
-import { SessionError } from "../session/errors.js";
+  UnauthorizedError,
+  UnavailableError,
+  UploadTooLargeError,
+} from "../errors.js";
 
-export { InvalidInputError, LimitError, MinisandboxError, NotFoundError, SandboxError, TimeoutError, SessionError };
-
-/** 401 (wrong key) or 403 (no key). */
-export class AuthError extends MinisandboxError {
-  constructor(
-    message: string,
-    readonly status: number,
-  ) {
-    super("auth", message);
-  }
-}
-
-/** A command or session call exceeded its timeout (SWE-ReX `CommandTimeoutError`). */
-export class CommandTimeoutError extends TimeoutError {
-  readonly swerexClass = "swerex.exceptions.CommandTimeoutError";
-  constructor(
-    message: string,
-    readonly extraInfo: Record<string, unknown> = {},
-  ) {
-    super(message);
-  }
-}
-
-/** A failure inside the sandbox that has no closer class (the server's 511 `class_path` is kept). */
-export class RemoteRuntimeError extends SandboxError {
-  constructor(
-    message: string,
-    readonly swerexClass: string,
-    readonly extraInfo: Record<string, unknown> = {},
-  ) {
-    super(message);
-  }
-}
-
-const SESSION_CODES: Record<string, string> = {
-  NonZeroExitCodeError: "non_zero_exit",
-  BashIncorrectSyntaxError: "bash_syntax_error",
-  SessionExistsError: "session_exists",
-  SessionDoesNotExistError: "not_found",
-  SessionNotInitializedError: "session_died",
-  NoExitCodeError: "no_exit_code",
+export {
+  AuthError,
+  CommandTimeoutError,
+  ForbiddenError,
+  InvalidInputError,
+  LimitError,
+  MinisandboxError,
+  NotFoundError,
+  NotImplementedError,
+  RemoteRuntimeError,
+  RequestValidationError,
+  SandboxError,
+  SandboxNotFoundError,
+  SessionError,
+  TimeoutError,
+  UnauthorizedError,
+  UnavailableError,
+  UploadTooLargeError,
 };
 
 interface Swerexception {
@@ -62,36 +50,81 @@ interface Swerexception {
   extra_info?: Record<string, unknown>;
 }
 
-/** Turn an HTTP error answer into the SDK's error. */
-export function errorFromResponse(status: number, body: unknown, what: string): MinisandboxError {
+interface ErrorAnswer {
+  status: number;
+  message: string;
+  detail: unknown;
+  retryAfterMs?: number;
+}
+
+/** The SDK's error for a native error `code` (the server chose its status from the same code). */
+const BY_CODE: Record<string, (a: ErrorAnswer) => MinisandboxError> = {
+  invalid_input: (a) => new InvalidInputError(a.message),
+  validation_failed: (a) => new RequestValidationError(Array.isArray(a.detail) ? a.detail : [], a.message),
+  unauthorized: (a) => new UnauthorizedError(a.message),
+  forbidden: (a) => new ForbiddenError(a.message),
+  not_found: (a) => new NotFoundError(a.message),
+  sandbox_not_found: (a) => new SandboxNotFoundError(a.message),
+  upload_too_large: (a) => new UploadTooLargeError(a.message),
+  limit_reached: (a) => new LimitError(a.message, { retryAfterMs: a.retryAfterMs }),
+  not_implemented: (a) => new NotImplementedError(a.message),
+  unavailable: (a) => new UnavailableError(a.message),
+  timeout: (a) => new TimeoutError(a.message),
+};
+
+/** Without a code (SWE-ReX's auth answers, FastAPI-style 422s, proxies): by status. */
+function byStatus(a: ErrorAnswer): MinisandboxError {
+  const code: Record<number, string> = {
+    400: "invalid_input",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    413: "upload_too_large",
+    422: "validation_failed",
+    429: "limit_reached",
+    501: "not_implemented",
+    503: "unavailable",
+    504: "timeout",
+  };
+  const make = BY_CODE[code[a.status] ?? ""];
+  return make ? make(a) : new SandboxError(a.message);
+}
+
+const SESSION_CODE_BY_CLASS = Object.fromEntries(Object.entries(SWEREX_CLASSES).map(([code, cls]) => [cls, code]));
+
+/** A 511 answer: the SWE-ReX exception class the server named (session failures keep their in-process codes). */
+function fromSwerexception(x: Swerexception): MinisandboxError {
+  const cls = x.class_path ?? "";
+  const msg = x.message ?? "";
+  const extra = x.extra_info ?? {};
+  if (cls === SWEREX_CLASSES.timeout) return new CommandTimeoutError(msg, extra);
+  const code = SESSION_CODE_BY_CLASS[cls];
+  if (code) return new SessionError(code, msg, cls, extra);
+  if (cls === "builtins.FileNotFoundError") return Object.assign(new NotFoundError(msg), { swerexClass: cls });
+  return new RemoteRuntimeError(msg, cls, extra);
+}
+
+function detailText(body: unknown, detail: unknown): string {
+  if (typeof detail === "string") return detail;
+  if (detail !== undefined) return JSON.stringify(detail);
+  return typeof body === "string" ? body : "";
+}
+
+/** Turn an HTTP error answer into the SDK's error; `retryAfterMs` from a `Retry-After` header. */
+export function errorFromResponse(
+  status: number,
+  body: unknown,
+  what: string,
+  retryAfterMs?: number,
+): MinisandboxError {
   const obj = (typeof body === "object" && body !== null ? body : {}) as {
     detail?: unknown;
+    code?: unknown;
     swerexception?: Swerexception;
   };
-  if (status === 511 && obj.swerexception) {
-    const x = obj.swerexception;
-    const cls = x.class_path ?? "";
-    const name = cls.slice(cls.lastIndexOf(".") + 1);
-    const msg = x.message ?? "";
-    const extra = x.extra_info ?? {};
-    if (name === "CommandTimeoutError") return new CommandTimeoutError(msg, extra);
-    if (SESSION_CODES[name]) return new SessionError(SESSION_CODES[name]!, msg, cls, extra);
-    if (cls === "builtins.FileNotFoundError") return Object.assign(new NotFoundError(msg), { swerexClass: cls });
-    return new RemoteRuntimeError(msg, cls, extra);
-  }
-  const detail =
-    typeof obj.detail === "string"
-      ? obj.detail
-      : obj.detail !== undefined
-        ? JSON.stringify(obj.detail)
-        : typeof body === "string"
-          ? body
-          : "";
-  const message = `${what}: ${detail || `HTTP ${status}`}`;
-  if (status === 401 || status === 403) return new AuthError(message, status);
-  if (status === 404) return new NotFoundError(message);
-  if (status === 429) return new LimitError(message);
-  if (status === 400 || status === 422) return new InvalidInputError(message);
-  if (status === 504) return new TimeoutError(message);
-  return new SandboxError(message);
+  if (status === 511 && obj.swerexception) return fromSwerexception(obj.swerexception);
+  const answer = { status, detail: obj.detail, retryAfterMs, message: "" };
+  answer.message = `${what}: ${detailText(body, obj.detail) || `HTTP ${status}`}`;
+  const make = typeof obj.code === "string" ? BY_CODE[obj.code] : undefined;
+  return make ? make(answer) : byStatus(answer);
 }

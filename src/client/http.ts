@@ -1,5 +1,6 @@
-/** The SDK's HTTP layer: global fetch, X-API-Key, JSON in and out, typed errors, no client-side time limit by default. */
-import { SandboxError, TimeoutError, type MinisandboxError } from "../util/errors.js";
+/** The SDK's HTTP layer: global fetch, X-API-Key, JSON in and out, typed errors, no client-side time limit. */
+import { SandboxError, TimeoutError } from "../errors.js";
+import { type Model, type OutOf, WireValidationError } from "../wire/index.js";
 import { errorFromResponse } from "./errors.js";
 
 let longDispatcher: object | null | undefined;
@@ -70,16 +71,27 @@ export class HttpClient {
     }
   }
 
-  /** Send JSON (or nothing), expect JSON; HTTP errors become typed errors. */
-  async json<T>(method: string, path: string, body?: unknown, o: RequestOptions = {}): Promise<T> {
+  /**
+   * Send JSON (or nothing); the answer must match the `response` model of the wire contract (else a SandboxError
+   * naming the fields that drifted). HTTP errors become typed errors.
+   */
+  // biome-ignore lint/suspicious/noExplicitAny: any model of the contract
+  async call<M extends Model<any>>(
+    method: string,
+    path: string,
+    response: M,
+    body?: unknown,
+    o: RequestOptions = {},
+  ): Promise<OutOf<M>> {
     const res = await this.fetch(method, path, body === undefined ? undefined : JSON.stringify(body), {
       ...o,
       headers: { ...(body === undefined ? {} : { "content-type": "application/json" }), ...(o.headers ?? {}) },
     });
-    return this.read<T>(res, o.what ?? `${method} ${path}`);
+    return this.read(res, response, o.what ?? `${method} ${path}`);
   }
 
-  async read<T>(res: Response, what: string): Promise<T> {
+  // biome-ignore lint/suspicious/noExplicitAny: any model of the contract
+  async read<M extends Model<any>>(res: Response, response: M, what: string): Promise<OutOf<M>> {
     const text = await res.text();
     let data: unknown = text;
     try {
@@ -87,7 +99,13 @@ export class HttpClient {
     } catch {
       /* not JSON */
     }
-    if (!res.ok) throw errorFromResponse(res.status, data, what) as MinisandboxError;
-    return data as T;
+    const retry = Number(res.headers.get("retry-after"));
+    if (!res.ok) throw errorFromResponse(res.status, data, what, retry > 0 ? retry * 1000 : undefined);
+    try {
+      return response.parse(data, ["response"]) as OutOf<M>;
+    } catch (e) {
+      if (!(e instanceof WireValidationError)) throw e;
+      throw new SandboxError(`${what}: the server's answer does not match the wire contract (${e.message})`);
+    }
   }
 }

@@ -1,28 +1,33 @@
 /** Public API of client/: the TypeScript SDK for a minisandbox server. */
 export {
   RemoteSandbox,
-  RemoteSessions,
-  RemoteSession,
-  RemoteFiles,
   type ConnectOptions,
   type RemoteSandboxCreateOptions,
   type SandboxInfo,
-  type RemoteExecOptions,
-  type RemoteExecResult,
-  type RemoteRunOptions,
 } from "./remote-sandbox.js";
+export { RemoteSessions, RemoteSession, type RemoteRunOptions, type InterruptOptions } from "./remote-sessions.js";
+export { RemoteFiles } from "./remote-files.js";
+export type { RemoteExecOptions, RemoteExecResult } from "./remote-exec.js";
 export {
   AuthError,
+  UnauthorizedError,
+  ForbiddenError,
   CommandTimeoutError,
   RemoteRuntimeError,
   errorFromResponse,
   InvalidInputError,
+  RequestValidationError,
   LimitError,
   MinisandboxError,
   NotFoundError,
+  SandboxNotFoundError,
+  NotImplementedError,
   SandboxError,
+  UnavailableError,
+  UploadTooLargeError,
   TimeoutError,
   SessionError,
 } from "./errors.js";
 export { HttpClient } from "./http.js";
+export { readTokenFile, tokenFilePath } from "../wire/token-file.js";
 export { buildZip, zipDirectory, type ZipEntry } from "./zip.js";

@@ -1,50 +1,42 @@
-import {
-  InvalidInputError,
-  LimitError,
-  MinisandboxError,
-  NotFoundError,
-  SandboxError,
-  TimeoutError,
-} from "../util/errors.js";
-import { SessionError } from "../session/errors.js";
+/**
+ * Errors to HTTP answers, through the product's one error hierarchy (`src/errors.ts`): the status comes from the
+ * error's stable `code` (`httpStatus`), never from its message or class name. SWE-ReX routes answer runtime
+ * failures as 511 `swerexception` bodies naming the Python class a client re-raises.
+ */
+import { errorCode, httpStatus, LimitError, SessionError } from "../errors.js";
 import { PyError } from "./pycompat.js";
 
-/** An error with an HTTP status and a FastAPI-style `{"detail": ...}` body. */
-export class HttpError extends Error {
-  constructor(
-    readonly statusCode: number,
-    readonly detail: unknown,
-    readonly code = "http_error",
-  ) {
-    super(typeof detail === "string" ? detail : JSON.stringify(detail));
-  }
+/** HTTP status for an error of the native (lifecycle) API. */
+export function statusFor(e: unknown): number {
+  return httpStatus(errorCode(e));
 }
 
-/** The provider (or the server) cannot do this: HTTP 501. */
-export class NotImplementedError extends MinisandboxError {
-  constructor(message: string) {
-    super("not_implemented", message);
-  }
+/** Seconds a 429 answer tells the client to wait (`Retry-After`), when the error knows. */
+export function retryAfterSeconds(e: unknown): number | undefined {
+  if (!(e instanceof LimitError) || e.retryAfterMs === undefined) return undefined;
+  return Math.max(1, Math.ceil(e.retryAfterMs / 1000));
 }
 
 export interface SwerexceptionBody {
   swerexception: { message: string; class_path: string; traceback: string; extra_info: Record<string, unknown> };
 }
 
+/** Python class a SWE-ReX client should raise for an error without a class path of its own, by code. */
+const CLASS_BY_CODE: Readonly<Record<string, string>> = {
+  not_found: "builtins.FileNotFoundError",
+  invalid_input: "builtins.ValueError",
+  timeout: "swerex.exceptions.CommandTimeoutError",
+};
+
 /** The 511 body SWE-ReX clients turn back into the named exception class. */
 export function swerexception(e: unknown): SwerexceptionBody {
   const err = e instanceof Error ? e : new Error(String(e));
-  let classPath = "builtins.RuntimeError";
+  let classPath = CLASS_BY_CODE[errorCode(err)] ?? "builtins.RuntimeError";
   let extraInfo: Record<string, unknown> = {};
-  if (err instanceof SessionError) {
-    classPath = err.swerexClass;
+  if (err instanceof SessionError || err instanceof PyError) {
+    classPath = err instanceof SessionError ? err.swerexClass : err.classPath;
     extraInfo = err.extraInfo;
-  } else if (err instanceof PyError) {
-    classPath = err.classPath;
-    extraInfo = err.extraInfo;
-  } else if (err instanceof NotFoundError) classPath = "builtins.FileNotFoundError";
-  else if (err instanceof InvalidInputError) classPath = "builtins.ValueError";
-  else if (err instanceof TimeoutError) classPath = "swerex.exceptions.CommandTimeoutError";
+  }
   return {
     swerexception: {
       message: err.message,
@@ -53,22 +45,4 @@ export function swerexception(e: unknown): SwerexceptionBody {
       extra_info: extraInfo,
     },
   };
-}
-
-/** HTTP status for an error of the native (lifecycle) API. */
-export function statusFor(e: unknown): number {
-  if (e instanceof HttpError) return e.statusCode;
-  if (e instanceof NotImplementedError) return 501;
-  if (e instanceof NotFoundError) return 404;
-  if (e instanceof InvalidInputError) return 400;
-  if (e instanceof LimitError) return 429;
-  if (e instanceof TimeoutError) return 504;
-  if (e instanceof SandboxError && /shutting down/.test(e.message)) return 503;
-  return 500;
-}
-
-export function codeFor(e: unknown): string {
-  if (e instanceof HttpError) return e.code;
-  if (e instanceof MinisandboxError) return e.code;
-  return "internal_error";
 }

@@ -2,5 +2,5 @@
 export { startServer, isLoopback, type ServerOptions, type RunningServer } from "./server.js";
 export type { WorkspaceProvider, ProvidedWorkspace, ProviderFactory } from "./provider.js";
 export { ServerMetrics } from "./metrics.js";
-export { HttpError, NotImplementedError } from "./errors.js";
+export { loadTokensFile, generateToken, type Principal, type TokenEntry } from "./auth.js";
 export { extractZipChecked, DEFAULT_ZIP_LIMITS, type ZipLimits } from "./upload.js";

@@ -73,6 +73,10 @@ export class ServerMetrics {
   readonly sessionsCreated = new Counter("minisandbox_sessions_created_total", "Bash sessions created.");
   readonly evaluations = new Counter("minisandbox_evaluations_total", "Evaluations by result (ok, error).");
   readonly requests = new Counter("minisandbox_http_requests_total", "HTTP requests by route and status code.");
+  readonly rateLimited = new Counter(
+    "minisandbox_rate_limited_total",
+    "Requests refused with 429 because their principal exceeded its rate.",
+  );
   readonly replays = new Counter(
     "minisandbox_request_replays_total",
     "Responses replayed for a repeated X-Request-ID.",
@@ -102,6 +106,7 @@ export class ServerMetrics {
       this.evaluations.render(),
       this.requests.render(),
       this.replays.render(),
+      this.rateLimited.render(),
       this.commands.render(),
       this.creationLatency.render(),
     ].join("\n")}\n`;

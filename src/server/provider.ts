@@ -2,7 +2,7 @@ import type { Sandbox, SandboxOptions } from "../sandbox/sandbox.js";
 
 /** What a provider hands the server for one new sandbox. */
 export interface ProvidedWorkspace {
-  /** Options for `Sandbox.create` (overlays, toolchains, env, cwd...). The server adds home, network, limits, labels. */
+  /** Options for `Sandbox.create` (overlays, toolchains, env, cwd); the server adds home, network, limits, labels. */
   options: SandboxOptions;
   /** Called once when the sandbox is gone (closed, deleted, reaped, or its creation failed). */
   release: () => void;
@@ -14,10 +14,10 @@ export interface ProvidedWorkspace {
 
 /**
  * How the server turns dataset instances and environment keys into sandboxes, and how it evaluates and diffs them.
- * The server owns none of this: it receives a provider (the lead's real one wires the env store, node cache and
- * eval runner). Every method is optional except `forInstance`; a route whose capability is missing answers 501.
+ * The server owns none of this: it receives a provider (`env-provider.ts` wires the env store, node cache and eval
+ * runner). Every method is optional except `forInstance`; a route whose capability is missing answers 501.
  *
- * Errors: throw `NotFoundError` (unknown instance / key → 404), `InvalidInputError` (→ 400), `LimitError` (→ 429);
+ * Errors: throw `NotFoundError` (unknown instance or key: 404), `InvalidInputError` (400), `LimitError` (429);
  * anything else is a 500 with its message.
  */
 export interface WorkspaceProvider {
@@ -33,5 +33,5 @@ export interface WorkspaceProvider {
   listInstances?(): Promise<string[]>;
 }
 
-/** Builds a provider for `minisandbox serve` from its options (the CLI gets one from the lead's wiring). */
+/** Builds a provider for `minisandbox serve` from its options (the CLI passes `envProviderFactory`). */
 export type ProviderFactory = (o: { home: string; dataset?: string }) => Promise<WorkspaceProvider>;

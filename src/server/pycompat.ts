@@ -3,6 +3,7 @@
  * strings and lists, `shlex.split`, `bytes.decode(errors="backslashreplace")`, `errno` messages of OSError.
  */
 import { pyRepr } from "../session/errors.js";
+import { MinisandboxError } from "../util/errors.js";
 
 export { pyRepr };
 
@@ -143,7 +144,8 @@ export function pyReadText(buf: Buffer, encoding: string | null, errors: string 
         const pos = firstInvalidUtf8(buf);
         throw new PyError(
           "builtins.UnicodeDecodeError",
-          `'utf-8' codec can't decode byte 0x${buf[pos]!.toString(16).padStart(2, "0")} in position ${pos}: invalid start byte`,
+          `'utf-8' codec can't decode byte 0x${buf[pos]!.toString(16).padStart(2, "0")} ` +
+            `in position ${pos}: invalid start byte`,
         );
       }
     } else if (mode === "replace") text = buf.toString("utf8");
@@ -187,14 +189,18 @@ function firstInvalidUtf8(buf: Buffer): number {
   return 0;
 }
 
-/** An error to report with a given Python class path (the 511 body's `class_path`). */
-export class PyError extends Error {
+/**
+ * An error to report with a given Python class path (the 511 body's `class_path`). Its `code` (what the native API's
+ * status comes from) is given by whoever raises it: `not_found` for a missing file, `invalid_input` otherwise.
+ */
+export class PyError extends MinisandboxError {
   constructor(
     readonly classPath: string,
     message: string,
     readonly extraInfo: Record<string, unknown> = {},
+    code = "invalid_input",
   ) {
-    super(message);
+    super(code, message);
     this.name = classPath.slice(classPath.lastIndexOf(".") + 1);
   }
 }
@@ -215,7 +221,13 @@ const ERRNO: Record<string, [number, string, string]> = {
 /** Turn a tool's error text (cat, sh, tar) about `path` into the OSError Python would raise, when recognisable. */
 export function osErrorFrom(text: string, path: string): PyError | undefined {
   for (const [needle, [errno, strerror, cls]] of Object.entries(ERRNO)) {
-    if (text.includes(needle)) return new PyError(cls, `[Errno ${errno}] ${strerror}: ${pyRepr(path)}`);
+    if (text.includes(needle))
+      return new PyError(
+        cls,
+        `[Errno ${errno}] ${strerror}: ${pyRepr(path)}`,
+        {},
+        errno === 2 ? "not_found" : undefined,
+      );
   }
   return undefined;
 }

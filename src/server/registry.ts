@@ -1,33 +1,39 @@
 /**
- * The live sandboxes of one server: creation (with the --max-sandboxes budget), lookup, deletion, TTL and idle
- * reaping, and closing everything at shutdown. Each entry remembers where its workspace came from and releases
- * the provider's hold exactly once, whatever ends the sandbox.
+ * The live sandboxes of one server: creation (server-wide and per-principal caps), lookup (a principal sees only its
+ * own sandboxes; an admin sees all), deletion, TTL and idle reaping, and closing everything at shutdown. Each entry
+ * releases the provider's hold exactly once, whatever ends the sandbox.
  */
-import { existsSync, realpathSync, statSync } from "node:fs";
-import { resolve, sep } from "node:path";
-import { Sandbox, type SandboxOptions } from "../sandbox/sandbox.js";
+import { Sandbox } from "../sandbox/sandbox.js";
 import type { Limits } from "../sandbox/limits.js";
-import { InvalidInputError, LimitError, NotFoundError, SandboxError } from "../util/errors.js";
-import { NotImplementedError } from "./errors.js";
-import type { ServerMetrics } from "./metrics.js";
-import type { CreateSandboxRequest } from "./models.js";
-import type { ProvidedWorkspace, WorkspaceProvider } from "./provider.js";
+import { LimitError } from "../util/errors.js";
+import type { Principal } from "./auth.js";
+import type { DirRoots } from "./dir-roots.js";
+import { SandboxNotFoundError, UnavailableError } from "../errors.js";
 
-/** The sandbox named in a URL is not (or no longer) live: HTTP 404 on every route. */
-export class SandboxNotFoundError extends NotFoundError {}
+const shuttingDown = (): UnavailableError => new UnavailableError("the server is shutting down; no new sandboxes");
+const notFound = (id: string): SandboxNotFoundError =>
+  new SandboxNotFoundError(`sandbox ${id} not found (it was deleted, reaped, or never existed)`);
+import type { ServerMetrics } from "./metrics.js";
+import type { native } from "../wire/index.js";
+
+type CreateSandboxRequest = native.CreateSandboxRequest;
+import type { WorkspaceProvider } from "./provider.js";
+import { limitsFor, resolveSource, type ResolvedSource, type SourceKind } from "./sandbox-source.js";
 
 export type CloseReason = "delete" | "ttl" | "idle" | "shutdown" | "exited";
 
 export interface Entry {
   id: string;
   sandbox: Sandbox;
+  /** Name of the principal that created it. */
+  owner: string;
   createdAt: Date;
   expiresAt?: Date;
   idleTimeoutMs?: number;
   lastActive: number;
   /** Requests in progress on this sandbox (a sandbox busy with a long command is never idle). */
   inflight: number;
-  source: "dir" | "instance" | "env_key" | "empty";
+  source: SourceKind;
   dir?: string;
   instanceId?: string;
   envKey?: string;
@@ -48,10 +54,9 @@ export interface Logger {
 export interface RegistryOptions {
   home: string;
   provider?: WorkspaceProvider;
-  /** 0 or undefined: unlimited. */
-  maxSandboxes?: number;
-  /** Host directories `{dir}` may name (and anything below them); undefined: any directory. */
-  allowDirs?: string[];
+  /** Live sandboxes at most, over all principals. */
+  maxSandboxes: number;
+  roots: DirRoots;
   /** Defaults for sandboxes that do not say. */
   ttlSeconds?: number;
   idleTimeoutSeconds?: number;
@@ -63,9 +68,18 @@ export interface RegistryOptions {
   reapIntervalMs?: number;
 }
 
+export interface CreateOptions {
+  isDefault?: boolean;
+  /** The operator's own directory (serve --dir), mounted without the root check. */
+  trustedDir?: string;
+}
+
 export class SandboxRegistry {
   private readonly entries = new Map<string, Entry>();
-  private creating = 0;
+  /** Creations in progress, per owner (they count against the caps). */
+  private readonly starting = new Map<string, number>();
+  /** Creations in progress: shutdown waits for them (they close what they made). */
+  private readonly inProgress = new Set<Promise<unknown>>();
   private closing = false;
   private readonly timer: NodeJS.Timeout;
 
@@ -79,7 +93,9 @@ export class SandboxRegistry {
   }
 
   get pendingCreations(): number {
-    return this.creating;
+    let n = 0;
+    for (const v of this.starting.values()) n += v;
+    return n;
   }
 
   get provider(): WorkspaceProvider | undefined {
@@ -87,11 +103,12 @@ export class SandboxRegistry {
   }
 
   get maxSandboxes(): number {
-    return this.o.maxSandboxes ?? 0;
+    return this.o.maxSandboxes;
   }
 
-  list(): Entry[] {
-    return [...this.entries.values()];
+  /** The sandboxes `who` may see. */
+  list(who: Principal): Entry[] {
+    return [...this.entries.values()].filter((e) => who.admin || e.owner === who.name);
   }
 
   sessionCount(): number {
@@ -100,10 +117,10 @@ export class SandboxRegistry {
     return n;
   }
 
-  get(id: string): Entry {
+  /** A live sandbox `who` may use; anything else is the same 404. */
+  get(id: string, who: Principal): Entry {
     const e = this.entries.get(id);
-    if (!e || e.sandbox.isClosed)
-      throw new SandboxNotFoundError(`sandbox ${id} not found (it was deleted, reaped, or never existed)`);
+    if (!e || e.sandbox.isClosed || !(who.admin || e.owner === who.name)) throw notFound(id);
     return e;
   }
 
@@ -118,186 +135,135 @@ export class SandboxRegistry {
     e.lastActive = Date.now();
   }
 
-  /** Creations in progress: shutdown waits for them (they close what they made). */
-  private readonly inProgress = new Set<Promise<unknown>>();
-
-  create(req: CreateSandboxRequest, opts: { isDefault?: boolean } = {}): Promise<Entry> {
-    const p = this.doCreate(req, opts);
+  create(req: CreateSandboxRequest, who: Principal, opts: CreateOptions = {}): Promise<Entry> {
+    const p = this.createCounted(req, who, opts);
     const settled = p.catch(() => undefined);
     this.inProgress.add(settled);
     void settled.then(() => this.inProgress.delete(settled));
     return p;
   }
 
-  private async doCreate(req: CreateSandboxRequest, opts: { isDefault?: boolean }): Promise<Entry> {
-    if (this.closing) throw new SandboxError("the server is shutting down; no new sandboxes");
-    const max = this.o.maxSandboxes ?? 0;
-    if (max > 0 && this.entries.size + this.creating >= max) {
+  private owned(name: string): number {
+    let n = this.starting.get(name) ?? 0;
+    for (const e of this.entries.values()) if (e.owner === name) n++;
+    return n;
+  }
+
+  private checkCaps(who: Principal): void {
+    const live = this.entries.size + this.pendingCreations;
+    let msg: string | undefined;
+    if (live >= this.o.maxSandboxes)
+      msg =
+        `sandbox limit reached: ${this.entries.size} live and ${this.pendingCreations} starting ` +
+        `of at most ${this.o.maxSandboxes} (--max-sandboxes)`;
+    else if (who.maxSandboxes !== undefined && this.owned(who.name) >= who.maxSandboxes)
+      msg = `sandbox limit reached: ${who.name} holds ${this.owned(who.name)} of at most ${who.maxSandboxes} sandboxes`;
+    if (msg) {
       this.o.metrics.creations.inc({ result: "rejected" });
-      throw new LimitError(
-        `sandbox limit reached: ${this.entries.size} live and ${this.creating} starting of at most ${max} (--max-sandboxes); delete a sandbox or retry later`,
-      );
+      throw new LimitError(`${msg}; delete a sandbox or retry later`);
     }
-    this.creating++;
+  }
+
+  private async createCounted(req: CreateSandboxRequest, who: Principal, opts: CreateOptions): Promise<Entry> {
+    if (this.closing) throw shuttingDown();
+    this.checkCaps(who);
+    this.starting.set(who.name, (this.starting.get(who.name) ?? 0) + 1);
     const started = performance.now();
-    let provided: ProvidedWorkspace | undefined;
-    let released = false;
-    const release = (): void => {
-      if (released) return;
-      released = true;
-      try {
-        provided?.release();
-      } catch (e) {
-        this.o.log.warn({ err: e }, "provider release failed");
-      }
-    };
+    let source: ResolvedSource | undefined;
     try {
-      let source: Entry["source"] = "empty";
-      let base: SandboxOptions = {};
-      let dir: string | undefined;
-      if (req.dir !== undefined) {
-        source = "dir";
-        dir = this.checkDir(req.dir);
-        base = { dir };
-      } else if (req.instance_id !== undefined) {
-        source = "instance";
-        if (!this.o.provider) {
-          throw new NotImplementedError(
-            "this server has no workspace provider: start it with a dataset (serve --dataset FILE) to create sandboxes from instance ids",
-          );
-        }
-        provided = await this.o.provider.forInstance(req.instance_id);
-        base = provided.options;
-      } else if (req.env_key !== undefined) {
-        source = "env_key";
-        if (!this.o.provider?.forEnvKey)
-          throw new NotImplementedError(
-            "this server's workspace provider cannot create sandboxes from environment keys",
-          );
-        provided = await this.o.provider.forEnvKey(req.env_key);
-        base = provided.options;
-      }
-      const limits = this.limitsFor(req.limits);
-      const labels: Record<string, string> = { ...(base.labels ?? {}), ...(req.labels ?? {}) };
-      if (req.instance_id) labels.instance_id = req.instance_id;
-      if (req.env_key) labels.env_key = req.env_key;
-      const network = req.network ?? base.network ?? false;
-      const sandbox = await Sandbox.create({
-        ...base,
-        home: this.o.home,
-        network,
-        limits: { ...(base.limits ?? {}), ...limits },
-        env: { ...(base.env ?? {}), ...(req.env ?? {}) },
-        cwd: req.cwd ?? base.cwd,
-        labels,
-      });
-      if (provided?.setup) {
-        try {
-          await provided.setup(sandbox);
-        } catch (e) {
-          await sandbox.close();
-          throw e;
-        }
-      }
-      const ttl = req.ttl_seconds ?? this.o.ttlSeconds;
-      const idle = req.idle_timeout_seconds ?? (opts.isDefault ? undefined : this.o.idleTimeoutSeconds);
-      const entry: Entry = {
-        id: sandbox.id,
-        sandbox,
-        createdAt: sandbox.createdAt,
-        expiresAt: ttl ? new Date(Date.now() + ttl * 1000) : undefined,
-        idleTimeoutMs: idle ? idle * 1000 : undefined,
-        lastActive: Date.now(),
-        inflight: 0,
-        source,
-        dir,
-        instanceId: req.instance_id,
-        envKey: req.env_key,
-        network,
-        limits: sandbox.limits,
-        labels,
-        meta: provided?.meta ?? {},
-        isDefault: opts.isDefault ?? false,
-      };
-      sandbox.onClose(() => {
-        release();
-        if (this.entries.get(entry.id) === entry) {
-          // Ended by itself (holder exited, its own timeout): forget it.
-          this.entries.delete(entry.id);
-          entry.closeReason ??= "exited";
-          this.o.metrics.closes.inc({ reason: entry.closeReason });
-          this.o.log.info({ sandbox: entry.id, reason: entry.closeReason }, "sandbox closed");
-        }
-      });
-      if (this.closing) {
-        entry.closeReason = "shutdown";
-        await sandbox.close();
-        throw new SandboxError("the server is shutting down; no new sandboxes");
-      }
-      this.entries.set(entry.id, entry);
+      source = await resolveSource(req, { provider: this.o.provider, roots: this.o.roots }, opts.trustedDir);
+      const entry = await this.launch(req, who, source, opts);
       this.o.metrics.creations.inc({ result: "ok" });
-      this.o.metrics.creationLatency.observe({ source }, (performance.now() - started) / 1000);
+      this.o.metrics.creationLatency.observe({ source: source.kind }, (performance.now() - started) / 1000);
+      const ms = Math.round(performance.now() - started);
       this.o.log.info(
-        {
-          sandbox: entry.id,
-          source,
-          dir,
-          instance_id: req.instance_id,
-          env_key: req.env_key,
-          network,
-          ms: Math.round(performance.now() - started),
-        },
+        { sandbox: entry.id, owner: who.name, source: source.kind, dir: entry.dir, ms },
         "sandbox created",
       );
-      for (const n of sandbox.notices) this.o.log.warn({ sandbox: entry.id }, n);
+      for (const n of entry.sandbox.notices) this.o.log.warn({ sandbox: entry.id }, n);
       return entry;
     } catch (e) {
-      release();
+      releaseQuietly(source, this.o.log);
       this.o.metrics.creations.inc({ result: "error" });
       throw e;
     } finally {
-      this.creating--;
+      source?.done();
+      this.starting.set(who.name, (this.starting.get(who.name) ?? 1) - 1);
     }
   }
 
-  private checkDir(dir: string): string {
-    const abs = resolve(dir);
-    if (!existsSync(abs) || !statSync(abs).isDirectory())
-      throw new InvalidInputError(`dir ${abs}: not a directory on the server`);
-    if (this.o.allowDirs) {
-      const real = realpathSync(abs);
-      const ok = this.o.allowDirs.some((root) => {
-        const r = realpathSync(resolve(root));
-        return real === r || real.startsWith(r.endsWith(sep) ? r : r + sep);
-      });
-      if (!ok)
-        throw new InvalidInputError(
-          `dir ${abs} is outside the directories this server may mount (${this.o.allowDirs.join(", ")})`,
-        );
+  private async launch(req: CreateSandboxRequest, who: Principal, src: ResolvedSource, o: CreateOptions) {
+    const base = src.options;
+    const labels: Record<string, string> = { ...(base.labels ?? {}), ...(req.labels ?? {}) };
+    if (req.instance_id) labels.instance_id = req.instance_id;
+    if (req.env_key) labels.env_key = req.env_key;
+    const network = req.network ?? base.network ?? false;
+    const limits = limitsFor(req.limits, this.o.defaultLimits);
+    const sandbox = await Sandbox.create({
+      ...base,
+      home: this.o.home,
+      network,
+      limits: { ...(base.limits ?? {}), ...limits },
+      env: { ...(base.env ?? {}), ...(req.env ?? {}) },
+      cwd: req.cwd ?? base.cwd,
+      labels,
+    });
+    try {
+      await src.provided?.setup?.(sandbox);
+    } catch (e) {
+      await sandbox.close();
+      throw e;
     }
-    return abs;
+    const entry = this.entryFor(sandbox, req, who, src, o);
+    sandbox.onClose(() => this.closed(entry, src));
+    if (this.closing) {
+      entry.closeReason = "shutdown";
+      await sandbox.close();
+      throw shuttingDown();
+    }
+    this.entries.set(entry.id, entry);
+    return entry;
   }
 
-  private limitsFor(req: CreateSandboxRequest["limits"]): Limits {
-    const d = this.o.defaultLimits ?? {};
-    const pick = (asked: number | undefined, cap: number | undefined, name: string): number | undefined => {
-      if (asked === undefined) return cap;
-      if (cap !== undefined && asked > cap)
-        throw new InvalidInputError(`limits.${name} ${asked} is above this server's maximum ${cap}`);
-      return asked;
+  private entryFor(sb: Sandbox, req: CreateSandboxRequest, who: Principal, src: ResolvedSource, o: CreateOptions) {
+    const ttl = req.ttl_seconds ?? this.o.ttlSeconds;
+    const idle = req.idle_timeout_seconds ?? (o.isDefault ? undefined : this.o.idleTimeoutSeconds);
+    const entry: Entry = {
+      id: sb.id,
+      sandbox: sb,
+      owner: who.name,
+      createdAt: sb.createdAt,
+      expiresAt: ttl ? new Date(Date.now() + ttl * 1000) : undefined,
+      idleTimeoutMs: idle ? idle * 1000 : undefined,
+      lastActive: Date.now(),
+      inflight: 0,
+      source: src.kind,
+      dir: src.dir,
+      instanceId: req.instance_id,
+      envKey: req.env_key,
+      network: sb.network,
+      limits: sb.limits,
+      labels: sb.labels,
+      meta: src.provided?.meta ?? {},
+      isDefault: o.isDefault ?? false,
     };
-    return {
-      memoryBytes: pick(req?.memory_bytes, d.memoryBytes, "memory_bytes"),
-      pids: pick(req?.pids, d.pids, "pids"),
-      cpuSeconds: pick(req?.cpu_seconds, d.cpuSeconds, "cpu_seconds"),
-      diskBytes: pick(req?.disk_bytes, d.diskBytes, "disk_bytes"),
-    };
+    return entry;
+  }
+
+  /** A sandbox ended (deleted, reaped, or by itself): release the provider's hold, forget it. */
+  private closed(entry: Entry, src: ResolvedSource): void {
+    releaseQuietly(src, this.o.log);
+    if (this.entries.get(entry.id) !== entry) return;
+    this.entries.delete(entry.id);
+    entry.closeReason ??= "exited";
+    this.o.metrics.closes.inc({ reason: entry.closeReason });
+    this.o.log.info({ sandbox: entry.id, reason: entry.closeReason }, "sandbox closed");
   }
 
   /** Close and forget one sandbox. */
   async delete(id: string, reason: CloseReason = "delete"): Promise<void> {
     const e = this.entries.get(id);
-    if (!e) throw new SandboxNotFoundError(`sandbox ${id} not found (it was deleted, reaped, or never existed)`);
+    if (!e) throw notFound(id);
     this.entries.delete(id);
     e.closeReason = reason;
     this.o.metrics.closes.inc({ reason });
@@ -322,5 +288,18 @@ export class SandboxRegistry {
     clearInterval(this.timer);
     await Promise.all([...this.inProgress]);
     await Promise.all([...this.entries.keys()].map((id) => this.delete(id, "shutdown").catch(() => undefined)));
+  }
+}
+
+const released = new WeakSet<ResolvedSource>();
+
+/** Give the provider's hold back, once per source. */
+function releaseQuietly(src: ResolvedSource | undefined, log: Logger): void {
+  if (!src?.provided || released.has(src)) return;
+  released.add(src);
+  try {
+    src.provided.release();
+  } catch (e) {
+    log.warn({ err: e }, "provider release failed");
   }
 }

@@ -1,7 +1,7 @@
 /**
- * `X-Request-ID` idempotency: the response to a request carrying an id is kept, and a repeat of the same id (same
- * method and path) gets it replayed instead of running again. A repeat that arrives while the first is still
- * running waits for it. Bounded in entries and bytes; oldest first out.
+ * `X-Request-ID` idempotency: the response to a request carrying an id is kept, and a repeat (same id, method, full
+ * URL, principal and body: see hooks.ts) gets it replayed instead of running again. A repeat that arrives while the
+ * first is still running waits for it. Bounded in entries and bytes; oldest first out.
  */
 export interface StoredResponse {
   status: number;
@@ -21,10 +21,6 @@ export class ReplayStore {
     private readonly maxEntries = 4096,
     private readonly maxBytes = 64 * 1024 * 1024,
   ) {}
-
-  static key(method: string, path: string, requestId: string): string {
-    return `${method} ${path} ${requestId}`;
-  }
 
   get(key: string): StoredResponse | undefined {
     return this.done.get(key);

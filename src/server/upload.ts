@@ -5,20 +5,29 @@
  * A valid archive is then extracted into a fresh host temp dir (exclusive creates, symlinks last), from where the
  * caller copies it into the sandbox through `sandbox.files`.
  */
-import { createWriteStream, mkdirSync, symlinkSync } from "node:fs";
+import { createWriteStream, mkdirSync, statSync, symlinkSync } from "node:fs";
 import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
 import type { Readable } from "node:stream";
 import * as yauzl from "yauzl";
+import { MinisandboxError } from "../util/errors.js";
 import { PyError, pyRepr } from "./pycompat.js";
 
 export interface ZipLimits {
   /** Sum of uncompressed sizes. */
   maxUnpackedBytes: number;
   maxEntries: number;
+  /** Unpacked bytes per byte of archive, above `ratioFloorBytes` (a zip bomb unpacks to ~1000x its size). */
+  maxRatio: number;
+  ratioFloorBytes: number;
 }
 
-export const DEFAULT_ZIP_LIMITS: ZipLimits = { maxUnpackedBytes: 4 * 1024 ** 3, maxEntries: 200_000 };
+export const DEFAULT_ZIP_LIMITS: ZipLimits = {
+  maxUnpackedBytes: 1024 ** 3,
+  maxEntries: 10_000,
+  maxRatio: 100,
+  ratioFloorBytes: 16 * 1024 ** 2,
+};
 
 interface PlannedEntry {
   entry: yauzl.Entry;
@@ -33,9 +42,9 @@ const S_IFMT = 0o170000;
 const S_IFLNK = 0o120000;
 const S_IFDIR = 0o040000;
 
-function rejected(problems: string[]): PyError {
+function rejected(problems: string[], code = "invalid_input"): PyError {
   const shown = problems.slice(0, 10).join("; ") + (problems.length > 10 ? `; … (${problems.length - 10} more)` : "");
-  return new PyError("builtins.ValueError", `upload rejected, nothing was extracted: ${shown}`);
+  return new PyError("builtins.ValueError", `upload rejected, nothing was extracted: ${shown}`, {}, code);
 }
 
 async function readSmall(zip: yauzl.ZipFile, entry: yauzl.Entry, max: number): Promise<string> {
@@ -81,14 +90,28 @@ function resolveInside(fromDir: string[], target: string, links: Map<string, str
   return walk(fromDir, target);
 }
 
+/** What an archive of `archiveBytes` may unpack to, and why. */
+function unpackBudget(limits: ZipLimits, archiveBytes: number): { bytes: number; why: string } {
+  const byRatio = Math.max(limits.ratioFloorBytes, limits.maxRatio * archiveBytes);
+  if (byRatio < limits.maxUnpackedBytes)
+    return { bytes: byRatio, why: `${limits.maxRatio} times its ${archiveBytes} bytes (expansion limit)` };
+  return { bytes: limits.maxUnpackedBytes, why: `${limits.maxUnpackedBytes} bytes` };
+}
+
 /** Read and validate every entry of the zip at `file`; throws PyError (ValueError / BadZipFile) on any problem. */
-async function plan(zip: yauzl.ZipFile, limits: ZipLimits): Promise<PlannedEntry[]> {
+async function plan(
+  zip: yauzl.ZipFile,
+  limits: ZipLimits,
+  archiveBytes: number,
+): Promise<{ entries: PlannedEntry[]; total: number }> {
   const entries: PlannedEntry[] = [];
   const problems: string[] = [];
+  const budget = unpackBudget(limits, archiveBytes);
   let total = 0;
   const seen = new Set<string>();
   for await (const entry of zip.eachEntry()) {
-    if (entries.length >= limits.maxEntries) throw rejected([`more than ${limits.maxEntries} entries`]);
+    if (entries.length >= limits.maxEntries)
+      throw rejected([`more than ${limits.maxEntries} entries`], "upload_too_large");
     const raw = yauzl.getFileNameLowLevel(entry.generalPurposeBitFlag, entry.fileNameRaw, entry.extraFields, true);
     const shown = pyRepr(raw);
     const unixMode = entry.versionMadeBy >> 8 === 3 ? entry.externalFileAttributes >>> 16 : 0;
@@ -104,8 +127,7 @@ async function plan(zip: yauzl.ZipFile, limits: ZipLimits): Promise<PlannedEntry
     if (path !== "" && seen.has(path)) problems.push(`entry ${shown} appears twice`);
     seen.add(path);
     total += entry.uncompressedSize;
-    if (total > limits.maxUnpackedBytes)
-      throw rejected([`archive unpacks to more than ${limits.maxUnpackedBytes} bytes`]);
+    if (total > budget.bytes) throw rejected([`archive unpacks to more than ${budget.why}`], "upload_too_large");
     const planned: PlannedEntry = {
       entry,
       path,
@@ -131,18 +153,21 @@ async function plan(zip: yauzl.ZipFile, limits: ZipLimits): Promise<PlannedEntry
     }
   }
   if (problems.length) throw rejected(problems);
-  return entries;
+  return { entries, total };
 }
 
 /**
  * Validate the zip at `file` completely, then extract it into `dest` (an empty host directory the caller made).
- * Nothing is written when validation fails.
+ * Nothing is written when validation fails. Declared sizes are checked against the budget before anything is
+ * written, and yauzl checks every entry's real size against its declared one while extracting.
  */
 export async function extractZipChecked(
   file: string,
   dest: string,
   limits: ZipLimits = DEFAULT_ZIP_LIMITS,
+  beforeWrite?: (unpackedBytes: number) => void,
 ): Promise<number> {
+  const archiveBytes = statSync(file).size;
   let zip: yauzl.ZipFile;
   try {
     zip = await yauzl.openPromise(file, {
@@ -157,9 +182,11 @@ export async function extractZipChecked(
   try {
     let entries: PlannedEntry[];
     try {
-      entries = await plan(zip, limits);
+      const planned = await plan(zip, limits, archiveBytes);
+      entries = planned.entries;
+      beforeWrite?.(planned.total);
     } catch (e) {
-      if (e instanceof PyError) throw e;
+      if (e instanceof MinisandboxError) throw e;
       throw new PyError("zipfile.BadZipFile", `Bad zip file: ${(e as Error).message}`);
     }
     for (const e of entries) {
@@ -182,7 +209,7 @@ export async function extractZipChecked(
     }
     return entries.length;
   } catch (e) {
-    if (e instanceof PyError) throw e;
+    if (e instanceof MinisandboxError) throw e;
     throw new PyError("zipfile.BadZipFile", `Bad zip file: ${(e as Error).message}`);
   } finally {
     zip.close();

@@ -5,7 +5,7 @@
 import { spawn } from "node:child_process";
 import * as fsp from "node:fs/promises";
 import { dirname, join, resolve } from "node:path";
-import { errMessage, InvalidInputError, NotFoundError, StoreCorruptError } from "../../errors.js";
+import { errMessage, InvalidInputError, NotFoundError, StoreCorruptError, TarFormatError } from "../../errors.js";
 import { runOk } from "../../util/run.js";
 import type { LayerKey } from "../types.js";
 import { NORMALIZED_MTIME_SEC, removeTree, scratchName, syncFilesystem } from "./fsutil.js";
@@ -25,6 +25,34 @@ import { readTar, type TarHeader } from "../../util/tar.js";
 const PACK_HEADER = "msb-pack.json";
 const PACK_FORMAT = "minisandbox-pack";
 const MAX_MANIFEST_BYTES = 256 << 20;
+
+/** What a pack may unpack to, checked against each entry's declared size before a byte of it is written. */
+export interface ImportLimits {
+  /** Unpacked bytes at most (default: no limit but the disk). */
+  maxUnpackedBytes?: number;
+  /** Unpacked bytes per byte of pack, above `ratioFloorBytes` (default 200; real layers compress 2-10x). */
+  maxRatio?: number;
+  ratioFloorBytes?: number;
+}
+
+/** Disk space an import must leave free in the store's filesystem. */
+const IMPORT_RESERVE_BYTES = 512 << 20;
+
+/** The smallest of: the explicit cap, the expansion limit, the free disk minus a reserve; and what it is. */
+async function unpackBudget(store: Store, packBytes: number, l: ImportLimits): Promise<{ bytes: number; why: string }> {
+  const ratio = l.maxRatio ?? 200;
+  const options = [
+    {
+      bytes: Math.max(l.ratioFloorBytes ?? 256 << 20, ratio * packBytes),
+      why: `${ratio} times its ${packBytes} bytes`,
+    },
+  ];
+  if (l.maxUnpackedBytes !== undefined) options.push({ bytes: l.maxUnpackedBytes, why: `${l.maxUnpackedBytes} bytes` });
+  const fs = await fsp.statfs(store.tmpDir);
+  const free = fs.bavail * fs.bsize - IMPORT_RESERVE_BYTES;
+  options.push({ bytes: Math.max(0, free), why: `the ${Math.max(0, free)} bytes free in the store's filesystem` });
+  return options.reduce((a, b) => (b.bytes < a.bytes ? b : a));
+}
 
 export interface ExportResult {
   file: string;
@@ -125,9 +153,14 @@ interface Extracted {
  * valid and complete) before anything moves into the store; on any problem the store is left exactly as it was.
  * A layer the store already has with different content is refused unless `replace`.
  */
-export async function importPack(store: Store, file: string, opts: { replace?: boolean } = {}): Promise<ImportResult> {
+export async function importPack(
+  store: Store,
+  file: string,
+  opts: { replace?: boolean; limits?: ImportLimits } = {},
+): Promise<ImportResult> {
+  let packBytes: number;
   try {
-    await fsp.access(file);
+    packBytes = (await fsp.stat(file)).size;
   } catch {
     throw new NotFoundError(`pack ${file} not found`);
   }
@@ -138,7 +171,7 @@ export async function importPack(store: Store, file: string, opts: { replace?: b
     let manifests: LayerManifest[];
     let extracted: Extracted;
     try {
-      extracted = await extractPack(file, staging);
+      extracted = await extractPack(file, staging, await unpackBudget(store, packBytes, opts.limits ?? {}));
       manifests = await checkPack(store, extracted);
       for (const m of manifests) await assertCanWrite(store, m, opts.replace ?? false);
     } catch (e) {
@@ -169,8 +202,11 @@ export async function importPack(store: Store, file: string, opts: { replace?: b
   }
 }
 
-/** Stream-decompress and read the tar, writing only verified objects (flat, named by id) into `staging`. */
-async function extractPack(file: string, staging: string): Promise<Extracted> {
+/**
+ * Stream-decompress and read the tar, writing only verified objects (flat, named by id) into `staging`. Each entry's
+ * declared size counts against `budget` before any of it is written (a tar entry's body is exactly its size).
+ */
+async function extractPack(file: string, staging: string, budget: { bytes: number; why: string }): Promise<Extracted> {
   const zstd = spawn("zstd", ["-dcq", "--", file], { stdio: ["ignore", "pipe", "pipe"] });
   let stderr = "";
   zstd.stderr.on("data", (b: Buffer) => (stderr += b.toString()));
@@ -191,11 +227,15 @@ async function extractPack(file: string, staging: string): Promise<Extracted> {
   };
   const out: Extracted = { manifests: new Map(), objects: new Map() };
   const seen = new Set<string>();
+  let declared = 0;
   try {
     await readTar({ [Symbol.asyncIterator]: () => it }, async (h, body) => {
       const name = entryName(h);
       if (seen.has(name)) throw new InvalidInputError(`duplicate entry ${JSON.stringify(name)}`);
       seen.add(name);
+      declared += h.kind === "file" ? h.size : 0;
+      if (declared > budget.bytes)
+        throw new TarFormatError(`it unpacks to more than ${budget.why} (stopped before writing ${name})`);
       await readEntry(name, h, body, staging, out);
     });
     while (!(await it.next()).done); // the rest is tar padding; zstd must still end cleanly

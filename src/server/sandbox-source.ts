@@ -1,0 +1,79 @@
+/**
+ * Where a new sandbox's workspace comes from: a host directory (only under the allowed roots, mounted through the
+ * descriptor that was checked), a dataset instance or an environment key (through the provider), or nothing.
+ */
+import type { SandboxOptions } from "../sandbox/sandbox.js";
+import type { Limits } from "../sandbox/limits.js";
+import { InvalidInputError } from "../util/errors.js";
+import type { DirRoots } from "./dir-roots.js";
+import { NotImplementedError } from "../errors.js";
+import type { native } from "../wire/index.js";
+
+type CreateSandboxRequest = native.CreateSandboxRequest;
+import type { ProvidedWorkspace, WorkspaceProvider } from "./provider.js";
+
+export type SourceKind = "dir" | "instance" | "env_key" | "empty";
+
+export interface ResolvedSource {
+  kind: SourceKind;
+  options: SandboxOptions;
+  /** Real path of a `{dir}` sandbox's directory. */
+  dir?: string;
+  provided?: ProvidedWorkspace;
+  /** Once the sandbox is up (or failed to start): nothing more needs the checked directory open. */
+  done(): void;
+}
+
+export interface SourceContext {
+  provider?: WorkspaceProvider;
+  roots: DirRoots;
+}
+
+/** `trustedDir`: the operator's own directory (`serve --dir`), not a client's: no root check. */
+export async function resolveSource(
+  req: CreateSandboxRequest,
+  ctx: SourceContext,
+  trustedDir?: string,
+): Promise<ResolvedSource> {
+  const nothing = (): void => {};
+  if (trustedDir !== undefined) return { kind: "dir", options: { dir: trustedDir }, dir: trustedDir, done: nothing };
+  if (req.dir !== undefined) {
+    // Checked here (roots, the server's secrets) on the opened directory; the sandbox re-checks the roots on the
+    // very object it mounts (`dirRoots`), which is this descriptor's.
+    const opened = ctx.roots.open(req.dir);
+    const options = { dir: opened.mountSource, dirRoots: [...ctx.roots.roots] };
+    return { kind: "dir", options, dir: opened.realPath, done: opened.close };
+  }
+  if (req.instance_id !== undefined) {
+    if (!ctx.provider)
+      throw new NotImplementedError(
+        "this server has no workspace provider: start it with a dataset (serve --dataset FILE) " +
+          "to create sandboxes from instance ids",
+      );
+    const provided = await ctx.provider.forInstance(req.instance_id);
+    return { kind: "instance", options: provided.options, provided, done: nothing };
+  }
+  if (req.env_key !== undefined) {
+    if (!ctx.provider?.forEnvKey)
+      throw new NotImplementedError("this server's workspace provider cannot create sandboxes from environment keys");
+    const provided = await ctx.provider.forEnvKey(req.env_key);
+    return { kind: "env_key", options: provided.options, provided, done: nothing };
+  }
+  return { kind: "empty", options: {}, done: nothing };
+}
+
+/** The request's limits under the server's maxima (which are also the defaults). */
+export function limitsFor(asked: CreateSandboxRequest["limits"], max: Limits = {}): Limits {
+  const pick = (value: number | undefined, cap: number | undefined, name: string): number | undefined => {
+    if (value === undefined) return cap;
+    if (cap !== undefined && value > cap)
+      throw new InvalidInputError(`limits.${name} ${value} is above this server's maximum ${cap}`);
+    return value;
+  };
+  return {
+    memoryBytes: pick(asked?.memory_bytes, max.memoryBytes, "memory_bytes"),
+    pids: pick(asked?.pids, max.pids, "pids"),
+    cpuSeconds: pick(asked?.cpu_seconds, max.cpuSeconds, "cpu_seconds"),
+    diskBytes: pick(asked?.disk_bytes, max.diskBytes, "disk_bytes"),
+  };
+}

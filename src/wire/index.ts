@@ -1,0 +1,32 @@
+/** Public API of wire/: the wire contracts of the server's two protocols, shared by the server and the SDK. */
+import { NATIVE_MODELS } from "./native.js";
+import { SWEREX_MODELS } from "./swerex.js";
+
+export * as swerex from "./swerex.js";
+export * as native from "./native.js";
+export {
+  model,
+  Model,
+  Tagged,
+  type Out,
+  type In,
+  type Camel,
+  type Shape,
+  type OutOf,
+  type InOf,
+  type CamelOf,
+} from "./model.js";
+export { WireValidationError, type ValidationDetail, type JsonSchema } from "./schema.js";
+export { t } from "./types.js";
+export { readTokenFile, tokenFilePath } from "./token-file.js";
+
+/**
+ * Both contracts as JSON schema, one entry per model: the file `integrations/python/wire-contract.json`, against which
+ * the Python adapters are checked. Regenerate it with `npm run build && node dist/src/wire/contract-json.js`.
+ */
+export function contractJson(): string {
+  const schemas = (models: Record<string, { jsonSchema(): unknown }>) =>
+    Object.fromEntries(Object.entries(models).map(([name, m]) => [name, m.jsonSchema()]));
+  const doc = { swerex: schemas(SWEREX_MODELS), native: schemas(NATIVE_MODELS) };
+  return `${JSON.stringify(doc, null, 2)}\n`;
+}
