@@ -94,7 +94,11 @@ export class Rollout {
     return this.lastOutcome;
   }
 
-  /** The sandbox, while the rollout can use it. */
+  /** The sandbox, while the rollout can use it: SandboxLostError once lost or failed, SandboxError once closed. */
+  use(): Sandbox {
+    return this.live();
+  }
+
   private live(): Sandbox {
     if (this.failure) throw this.lostError();
     if (this.current === "closed") throw new SandboxError(`rollout ${this.id} is closed`);
