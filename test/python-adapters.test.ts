@@ -54,8 +54,8 @@ test("deployment + runtime: sessions, timeout -> interrupt -> recovery, execute,
     "deployment",
     `
 import asyncio, sys
-from minisandbox_deployment import MinisandboxDeployment
-from minisandbox_runtime import *
+from minisandbox.swerex.deployment import MinisandboxDeployment
+from minisandbox.swerex.runtime import *
 
 url, token, src, bundle, single = sys.argv[1:6]
 
@@ -172,7 +172,7 @@ test("runtime client: 401 / 403 are HTTP errors and not alive; unknown class pat
       `
 import asyncio, sys
 import aiohttp
-from minisandbox_runtime import *
+from minisandbox.swerex.runtime import *
 
 url, token, rt_url = sys.argv[1:4]
 
@@ -213,7 +213,7 @@ test("mini-swe-agent environment: fresh bash per command, merged output, cwd, en
     "env",
     `
 import sys
-from minisandbox_env import MinisandboxEnvironment, Submitted
+from minisandbox.minisweagent import MinisandboxEnvironment, Submitted
 
 url, token, src = sys.argv[1:4]
 env = MinisandboxEnvironment(url=url, api_key=token, dir=src, env={"MY_VAR": "42"}, timeout=10)
@@ -271,16 +271,17 @@ test("without a token the adapters read the server's token file (same home resol
       "tokenfile",
       `
 import asyncio, sys
-from minisandbox_deployment import MinisandboxDeployment
-from minisandbox_env import MinisandboxEnvironment
-from minisandbox_runtime import MinisandboxRuntime, default_token
+from minisandbox import default_token
+from minisandbox.minisweagent import MinisandboxEnvironment
+from minisandbox.swerex.deployment import MinisandboxDeployment
+from minisandbox.swerex.runtime import MinisandboxRuntime
 
 url = sys.argv[3]
 
 async def main():
     d = MinisandboxDeployment(url=url)
     await d.start()
-    assert (await d.runtime.execute(__import__("minisandbox_runtime").Command(command="true"))).exit_code == 0
+    assert (await d.runtime.execute(__import__("minisandbox.swerex.runtime", fromlist=["Command"]).Command(command="true"))).exit_code == 0
     bare = MinisandboxRuntime(host=d.runtime.host, auth_token="")
     assert not (await bare.is_alive(timeout=5)).is_alive, "an explicit empty token sends none"
     await d.stop()
@@ -298,4 +299,44 @@ asyncio.run(main())
   } finally {
     await s2.close();
   }
+});
+
+test("the package's stdlib client: sandboxes, exec with partial output on timeout, files, typed errors", async () => {
+  await py(
+    "client",
+    `
+import sys
+from minisandbox import Client, NotFoundError, AuthError, InvalidInputError, ServerUnreachableError
+
+url, token = sys.argv[1:3]
+c = Client(url, token)
+assert c.healthy()
+sb = c.create_sandbox(env={"GREETING": "hi"}, limits={"pids": 64})
+r = c.exec(sb["id"], "echo $GREETING; echo oops >&2; exit 3")
+assert (r["exit_code"], r["stdout"], r["stderr"]) == (3, "hi\\n", "oops\\n"), r
+r = c.exec(sb["id"], "echo partial; sleep 30", timeout=1)
+assert r["timed_out"] and r["stdout"] == "partial\\n", r
+c.exec(sb["id"], ["sh", "-c", "printf 'a\\\\0b' > /tmp/bin"])
+assert c.read_file(sb["id"], "/tmp/bin") == b"a\\x00b"
+assert any(s["id"] == sb["id"] for s in c.list_sandboxes())
+assert c.delete_sandbox(sb["id"]) is True and c.delete_sandbox(sb["id"]) is False
+try:
+    c.get_sandbox(sb["id"]); raise SystemExit("no error")
+except NotFoundError as e:
+    assert e.status == 404 and e.code == "sandbox_not_found", (e.status, e.code)
+try:
+    c.create_sandbox(limits={"pids": 1.5}); raise SystemExit("no error")
+except InvalidInputError as e:
+    assert e.status == 422 and "pids" in str(e), str(e)
+try:
+    Client(url, "wrong").list_sandboxes(); raise SystemExit("no error")
+except AuthError as e:
+    assert e.status == 401
+try:
+    Client("http://127.0.0.1:9", "x").list_sandboxes(); raise SystemExit("no error")
+except ServerUnreachableError as e:
+    assert "minisandbox serve" in str(e), str(e)
+print("OK")
+`,
+  );
 });

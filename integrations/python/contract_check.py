@@ -3,7 +3,7 @@
 Run ``python contract_check.py [wire-contract.json]``: it prints one line per problem and exits 1 when the adapters
 and the contract disagree (a field renamed, a default changed, a type changed on either side), 0 when they agree.
 
-* SWE-ReX models: every request and response model of ``minisandbox_runtime`` (swe-rex's own when installed) has
+* SWE-ReX models: every request and response model of ``minisandbox.swerex.runtime`` (swe-rex's own when installed) has
   the contract's fields, required fields, defaults and types.
 * Native API: the bodies the deployment and the mini-swe-agent environment send validate against the contract's
   schemas (``jsonschema``), and the answer fields they read exist in the contract.
@@ -18,9 +18,8 @@ from typing import Any
 
 import jsonschema
 
-import minisandbox_deployment as deployment
-import minisandbox_env as env
-import minisandbox_runtime as runtime
+from minisandbox import minisweagent as env
+from minisandbox.swerex import deployment, runtime
 
 # SWE-ReX models the runtime client sends or reads, by contract name (the `{}` answers have no fields).
 SWEREX_MODELS = {

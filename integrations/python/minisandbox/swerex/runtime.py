@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any, Literal, Union
 
 import aiohttp
+
+from ..token import default_token
 from pydantic import BaseModel
 
 __all__ = [
@@ -126,23 +128,6 @@ _MIRRORS = {
         DeploymentStartupError,
     )
 }
-
-def default_token(home: str | None = None) -> str:
-    """The token ``minisandbox serve`` wrote to ``<home>/server/token`` ("" when there is none).
-
-    The home is resolved as the CLI resolves it: ``home``, then ``$MINISANDBOX_HOME``, then
-    ``$XDG_DATA_HOME/minisandbox``, then ``~/.local/share/minisandbox``.
-    """
-    if not home:
-        home = os.environ.get("MINISANDBOX_HOME") or os.path.join(
-            os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share"), "minisandbox"
-        )
-    try:
-        with open(os.path.join(os.path.abspath(home), "server", "token"), encoding="utf-8") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
 
 # -------------------------------------------------------------------------------------------------- models
 
@@ -467,7 +452,7 @@ class MinisandboxRuntime:
         return await self._request("close", None, CloseResponse)
 
 
-if __name__ == "__main__":  # pragma: no cover - tiny manual check: python minisandbox_runtime.py URL [TOKEN]
+if __name__ == "__main__":  # pragma: no cover - tiny manual check: python -m minisandbox.swerex.runtime URL [TOKEN]
     async def _main() -> None:
         rt = MinisandboxRuntime(host=sys.argv[1], auth_token=sys.argv[2] if len(sys.argv) > 2 else "")
         print(await rt.is_alive(timeout=5))

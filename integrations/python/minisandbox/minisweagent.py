@@ -8,7 +8,7 @@ into stdout), like mini-swe-agent's local and docker environments. The sandbox i
     env.execute({"command": "git status"})   # -> {"output": ..., "returncode": 0, "exception_info": ""}
     env.close()
 
-In a mini-swe-agent config: ``environment: {environment_class: minisandbox_env.MinisandboxEnvironment, url: ..., ...}``.
+In a mini-swe-agent config: ``environment: {environment_class: minisandbox.minisweagent.MinisandboxEnvironment, url: ...}``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from .errors import MinisandboxError
+from .token import default_token
 
 try:
     from minisweagent.exceptions import Submitted  # type: ignore[import-not-found]
@@ -60,28 +63,6 @@ class MinisandboxEnvironmentConfig:
     ttl_seconds: float | None = None
     idle_timeout_seconds: float | None = None
     shell: str = "bash"
-
-
-class MinisandboxError(RuntimeError):
-    pass
-
-
-def default_token(home: str | None = None) -> str:
-    """The token ``minisandbox serve`` wrote to ``<home>/server/token`` ("" when there is none).
-
-    The home is resolved as the CLI resolves it: ``home``, then ``$MINISANDBOX_HOME``, then
-    ``$XDG_DATA_HOME/minisandbox``, then ``~/.local/share/minisandbox``.
-    """
-    if not home:
-        home = os.environ.get("MINISANDBOX_HOME") or os.path.join(
-            os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share"), "minisandbox"
-        )
-    try:
-        with open(os.path.join(os.path.abspath(home), "server", "token"), encoding="utf-8") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
 
 
 def create_sandbox_body(c: MinisandboxEnvironmentConfig) -> dict[str, Any]:

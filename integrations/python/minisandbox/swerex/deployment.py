@@ -22,7 +22,7 @@ from typing import Any, Literal
 import aiohttp
 from pydantic import BaseModel
 
-from minisandbox_runtime import (
+from .runtime import (
     default_token,
     DeploymentNotStartedError,
     DeploymentStartupError,

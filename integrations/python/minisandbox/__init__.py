@@ -1,0 +1,35 @@
+"""minisandbox for Python: a client of ``minisandbox serve`` and adapters for the agent ecosystem.
+
+- ``minisandbox.Client`` — the native API (sandboxes, exec, files), standard library only.
+- ``minisandbox.minisweagent.MinisandboxEnvironment`` — a mini-swe-agent environment.
+- ``minisandbox.swerex`` — a SWE-ReX runtime and deployment (needs the ``swerex`` extra: aiohttp, pydantic).
+"""
+
+from .client import DEFAULT_URL, Client
+from .errors import (
+    AuthError,
+    InvalidInputError,
+    LimitError,
+    MinisandboxError,
+    NotFoundError,
+    ServerUnreachableError,
+    TimeoutError,
+    UnavailableError,
+)
+from .token import default_token, resolve_home
+
+__all__ = [
+    "Client",
+    "DEFAULT_URL",
+    "MinisandboxError",
+    "ServerUnreachableError",
+    "InvalidInputError",
+    "AuthError",
+    "NotFoundError",
+    "LimitError",
+    "TimeoutError",
+    "UnavailableError",
+    "default_token",
+    "resolve_home",
+]
+__version__ = "0.1.0"
