@@ -319,7 +319,7 @@ describe("rollouts over HTTP: the Python package (minisandbox.rl)", { concurrenc
     assert.deepEqual(r.groups_left, [], "the group was closed");
   });
 
-  it("SkyRL-style generator and verl-style agent loop: token ids, masks and rewards per trajectory", async () => {
+  it("prewarm and gold check from Python; SkyRL generator and verl agent loop: ids, masks, rewards", async () => {
     const policy = await scriptedPolicy(
       new Map([
         [0, [heredoc(inst.patch!)]],
@@ -328,6 +328,11 @@ describe("rollouts over HTTP: the Python package (minisandbox.rl)", { concurrenc
       () => {},
     );
     const r = await driver("adapters", policy.url);
+    assert.deepEqual(
+      r.prewarm.tasks.map((t: Json) => [t.instance_id, t.warm_sandboxes]),
+      [[inst.instance_id, 2]],
+    );
+    assert.equal(r.gold.passed, true);
     assert.deepEqual(r.skyrl.rewards, [1, 0]);
     assert.deepEqual(r.skyrl.stop_reasons, ["Submitted", "Submitted"]);
     assert.deepEqual(

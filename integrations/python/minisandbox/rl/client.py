@@ -17,7 +17,7 @@ from typing import Any
 
 from ..client import Client
 
-__all__ = ["RolloutClient", "Group", "Rollout"]
+__all__ = ["RolloutClient", "Group", "Rollout", "group_body", "exec_body", "reward_body"]
 
 #: Seconds to wait for calls that may build an environment or run a task's tests.
 LONG = 3600.0
@@ -25,6 +25,27 @@ LONG = 3600.0
 
 def _q(text: str) -> str:
     return urllib.parse.quote(text, safe="")
+
+
+def _given(**fields: Any) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def group_body(instance_id: str, n: int, gold_check: bool | None = None, ttl_seconds: float | None = None) -> dict:
+    """``POST /rollouts/groups`` (the contract's ``CreateGroupRequest``)."""
+    return _given(instance_id=instance_id, n=n, gold_check=gold_check, ttl_seconds=ttl_seconds)
+
+
+def exec_body(command: str | list[str], timeout: float | None = None, cwd: str | None = None,
+              env: dict[str, str] | None = None, stdin: str | None = None, merge_output: bool = False) -> dict:
+    """``POST /rollouts/<id>/exec`` (the native ``ExecRequest``)."""
+    return _given(command=command, timeout_ms=None if timeout is None else timeout * 1000, cwd=cwd, env=env,
+                  stdin=stdin, merge_output=merge_output)
+
+
+def reward_body(mode: str | None = None, timeout: float | None = None, reward: str | None = None) -> dict:
+    """``POST /rollouts/<id>/reward`` (``RewardRequest``)."""
+    return _given(mode=mode, timeout_seconds=timeout, reward=reward)
 
 
 @dataclass
@@ -49,13 +70,9 @@ class Rollout:
     def exec(self, command: str | list[str], *, timeout: float | None = None, cwd: str | None = None,
              env: dict[str, str] | None = None, stdin: str | None = None, merge_output: bool = False) -> dict:
         """One command in a fresh process (a string runs under ``bash -c``); ``timeout`` in seconds."""
-        body: dict[str, Any] = {"command": command, "cwd": cwd, "env": env, "stdin": stdin,
-                                "merge_output": merge_output}
-        if timeout is not None:
-            body["timeout_ms"] = timeout * 1000
         wait = None if timeout is None else timeout + 60
-        return self.client.request("POST", f"{self._path}/exec", {k: v for k, v in body.items() if v is not None},
-                                   timeout=wait)
+        return self.client.request("POST", f"{self._path}/exec", exec_body(command, timeout, cwd, env, stdin,
+                                                                           merge_output), timeout=wait)
 
     def read_file(self, path: str) -> bytes:
         return self.client.request("GET", f"{self._path}/files?path={_q(path)}", raw=True)
@@ -66,8 +83,7 @@ class Rollout:
     def reward(self, *, mode: str | None = None, timeout: float | None = None, reward: str | None = None) -> dict:
         """The outcome: ``status`` "scored" (``reward`` is real, 0 included) or "infra_failure" (``reward`` None,
         ``failure`` says why), ``resolved``, ``fail_to_pass`` / ``pass_to_pass`` counts, ``timings``, ``patch``."""
-        body = {"mode": mode, "timeout_seconds": timeout, "reward": reward}
-        return self.client.request("POST", f"{self._path}/reward", {k: v for k, v in body.items() if v is not None},
+        return self.client.request("POST", f"{self._path}/reward", reward_body(mode, timeout, reward),
                                    timeout=(timeout or 3600) + 120)
 
     def fork(self, k: int = 1) -> list[Rollout]:
@@ -127,8 +143,7 @@ class RolloutClient:
     def start_group(self, instance_id: str, n: int, *, gold_check: bool | None = None,
                     ttl_seconds: float | None = None) -> Group:
         """``n`` rollouts of one task, started together (from the server's warm pool first)."""
-        body = {"instance_id": instance_id, "n": n, "gold_check": gold_check, "ttl_seconds": ttl_seconds}
-        g = self.client.request("POST", "/rollouts/groups", {k: v for k, v in body.items() if v is not None},
+        g = self.client.request("POST", "/rollouts/groups", group_body(instance_id, n, gold_check, ttl_seconds),
                                 timeout=LONG)
         return _group(self.client, g)
 
