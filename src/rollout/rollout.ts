@@ -165,8 +165,10 @@ export class Rollout {
         ...(opts.reward !== undefined ? { reward: opts.reward } : {}),
         ...(opts.logDir !== undefined ? { logDir: opts.logDir } : {}),
       });
-      // A sandbox that died while its diff was taken or its tests ran says nothing about the agent.
-      outcome = this.checkLost() ? infraOutcome(who, this.failure!, r.patch) : classifyOutcome(r, who);
+      // A sandbox that died before its diff was taken (fresh) or while its tests ran (in place) says nothing about
+      // the agent; once a fresh sandbox has graded the diff, the verdict stands whatever happens to the rollout.
+      const spoiled = (mode === "in_place" || r.status === "ERROR") && this.checkLost();
+      outcome = spoiled ? infraOutcome(who, this.failure!, r.patch) : classifyOutcome(r, who);
     } catch (e) {
       outcome = this.checkLost()
         ? infraOutcome(who, this.failure!)

@@ -84,7 +84,7 @@ function registerRolloutWork(app: FastifyInstance, ctx: RouteContext, access: Ro
       env: r.env,
       stdin: r.stdin,
       mergeOutput: r.merge_output,
-      outputLimitBytes: r.output_limit_bytes ?? max,
+      outputLimitBytes: r.output_limit_bytes,
     });
     ctx.metrics.commands.observe({ kind: "exec" }, (performance.now() - started) / 1000);
     return {
