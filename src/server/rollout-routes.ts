@@ -11,7 +11,7 @@ import { native, rollout as wire } from "../wire/index.js";
 import type { Principal } from "./auth.js";
 import { readBounded, writeBounded } from "./bounded-io.js";
 import { LIFECYCLE } from "./lifecycle-sandboxes.js";
-import { principalOf, type RouteContext } from "./route-context.js";
+import { clientGone, principalOf, type RouteContext } from "./route-context.js";
 
 const config = LIFECYCLE;
 
@@ -72,7 +72,7 @@ export function registerRolloutRoutes(app: FastifyInstance, ctx: RouteContext, e
 /** Routes on one rollout: inspect, commands, files, reward, fork, close. */
 function registerRolloutWork(app: FastifyInstance, ctx: RouteContext, access: RolloutAccess): void {
   app.get("/rollouts/:rid", { config }, async (req) => rolloutToWire(access.rollout(req).info()));
-  app.post("/rollouts/:rid/exec", { config }, async (req) => {
+  app.post("/rollouts/:rid/exec", { config }, async (req, reply) => {
     const r = native.ExecRequest.parse(req.body);
     const max = ctx.limits.maxReadBytes;
     if (r.output_limit_bytes !== undefined && r.output_limit_bytes > max)
@@ -85,6 +85,7 @@ function registerRolloutWork(app: FastifyInstance, ctx: RouteContext, access: Ro
       stdin: r.stdin,
       mergeOutput: r.merge_output,
       outputLimitBytes: r.output_limit_bytes,
+      signal: clientGone(reply),
     });
     ctx.metrics.commands.observe({ kind: "exec" }, (performance.now() - started) / 1000);
     return {
