@@ -2,6 +2,7 @@
  * Sandboxes started ahead of need, per task, bounded: a group takes them instead of starting its own. A pool
  * sandbox was started exactly as a group's own and nothing ran in it; one that died meanwhile is never handed out.
  */
+import { readFileSync } from "node:fs";
 import type { Sandbox } from "../sandbox/sandbox.js";
 
 interface Entry {
@@ -81,12 +82,16 @@ export class WarmPool {
   }
 }
 
-/** The sandbox's init is still there (a killed sandbox closes itself, but only once its launcher noticed). */
+/**
+ * The sandbox's init is still running (a killed sandbox closes itself, but only once its launcher noticed; until its
+ * parent reaps it, a killed init is a zombie, which `kill(pid, 0)` would still find).
+ */
 export function alive(pid: number): boolean {
   try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === "EPERM";
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
+    return state !== "Z" && state !== "X";
+  } catch {
+    return false;
   }
 }
