@@ -82,15 +82,20 @@ export class WarmPool {
   }
 }
 
+/** The kernel's PF_EXITING: the task is on its way out (a killed namespace init stays so while it reaps the rest). */
+const PF_EXITING = 0x4;
+
 /**
- * The sandbox's init is still running (a killed sandbox closes itself, but only once its launcher noticed; until its
- * parent reaps it, a killed init is a zombie, which `kill(pid, 0)` would still find).
+ * The sandbox's init is still running. A killed sandbox closes itself, but only once its launcher noticed; meanwhile
+ * its init is exiting (killing the namespace's other processes first) or a zombie, which `kill(pid, 0)` would
+ * still find.
  */
 export function alive(pid: number): boolean {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
-    return state !== "Z" && state !== "X";
+    // Fields after the command name: state, ppid, pgrp, session, tty, tpgid, flags...
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return fields[0] !== "Z" && fields[0] !== "X" && (Number(fields[6]) & PF_EXITING) === 0;
   } catch {
     return false;
   }
