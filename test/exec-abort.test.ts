@@ -39,7 +39,7 @@ test("aborting an exec kills the command and everything it started; the result s
   assert.equal((await sb.exec(["echo", "still usable"])).stdout, "still usable\n");
 });
 
-test("an HTTP client that disconnects mid-command leaves no process behind (native exec and SWE-ReX execute)", async () => {
+test("a client that disconnects mid-command leaves no process behind (native exec and SWE-ReX execute)", async () => {
   const headers = { "X-API-Key": TOKEN, "content-type": "application/json" };
   const created = await fetch(`${srv.url}/sandboxes`, { method: "POST", headers, body: "{}" });
   const sb = (await created.json()) as { id: string; runtime_url: string };

@@ -199,7 +199,8 @@ class Build {
       await normalizeMtimes(this.trees.testbed);
       await normalizeMtimes(this.trees.venv);
     });
-    const venvPycs = `find ${VENV_PATH} -name '*.pyc' -delete && python -m compileall -q -j 0 ${VENV_PATH} >/dev/null 2>&1`;
+    const deleteVenvPycs = `find ${VENV_PATH} -name '*.pyc' -delete`;
+    const venvPycs = `${deleteVenvPycs} && python -m compileall -q -j 0 ${VENV_PATH} >/dev/null 2>&1`;
     const testbedPycs = `python -m compileall -q -j 0 -x '/\\.git/' ${TESTBED_PATH} >/dev/null 2>&1`;
     await this.sh("compile", `${ACTIVATE} && ${venvPycs}; ${testbedPycs}; true`);
     await this.sandbox!.close();
