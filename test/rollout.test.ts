@@ -51,7 +51,7 @@ const apply = (patch: string) => (r: Rollout) => r.exec("git apply -", { stdin: 
 const explain = (o: RolloutOutcome): string => JSON.stringify({ ...o, patch: o.patch.slice(0, 300) });
 
 describe("rollouts", { concurrency: 1 }, () => {
-  it("a GRPO group of 8: each rollout gets exactly the reward its work earns; a killed one is an infra failure", async (t) => {
+  it("a GRPO group of 8: each rollout gets exactly what it earns; a killed one is an infra failure", async (t) => {
     const group = await engine.startGroup({ instance: inst.instance_id, n: 8 });
     t.after(() => group.close());
     assert.equal(group.rollouts.length, 8);
@@ -104,7 +104,7 @@ describe("rollouts", { concurrency: 1 }, () => {
     assert.deepEqual(processesMatching(group.rollouts[0]!.sandbox!.id), []);
   });
 
-  it("a sandbox killed in the middle of a command: the command throws SandboxLostError, the reward is no 0", async (t) => {
+  it("a sandbox killed mid-command: the command throws SandboxLostError, the reward is no 0", async (t) => {
     const group = await engine.startGroup({ instance: inst, n: 1 });
     t.after(() => group.close());
     const [r] = group.rollouts;
@@ -141,7 +141,7 @@ describe("rollouts", { concurrency: 1 }, () => {
     assert.match(o.failure!.message, /time limit/);
   });
 
-  it("in place (the paper's way): graded in the rollout's own sandbox, which stays open; test edits do not count", async (t) => {
+  it("in place (the paper's way): graded in the rollout's own sandbox, kept open; test edits are reset", async (t) => {
     const group = await engine.startGroup({ instance: inst, n: 2 });
     t.after(() => group.close());
     const [fixer, faker] = group.rollouts;
@@ -164,7 +164,7 @@ describe("rollouts", { concurrency: 1 }, () => {
     for (const f of touched) assert.ok(!stillFake.includes(f), `${f} was reset in the rollout's sandbox`);
   });
 
-  it("fork: children are new rollouts of the group that see the parent's state and diverge; the parent runs on", async (t) => {
+  it("fork: children are new rollouts that see the parent's state and diverge; the parent runs on", async (t) => {
     const group = await engine.startGroup({ instance: inst, n: 2 });
     t.after(() => group.close());
     const parent = group.rollouts[1]!;

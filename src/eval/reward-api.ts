@@ -222,7 +222,7 @@ async function openFresh(
   }
 }
 
-/** The pristine state of an instance's workspace, listed once per home, environment and instance (layers never change). */
+/** An instance's pristine workspace, listed once per home, environment and instance (layers never change). */
 const listings = new Map<string, Promise<Buffer>>();
 const MAX_LISTINGS = 64;
 
