@@ -96,7 +96,10 @@ export class RolloutEngine {
     if (!p) {
       p = (async () => {
         const o = this.opts;
-        const settings = await evalSandboxSettings(this.home, env.spec, { network: o.network ?? false });
+        const network = o.network ?? false;
+        // The host's pip configuration (local indexes, read-only): an in-place reward's eval.sh reinstalls offline.
+        const pip = o.offlinePip ?? true;
+        const settings = pip ? await evalSandboxSettings(this.home, env.spec, { network }) : { network };
         const ws = await resolveWorkspace({
           home: this.home,
           instance,

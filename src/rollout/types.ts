@@ -70,6 +70,11 @@ export interface RolloutEngineOptions {
   limits?: Limits;
   /** Network in rollout sandboxes (default false). */
   network?: boolean;
+  /**
+   * The host's pip configuration in rollout sandboxes (local indexes bound read-only), so that an in-place reward's
+   * eval.sh can reinstall offline (default true). false saves those mounts at each start when rewards are fresh.
+   */
+  offlinePip?: boolean;
   /** A rollout closes itself after this long (default 2 h); a group can ask for less or more. */
   ttlMs?: number;
   /** Default reward mode (default "fresh"). */
