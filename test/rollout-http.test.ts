@@ -319,7 +319,7 @@ describe("rollouts over HTTP: the Python package (minisandbox.rl)", { concurrenc
     assert.deepEqual(r.groups_left, [], "the group was closed");
   });
 
-  it("prewarm and gold check from Python; SkyRL generator and verl agent loop: ids, masks, rewards", async () => {
+  it("files, forks, prewarm, gold check from Python; SkyRL generator, verl agent loop: ids, masks", async () => {
     const policy = await scriptedPolicy(
       new Map([
         [0, [heredoc(inst.patch!)]],
@@ -328,6 +328,14 @@ describe("rollouts over HTTP: the Python package (minisandbox.rl)", { concurrenc
       () => {},
     );
     const r = await driver("adapters", policy.url);
+    assert.deepEqual(r.files, {
+      read: "from python\n",
+      child: "from python\n",
+      child_repetition: 1,
+      child_parent: true,
+      timeout: true,
+      closed: "InvalidInputError",
+    });
     assert.deepEqual(
       r.prewarm.tasks.map((t: Json) => [t.instance_id, t.warm_sandboxes]),
       [[inst.instance_id, 2]],

@@ -3,7 +3,7 @@
  * without `close()` (killed, out of time) makes the rollout *lost*: its commands throw SandboxLostError and its
  * reward is an infrastructure failure, never a 0.
  */
-import { InvalidInputError, SandboxError, SandboxLostError } from "../errors.js";
+import { InvalidInputError, SandboxLostError } from "../errors.js";
 import { evaluate, type EvaluateOptions } from "../eval/reward-api.js";
 import type { ExecOptions, ExecResult } from "../sandbox/exec.js";
 import type { SandboxFiles } from "../sandbox/files.js";
@@ -94,14 +94,14 @@ export class Rollout {
     return this.lastOutcome;
   }
 
-  /** The sandbox, while the rollout can use it: SandboxLostError once lost or failed, SandboxError once closed. */
+  /** The sandbox, while the rollout can use it: SandboxLostError once lost or failed, InvalidInputError once closed. */
   use(): Sandbox {
     return this.live();
   }
 
   private live(): Sandbox {
     if (this.failure) throw this.lostError();
-    if (this.current === "closed") throw new SandboxError(`rollout ${this.id} is closed`);
+    if (this.current === "closed") throw new InvalidInputError(`rollout ${this.id} is closed`);
     return this.sandbox!;
   }
 
