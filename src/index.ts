@@ -63,10 +63,12 @@ export {
   RemoteRuntimeError,
   RequestValidationError,
   SandboxError,
+  SandboxLostError,
   SandboxNotFoundError,
   SessionError,
   StoreCorruptError,
   TarFormatError,
+  TaskInvalidError,
   TimeoutError,
   UnauthorizedError,
   UnavailableError,
@@ -104,6 +106,10 @@ export {
   tokenFilePath,
   buildZip,
   zipDirectory,
+  RolloutClient,
+  RemoteRolloutGroup,
+  RemoteRollout,
+  type StartGroupOptions,
   type RemoteCommands,
   type RemoteCommandHandle,
   type RemoteExecOptions,
@@ -119,3 +125,19 @@ export { validateLimits } from "./sandbox/limits.js";
 export { findToolchain, listToolchains, type Toolchain } from "./env/toolchains.js";
 export { pythonOnPath, type PythonOnPath } from "./env/python-on-path.js";
 export { startServer, type RunningServer, type ServerOptions } from "./server/index.js";
+export {
+  RolloutEngine,
+  RolloutGroup,
+  Rollout,
+  classifyOutcome,
+  type GoldVerdict,
+  type GroupInfo,
+  type GroupRequest,
+  type InfraFailureKind,
+  type PrewarmReport,
+  type RewardMode,
+  type RewardOptions,
+  type RolloutEngineOptions,
+  type RolloutInfo,
+  type RolloutOutcome,
+} from "./rollout/index.js";

@@ -20,6 +20,7 @@ const LAYERS: string[][] = [
   ["env"],
   ["fixtures"],
   ["eval"],
+  ["rollout"],
   ["server", "client"],
   ["index.ts"],
   ["bench"],

@@ -95,6 +95,48 @@ export interface EvalMeasurement {
   detail?: unknown;
 }
 
+export interface GroupReady {
+  available: true;
+  label: string;
+  method: string;
+  /** From the request to the first command's output in every member of the group. */
+  allReady: Dist;
+  failures: number;
+}
+
+export interface TrajectoryOverhead {
+  available: true;
+  label: string;
+  method: string;
+  trajectories: number;
+  /** Trajectories graded resolved (the agent's work is the gold patch: must equal `trajectories`). */
+  resolved: number;
+  /** Per trajectory: wall time minus the agent's commands minus the test run. */
+  overhead: Dist;
+  /** Mean of each part of the overhead (start, diff, reward outside the tests, close). */
+  meanParts: Record<string, number>;
+}
+
+export interface ForkLatency {
+  available: true;
+  label: string;
+  method: string;
+  /** Fork request → child started. */
+  fork: Dist;
+  /** Fork request → the child's first command output. */
+  firstOutput: Dist;
+}
+
+/** Workload 7: rollouts for RL trainers, side by side with mini-swe-agent's podman environment. */
+export interface RolloutResults {
+  available: true;
+  groupSize: number;
+  rounds: number;
+  group: Record<"minisandbox" | "minisandbox_warm_pool" | "podman", GroupReady | Unavailable>;
+  trajectory: Record<"minisandbox" | "minisandbox_in_place" | "podman", TrajectoryOverhead | Unavailable>;
+  fork: Record<"minisandbox" | "podman_commit", ForkLatency | Unavailable>;
+}
+
 export interface Target {
   name: string;
   target: string;
@@ -165,6 +207,7 @@ export interface BenchResults {
     minisandbox_steps: EvalMeasurement | Unavailable;
     podman: EvalMeasurement | Unavailable;
   };
+  rollout: RolloutResults | Unavailable;
   ratios: {
     warm_vs_extract: number | null;
     warm_vs_podman: number | null;
@@ -180,6 +223,14 @@ export interface BenchResults {
     eval_vs_podman: number | null;
     /** The very same script through Sandbox.create + exec vs podman run -i. */
     eval_steps_vs_podman: number | null;
+    /** Group of 8 ready, p50: podman (mini-swe-agent's environment) ÷ startGroup (no warm pool). */
+    rollout_group_vs_podman: number | null;
+    /** The same with the group taken from the warm pool (prewarmed while the previous step trained). */
+    rollout_group_pool_vs_podman: number | null;
+    /** Overhead per trajectory outside agent and tests, p50: podman ÷ minisandbox (fresh-sandbox reward). */
+    rollout_overhead_vs_podman: number | null;
+    /** Fork → child started, p50: podman commit + run ÷ Rollout.fork. */
+    fork_vs_podman_commit: number | null;
   };
   /** Why a ratio is null. */
   ratio_reasons: Record<string, string>;

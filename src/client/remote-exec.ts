@@ -89,8 +89,17 @@ export async function remoteExec(
   o: RemoteExecOptions = {},
 ): Promise<RemoteExecResult> {
   if (o.onStdout || o.onStderr) return (await remoteStart(api, id, cmd, o)).wait();
-  const body = requestBody(cmd, o);
-  return resultOf(await api.call("POST", `/sandboxes/${id}/exec`, native.ExecResponse, body));
+  return remoteExecAt(api, `/sandboxes/${id}/exec`, cmd, o);
+}
+
+/** The same without streaming, against any route speaking `ExecRequest` / `ExecResponse` (a rollout's too). */
+export async function remoteExecAt(
+  api: HttpClient,
+  path: string,
+  cmd: string | string[],
+  o: RemoteExecOptions = {},
+): Promise<RemoteExecResult> {
+  return resultOf(await api.call("POST", path, native.ExecResponse, requestBody(cmd, o)));
 }
 
 /** The NDJSON answer of `/exec/stream`, read as it arrives: output to the callbacks, then the result. */

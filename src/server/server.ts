@@ -24,6 +24,8 @@ import { SandboxRegistry } from "./registry.js";
 import { ReplayStore } from "./replay.js";
 import { principalOf, type RouteContext } from "./route-context.js";
 import { registerRuntimeRoutes } from "./runtime-routes.js";
+import { RolloutEngine } from "../rollout/index.js";
+import { registerRolloutRoutes } from "./rollout-routes.js";
 import { UploadScratch } from "./scratch.js";
 
 export { isLoopback, type ServerOptions } from "./options.js";
@@ -102,6 +104,10 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
   registerExecRoutes(app, ctx);
   registerTaskRoutes(app, ctx);
   registerSdkRoutes(app, ctx);
+  const rollouts = opts.rollouts
+    ? new RolloutEngine({ limits: opts.limits, maxRollouts: ctx.registry.maxSandboxes, ...opts.rollouts, home })
+    : undefined;
+  registerRolloutRoutes(app, ctx, rollouts);
   registerRuntimeRoutes(
     app,
     "/sandboxes/:id",
@@ -110,6 +116,7 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
   );
   await registerKeyedRuntimes(app, ctx);
   const close = once(async () => {
+    await rollouts?.close();
     await ctx.registry.closeAll();
     await app.close();
   });

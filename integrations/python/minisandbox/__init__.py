@@ -6,6 +6,7 @@
 - ``minisandbox.sweagent`` — SWE-agent ``run-batch`` instances on the server's instance-addressed runtimes.
 - ``minisandbox.swerex`` — a SWE-ReX runtime and deployment (needs the ``swerex`` extra: aiohttp, pydantic).
 - ``minisandbox.swerex_pytest`` — a pytest plugin running SWE-ReX's own tests against ``minisandbox serve --dir``.
+- ``minisandbox.rl`` — rollouts for RL trainers: groups, an agent loop, trajectories, SkyRL / verl adapters.
 """
 
 from .client import DEFAULT_URL, Client
@@ -15,7 +16,9 @@ from .errors import (
     LimitError,
     MinisandboxError,
     NotFoundError,
+    SandboxLostError,
     ServerUnreachableError,
+    TaskInvalidError,
     TimeoutError,
     UnavailableError,
 )
@@ -32,6 +35,8 @@ __all__ = [
     "LimitError",
     "TimeoutError",
     "UnavailableError",
+    "SandboxLostError",
+    "TaskInvalidError",
     "default_token",
     "resolve_home",
 ]
