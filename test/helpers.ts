@@ -86,24 +86,26 @@ export function cgroupsLeft(ids: string[]): string[] {
 export const CLI = join(import.meta.dirname, "..", "src", "cli", "index.js");
 
 /**
- * A venv with `packages`, built once per machine and shared by test files (keyed by python version and packages;
- * a mkdir lock lets one builder at a time work across concurrently running files).
+ * A directory built once per machine and shared by test files (keyed by `key`; a mkdir lock lets one builder at a
+ * time work across concurrently running files). `build` fills the directory; a failed build leaves nothing.
  */
-export async function cachedVenv(name: string, packages: readonly string[]): Promise<string> {
-  const pyVersion = (await runOk("python3", ["-c", "import sys; print(sys.version)"])).trim();
-  const key = createHash("sha256")
-    .update(JSON.stringify({ pyVersion, VENV_PACKAGES: packages, recipe: 1 }))
-    .digest("hex");
-  const dir = join(tmpdir(), `msb-${name}-venv-${key.slice(0, 16)}`);
+export async function cachedDir(
+  name: string,
+  key: unknown,
+  build: (dir: string) => Promise<void>,
+  timeoutMs = 300_000,
+): Promise<string> {
+  const hash = createHash("sha256").update(JSON.stringify(key)).digest("hex");
+  const dir = join(tmpdir(), `msb-${name}-${hash.slice(0, 16)}`);
   const ready = join(dir, ".msb-ready");
   const lock = `${dir}.lock`;
-  const deadline = Date.now() + 300_000;
+  const deadline = Date.now() + timeoutMs;
   while (!existsSync(ready)) {
     try {
       mkdirSync(lock);
     } catch {
       try {
-        if (Date.now() - statSync(lock).mtimeMs > 300_000) rmSync(lock, { recursive: true, force: true });
+        if (Date.now() - statSync(lock).mtimeMs > timeoutMs) rmSync(lock, { recursive: true, force: true });
       } catch {
         /* lock vanished meanwhile */
       }
@@ -114,11 +116,13 @@ export async function cachedVenv(name: string, packages: readonly string[]): Pro
     try {
       if (!existsSync(ready)) {
         rmSync(dir, { recursive: true, force: true });
-        await runOk("python3", ["-m", "venv", dir]);
-        // --retries 0: an unreachable default index fails at once and pip uses the local one.
-        await runOk(join(dir, "bin", "python"), ["-m", "pip", "install", "--quiet", "--retries", "0", ...packages], {
-          timeoutMs: 280_000,
-        });
+        mkdirSync(dir, { recursive: true });
+        try {
+          await build(dir);
+        } catch (e) {
+          rmSync(dir, { recursive: true, force: true });
+          throw e;
+        }
         writeFileSync(ready, new Date().toISOString());
       }
     } finally {
@@ -126,4 +130,32 @@ export async function cachedVenv(name: string, packages: readonly string[]): Pro
     }
   }
   return dir;
+}
+
+/**
+ * A venv with `packages` (from the local package index), built once per machine and shared by test files (keyed by
+ * python version, packages and `recipe`); `setup` runs after the install (more pip steps, checkouts...).
+ */
+export async function cachedVenv(
+  name: string,
+  packages: readonly string[],
+  o: { recipe?: string; setup?: (venv: string) => Promise<void>; timeoutMs?: number } = {},
+): Promise<string> {
+  const pyVersion = (await runOk("python3", ["-c", "import sys; print(sys.version)"])).trim();
+  const timeoutMs = o.timeoutMs ?? 300_000;
+  const key = { pyVersion, VENV_PACKAGES: packages, recipe: 1, more: o.recipe ?? null };
+  return cachedDir(
+    `${name}-venv`,
+    key,
+    async (dir) => {
+      await runOk("python3", ["-m", "venv", dir]);
+      // --retries 0: an unreachable default index fails at once and pip uses the local one.
+      if (packages.length)
+        await runOk(join(dir, "bin", "python"), ["-m", "pip", "install", "--quiet", "--retries", "0", ...packages], {
+          timeoutMs: timeoutMs - 20_000,
+        });
+      await o.setup?.(dir);
+    },
+    timeoutMs,
+  );
 }

@@ -4,6 +4,7 @@ import { openWorkspace, resolveWorkspace } from "../env/workspace.js";
 import { evaluate } from "../eval/reward-api.js";
 import { agentDiff, pristineListing } from "../eval/runner/agent-diff.js";
 import { NotFoundError } from "../util/errors.js";
+import { withOneLineMessage } from "../env/build-diagnosis.js";
 import type { ProvidedWorkspace, ProviderFactory, WorkspaceProvider } from "./provider.js";
 
 /**
@@ -17,8 +18,14 @@ export function envProvider(opts: {
   specsFile?: string;
 }): WorkspaceProvider {
   const byId = new Map(opts.instances.map((i) => [i.instance_id, i]));
+  // Image-based runners lower-case ids (docker image names): a unique case-insensitive match is that instance.
+  const byLower = new Map<string, Instance | null>();
+  for (const i of opts.instances) {
+    const k = i.instance_id.toLowerCase();
+    byLower.set(k, byLower.has(k) ? null : i);
+  }
   const instance = (id: string): Instance => {
-    const found = byId.get(id);
+    const found = byId.get(id) ?? byLower.get(id.toLowerCase()) ?? undefined;
     if (!found) throw new NotFoundError(`unknown instance ${id} (the server's dataset has ${byId.size} instances)`);
     return found;
   };
@@ -26,12 +33,14 @@ export function envProvider(opts: {
     async forInstance(id: string): Promise<ProvidedWorkspace> {
       const inst = instance(id);
       const { home, reposDir, specsFile } = opts;
-      const ws = await resolveWorkspace({ home, instance: inst, reposDir, specsFile, build: true });
+      const ws = await resolveWorkspace({ home, instance: inst, reposDir, specsFile, build: true }).catch((e) => {
+        throw withOneLineMessage(e);
+      });
       return {
         options: ws.options,
         release: () => void ws.release(),
         setup: ws.setup,
-        meta: { instance_id: id, env_key: ws.key, repo: ws.spec.repo, base_commit: inst.base_commit },
+        meta: { instance_id: inst.instance_id, env_key: ws.key, repo: ws.spec.repo, base_commit: inst.base_commit },
       };
     },
     async forEnvKey(key: string): Promise<ProvidedWorkspace> {

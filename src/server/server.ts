@@ -12,6 +12,8 @@ import { DirRoots } from "./dir-roots.js";
 import { registerErrorHandling } from "./error-handler.js";
 import { registerHooks } from "./hooks.js";
 import { registerExecRoutes } from "./lifecycle-exec.js";
+import { registerKeyedRuntimes } from "./keyed-runtime.js";
+import { registerSdkRoutes } from "./sdk-routes.js";
 import { registerSandboxRoutes } from "./lifecycle-sandboxes.js";
 import { registerTaskRoutes } from "./lifecycle-tasks.js";
 import { ServerMetrics } from "./metrics.js";
@@ -101,6 +103,7 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
   registerSandboxRoutes(app, ctx);
   registerExecRoutes(app, ctx);
   registerTaskRoutes(app, ctx);
+  registerSdkRoutes(app, ctx);
   const rollouts = opts.rollouts
     ? new RolloutEngine({ limits: opts.limits, maxRollouts: ctx.registry.maxSandboxes, ...opts.rollouts, home })
     : undefined;
@@ -111,13 +114,14 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
     (req) => ctx.registry.get((req.params as { id: string }).id, principalOf(req)),
     ctx,
   );
+  await registerKeyedRuntimes(app, ctx);
   const close = once(async () => {
     await rollouts?.close();
     await ctx.registry.closeAll();
     await app.close();
   });
   try {
-    const defaultSandboxId = await serveDefault(app, ctx, opts.defaultDir);
+    const defaultSandboxId = await serveDefault(app, ctx, opts);
     await app.listen({ host, port: opts.port ?? 0 });
     app.server.maxConnections = opts.maxConnections ?? 1024;
     const addr = app.server.address();
@@ -145,10 +149,15 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
 }
 
 /** `defaultDir`: one sandbox of the operator's directory, owned by the admin, its runtime also at the root. */
-async function serveDefault(app: FastifyInstance, ctx: RouteContext, dir: string | undefined) {
-  if (!dir) return undefined;
+async function serveDefault(app: FastifyInstance, ctx: RouteContext, o: ServerOptions) {
+  if (!o.defaultDir) return undefined;
   const admin = { name: "admin", admin: true };
-  const e = await ctx.registry.create({}, admin, { isDefault: true, trustedDir: dir });
+  const req = o.defaultPython === undefined ? {} : { python: o.defaultPython };
+  const e = await ctx.registry.create(req, admin, {
+    isDefault: true,
+    trustedDir: o.defaultDir,
+    trustedBinds: o.defaultBinds,
+  });
   registerRuntimeRoutes(app, "", (req) => ctx.registry.get(e.id, principalOf(req)), ctx);
   return e.id;
 }
