@@ -3,9 +3,8 @@
  * copied into this repository), venvs built from the local package index plus those mirrors (cached per machine),
  * and one prepared fixture dataset (3 instances, built once per machine).
  *
- * Mirrors: `$MINISANDBOX_MIRRORS/<owner>+<name>/repo` (default `/work/.mirror`, where this project's machines keep
- * them), or one variable per mirror (e.g. `MINI_SWE_AGENT_MIRROR`). A test whose mirror is absent is skipped with the
- * reason.
+ * Mirrors: `$MINISANDBOX_MIRRORS/<owner>+<name>/repo` (default: `.mirror` next to this checkout), or one variable
+ * per mirror (e.g. `MINI_SWE_AGENT_MIRROR`). A test whose mirror is absent is skipped with the reason.
  */
 import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -15,7 +14,7 @@ import { runOk } from "../src/util/run.js";
 import { CLI, cachedDir } from "./helpers.js";
 import { runCli } from "./serve-process.js";
 
-const MIRRORS = process.env.MINISANDBOX_MIRRORS ?? "/work/.mirror";
+const MIRRORS = process.env.MINISANDBOX_MIRRORS ?? join(import.meta.dirname, "..", "..", "..", ".mirror");
 
 /** A mirror's git directory, from its own variable or `$MINISANDBOX_MIRRORS`; undefined when absent. */
 export function mirror(ownerName: string, variable: string): string | undefined {
