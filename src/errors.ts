@@ -25,6 +25,7 @@ const HTTP_STATUS = {
   no_exit_code: 500,
   not_implemented: 501,
   unavailable: 503,
+  layer_unavailable: 503,
   timeout: 504,
 } as const satisfies Record<string, number>;
 
@@ -167,6 +168,13 @@ export class SandboxError extends MinisandboxError {
 export class UnavailableError extends SandboxError {
   constructor(message: string) {
     super(message, "unavailable");
+  }
+}
+
+/** No source could supply an environment's layer (a peer gone, or none holds it): retry elsewhere or later. */
+export class LayerUnavailableError extends MinisandboxError {
+  constructor(message: string) {
+    super("layer_unavailable", message);
   }
 }
 

@@ -1,10 +1,21 @@
+import { join } from "node:path";
 import type { Sandbox } from "../sandbox/sandbox.js";
 import { loadDataset, type Instance } from "../tasks/index.js";
 import { openWorkspace, resolveWorkspace } from "../env/workspace.js";
+import { ensureBuilt, envFor, isBuilt, nodeCacheFor } from "../env/environments.js";
 import { evaluate } from "../eval/reward-api.js";
+import { runEvalJobToFiles } from "../eval/job.js";
+import { evalSandboxSettings } from "../eval/runner/sandbox.js";
 import { agentDiff, pristineListing } from "../eval/runner/agent-diff.js";
-import { NotFoundError } from "../util/errors.js";
-import type { ProvidedWorkspace, ProviderFactory, WorkspaceProvider } from "./provider.js";
+import { errMessage, LayerUnavailableError, NotFoundError } from "../util/errors.js";
+import { homeLayout } from "../util/home.js";
+import type {
+  LayerSources,
+  PrepareOutcome,
+  ProvidedWorkspace,
+  ProviderFactory,
+  WorkspaceProvider,
+} from "./provider.js";
 
 /**
  * The real provider behind `serve --dataset`: instance sandboxes on prepared (or built on demand) environments,
@@ -23,10 +34,10 @@ export function envProvider(opts: {
     return found;
   };
   return {
-    async forInstance(id: string): Promise<ProvidedWorkspace> {
+    async forInstance(id: string, o: LayerSources = {}): Promise<ProvidedWorkspace> {
       const inst = instance(id);
       const { home, reposDir, specsFile } = opts;
-      const ws = await resolveWorkspace({ home, instance: inst, reposDir, specsFile, build: true });
+      const ws = await resolveWorkspace({ home, instance: inst, reposDir, specsFile, build: true, sources: o.sources });
       return {
         options: ws.options,
         release: () => void ws.release(),
@@ -34,8 +45,8 @@ export function envProvider(opts: {
         meta: { instance_id: id, env_key: ws.key, repo: ws.spec.repo, base_commit: inst.base_commit },
       };
     },
-    async forEnvKey(key: string): Promise<ProvidedWorkspace> {
-      const ws = await resolveWorkspace({ home: opts.home, envKey: key });
+    async forEnvKey(key: string, o: LayerSources = {}): Promise<ProvidedWorkspace> {
+      const ws = await resolveWorkspace({ home: opts.home, envKey: key, sources: o.sources });
       return { options: ws.options, release: () => void ws.release(), meta: { env_key: key, repo: ws.spec.repo } };
     },
     evaluate: (sandbox: Sandbox, id: string) =>
@@ -69,8 +80,69 @@ export function envProvider(opts: {
       return (await agentDiff(sandbox, listing)).patch;
     },
     listInstances: async () => [...byId.keys()],
+    prepare: (inst, o) => prepareHere(opts, inst, o),
+    evaluateJob: (job, open) =>
+      runEvalJobToFiles(
+        {
+          home: opts.home,
+          instance: job.instance,
+          patch: job.patch,
+          model: job.model,
+          timeoutMs: job.timeoutMs,
+          specsFile: opts.specsFile,
+          reposDir: opts.reposDir,
+          build: job.build,
+          sources: job.sources,
+          openSandbox: async (env) => {
+            const settings = await evalSandboxSettings(opts.home, env.spec);
+            const ws = await resolveWorkspace({
+              home: opts.home,
+              instance: job.instance,
+              environment: env,
+              ...settings,
+            });
+            return open({
+              options: ws.options,
+              release: () => void ws.release(),
+              setup: ws.setup,
+              meta: { instance_id: job.instance.instance_id, env_key: ws.key, repo: ws.spec.repo, purpose: "eval" },
+            });
+          },
+        },
+        join(homeLayout(opts.home).root, "server", "jobs"),
+      ),
   };
 }
 
-export const envProviderFactory: ProviderFactory = async ({ home, dataset }) =>
-  envProvider({ home, instances: dataset ? await loadDataset(dataset) : [] });
+/** A row's environment made present here: already here, else fetched from a source, else built (with `build`). */
+async function prepareHere(
+  opts: { home: string; reposDir?: string; specsFile?: string },
+  instance: Instance,
+  o: LayerSources & { build: boolean },
+): Promise<PrepareOutcome> {
+  let env: ReturnType<typeof envFor>;
+  try {
+    env = envFor(instance, { specsFile: opts.specsFile });
+  } catch (e) {
+    return { envKey: null, status: "failed", error: errMessage(e) };
+  }
+  if (await isBuilt(opts.home, env.key)) return { envKey: env.key, status: "present", error: null };
+  if (o.sources?.length) {
+    try {
+      await nodeCacheFor(opts.home).fetch(env.key, { sources: o.sources });
+      return { envKey: env.key, status: "fetched", error: null };
+    } catch (e) {
+      if (!(e instanceof LayerUnavailableError) || !o.build) throw e;
+    }
+  }
+  if (!o.build) throw new NotFoundError(`environment ${env.key} is not on this node and no source has it`);
+  try {
+    const status = await ensureBuilt({ home: opts.home, ...env, specsFile: opts.specsFile, reposDir: opts.reposDir });
+    return { envKey: env.key, status: status === "built" ? "built" : "present", error: null };
+  } catch (e) {
+    return { envKey: env.key, status: "failed", error: errMessage(e) };
+  }
+}
+
+export const envProviderFactory: ProviderFactory = async ({ home, dataset, reposDir }) =>
+  envProvider({ home, instances: dataset ? await loadDataset(dataset) : [], reposDir });

@@ -17,7 +17,7 @@ import type { ServerMetrics } from "./metrics.js";
 import type { native } from "../wire/index.js";
 
 type CreateSandboxRequest = native.CreateSandboxRequest;
-import type { WorkspaceProvider } from "./provider.js";
+import type { ProvidedWorkspace, WorkspaceProvider } from "./provider.js";
 import { limitsFor, resolveSource, type ResolvedSource, type SourceKind } from "./sandbox-source.js";
 
 export type CloseReason = "delete" | "ttl" | "idle" | "shutdown" | "exited";
@@ -72,6 +72,8 @@ export interface CreateOptions {
   isDefault?: boolean;
   /** The operator's own directory (serve --dir), mounted without the root check. */
   trustedDir?: string;
+  /** A workspace the caller resolved already (e.g. an evaluation job's), used instead of the request's source. */
+  provided?: ProvidedWorkspace;
 }
 
 export class SandboxRegistry {
@@ -171,7 +173,9 @@ export class SandboxRegistry {
     const started = performance.now();
     let source: ResolvedSource | undefined;
     try {
-      source = await resolveSource(req, { provider: this.o.provider, roots: this.o.roots }, opts.trustedDir);
+      source = opts.provided
+        ? { kind: "instance", options: opts.provided.options, provided: opts.provided, done: () => {} }
+        : await resolveSource(req, { provider: this.o.provider, roots: this.o.roots }, opts.trustedDir);
       const entry = await this.launch(req, who, source, opts);
       this.o.metrics.creations.inc({ result: "ok" });
       this.o.metrics.creationLatency.observe({ source: source.kind }, (performance.now() - started) / 1000);

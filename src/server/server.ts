@@ -11,6 +11,9 @@ import { registerBodyParser } from "./body-parser.js";
 import { DirRoots } from "./dir-roots.js";
 import { registerErrorHandling } from "./error-handler.js";
 import { registerHooks } from "./hooks.js";
+import { registerJobRoutes } from "./job-routes.js";
+import { PeerPolicy } from "./peers.js";
+import { registerStoreRoutes } from "./store-routes.js";
 import { registerExecRoutes } from "./lifecycle-exec.js";
 import { registerSandboxRoutes } from "./lifecycle-sandboxes.js";
 import { registerTaskRoutes } from "./lifecycle-tasks.js";
@@ -79,6 +82,8 @@ function routeContext(o: ServerOptions, home: string, app: FastifyInstance, metr
     reads: new Budget(o.maxConcurrentReads ?? 8),
     scratch: new UploadScratch(home),
     publicUrl: o.publicUrl,
+    home,
+    peers: new PeerPolicy(o.peerAllow ?? []),
   };
 }
 
@@ -99,6 +104,8 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
   registerSandboxRoutes(app, ctx);
   registerExecRoutes(app, ctx);
   registerTaskRoutes(app, ctx);
+  registerStoreRoutes(app, ctx);
+  registerJobRoutes(app, ctx);
   registerRuntimeRoutes(
     app,
     "/sandboxes/:id",

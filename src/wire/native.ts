@@ -5,6 +5,9 @@
 import { type In, model, type Out } from "./model.js";
 import type { Loc, ValidationDetail } from "./schema.js";
 import { t } from "./types.js";
+import { LAYER_MODELS, PeerSource } from "./layers.js";
+
+export * from "./layers.js";
 
 const MAX = Number.MAX_SAFE_INTEGER;
 /** A positive whole number (bytes, processes, seconds) a kernel interface will accept. */
@@ -45,6 +48,8 @@ export const CreateSandboxRequest = model(
     env: t.dict(t.str()).optional(),
     cwd: t.str().optional(),
     labels: t.dict(t.str()).optional(),
+    /** Peers to fetch the environment's layer from when this server's node lacks it (allowed peers only). */
+    sources: t.list(PeerSource).optional(),
   },
   { extra: "forbid", objectError: "dict", absentBody: "empty", check: oneSource },
 );
@@ -147,4 +152,5 @@ export const NATIVE_MODELS = {
   InstancesResponse,
   HealthResponse,
   ErrorResponse,
+  ...LAYER_MODELS,
 } as const;
