@@ -89,7 +89,11 @@ export const CLI = join(import.meta.dirname, "..", "src", "cli", "index.js");
  * A venv with `packages`, built once per machine and shared by test files (keyed by python version and packages;
  * a mkdir lock lets one builder at a time work across concurrently running files).
  */
-export async function cachedVenv(name: string, packages: readonly string[]): Promise<string> {
+export async function cachedVenv(
+  name: string,
+  packages: readonly string[],
+  opts: { env?: NodeJS.ProcessEnv } = {},
+): Promise<string> {
   const pyVersion = (await runOk("python3", ["-c", "import sys; print(sys.version)"])).trim();
   const key = createHash("sha256")
     .update(JSON.stringify({ pyVersion, VENV_PACKAGES: packages, recipe: 1 }))
@@ -118,6 +122,7 @@ export async function cachedVenv(name: string, packages: readonly string[]): Pro
         // --retries 0: an unreachable default index fails at once and pip uses the local one.
         await runOk(join(dir, "bin", "python"), ["-m", "pip", "install", "--quiet", "--retries", "0", ...packages], {
           timeoutMs: 280_000,
+          ...(opts.env ? { env: { ...process.env, ...opts.env } } : {}),
         });
         writeFileSync(ready, new Date().toISOString());
       }

@@ -2,7 +2,7 @@ import { join } from "node:path";
 import type { Sandbox } from "../sandbox/sandbox.js";
 import { loadDataset, type Instance } from "../tasks/index.js";
 import { openWorkspace, resolveWorkspace } from "../env/workspace.js";
-import { ensureBuilt, envFor, isBuilt, nodeCacheFor } from "../env/environments.js";
+import { ensureBuilt, envFor, isBuilt, nodeCacheFor, readCacheConfig } from "../env/environments.js";
 import { evaluate } from "../eval/reward-api.js";
 import { runEvalJobToFiles } from "../eval/job.js";
 import { evalSandboxSettings } from "../eval/runner/sandbox.js";
@@ -28,6 +28,8 @@ export function envProvider(opts: {
   specsFile?: string;
 }): WorkspaceProvider {
   const byId = new Map(opts.instances.map((i) => [i.instance_id, i]));
+  // Layer leases are given back asynchronously; a server shutting down waits for them (no lease file outlives it).
+  const releasing = new Pending();
   const instance = (id: string): Instance => {
     const found = byId.get(id);
     if (!found) throw new NotFoundError(`unknown instance ${id} (the server's dataset has ${byId.size} instances)`);
@@ -40,14 +42,18 @@ export function envProvider(opts: {
       const ws = await resolveWorkspace({ home, instance: inst, reposDir, specsFile, build: true, sources: o.sources });
       return {
         options: ws.options,
-        release: () => void ws.release(),
+        release: () => releasing.track(ws.release()),
         setup: ws.setup,
         meta: { instance_id: id, env_key: ws.key, repo: ws.spec.repo, base_commit: inst.base_commit },
       };
     },
     async forEnvKey(key: string, o: LayerSources = {}): Promise<ProvidedWorkspace> {
       const ws = await resolveWorkspace({ home: opts.home, envKey: key, sources: o.sources });
-      return { options: ws.options, release: () => void ws.release(), meta: { env_key: key, repo: ws.spec.repo } };
+      return {
+        options: ws.options,
+        release: () => releasing.track(ws.release()),
+        meta: { env_key: key, repo: ws.spec.repo },
+      };
     },
     evaluate: (sandbox: Sandbox, id: string) =>
       evaluate(sandbox, {
@@ -80,6 +86,7 @@ export function envProvider(opts: {
       return (await agentDiff(sandbox, listing)).patch;
     },
     listInstances: async () => [...byId.keys()],
+    settle: () => releasing.settle(),
     prepare: (inst, o) => prepareHere(opts, inst, o),
     evaluateJob: (job, open) =>
       runEvalJobToFiles(
@@ -103,7 +110,7 @@ export function envProvider(opts: {
             });
             return open({
               options: ws.options,
-              release: () => void ws.release(),
+              release: () => releasing.track(ws.release()),
               setup: ws.setup,
               meta: { instance_id: job.instance.instance_id, env_key: ws.key, repo: ws.spec.repo, purpose: "eval" },
             });
@@ -112,6 +119,20 @@ export function envProvider(opts: {
         join(homeLayout(opts.home).root, "server", "jobs"),
       ),
   };
+}
+
+/** Promises still running, awaited together at the end. */
+class Pending {
+  private readonly running = new Set<Promise<unknown>>();
+
+  track(p: Promise<unknown>): void {
+    const settled = p.catch(() => undefined).finally(() => this.running.delete(settled));
+    this.running.add(settled);
+  }
+
+  async settle(): Promise<void> {
+    while (this.running.size > 0) await Promise.all([...this.running]);
+  }
 }
 
 /** A row's environment made present here: already here, else fetched from a source, else built (with `build`). */
@@ -127,12 +148,13 @@ async function prepareHere(
     return { envKey: null, status: "failed", error: errMessage(e) };
   }
   if (await isBuilt(opts.home, env.key)) return { envKey: env.key, status: "present", error: null };
-  if (o.sources?.length) {
+  if (o.sources?.length || readCacheConfig(opts.home).remotes?.length) {
     try {
       await nodeCacheFor(opts.home).fetch(env.key, { sources: o.sources });
       return { envKey: env.key, status: "fetched", error: null };
     } catch (e) {
-      if (!(e instanceof LayerUnavailableError) || !o.build) throw e;
+      const absent = e instanceof LayerUnavailableError || e instanceof NotFoundError;
+      if (!absent || !o.build) throw e;
     }
   }
   if (!o.build) throw new NotFoundError(`environment ${env.key} is not on this node and no source has it`);

@@ -15,7 +15,7 @@ import { LIFECYCLE } from "./lifecycle-sandboxes.js";
 import type { ProvidedWorkspace } from "./provider.js";
 import { principalOf, type RouteContext } from "./route-context.js";
 import { toHttpSource } from "./peers.js";
-import { requireAdmin } from "./store-routes.js";
+import { layerDigest, requireAdmin } from "./store-routes.js";
 
 /** A row as a plan sends it (already normalized: `task_format` set) or as a dataset has it. */
 function instanceFromWire(raw: Record<string, unknown>): Instance {
@@ -48,6 +48,7 @@ export function registerJobRoutes(app: FastifyInstance, ctx: RouteContext): void
       status: r.status,
       ms: Math.round(performance.now() - started),
       error: r.error,
+      manifest_sha256: await layerDigest(ctx.home, r.envKey),
     };
   });
 
@@ -111,6 +112,7 @@ export function registerJobRoutes(app: FastifyInstance, ctx: RouteContext): void
       layer: result.layer ?? null,
       files: Object.fromEntries(Object.entries(files).map(([name, bytes]) => [name, bytes.toString("base64")])),
       warnings: result.warnings,
+      manifest_sha256: await layerDigest(ctx.home, result.envKey),
     };
   });
 }

@@ -56,6 +56,8 @@ export interface WorkspaceProvider {
   diff?(sandbox: Sandbox): Promise<string>;
   /** Instance ids the provider knows (for `GET /instances`); optional. */
   listInstances?(): Promise<string[]>;
+  /** Wait for what the provider still does in the background (e.g. giving layers back); called at shutdown. */
+  settle?(): Promise<void>;
   /** Make a dataset row's environment present on this node (fetch it, else build it). */
   prepare?(instance: Instance, opts: LayerSources & { build: boolean }): Promise<PrepareOutcome>;
   /**

@@ -7,6 +7,7 @@ import Fastify, { type FastifyInstance } from "fastify";
 import multipart from "@fastify/multipart";
 import { reapLeftovers } from "../sandbox/reaper.js";
 import { homeLayout, resolveHome } from "../util/home.js";
+import { nodeCacheFor } from "../env/environments.js";
 import { registerBodyParser } from "./body-parser.js";
 import { DirRoots } from "./dir-roots.js";
 import { registerErrorHandling } from "./error-handler.js";
@@ -92,6 +93,10 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
   const home = resolveHome(opts.home);
   const { auth, tokenFile } = resolveAuth(opts, host, home);
   const reaped = await reapLeftovers(homeLayout(home).sandboxes);
+  // Layer leases of a server that was killed: their holder is gone.
+  await nodeCacheFor(home)
+    .pruneStaleLeases()
+    .catch(() => 0);
   const app = createApp(opts);
   const metrics = new ServerMetrics();
   const ctx = routeContext(opts, home, app, metrics);
@@ -114,6 +119,7 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
   );
   const close = once(async () => {
     await ctx.registry.closeAll();
+    await ctx.registry.provider?.settle?.();
     await app.close();
   });
   try {

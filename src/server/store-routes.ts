@@ -51,6 +51,14 @@ class ManifestDigests {
   }
 }
 
+const digests = new ManifestDigests();
+
+/** sha256 of layer `key`'s manifest in `home`'s store; null when the store lacks it. */
+export function layerDigest(home: string, key: string | null | undefined): Promise<string | null> {
+  if (!key) return Promise.resolve(null);
+  return digests.of(openStore(homeLayout(home).store), key).catch(() => null);
+}
+
 async function* concatenated(paths: readonly string[]): AsyncGenerator<Buffer> {
   for (const p of paths) for await (const chunk of createReadStream(p)) yield chunk as Buffer;
 }
@@ -59,7 +67,6 @@ export function registerStoreRoutes(app: FastifyInstance, ctx: RouteContext): vo
   const config = LIFECYCLE;
   const layout = homeLayout(ctx.home);
   const store = (): Store => openStore(layout.store);
-  const digests = new ManifestDigests();
   const keyOf = (req: FastifyRequest): string => {
     const key = (req.params as { key: string }).key;
     assertLayerKey(key);

@@ -59,6 +59,8 @@ export const PrepareResponse = model("PrepareResponse", {
   status: t.literal("present", "fetched", "built", "failed"),
   ms: t.float(),
   error: t.str().nullable(),
+  /** sha256 of the layer's manifest on this node (what a peer fetching it from here checks). */
+  manifest_sha256: t.str().nullable(),
 });
 
 export const EvaluationRequest = model(
@@ -86,6 +88,8 @@ export const EvaluationResponse = model("EvaluationResponse", {
   /** The harness's files (and timings.json), base64: written as they are into the run's instance directory. */
   files: t.dict(t.str()),
   warnings: t.list(t.str()),
+  /** sha256 of the layer's manifest on this node. */
+  manifest_sha256: t.str().nullable(),
 });
 
 export const DeleteSandboxesResponse = model("DeleteSandboxesResponse", { deleted: t.list(t.str()) });

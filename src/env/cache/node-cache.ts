@@ -262,6 +262,17 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
     return p;
   }
 
+  /** Remove leases whose holder is gone (a killed process's); returns how many. Live leases are never touched. */
+  async pruneStaleLeases(): Promise<number> {
+    let pruned = 0;
+    for (const key of await fsp.readdir(this.d.leases).catch(() => [] as string[])) {
+      const dir = join(this.d.leases, key);
+      const before = (await fsp.readdir(dir).catch(() => [] as string[])).length;
+      pruned += before - (await countLiveLeases(dir));
+    }
+    return pruned;
+  }
+
   /** Layers brought in from elsewhere, oldest first (`pulls.jsonl`). */
   async pulls(): Promise<PullRecord[]> {
     let text = "";

@@ -1,0 +1,210 @@
+/**
+ * The fleet on a real multi-node Ray cluster simulated on this host (ray.cluster_utils: three raylets), inside a
+ * network namespace of its own with only lo up and a pid namespace that takes every process with it when the test
+ * ends, however it ends. Each node runs a real `minisandbox serve` with its own home; the environments are the
+ * fixture's 20 (one repository version), built once per machine and reused; the references are single-node runs of
+ * `minisandbox evaluate` on the same inputs. The checks themselves run in Python (test/fleet/checks.py) and report
+ * one JSON line each, turned into one subtest each here.
+ */
+process.env.PIP_RETRIES ??= "0";
+
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn, type ChildProcess } from "node:child_process";
+import { createHash } from "node:crypto";
+import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { makeFixtureDataset, type FixtureDataset } from "../src/fixtures/generate.js";
+import { prepareInstances } from "../src/env/prepare.js";
+import { envFor } from "../src/env/environments.js";
+import { openStore, pullLayer } from "../src/env/store/index.js";
+import { run } from "../src/util/run.js";
+import { cachedVenv, CLI, tempDir } from "./helpers.js";
+import { runCli } from "./serve-process.js";
+
+const REPO = join(import.meta.dirname, "..", "..");
+const CHECKS = join(REPO, "test", "fleet", "checks.py");
+const PYTHON_PACKAGE = join(REPO, "integrations", "python");
+/** Environments n0 starts with; the fleet's prepare builds the others. */
+const SEEDED = 17;
+const BAD_PATCH =
+  "diff --git a/calc/ops.py b/calc/ops.py\n--- a/calc/ops.py\n+++ b/calc/ops.py\n@@ -1 +1 @@\n-absent\n+x\n";
+
+let skip: string | undefined;
+let python = "";
+let fx: FixtureDataset;
+const work = tempDir("msb-fleet-");
+// Ray's socket paths live under the cluster's directory and must stay short (AF_UNIX: 107 bytes).
+const base = mkdtempSync(join(tmpdir().length <= 20 ? tmpdir() : "/tmp", "msbf-"));
+let child: ChildProcess | undefined;
+
+after(() => {
+  child?.kill("SIGKILL"); // unshare ignores SIGTERM while it waits; SIGKILL takes the whole pid namespace down
+  rmSync(base, { recursive: true, force: true });
+});
+
+/**
+ * The fixture's environments, built once per machine into a store that later runs reuse (keyed by the
+ * environments' keys, which hash everything a build depends on; a mkdir lock serializes builders).
+ */
+async function cachedFixtureStore(f: FixtureDataset): Promise<string> {
+  const keys = f.instances.map((i) => envFor(i, {}).key).sort();
+  const id = createHash("sha256").update(JSON.stringify(keys)).digest("hex").slice(0, 16);
+  const dir = join(tmpdir(), `msb-fleet-envs-${id}`);
+  const ready = join(dir, ".msb-ready");
+  const lock = `${dir}.lock`;
+  const deadline = Date.now() + 900_000;
+  while (!existsSync(ready)) {
+    try {
+      mkdirSync(lock);
+    } catch {
+      const held = statSync(lock, { throwIfNoEntry: false });
+      if (held && Date.now() - held.mtimeMs > 900_000) rmSync(lock, { recursive: true, force: true });
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${lock}`);
+      await sleep(500);
+      continue;
+    }
+    try {
+      rmSync(dir, { recursive: true, force: true });
+      const built = await prepareInstances(f.instances, { home: join(dir, "home"), reposDir: f.reposDir, workers: 2 });
+      const failed = built.filter((r) => r.status === "failed");
+      assert.deepEqual(failed, [], "fixture environments build");
+      writeFileSync(ready, new Date().toISOString());
+    } finally {
+      rmSync(lock, { recursive: true, force: true });
+    }
+  }
+  return join(dir, "home", "store");
+}
+
+/** A home whose store holds these layers, copied from `from` (objects verified on the way). */
+async function seedHome(home: string, from: string, keys: string[]): Promise<void> {
+  const store = openStore(join(home, "store"));
+  for (const key of keys) await pullLayer(store, from, key);
+}
+
+async function why(): Promise<string | undefined> {
+  if (process.getuid?.() !== 0) return "needs root (network and pid namespaces of its own)";
+  for (const tool of ["unshare", "ip"]) {
+    if ((await run("sh", ["-c", `command -v ${tool}`])).code !== 0) return `${tool} is not installed`;
+  }
+  try {
+    // The local index first: pip would otherwise wait on the unreachable default index for minutes.
+    const venv = await cachedVenv("ray", ["ray"], { env: { PIP_INDEX_URL: "file:///opt/pypi/simple" } });
+    python = join(venv, "bin", "python");
+  } catch (e) {
+    return `Ray cannot be installed here (pip install ray failed: ${(e as Error).message.split("\n")[0]})`;
+  }
+  return undefined;
+}
+
+before(async () => {
+  skip = await why();
+  if (skip) {
+    process.stderr.write(`\nSKIPPING the fleet tests: ${skip}\n\n`);
+    return;
+  }
+  fx = await makeFixtureDataset(join(work, "fx"), { instances: 20 });
+  const store = await cachedFixtureStore(fx);
+  const keys = fx.instances.map((i) => envFor(i, {}).key);
+  const refHome = join(work, "ref-home");
+  await seedHome(refHome, store, keys);
+  await seedHome(join(base, "n0", "home"), store, keys.slice(0, SEEDED));
+  const ids = fx.instances.map((i) => i.instance_id);
+  const mixed = join(work, "mixed.json");
+  writeFileSync(
+    mixed,
+    JSON.stringify(
+      fx.instances.map((inst, i) => ({
+        instance_id: inst.instance_id,
+        model_name_or_path: "mixed/model",
+        model_patch: i < 4 ? inst.patch : i < 18 ? BAD_PATCH : "",
+      })),
+    ),
+  );
+  const refDir = join(work, "ref");
+  for (const [runId, predictions] of [
+    ["ref-gold", "gold"],
+    ["ref-mixed", mixed],
+  ] as const) {
+    const r = await runCli(refHome, [
+      "evaluate",
+      ...["--dataset", fx.datasetPath, "--predictions", predictions, "--run-id", runId, "--report-dir", refDir],
+      ...["--workers", "2"],
+    ]);
+    assert.equal(r.code, 0, r.stderr);
+  }
+  writeFileSync(
+    join(base, "checks.json"),
+    JSON.stringify({
+      base,
+      cli: [process.execPath, CLI],
+      repos: fx.reposDir,
+      dataset: fx.datasetPath,
+      mixed,
+      seeded: SEEDED,
+      ref_dir: refDir,
+      ref_gold_summary: join(refDir, "gold.ref-gold.json"),
+      ref_mixed_summary: join(refDir, "mixed__model.ref-mixed.json"),
+      out_dir: join(work, "fleet"),
+      subset: [ids[0], ids[1], ids[4], ids[5], ids[6], ids[7], ids[8], ids[19]],
+    }),
+  );
+});
+
+test("a minisandbox fleet on a 3-node Ray cluster", { timeout: 900_000 }, async (t) => {
+  if (skip) {
+    t.skip(skip);
+    return;
+  }
+  // sh stays pid 1 of the namespace and reaps orphans (an exec'd Python would keep them as zombies).
+  child = spawn(
+    "unshare",
+    [
+      ...["--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--"],
+      ...["sh", "-c", 'ip link set lo up && "$@"', "sh", python, CHECKS, join(base, "checks.json")],
+    ],
+    {
+      stdio: ["ignore", "pipe", "pipe"],
+      env: {
+        ...process.env,
+        TMPDIR: base,
+        PYTHONPATH: PYTHON_PACKAGE,
+        PYTHONDONTWRITEBYTECODE: "1",
+        PIP_RETRIES: "0",
+        NO_PROXY: "*",
+      },
+    },
+  );
+  let err = "";
+  child.stderr!.on("data", (d: Buffer) => {
+    err = (err + d.toString()).slice(-20_000);
+  });
+  const checks: { check: string; ok: boolean }[] = [];
+  const notes: string[] = [];
+  let buf = "";
+  child.stdout!.on("data", (d: Buffer) => {
+    buf += d.toString();
+    for (let i = buf.indexOf("\n"); i >= 0; i = buf.indexOf("\n")) {
+      const line = buf.slice(0, i);
+      buf = buf.slice(i + 1);
+      if (line.startsWith('{"check"')) checks.push(JSON.parse(line) as { check: string; ok: boolean });
+      else if (line.startsWith('{"note"')) notes.push(line);
+    }
+  });
+  const code = await new Promise<number | null>((r) => child!.once("exit", (c) => r(c)));
+  for (const c of checks) await t.test(c.check, () => assert.equal(c.ok, true, JSON.stringify(c)));
+  // Ray's own noise (a killed raylet's last log lines) is left out of the failure message.
+  const tail = err
+    .split("\n")
+    .filter((l) => !/network_util\.cc|Raylet is terminated|^\s*$/.test(l))
+    .slice(-60)
+    .join("\n");
+  assert.equal(code, 0, `checks ended with ${code}\n${notes.join("\n")}\n${tail}`);
+  assert.ok(
+    checks.some((c) => c.check === "done"),
+    "every check ran",
+  );
+});
