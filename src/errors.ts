@@ -10,6 +10,7 @@ const HTTP_STATUS = {
   validation_failed: 422,
   unauthorized: 401,
   forbidden: 403,
+  peer_not_allowed: 403,
   not_found: 404,
   sandbox_not_found: 404,
   session_exists: 409,
@@ -148,6 +149,11 @@ export class ForbiddenError extends AuthError {
   constructor(message: string) {
     super("forbidden", message);
   }
+}
+
+/** A layer source that is not one of the server's allowed or registered peers. */
+export class PeerNotAllowedError extends ForbiddenError {
+  override readonly code = "peer_not_allowed";
 }
 
 /** The server (or its provider) cannot do this. */

@@ -11,17 +11,14 @@ process.env.PIP_RETRIES ??= "0";
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
-import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { setTimeout as sleep } from "node:timers/promises";
 import { makeFixtureDataset, type FixtureDataset } from "../src/fixtures/generate.js";
-import { prepareInstances } from "../src/env/prepare.js";
 import { envFor } from "../src/env/environments.js";
 import { openStore, pullLayer } from "../src/env/store/index.js";
 import { run } from "../src/util/run.js";
-import { cachedVenv, CLI, tempDir } from "./helpers.js";
+import { cachedFixtureStore, cachedVenv, CLI, tempDir } from "./helpers.js";
 import { runCli } from "./serve-process.js";
 
 const REPO = join(import.meta.dirname, "..", "..");
@@ -44,40 +41,6 @@ after(() => {
   child?.kill("SIGKILL"); // unshare ignores SIGTERM while it waits; SIGKILL takes the whole pid namespace down
   rmSync(base, { recursive: true, force: true });
 });
-
-/**
- * The fixture's environments, built once per machine into a store that later runs reuse (keyed by the
- * environments' keys, which hash everything a build depends on; a mkdir lock serializes builders).
- */
-async function cachedFixtureStore(f: FixtureDataset): Promise<string> {
-  const keys = f.instances.map((i) => envFor(i, {}).key).sort();
-  const id = createHash("sha256").update(JSON.stringify(keys)).digest("hex").slice(0, 16);
-  const dir = join(tmpdir(), `msb-fleet-envs-${id}`);
-  const ready = join(dir, ".msb-ready");
-  const lock = `${dir}.lock`;
-  const deadline = Date.now() + 900_000;
-  while (!existsSync(ready)) {
-    try {
-      mkdirSync(lock);
-    } catch {
-      const held = statSync(lock, { throwIfNoEntry: false });
-      if (held && Date.now() - held.mtimeMs > 900_000) rmSync(lock, { recursive: true, force: true });
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${lock}`);
-      await sleep(500);
-      continue;
-    }
-    try {
-      rmSync(dir, { recursive: true, force: true });
-      const built = await prepareInstances(f.instances, { home: join(dir, "home"), reposDir: f.reposDir, workers: 2 });
-      const failed = built.filter((r) => r.status === "failed");
-      assert.deepEqual(failed, [], "fixture environments build");
-      writeFileSync(ready, new Date().toISOString());
-    } finally {
-      rmSync(lock, { recursive: true, force: true });
-    }
-  }
-  return join(dir, "home", "store");
-}
 
 /** A home whose store holds these layers, copied from `from` (objects verified on the way). */
 async function seedHome(home: string, from: string, keys: string[]): Promise<void> {

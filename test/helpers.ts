@@ -12,6 +12,10 @@ import {
 import { setTimeout as sleep } from "node:timers/promises";
 import { runtimeDirFor } from "../src/sandbox/state.js";
 import { runOk } from "../src/util/run.js";
+import { envFor } from "../src/env/environments.js";
+import { prepareInstances } from "../src/env/prepare.js";
+import type { FixtureDataset } from "../src/fixtures/generate.js";
+import assert from "node:assert/strict";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after } from "node:test";
@@ -131,4 +135,38 @@ export async function cachedVenv(
     }
   }
   return dir;
+}
+
+/**
+ * The fixture's environments, built once per machine into a store that later runs reuse (keyed by the
+ * environments' keys, which hash everything a build depends on; a mkdir lock serializes builders).
+ */
+export async function cachedFixtureStore(f: FixtureDataset): Promise<string> {
+  const keys = f.instances.map((i) => envFor(i, {}).key).sort();
+  const id = createHash("sha256").update(JSON.stringify(keys)).digest("hex").slice(0, 16);
+  const dir = join(tmpdir(), `msb-fleet-envs-${id}`);
+  const ready = join(dir, ".msb-ready");
+  const lock = `${dir}.lock`;
+  const deadline = Date.now() + 900_000;
+  while (!existsSync(ready)) {
+    try {
+      mkdirSync(lock);
+    } catch {
+      const held = statSync(lock, { throwIfNoEntry: false });
+      if (held && Date.now() - held.mtimeMs > 900_000) rmSync(lock, { recursive: true, force: true });
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${lock}`);
+      await sleep(500);
+      continue;
+    }
+    try {
+      rmSync(dir, { recursive: true, force: true });
+      const built = await prepareInstances(f.instances, { home: join(dir, "home"), reposDir: f.reposDir, workers: 2 });
+      const failed = built.filter((r) => r.status === "failed");
+      assert.deepEqual(failed, [], "fixture environments build");
+      writeFileSync(ready, new Date().toISOString());
+    } finally {
+      rmSync(lock, { recursive: true, force: true });
+    }
+  }
+  return join(dir, "home", "store");
 }

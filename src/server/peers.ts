@@ -4,7 +4,7 @@
  * as nodes come and go). Anything else is refused before a single request leaves this server.
  */
 import { BlockList, isIP } from "node:net";
-import { ForbiddenError, InvalidInputError } from "../errors.js";
+import { InvalidInputError, PeerNotAllowedError } from "../errors.js";
 import { sourceBase, type HttpSource } from "../env/store/index.js";
 import type { native } from "../wire/index.js";
 
@@ -77,7 +77,7 @@ export class PeerPolicy {
   check(sources: readonly { url: string }[]): void {
     for (const s of sources) {
       if (!this.allowed(s.url))
-        throw new ForbiddenError(
+        throw new PeerNotAllowedError(
           `source ${sourceBase(s.url).origin} is not an allowed peer of this server ` +
             "(serve --peer-allow HOST|CIDR, or register it: PUT /peers)",
         );

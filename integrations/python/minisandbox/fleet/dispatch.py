@@ -47,6 +47,10 @@ class Busy(Exception):
     """The node's server refused for now (over a limit)."""
 
 
+class PeersOutdated(Exception):
+    """The node's server does not know a source yet (e.g. it restarted since the peers were registered)."""
+
+
 def _call(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """One call to this node's server, its failures sorted into what the dispatcher retries and what it does not."""
     try:
@@ -60,6 +64,8 @@ def _call(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
             raise LayerUnavailable(str(e)) from None
         if e.code == "unavailable":
             raise ServerUnavailable(str(e)) from None
+        if e.code == "peer_not_allowed":
+            raise PeersOutdated(str(e)) from None
         raise
 
 
@@ -183,13 +189,15 @@ def _collect(fleet: Fleet, ref: Any, item: Item, attempt: int, nid: str, pending
     cfg = fleet.config
     try:
         result = ray.get(ref)
-    except NODE_LOST + (LayerUnavailable, ServerUnavailable, Busy) as e:
+    except NODE_LOST + (LayerUnavailable, ServerUnavailable, Busy, PeersOutdated) as e:
         cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) else e
         fleet.placement.done(nid, item.key, ok=False)
         node_died = isinstance(e, NODE_LOST) and not isinstance(e, ray.exceptions.RayTaskError)
         server_gone = isinstance(cause, ServerUnavailable)
         if node_died or server_gone:
             fleet.suspect(nid, node_died=node_died)
+        if isinstance(cause, PeersOutdated):
+            fleet.peers_changed()
         lost = node_died or server_gone
         losses[item.id] = losses.get(item.id, 0) + (1 if lost else 0)
         if (lost and losses[item.id] <= cfg.max_node_losses) or (not lost and attempt < cfg.max_attempts):
@@ -205,7 +213,9 @@ def _collect(fleet: Fleet, ref: Any, item: Item, attempt: int, nid: str, pending
     except Exception as e:  # the item's own failure
         fleet.placement.done(nid, item.key, ok=False)
         cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) else e
-        out.errors[item.id] = f"{type(cause).__name__}: {str(cause).splitlines()[0][:300] if str(cause) else ''}"
+        where = fleet.placement.nodes[nid].name if nid in fleet.placement.nodes else nid[:8]
+        text = str(cause).splitlines()[0][:300] if str(cause) else ""
+        out.errors[item.id] = f"{type(cause).__name__} on {where}: {text}"
         emit("error", id=item.id, error=out.errors[item.id])
         return
     fleet.placement.done(nid, item.key, ok=_holds_after(result), digest=result.get("manifest_sha256"))

@@ -124,6 +124,11 @@ class Fleet:
                 self.suspect(n.node_id)
         self._peer_urls = urls
 
+    def peers_changed(self) -> None:
+        """Register every node's peers again at the next refresh (a server said it did not know one)."""
+        self._peer_urls = ()
+        self._last_refresh = 0.0
+
     def io_budget(self, node_id: str) -> bool:
         """Does the node advertise an I/O budget (the ``minisandbox_io`` resource) for layer fetches?"""
         return self._io.get(node_id, False)
