@@ -20,7 +20,7 @@ function workspace(): string {
 
 const snapshots = (): string[] => (existsSync(join(home, "snapshots")) ? readdirSync(join(home, "snapshots")) : []);
 
-test("children start from the parent's writable state: workspace edits and deletions, /, /tmp, home, /dev/shm", async () => {
+test("children start from the parent's writable state: workspace changes, /, /tmp, home, /dev/shm", async () => {
   const dir = workspace();
   await using parent = await Sandbox.create({ home, dir });
   const setup = await parent.exec(
@@ -56,7 +56,7 @@ test("K children diverge independently; the parent keeps running and sees none o
   await Promise.all(children.map((c) => c.close()));
 });
 
-test("a grandchild outlives its parent and grandparent; snapshots go with the last sandbox that uses them", async () => {
+test("a grandchild outlives its parent and grandparent; snapshots go with the last sandbox using them", async () => {
   const before = snapshots().length;
   const parent = await Sandbox.create({ home, dir: workspace() });
   await parent.exec("echo 1 > /testbed/gen");

@@ -70,7 +70,8 @@ test("system directories are read-only, /tmp and home are private and writable",
   }
   assert.ok(!existsSync("/usr/x") && !existsSync("/etc/x"));
   const w = await sb.exec(
-    "echo ok > /tmp/t && cat /tmp/t && mkdir -p /root/tools && echo '{}' > /root/state.json && cat /root/state.json && echo $HOME",
+    "echo ok > /tmp/t && cat /tmp/t && mkdir -p /root/tools && " +
+      "echo '{}' > /root/state.json && cat /root/state.json && echo $HOME",
   );
   assert.equal(w.exitCode, 0, w.stderr);
   assert.equal(w.stdout, "ok\n{}\n/root\n");
@@ -81,7 +82,8 @@ test("the workspace is copy-on-write: the host directory never changes", async (
   const dir = workspace();
   await using sb = await Sandbox.create({ home, dir });
   const r = await sb.exec(
-    "cat a.txt && echo changed > a.txt && echo more >> sub/b.txt && rm sub/b.txt && echo new > new.txt && chmod 000 a.txt && mkdir d && ls",
+    "cat a.txt && echo changed > a.txt && echo more >> sub/b.txt && rm sub/b.txt && " +
+      "echo new > new.txt && chmod 000 a.txt && mkdir d && ls",
   );
   assert.equal(r.exitCode, 0, r.stderr);
   assert.equal(r.stdout, "original\na.txt\nd\nnew.txt\nsub\n");

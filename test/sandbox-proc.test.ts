@@ -63,7 +63,8 @@ test("no network by default: loopback only, host services unreachable", async ()
     assert.ok(!r.stdout.includes("hello"));
     // Loopback inside works (a server inside can be reached from inside).
     const lo = await sb.exec(
-      "python3 -c \"import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); s.listen(); c=socket.create_connection(s.getsockname()); print('lo ok')\"",
+      "python3 -c \"import socket; s=socket.socket(); s.bind(('127.0.0.1',0)); s.listen(); " +
+        "c=socket.create_connection(s.getsockname()); print('lo ok')\"",
     );
     assert.equal(lo.stdout, "lo ok\n", lo.stderr);
 

@@ -176,8 +176,11 @@ class Build {
     const venv = this.trees.venv;
     const restored =
       depsId !== undefined && (await this.step("dependencies (snapshot)", () => deps.restore(depsId, venv)));
-    if (restored) this.log(`restored the venv with dependencies from snapshot ${depsId}`);
-    else {
+    if (restored) {
+      // A snapshot keeps the owner it was saved with: make the venv the sandbox's root's to write again.
+      await chownTree([venv], sandboxRootOnHost());
+      this.log(`restored the venv with dependencies from snapshot ${depsId}`);
+    } else {
       await this.sh("venv", `${toolchain.python} -m venv ${VENV_PATH}`);
       await this.runAll(script.deps, 1);
       if (depsId !== undefined) await this.step("dependencies (save snapshot)", () => deps.save(depsId, venv));
@@ -196,7 +199,8 @@ class Build {
       await normalizeMtimes(this.trees.testbed);
       await normalizeMtimes(this.trees.venv);
     });
-    const venvPycs = `find ${VENV_PATH} -name '*.pyc' -delete && python -m compileall -q -j 0 ${VENV_PATH} >/dev/null 2>&1`;
+    const deleteVenvPycs = `find ${VENV_PATH} -name '*.pyc' -delete`;
+    const venvPycs = `${deleteVenvPycs} && python -m compileall -q -j 0 ${VENV_PATH} >/dev/null 2>&1`;
     const testbedPycs = `python -m compileall -q -j 0 -x '/\\.git/' ${TESTBED_PATH} >/dev/null 2>&1`;
     await this.sh("compile", `${ACTIVATE} && ${venvPycs}; ${testbedPycs}; true`);
     await this.sandbox!.close();

@@ -80,13 +80,16 @@ function idRangeCheck(): DoctorCheck {
   }
   try {
     const r = idRange();
-    const detail = `root inside is host uid ${r.base}, never 0 (ids ${r.base}-${r.base + r.count - 1}, from ${r.source})`;
+    const ids = `${r.base}-${r.base + r.count - 1}`;
+    const detail = `root inside is host uid ${r.base}, never 0 (ids ${ids}, from ${r.source})`;
     if (r.source !== "default") return { name: "user ids", status: "ok", detail };
     return {
       name: "user ids",
       status: "warn",
       detail: `${detail}; the range is not reserved in /etc/subuid, so another tool could hand it out`,
-      fix: `add "${SUBID_USER}:${r.base}:${r.count}" to /etc/subuid and /etc/subgid (scripts/install-system-deps.sh does)`,
+      fix:
+        `add "${SUBID_USER}:${r.base}:${r.count}" to /etc/subuid and /etc/subgid ` +
+        "(scripts/install-system-deps.sh does)",
     };
   } catch (e) {
     return { name: "user ids", status: "fail", detail: (e as Error).message, fix: "set MINISANDBOX_IDMAP=BASE:COUNT" };
@@ -124,7 +127,8 @@ function cgroupCheck(): DoctorCheck {
   const fix =
     launchMode() === "root"
       ? "mount the cgroup v1 memory and pids controllers"
-      : `delegate a cgroup to this user: sudo sh -c 'for c in memory pids; do mkdir -p /sys/fs/cgroup/$c/minisandbox-${uid}; ` +
+      : "delegate a cgroup to this user: sudo sh -c 'for c in memory pids; do " +
+        `mkdir -p /sys/fs/cgroup/$c/minisandbox-${uid}; ` +
         `chown -R ${uid} /sys/fs/cgroup/$c/minisandbox-${uid}; done'`;
   const missing = [...(e.memory ? [] : ["memory"]), ...(e.pids ? [] : ["process-count"])].join(" and ");
   return {

@@ -1,4 +1,4 @@
-import { spawn } from "node:child_process";
+import { type ChildProcess, spawn } from "node:child_process";
 import { CappedBuffer } from "./output.js";
 
 /** Which limit ended a command, when one did. */
@@ -33,6 +33,8 @@ export interface ExecOptions {
   /** Run as this user inside (default: the sandbox's). */
   uid?: number;
   gid?: number;
+  /** Aborting kills the command's whole process tree (e.g. its HTTP client went away); the result still comes. */
+  signal?: AbortSignal;
   /** Streamed as it arrives (the CLI prints live). */
   onStdout?: (chunk: Buffer) => void;
   onStderr?: (chunk: Buffer) => void;
@@ -50,79 +52,109 @@ export interface SpawnedCommand {
   cleanup: () => void;
 }
 
-/** Run an already-built argv (see enterArgv) and collect its result. */
-export function runCommand(cmd: SpawnedCommand, opts: ExecOptions): Promise<ExecResult> {
-  const started = performance.now();
+/** Output of one command, capped per stream (one buffer for both when merged). */
+interface Capture {
+  out: CappedBuffer;
+  err: CappedBuffer;
+}
+
+function capture(child: ChildProcess, opts: ExecOptions): Capture {
   const limit = opts.outputLimitBytes ?? DEFAULT_OUTPUT_LIMIT;
   const out = new CappedBuffer(limit);
   const err = opts.mergeOutput ? out : new CappedBuffer(limit);
+  child.stdout!.on("data", (b: Buffer) => {
+    out.push(b);
+    opts.onStdout?.(b);
+  });
+  child.stderr!.on("data", (b: Buffer) => {
+    err.push(b);
+    (opts.mergeOutput ? opts.onStdout : opts.onStderr)?.(b);
+  });
+  return { out, err };
+}
+
+/**
+ * "close" once the command itself exited and its pipes drained. A background child may keep stdout open forever:
+ * after the exit the pipes get a short grace, then reading stops (the child lives on, as after `docker exec`).
+ */
+function onDone(child: ChildProcess, done: (code: number | null, signal: NodeJS.Signals | null) => void): void {
+  let drain: NodeJS.Timeout | undefined;
+  child.on("exit", (code, signal) => {
+    drain = setTimeout(() => {
+      child.stdout!.destroy();
+      child.stderr!.destroy();
+      child.emit("close", code, signal);
+    }, DRAIN_GRACE_MS);
+  });
+  let settled = false;
+  child.on("close", (code, signal) => {
+    if (settled) return;
+    settled = true;
+    if (drain) clearTimeout(drain);
+    done(code, signal);
+  });
+}
+
+/** Run an already-built argv (see enterArgv) and collect its result. */
+export function runCommand(cmd: SpawnedCommand, opts: ExecOptions): Promise<ExecResult> {
+  const started = performance.now();
   const [bin, ...args] = cmd.argv;
   return new Promise((resolve, reject) => {
     const child = spawn(bin!, args, { stdio: ["pipe", "pipe", "pipe"], env: {} });
+    const output = capture(child, opts);
     let timedOut = false;
-    const timer =
-      opts.timeoutMs !== undefined
-        ? setTimeout(() => {
-            timedOut = true;
-            void cmd.killTree(child.pid!);
-          }, opts.timeoutMs)
-        : undefined;
-    child.stdout!.on("data", (b: Buffer) => {
-      out.push(b);
-      opts.onStdout?.(b);
-    });
-    child.stderr!.on("data", (b: Buffer) => {
-      err.push(b);
-      (opts.mergeOutput ? opts.onStdout : opts.onStderr)?.(b);
-    });
+    const kill = (): void => void cmd.killTree(child.pid!);
+    const expire = (): void => {
+      timedOut = true;
+      kill();
+    };
+    const timer = opts.timeoutMs === undefined ? undefined : setTimeout(expire, opts.timeoutMs);
+    if (opts.signal?.aborted) kill();
+    else opts.signal?.addEventListener("abort", kill, { once: true });
+    const stop = (): void => {
+      if (timer) clearTimeout(timer);
+      opts.signal?.removeEventListener("abort", kill);
+    };
     child.stdin!.on("error", () => {});
     child.stdin!.end(opts.stdin ?? "");
     child.on("error", (e) => {
-      if (timer) clearTimeout(timer);
+      stop();
       cmd.cleanup();
       reject(e);
     });
-    // A background child may keep stdout open forever: after the command itself exits, give the pipes a short
-    // grace to drain, then stop reading (the child lives on, as after `docker exec`, until close()).
-    let drain: NodeJS.Timeout | undefined;
-    child.on("exit", (code, signal) => {
-      drain = setTimeout(() => {
-        child.stdout!.destroy();
-        child.stderr!.destroy();
-        child.emit("close", code, signal);
-      }, DRAIN_GRACE_MS);
+    onDone(child, (code, signal) => {
+      stop();
+      const ended = { code, signal, timedOut, pid: child.pid!, durationMs: () => performance.now() - started };
+      finish(cmd, opts, output, ended).then(resolve, reject);
     });
-    let settled = false;
-    child.on("close", (code, signal) => {
-      if (settled) return;
-      settled = true;
-      if (drain) clearTimeout(drain);
-      if (timer) clearTimeout(timer);
-      void finish(code, signal).then(resolve, reject);
-    });
-
-    const finish = async (code: number | null, signal: NodeJS.Signals | null): Promise<ExecResult> => {
-      // A resource limit explains a timeout better than the timeout itself (a fork bomb spins until killed).
-      const limitHit = cmd.limitHit() ?? (signal === "SIGXCPU" ? "cpu" : timedOut ? "timeout" : undefined);
-      // A command stopped by a limit is stopped whole: what it left running (a fork bomb's tail) dies with it.
-      if (limitHit === "pids" || limitHit === "memory") await cmd.killTree(child.pid!);
-      cmd.cleanup();
-      const so = out.toBuffer();
-      const se = opts.mergeOutput ? Buffer.alloc(0) : err.toBuffer();
-      return {
-        exitCode: timedOut ? 124 : (code ?? 128 + signalNumber(signal)),
-        stdout: so.toString("utf8"),
-        stderr: se.toString("utf8"),
-        stdoutBytes: so,
-        stderrBytes: se,
-        timedOut,
-        truncated: out.truncated || err.truncated,
-        ...(limitHit ? { limit: limitHit } : {}),
-        ...(signal ? { signal } : {}),
-        durationMs: performance.now() - started,
-      };
-    };
   });
+}
+
+/** The result, once the command ended: which limit stopped it (a stopped command is stopped whole), its output. */
+async function finish(
+  cmd: SpawnedCommand,
+  opts: ExecOptions,
+  { out, err }: Capture,
+  e: { code: number | null; signal: NodeJS.Signals | null; timedOut: boolean; pid: number; durationMs: () => number },
+): Promise<ExecResult> {
+  // A resource limit explains a timeout better than the timeout itself (a fork bomb spins until killed).
+  const limitHit = cmd.limitHit() ?? (e.signal === "SIGXCPU" ? "cpu" : e.timedOut ? "timeout" : undefined);
+  if (limitHit === "pids" || limitHit === "memory") await cmd.killTree(e.pid);
+  cmd.cleanup();
+  const so = out.toBuffer();
+  const se = opts.mergeOutput ? Buffer.alloc(0) : err.toBuffer();
+  return {
+    exitCode: e.timedOut ? 124 : (e.code ?? 128 + signalNumber(e.signal)),
+    stdout: so.toString("utf8"),
+    stderr: se.toString("utf8"),
+    stdoutBytes: so,
+    stderrBytes: se,
+    timedOut: e.timedOut,
+    truncated: out.truncated || err.truncated,
+    ...(limitHit ? { limit: limitHit } : {}),
+    ...(e.signal ? { signal: e.signal } : {}),
+    durationMs: e.durationMs(),
+  };
 }
 
 const SIGNALS: Record<string, number> = {

@@ -99,10 +99,12 @@ export class SandboxFiles {
     return (await this.readBytes(path, opts)).toString("utf8");
   }
 
-  /** Write a file, creating parent directories. */
-  async write(path: string, content: string | Buffer): Promise<void> {
+  /** Write a file, creating parent directories; `timeoutMs` bounds it (a FIFO at the path never blocks for good). */
+  async write(path: string, content: string | Buffer, opts: { timeoutMs?: number } = {}): Promise<void> {
+    const timeoutMs = opts.timeoutMs ?? DEFAULT_READ_TIMEOUT_MS;
     const script = 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"';
-    const r = await this.runner.exec(["/bin/sh", "-c", script, "sh", path], { stdin: content });
+    const r = await this.runner.exec(["/bin/sh", "-c", script, "sh", path], { stdin: content, timeoutMs });
+    if (r.timedOut) throw new TimeoutError(`write ${path}: not done within ${timeoutMs} ms`);
     await this.check(r, path, "write");
   }
 
@@ -138,27 +140,34 @@ export class SandboxFiles {
       .sort((a, b) => a.name.localeCompare(b.name));
   }
 
-  /** Copy a host file or directory into the sandbox at `target` (parents created). */
-  async upload(hostPath: string, target: string): Promise<void> {
+  /**
+   * Copy a host file or directory into the sandbox at `target` (parents created; an existing target directory keeps
+   * its own mode). `timeoutMs` bounds the whole copy.
+   */
+  async upload(hostPath: string, target: string, opts: { timeoutMs?: number } = {}): Promise<void> {
+    const timeoutMs = opts.timeoutMs ?? DEFAULT_COPY_OUT_TIMEOUT_MS;
     if (!statSync(hostPath).isDirectory()) {
-      await this.write(target, await readFile(hostPath));
+      await this.write(target, await readFile(hostPath), { timeoutMs });
       return;
     }
-    const cons = this.runner.stream([
-      "/bin/sh",
-      "-c",
-      'mkdir -p -- "$1" && exec tar -C "$1" -xf - --no-same-owner',
-      "sh",
-      target,
-    ]);
+    const script = 'mkdir -p -- "$1" && exec tar -C "$1" -xf - --no-same-owner --no-overwrite-dir';
+    const cons = this.runner.stream(["/bin/sh", "-c", script, "sh", target]);
     const prod = spawn("/bin/tar", ["-C", hostPath, "-cf", "-", "."], { stdio: ["ignore", "pipe", "pipe"] });
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      prod.kill("SIGKILL");
+      void cons.kill();
+    }, timeoutMs);
     let errText = "";
     prod.stderr!.on("data", (b: Buffer) => (errText += b.toString()));
     cons.child.stderr!.on("data", (b: Buffer) => (errText += b.toString()));
     cons.child.stdin!.on("error", () => {});
     prod.stdout!.pipe(cons.child.stdin!);
     const [p, c] = await Promise.all([exitOf(prod), exitOf(cons.child)]);
+    clearTimeout(timer);
     cons.cleanup();
+    if (timedOut) throw new TimeoutError(`upload ${hostPath}: not done within ${timeoutMs} ms`);
     if (p !== 0 || c !== 0) throw new SandboxError(`copy of ${hostPath} failed: ${errText.trim()}`);
   }
 

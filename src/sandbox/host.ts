@@ -75,7 +75,7 @@ export interface IdRange {
   source: string;
 }
 
-/** The user whose /etc/subuid and /etc/subgid entries reserve the range (`scripts/install-system-deps.sh` adds them). */
+/** The user whose /etc/subuid and /etc/subgid entries reserve the range (the system-deps script adds them). */
 export const SUBID_USER = "minisandbox";
 /** Used when nothing is configured: far above the ranges `useradd` hands out (100000 + 65536·n). */
 export const DEFAULT_ID_RANGE = { base: 1_879_048_192, count: 65_536 };

@@ -3,7 +3,7 @@ import type { FastifyInstance } from "fastify";
 import { InvalidInputError } from "../util/errors.js";
 import { LIFECYCLE } from "./lifecycle-sandboxes.js";
 import { native } from "../wire/index.js";
-import { byId, onEntry, type RouteContext } from "./route-context.js";
+import { byId, clientGone, onEntry, type RouteContext } from "./route-context.js";
 import { readForClient } from "./runtime-files.js";
 
 export function registerExecRoutes(app: FastifyInstance, ctx: RouteContext): void {
@@ -13,7 +13,7 @@ export function registerExecRoutes(app: FastifyInstance, ctx: RouteContext): voi
   app.post(
     "/sandboxes/:id/exec",
     { config },
-    onEntry(ctx, entry, async (e, req): Promise<native.ExecResponse> => {
+    onEntry(ctx, entry, async (e, req, reply): Promise<native.ExecResponse> => {
       const r = native.ExecRequest.parse(req.body);
       const max = ctx.limits.maxReadBytes;
       if (r.output_limit_bytes !== undefined && r.output_limit_bytes > max)
@@ -26,6 +26,7 @@ export function registerExecRoutes(app: FastifyInstance, ctx: RouteContext): voi
         stdin: r.stdin,
         mergeOutput: r.merge_output,
         outputLimitBytes: r.output_limit_bytes,
+        signal: clientGone(reply),
       });
       ctx.metrics.commands.observe({ kind: "exec" }, (performance.now() - started) / 1000);
       return {

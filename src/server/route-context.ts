@@ -77,6 +77,15 @@ export async function withBusy<T>(
 }
 
 /** A route handler working on one sandbox, marked busy while it runs. */
+/** Aborted when the client goes away before its answer was sent: a command it started is then killed. */
+export function clientGone(reply: FastifyReply): AbortSignal {
+  const ac = new AbortController();
+  reply.raw.once("close", () => {
+    if (!reply.raw.writableFinished) ac.abort();
+  });
+  return ac.signal;
+}
+
 export function onEntry<T>(
   ctx: RouteContext,
   resolve: EntryResolver,

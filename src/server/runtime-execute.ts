@@ -13,7 +13,7 @@ import {
   shlexSplit,
 } from "./pycompat.js";
 import { RUNTIME, secondsToMs } from "./runtime-common.js";
-import { onEntry, type EntryResolver, type RouteContext } from "./route-context.js";
+import { clientGone, onEntry, type EntryResolver, type RouteContext } from "./route-context.js";
 import type { Entry } from "./registry.js";
 
 const SIGNUMS = osConstants.signals as Record<string, number>;
@@ -58,7 +58,7 @@ function argvFor(c: swerex.Command): string[] {
   return ["/usr/bin/env", "-i", ...Object.entries(c.env).map(([k, v]) => `${k}=${v}`), ...argv];
 }
 
-async function execute(ctx: RouteContext, e: Entry, body: unknown): Promise<swerex.CommandResponse> {
+async function execute(ctx: RouteContext, e: Entry, body: unknown, gone: AbortSignal): Promise<swerex.CommandResponse> {
   const c = swerex.Command.parse(body);
   const argv = argvFor(c);
   const started = performance.now();
@@ -66,6 +66,7 @@ async function execute(ctx: RouteContext, e: Entry, body: unknown): Promise<swer
     timeoutMs: secondsToMs(c.timeout),
     cwd: c.cwd ?? undefined,
     mergeOutput: c.merge_output_streams,
+    signal: gone,
   });
   ctx.metrics.commands.observe({ kind: "execute" }, (performance.now() - started) / 1000);
   if (r.timedOut)
@@ -93,6 +94,6 @@ export function registerExecuteRoute(app: FastifyInstance, prefix: string, resol
   app.post(
     `${prefix}/execute`,
     { config: RUNTIME },
-    onEntry(ctx, resolve, (e, req) => execute(ctx, e, req.body)),
+    onEntry(ctx, resolve, (e, req, reply) => execute(ctx, e, req.body, clientGone(reply))),
   );
 }

@@ -8,7 +8,8 @@ __all__ = ["resolve_home", "default_token"]
 
 
 def resolve_home(home: str | None = None) -> str:
-    """``home``, then ``$MINISANDBOX_HOME``, then ``$XDG_DATA_HOME/minisandbox``, then ``~/.local/share/minisandbox``."""
+    """``home``, else ``$MINISANDBOX_HOME``, else ``$XDG_DATA_HOME/minisandbox``, else ``~/.local/share/minisandbox``.
+    """
     if home:
         return os.path.abspath(home)
     if os.environ.get("MINISANDBOX_HOME"):
