@@ -102,7 +102,8 @@ for name, only in (("oneNode", {"n0"}), ("threeNodes", None)):
     placed = collections.Counter()
     t = time.monotonic()
     res = evaluate(f, cfg["dataset"], "gold", run_id=f"bench-{name}", report_dir=cfg["outDir"], progress=False,
-                   instance_ids=cfg["instanceIds"], on_event=lambda k, **e: k == "placed" and placed.update([e["node"]]))
+                   instance_ids=cfg["instanceIds"],
+                   on_event=lambda k, **e: k == "placed" and placed.update([e["node"]]))
     wall = time.monotonic() - t
     evals[name] = {"nodes": len(f.placement.nodes), "instances": len(cfg["instanceIds"]), "wallMs": round(wall * 1000),
                    "instancesPerMinute": round(len(cfg["instanceIds"]) / (wall / 60), 2),

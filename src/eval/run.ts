@@ -157,7 +157,7 @@ export interface PlannedJob {
   logDir: string;
 }
 
-/** A run laid out without evaluating anything, for jobs run elsewhere (a fleet), then summed up by `summarizeEvaluation`. */
+/** A run laid out, nothing evaluated: its jobs run elsewhere (a fleet), then `summarizeEvaluation` sums it up. */
 export interface EvaluationPlan {
   runId: string;
   model: string;

@@ -9,7 +9,9 @@ import { evalSandboxSettings } from "../eval/runner/sandbox.js";
 import { agentDiff, pristineListing } from "../eval/runner/agent-diff.js";
 import { errMessage, LayerUnavailableError, NotFoundError } from "../util/errors.js";
 import { homeLayout } from "../util/home.js";
+import type { InstanceEnv } from "../env/workspace.js";
 import type {
+  EvaluationJob,
   LayerSources,
   PrepareOutcome,
   ProvidedWorkspace,
@@ -70,55 +72,51 @@ export function envProvider(opts: {
         timings: r.timings,
         error: r.error ?? null,
       })),
-    async diff(sandbox: Sandbox): Promise<string> {
-      // The base is a fresh sandbox of the same task: files its build left untracked are not the agent's changes.
+    diff: (sandbox: Sandbox) => {
       const id = sandbox.labels["instance"];
       if (!id) throw new NotFoundError(`sandbox ${sandbox.id} was not created from a dataset instance`);
-      let listing: Buffer;
-      {
-        await using fresh = await openWorkspace({
-          home: opts.home,
-          instance: instance(id),
-          specsFile: opts.specsFile,
-        });
-        listing = await pristineListing(fresh);
-      }
-      return (await agentDiff(sandbox, listing)).patch;
+      return workspaceDiff(opts, instance(id), sandbox);
     },
     listInstances: async () => [...byId.keys()],
     settle: () => releasing.settle(),
     prepare: (inst, o) => prepareHere(opts, inst, o),
-    evaluateJob: (job, open) =>
-      runEvalJobToFiles(
-        {
-          home: opts.home,
-          instance: job.instance,
-          patch: job.patch,
-          model: job.model,
-          timeoutMs: job.timeoutMs,
-          specsFile: opts.specsFile,
-          reposDir: opts.reposDir,
-          build: job.build,
-          sources: job.sources,
-          openSandbox: async (env) => {
-            const settings = await evalSandboxSettings(opts.home, env.spec);
-            const ws = await resolveWorkspace({
-              home: opts.home,
-              instance: job.instance,
-              environment: env,
-              ...settings,
-            });
-            return open({
-              options: ws.options,
-              release: () => releasing.track(ws.release()),
-              setup: ws.setup,
-              meta: { instance_id: job.instance.instance_id, env_key: ws.key, repo: ws.spec.repo, purpose: "eval" },
-            });
-          },
-        },
-        join(homeLayout(opts.home).root, "server", "jobs"),
-      ),
+    evaluateJob: (job, open) => evaluateJobHere(opts, releasing, job, open),
   };
+}
+
+type ProviderOptions = { home: string; reposDir?: string; specsFile?: string };
+
+/** The agent's changes: the base is a fresh sandbox of the same task (files its build left untracked are not). */
+async function workspaceDiff(opts: ProviderOptions, instance: Instance, sandbox: Sandbox): Promise<string> {
+  let listing: Buffer;
+  {
+    await using fresh = await openWorkspace({ home: opts.home, instance, specsFile: opts.specsFile });
+    listing = await pristineListing(fresh);
+  }
+  return (await agentDiff(sandbox, listing)).patch;
+}
+
+/** One job of a run planned elsewhere, in a sandbox the server makes (`open`); its files come back. */
+function evaluateJobHere(
+  opts: ProviderOptions,
+  releasing: Pending,
+  job: EvaluationJob,
+  open: (workspace: ProvidedWorkspace) => Promise<Sandbox>,
+) {
+  const openSandbox = async (env: InstanceEnv): Promise<Sandbox> => {
+    const settings = await evalSandboxSettings(opts.home, env.spec);
+    const ws = await resolveWorkspace({ home: opts.home, instance: job.instance, environment: env, ...settings });
+    return open({
+      options: ws.options,
+      release: () => releasing.track(ws.release()),
+      setup: ws.setup,
+      meta: { instance_id: job.instance.instance_id, env_key: ws.key, repo: ws.spec.repo, purpose: "eval" },
+    });
+  };
+  const { home, specsFile, reposDir } = opts;
+  const { instance, patch, model, timeoutMs, build, sources } = job;
+  const input = { home, instance, patch, model, timeoutMs, specsFile, reposDir, build, sources, openSandbox };
+  return runEvalJobToFiles(input, join(homeLayout(home).root, "server", "jobs"));
 }
 
 /** Promises still running, awaited together at the end. */
@@ -137,7 +135,7 @@ class Pending {
 
 /** A row's environment made present here: already here, else fetched from a source, else built (with `build`). */
 async function prepareHere(
-  opts: { home: string; reposDir?: string; specsFile?: string },
+  opts: ProviderOptions,
   instance: Instance,
   o: LayerSources & { build: boolean },
 ): Promise<PrepareOutcome> {

@@ -6,13 +6,14 @@
  */
 import { rmSync } from "node:fs";
 import { join } from "node:path";
-import type { FastifyInstance } from "fastify";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { NotImplementedError, UnavailableError } from "../errors.js";
 import type { Sandbox } from "../sandbox/sandbox.js";
 import { normalizeInstance, type Instance } from "../tasks/index.js";
 import { native } from "../wire/index.js";
 import { LIFECYCLE } from "./lifecycle-sandboxes.js";
 import type { ProvidedWorkspace } from "./provider.js";
+import type { Principal } from "./auth.js";
 import { principalOf, type RouteContext } from "./route-context.js";
 import { toHttpSource } from "./peers.js";
 import { layerDigest, requireAdmin } from "./store-routes.js";
@@ -29,90 +30,113 @@ function instanceFromWire(raw: Record<string, unknown>): Instance {
 
 export function registerJobRoutes(app: FastifyInstance, ctx: RouteContext): void {
   const config = LIFECYCLE;
-  const { registry } = ctx;
   // What a killed server left mid-job.
   rmSync(join(ctx.home, "server", "jobs"), { recursive: true, force: true });
+  app.post("/environments", { config }, (req) => prepareRoute(ctx, req));
+  app.post("/evaluations", { config }, (req, reply) => evaluationRoute(ctx, req, reply));
+}
 
-  app.post("/environments", { config }, async (req) => {
-    requireAdmin(req, "POST /environments");
-    const body = native.PrepareRequest.parse(req.body);
-    const provider = registry.provider;
-    if (!provider?.prepare) throw new NotImplementedError("this server's workspace provider cannot build environments");
-    ctx.peers.check(body.sources);
-    const instance = instanceFromWire(body.instance);
-    const started = performance.now();
-    const r = await provider.prepare(instance, { sources: body.sources.map(toHttpSource), build: body.build });
-    return {
-      instance_id: instance.instance_id,
-      env_key: r.envKey,
-      status: r.status,
-      ms: Math.round(performance.now() - started),
-      error: r.error,
-      manifest_sha256: await layerDigest(ctx.home, r.envKey),
-    };
-  });
+async function prepareRoute(ctx: RouteContext, req: FastifyRequest): Promise<native.PrepareResponse> {
+  requireAdmin(req, "POST /environments");
+  const body = native.PrepareRequest.parse(req.body);
+  const provider = ctx.registry.provider;
+  if (!provider?.prepare) throw new NotImplementedError("this server's workspace provider cannot build environments");
+  ctx.peers.check(body.sources);
+  const instance = instanceFromWire(body.instance);
+  const started = performance.now();
+  const r = await provider.prepare(instance, { sources: body.sources.map(toHttpSource), build: body.build });
+  return {
+    instance_id: instance.instance_id,
+    env_key: r.envKey,
+    status: r.status,
+    ms: Math.round(performance.now() - started),
+    error: r.error,
+    manifest_sha256: await layerDigest(ctx.home, r.envKey),
+  };
+}
 
-  app.post("/evaluations", { config }, async (req, reply): Promise<native.EvaluationResponse> => {
-    requireAdmin(req, "POST /evaluations");
-    const body = native.EvaluationRequest.parse(req.body);
-    const provider = registry.provider;
-    if (!provider?.evaluateJob) throw new NotImplementedError("this server's workspace provider cannot evaluate jobs");
-    ctx.peers.check(body.sources);
-    const instance = instanceFromWire(body.instance);
-    const who = principalOf(req);
-    let sandbox: Sandbox | undefined;
-    let answered = false;
-    let gone = false;
-    const drop = (): void => {
-      if (sandbox && !sandbox.isClosed) void registry.delete(sandbox.id, "delete").catch(() => undefined);
-    };
-    // A client that goes away (its node lost, its task killed) takes its evaluation's sandbox with it.
+async function evaluationRoute(
+  ctx: RouteContext,
+  req: FastifyRequest,
+  reply: FastifyReply,
+): Promise<native.EvaluationResponse> {
+  requireAdmin(req, "POST /evaluations");
+  const body = native.EvaluationRequest.parse(req.body);
+  const provider = ctx.registry.provider;
+  if (!provider?.evaluateJob) throw new NotImplementedError("this server's workspace provider cannot evaluate jobs");
+  ctx.peers.check(body.sources);
+  const instance = instanceFromWire(body.instance);
+  const sandboxes = new JobSandbox(ctx, reply, principalOf(req), instance.instance_id, body.labels ?? {});
+  const { result, files } = await provider.evaluateJob(
+    {
+      instance,
+      patch: body.model_patch,
+      model: body.model_name_or_path,
+      ...(body.timeout_seconds !== undefined ? { timeoutMs: body.timeout_seconds * 1000 } : {}),
+      build: body.build,
+      sources: body.sources.map(toHttpSource),
+    },
+    (workspace) => sandboxes.open(workspace),
+  );
+  sandboxes.answered = true;
+  ctx.metrics.evaluations.inc({ result: result.status === "error" ? "error" : "ok" });
+  return {
+    instance_id: result.instanceId,
+    env_key: result.envKey ?? null,
+    status: result.status,
+    resolution: result.resolution,
+    error: result.error ? { kind: result.error.kind, message: result.error.message } : null,
+    layer: result.layer ?? null,
+    files: Object.fromEntries(Object.entries(files).map(([name, bytes]) => [name, bytes.toString("base64")])),
+    warnings: result.warnings,
+    manifest_sha256: await layerDigest(ctx.home, result.envKey),
+  };
+}
+
+/**
+ * The sandbox of one evaluation job: this server's (counted, labelled, busy while the job runs), and gone with
+ * its client: one that goes away (its node lost, its task killed) takes the evaluation's sandbox with it.
+ */
+class JobSandbox {
+  answered = false;
+  private gone = false;
+  private sandbox: Sandbox | undefined;
+
+  constructor(
+    private readonly ctx: RouteContext,
+    reply: FastifyReply,
+    private readonly who: Principal,
+    private readonly instanceId: string,
+    private readonly labels: Record<string, string>,
+  ) {
     reply.raw.once("close", () => {
-      if (answered) return;
-      gone = true;
-      drop();
+      if (this.answered) return;
+      this.gone = true;
+      this.drop();
     });
+  }
+
+  private drop(): void {
+    const sb = this.sandbox;
+    if (sb && !sb.isClosed) void this.ctx.registry.delete(sb.id, "delete").catch(() => undefined);
+  }
+
+  async open(workspace: ProvidedWorkspace): Promise<Sandbox> {
     const wentAway = (): UnavailableError => new UnavailableError("the client went away; evaluation abandoned");
-    const open = async (workspace: ProvidedWorkspace): Promise<Sandbox> => {
-      if (gone) {
-        workspace.release();
-        throw wentAway();
-      }
-      const e = await registry.create({ instance_id: instance.instance_id, labels: body.labels ?? {} }, who, {
-        provided: workspace,
-      });
-      sandbox = e.sandbox;
-      if (gone) {
-        drop();
-        throw wentAway();
-      }
-      registry.begin(e);
-      e.sandbox.onClose(() => registry.end(e));
-      return e.sandbox;
-    };
-    const { result, files } = await provider.evaluateJob(
-      {
-        instance,
-        patch: body.model_patch,
-        model: body.model_name_or_path,
-        ...(body.timeout_seconds !== undefined ? { timeoutMs: body.timeout_seconds * 1000 } : {}),
-        build: body.build,
-        sources: body.sources.map(toHttpSource),
-      },
-      open,
-    );
-    answered = true;
-    ctx.metrics.evaluations.inc({ result: result.status === "error" ? "error" : "ok" });
-    return {
-      instance_id: result.instanceId,
-      env_key: result.envKey ?? null,
-      status: result.status,
-      resolution: result.resolution,
-      error: result.error ? { kind: result.error.kind, message: result.error.message } : null,
-      layer: result.layer ?? null,
-      files: Object.fromEntries(Object.entries(files).map(([name, bytes]) => [name, bytes.toString("base64")])),
-      warnings: result.warnings,
-      manifest_sha256: await layerDigest(ctx.home, result.envKey),
-    };
-  });
+    if (this.gone) {
+      workspace.release();
+      throw wentAway();
+    }
+    const { registry } = this.ctx;
+    const req = { instance_id: this.instanceId, labels: this.labels };
+    const e = await registry.create(req, this.who, { provided: workspace });
+    this.sandbox = e.sandbox;
+    if (this.gone) {
+      this.drop();
+      throw wentAway();
+    }
+    registry.begin(e);
+    e.sandbox.onClose(() => registry.end(e));
+    return e.sandbox;
+  }
 }

@@ -63,16 +63,23 @@ async function* concatenated(paths: readonly string[]): AsyncGenerator<Buffer> {
   for (const p of paths) for await (const chunk of createReadStream(p)) yield chunk as Buffer;
 }
 
-export function registerStoreRoutes(app: FastifyInstance, ctx: RouteContext): void {
-  const config = LIFECYCLE;
-  const layout = homeLayout(ctx.home);
-  const store = (): Store => openStore(layout.store);
-  const keyOf = (req: FastifyRequest): string => {
-    const key = (req.params as { key: string }).key;
-    assertLayerKey(key);
-    return key;
-  };
+const config = LIFECYCLE;
 
+const keyOf = (req: FastifyRequest): string => {
+  const key = (req.params as { key: string }).key;
+  assertLayerKey(key);
+  return key;
+};
+
+export function registerStoreRoutes(app: FastifyInstance, ctx: RouteContext): void {
+  const store = (): Store => openStore(homeLayout(ctx.home).store);
+  registerLayerRoutes(app, ctx, store);
+  registerObjectRoutes(app, store);
+  registerFetchRoutes(app, ctx);
+}
+
+/** What this node holds, and a layer's manifest. */
+function registerLayerRoutes(app: FastifyInstance, ctx: RouteContext, store: () => Store): void {
   app.get("/store/layers", { config }, async (req) => {
     requireAdmin(req, "GET /store/layers");
     const s = store();
@@ -93,7 +100,10 @@ export function registerStoreRoutes(app: FastifyInstance, ctx: RouteContext): vo
     reply.type("application/json");
     return fsp.readFile(manifestPath(s, key));
   });
+}
 
+/** Objects in batches, and a layer as one pack. */
+function registerObjectRoutes(app: FastifyInstance, store: () => Store): void {
   app.post("/store/objects", { config }, async (req, reply) => {
     requireAdmin(req, "POST /store/objects");
     const { ids } = native.ObjectsRequest.parse(req.body);
@@ -131,7 +141,10 @@ export function registerStoreRoutes(app: FastifyInstance, ctx: RouteContext): vo
       throw e;
     }
   });
+}
 
+/** A layer fetched from peers into this node's cache, and the peers it may come from. */
+function registerFetchRoutes(app: FastifyInstance, ctx: RouteContext): void {
   app.post("/cache/layers/:key", { config }, async (req) => {
     requireAdmin(req, "POST /cache/layers/:key");
     const key = keyOf(req);

@@ -61,7 +61,7 @@ class LocalCluster:
         return self.nodes[name].node_id
 
     def remove(self, name: str, graceful: bool = True) -> None:
-        """Remove a node; ``graceful=False`` SIGKILLs its processes (the head cannot be removed: the driver is on it)."""
+        """Remove a node; ``graceful=False`` SIGKILLs its processes (not the head: the driver is on it)."""
         self.cluster.remove_node(self.nodes.pop(name), allow_graceful=graceful)
 
     @property
