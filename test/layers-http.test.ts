@@ -203,7 +203,10 @@ test("sources only from allowed or registered peers; never a redirect; tampered 
   });
   assert.equal(r.status, 403, r.text);
   assert.match(r.text, /not an allowed peer/);
-  const sb = await call(lonely.url, "POST", "/sandboxes", { key: ADMIN, body: { env_key: keys[3], sources: [peer] } });
+  const sb = await call(lonely.url, "POST", "/sandboxes", {
+    key: ADMIN,
+    body: { env_key: keys[3], sources: [{ url: peer.url }] },
+  });
   assert.equal(sb.status, 403);
   assert.deepEqual(peer.seen, [], "no request left for a source that is not allowed");
   for (const url of ["file:///etc/passwd", "http://user:pw@127.0.0.1:1/", "ftp://127.0.0.1/"]) {
