@@ -33,7 +33,8 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", help="JSON lines on stdout: progress events, then the result")
     data = argparse.ArgumentParser(add_help=False)
     data.add_argument("--dataset", required=True, help="SWE-bench / SWE-smith dataset (JSON, JSONL or parquet)")
-    data.add_argument("--instance-ids", nargs="+", default=[], help="only these instances")
+    data.add_argument("--instance-ids", nargs="+", action="extend", default=[],
+                      help="only these instances (repeatable)")
     data.add_argument("--specs", help="environment spec overrides (JSON)")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("status", parents=[common], help="nodes, slots and layers")
