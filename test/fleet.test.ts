@@ -158,7 +158,11 @@ test("a minisandbox fleet on a 3-node Ray cluster", { timeout: 900_000 }, async 
     }
   });
   const code = await new Promise<number | null>((r) => child!.once("exit", (c) => r(c)));
-  for (const c of checks) await t.test(c.check, () => assert.equal(c.ok, true, JSON.stringify(c)));
+  for (const c of checks)
+    await t.test(c.check, (s) => {
+      s.diagnostic(JSON.stringify(c)); // the figures behind each check (times, placements, fetches)
+      assert.equal(c.ok, true, JSON.stringify(c));
+    });
   // Ray's own noise (a killed raylet's last log lines) is left out of the failure message.
   const tail = err
     .split("\n")
