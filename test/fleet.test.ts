@@ -175,3 +175,34 @@ test("a minisandbox fleet on a 3-node Ray cluster", { timeout: 900_000 }, async 
     "every check ran",
   );
 });
+
+test("placement by environment, as pure Python; the package imports without Ray", async () => {
+  const code = `
+import sys
+import minisandbox, minisandbox.fleet
+assert "ray" not in sys.modules, "importing minisandbox (or minisandbox.fleet) must not import Ray"
+from minisandbox.fleet import Placement, NodeState
+p = Placement()
+for name, layers in (("a", {"k1": "d1"}), ("b", {}), ("c", {"k1": "d1c"})):
+    p.add(NodeState(name, name, "http://" + name, "t-" + name, 2, layers=dict(layers)))
+assert p.choose("k1") == (p.nodes["a"], True)          # warm, least loaded, then by name
+assert p.choose("k1") == (p.nodes["c"], True)          # the other warm node
+assert p.choose("k2") == (p.nodes["b"], False)         # nobody holds k2: the least loaded node
+assert p.choose("k2") == (p.nodes["b"], True)          # ... and the next one follows the incoming layer
+assert [s["url"] for s in p.sources("k1", exclude="a")] == ["http://c"]
+assert p.sources("k1", exclude="b")[0]["manifest_sha256"] in ("d1", "d1c")
+p.nodes["c"].usable = False                            # suspected: neither placed on nor fetched from
+assert [s["url"] for s in p.sources("k1", exclude="b")] == ["http://a"]
+assert p.choose("k1") == (p.nodes["a"], True)
+assert p.choose("k3") is None                          # every usable node full
+p.done("b", "k2", ok=True, digest="d2")
+assert p.nodes["b"].layers["k2"] == "d2" and p.nodes["b"].running == 1
+assert "t-a" not in repr(p.nodes["a"]), "a node's repr never shows its token"
+print("OK")
+`;
+  const r = await run("python3", ["-c", code], {
+    env: { PATH: process.env.PATH, PYTHONPATH: PYTHON_PACKAGE, PYTHONDONTWRITEBYTECODE: "1" },
+  });
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  assert.match(r.stdout, /OK\n$/);
+});

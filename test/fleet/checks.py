@@ -244,6 +244,15 @@ check("cli_second_driver_same_report", cli.returncode == 0 and result.get("summa
       and any(e.get("event") == "progress" for e in events),
       seconds=round(time.monotonic() - t, 1), rc=cli.returncode, stderr=cli.stderr[-1500:])
 
+# 7. one sandbox for work driven from here (e.g. a rollout): placed warm, deleted on exit.
+key = next(iter(next(n for n in fleet.placement.nodes.values() if n.name == "n0").layers))
+with fleet.sandbox(key, labels={"purpose": "rollout"}) as sb:
+    ran = Client(sb["url"], sb["token"]).exec(sb["id"], "git -C /testbed rev-parse --is-inside-work-tree")
+    node_url = sb["url"]
+check("fleet_sandbox_placed_warm_and_deleted", ran["stdout"].strip() == "true"
+      and not Client(node_url, next(n.token for n in fleet.placement.nodes.values() if n.url == node_url))
+      .list_sandboxes(), node=sb["node"])
+
 t = time.monotonic()
 fleet.stop()
 lc.shutdown()

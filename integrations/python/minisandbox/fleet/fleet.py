@@ -3,9 +3,10 @@ slots; the driver's view of their load and layers; nodes lost and nodes joining,
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -40,6 +41,8 @@ class Fleet:
         self._io: dict[str, bool] = {}
         self._dead: set[str] = set()
         self._checks: dict[str, Any] = {}
+        #: node id -> when to try again to start its supervisor (after a failure, not at every refresh)
+        self._retry_at: dict[str, float] = {}
         self._last_refresh = 0.0
         self._peer_urls: tuple[str, ...] = ()
 
@@ -90,7 +93,9 @@ class Fleet:
                 self.placement.drop(nid)
                 self.supervisors.pop(nid, None)
                 self._checks.pop(nid, None)
-        new = {nid: n for nid, n in alive.items() if nid not in self.placement.nodes}
+        now = time.monotonic()
+        new = {nid: n for nid, n in alive.items()
+               if nid not in self.placement.nodes and self._retry_at.get(nid, 0.0) <= now}
         started = {nid: self._supervisor(n) for nid, n in new.items()}
         infos = {nid: sup.info.remote() for nid, sup in started.items()}
         for nid, ref in infos.items():
@@ -100,6 +105,7 @@ class Fleet:
             except Exception as e:  # died while joining: tried again at the next refresh
                 self.log(f"node {node_name(new[nid])} could not join: {type(e).__name__}: {str(e)[:300]}")
                 self.created.discard(nid)
+                self._retry_at[nid] = time.monotonic() + 10.0
                 continue
             n = new[nid]
             self.supervisors[nid] = started[nid]
@@ -192,6 +198,32 @@ class Fleet:
             except Exception:
                 pass
         return out
+
+    @contextlib.contextmanager
+    def sandbox(self, env_key: str, *, labels: dict[str, str] | None = None,
+                **create: Any) -> Iterator[dict[str, Any]]:
+        """A sandbox of environment ``env_key`` on the node placement picks (warm first), for work driven from here
+        (e.g. one agent rollout): yields the server's answer plus ``url`` and ``token`` of that node's server (give
+        ``runtime_url`` and the token to a SWE-ReX client). Deleted on exit, whatever happens inside."""
+        self.refresh(force=True)
+        chosen = self.placement.choose(env_key)
+        if chosen is None:
+            raise RuntimeError("no node of the fleet has a free slot")
+        node, _ = chosen
+        client = self.client(node, timeout=600)
+        sources = [] if node.holds(env_key) else self.placement.sources(env_key, exclude=node.node_id)
+        try:
+            sb = client.create_sandbox(env_key=env_key, labels=labels, sources=sources or None, **create)
+        except BaseException:
+            self.placement.done(node.node_id, env_key, ok=False)
+            raise
+        try:
+            yield {**sb, "url": node.url, "token": node.token, "node": node.name}
+        finally:
+            try:
+                client.delete_sandbox(sb["id"])
+            finally:
+                self.placement.done(node.node_id, env_key, ok=True)
 
     def status(self) -> list[dict[str, Any]]:
         return [{"node": n.name, "node_id": n.node_id, "url": n.url, "slots": n.slots, "running": n.running,
