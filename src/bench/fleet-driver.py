@@ -66,27 +66,36 @@ for node in list(fleet.placement.nodes.values()):
     node.layers.update({x["key"]: x["manifest_sha256"] for x in fleet.client(node).store_layers()})
 out["prefetchMs"] = round((time.monotonic() - t) * 1000)
 
-# Placement overhead: one sandbox at a time (create, `true`, delete), directly on n0 vs through the fleet.
+# Placement overhead: one sandbox at a time (create, `true`, delete), directly on n0 and through the fleet, in
+# alternating rounds (side by side, so a busy machine weighs on both alike); both warmed up first.
 rounds = cfg["sandboxRounds"]
 key = keys[0]
-direct = []
 c = Client(n0.url, n0.token)
-for i in range(rounds + 1):
-    t = time.perf_counter()
+
+
+def direct_round():
     sb = c.create_sandbox(env_key=key)
     c.exec(sb["id"], "true")
     c.delete_sandbox(sb["id"])
-    if i:
-        direct.append((time.perf_counter() - t) * 1000)
-via = []
+
+
+def fleet_round(name):
+    r = run_items(fleet, "sandbox", [Item(name, key, {"env_key": key, "command": "true"})])
+    assert not r.errors, r.errors
+
+
+direct_round()
 run_items(fleet, "sandbox", [Item(f"warm{i}", key, {"env_key": key, "command": "true"}) for i in range(6)])
+direct, via = [], []
 for i in range(rounds):
     t = time.perf_counter()
-    r = run_items(fleet, "sandbox", [Item(f"s{i}", key, {"env_key": key, "command": "true"})])
-    assert not r.errors, r.errors
+    direct_round()
+    direct.append((time.perf_counter() - t) * 1000)
+    t = time.perf_counter()
+    fleet_round(f"s{i}")
     via.append((time.perf_counter() - t) * 1000)
 out["sandbox"] = {"rounds": rounds, "directP50Ms": p50(direct), "fleetP50Ms": p50(via),
-                  "overheadP50Ms": round(p50(via) - p50(direct), 2)}
+                  "overheadP50Ms": p50([b - a for a, b in zip(direct, via)])}
 # Many at once: throughput through the fleet.
 many = cfg["sandboxBurst"]
 t = time.perf_counter()

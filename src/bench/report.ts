@@ -433,7 +433,7 @@ function fleetLines(f: FleetResult | Unavailable | undefined): string[] {
       `Placement decision ${c.decisionUs} µs. One sandbox at a time (create, \`true\`, delete): ` +
       `${ms(c.sandbox.directP50Ms)} directly on a node, ${ms(c.sandbox.fleetP50Ms)} through the fleet ` +
       `(placement + a Ray task): **${ms(c.sandbox.overheadP50Ms)} overhead per sandbox** ` +
-      `(p50 of ${c.sandbox.rounds}). ` +
+      `(median of ${c.sandbox.rounds} paired rounds, alternating). ` +
       `${c.sandboxBurst.sandboxes} at once: ${c.sandboxBurst.perSecond}/s, ${c.sandboxBurst.errors} errors.`,
     "",
     "| evaluation (gold) | nodes | instances | wall | instances/min | resolved | placed |",

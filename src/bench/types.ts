@@ -133,7 +133,10 @@ export interface FleetCluster {
   /** Placement's decision alone (choose + done), microseconds. */
   decisionUs: number;
   prefetchMs: number;
-  /** One sandbox at a time (create, `true`, delete): directly on a node vs through the fleet (placement + Ray task). */
+  /**
+   * One sandbox at a time (create, `true`, delete): directly on a node vs through the fleet (placement + Ray task),
+   * in alternating rounds; the overhead is the median of the paired differences.
+   */
   sandbox: { rounds: number; directP50Ms: number; fleetP50Ms: number; overheadP50Ms: number };
   sandboxBurst: { sandboxes: number; wallMs: number; perSecond: number; errors: number };
   evaluation: { oneNode: FleetEvaluation; threeNodes: FleetEvaluation };

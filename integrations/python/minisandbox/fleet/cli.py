@@ -66,12 +66,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import jobs
     from .fleet import Fleet
-    from .progress import Progress
 
     ray.init(address=a.address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False)
     log = (lambda m: print(json.dumps({"event": "log", "message": m}), flush=True)) if a.json else \
         (lambda m: print(f"minisandbox fleet: {m}", file=sys.stderr))
-    progress: Any = Progress("", 0, stream=sys.stdout, json_events=True) if a.json else True
+    progress = "json" if a.json else True
     if a.command == "down":
         return _down(ray)
     fleet = Fleet(_config(a, detached=a.command == "up"), log=log)

@@ -168,8 +168,14 @@ class Fleet:
             n = self.placement.nodes.get(nid)
             try:
                 info = ray.get(ref)
-            except Exception:
+            except ray.exceptions.RayActorError:
                 continue  # the supervisor went with its node: out until Ray declares it dead
+            except Exception as e:  # its server cannot be started again: this fleet stops using the node
+                self.log(f"node {n.name if n else nid[:8]} left out: its server does not start: {str(e)[:300]}")
+                self._dead.add(nid)
+                self.placement.drop(nid)
+                self.supervisors.pop(nid, None)
+                continue
             if n is not None and nid not in self._dead:
                 n.url, n.usable = info["url"], True
                 self._peer_urls = ()  # its URL may have changed

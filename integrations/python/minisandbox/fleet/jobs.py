@@ -13,6 +13,7 @@ import datetime
 import json
 import os
 import subprocess
+import sys
 import tempfile
 from typing import Any, Callable
 
@@ -64,7 +65,7 @@ def _selection(instance_ids: list[str] | tuple[str, ...], specs: str | None) -> 
 
 
 def prepare(fleet: Fleet, dataset: str | list[dict[str, Any]], *, instance_ids: list[str] | tuple[str, ...] = (),
-            specs: str | None = None, progress: Progress | bool = True,
+            specs: str | None = None, progress: bool | str = True,
             on_event: Callable[..., None] | None = None) -> dict[str, Any]:
     """Make every distinct environment of the dataset present on some node: one already holding it counts; the
     others are built, each once, on the least loaded nodes."""
@@ -107,7 +108,7 @@ def prepare(fleet: Fleet, dataset: str | list[dict[str, Any]], *, instance_ids: 
 def evaluate(fleet: Fleet, dataset: str | list[dict[str, Any]], predictions: str | list[dict[str, Any]], *,
              run_id: str | None = None, report_dir: str = ".", instance_ids: list[str] | tuple[str, ...] = (),
              timeout_s: float = 1800, rerun: bool = False, specs: str | None = None,
-             progress: Progress | bool = True, on_event: Callable[..., None] | None = None) -> dict[str, Any]:
+             progress: bool | str = True, on_event: Callable[..., None] | None = None) -> dict[str, Any]:
     """Evaluate ``predictions`` (a file, ``"gold"``, ``"empty"`` or a list) on ``dataset`` over the whole fleet,
     as ``minisandbox evaluate`` does on one node: same files, same summary (``<model>.<run_id>.json``)."""
     run_id = run_id or "minisandbox-" + datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
@@ -142,7 +143,7 @@ def evaluate(fleet: Fleet, dataset: str | list[dict[str, Any]], predictions: str
             "build": built, "stats": out.stats, "job": out.job}
 
 
-def _environments(fleet: Fleet, jobs: list[dict[str, Any]], progress: Progress | bool,
+def _environments(fleet: Fleet, jobs: list[dict[str, Any]], progress: bool | str,
                   on_event: Callable[..., None] | None) -> dict[str, Any]:
     """Build what no node holds yet, each environment once (as a single-node run builds missing ones first)."""
     fleet.refresh(force=True)
@@ -177,7 +178,8 @@ def _write_files(log_dir: str, files: dict[str, str]) -> None:
                 pass
 
 
-def _progress(progress: Progress | bool, title: str, total: int) -> Progress | None:
-    if isinstance(progress, Progress):
-        return Progress(title, total, stream=progress.stream, json_events=progress.json)
+def _progress(progress: bool | str, title: str, total: int) -> Progress | None:
+    """True: one line on stderr; "json": JSON events on stdout; False: nothing."""
+    if progress == "json":
+        return Progress(title, total, stream=sys.stdout, json_events=True)
     return Progress(title, total) if progress else None
