@@ -8,11 +8,13 @@
 const HTTP_STATUS = {
   invalid_input: 400,
   validation_failed: 422,
+  task_invalid: 422,
   unauthorized: 401,
   forbidden: 403,
   peer_not_allowed: 403,
   not_found: 404,
   sandbox_not_found: 404,
+  sandbox_lost: 410,
   session_exists: 409,
   upload_too_large: 413,
   limit_reached: 429,
@@ -167,6 +169,20 @@ export class NotImplementedError extends MinisandboxError {
 export class SandboxError extends MinisandboxError {
   constructor(message: string, code = "sandbox_error") {
     super(code, message);
+  }
+}
+
+/** A sandbox that ended without being asked to (killed, out of time): its work is lost, not failed by its user. */
+export class SandboxLostError extends SandboxError {
+  constructor(message: string) {
+    super(message, "sandbox_lost");
+  }
+}
+
+/** A task that cannot be used: its gold patch does not resolve it in its own environment. */
+export class TaskInvalidError extends MinisandboxError {
+  constructor(message: string) {
+    super("task_invalid", message);
   }
 }
 

@@ -46,10 +46,12 @@ export {
   RemoteRuntimeError,
   RequestValidationError,
   SandboxError,
+  SandboxLostError,
   SandboxNotFoundError,
   SessionError,
   StoreCorruptError,
   TarFormatError,
+  TaskInvalidError,
   TimeoutError,
   UnauthorizedError,
   UnavailableError,
@@ -76,3 +78,19 @@ export {
   validationSummary,
 } from "./eval/index.js";
 export type { EvaluateOptions, EvaluateResult, EvaluateTarget } from "./eval/index.js";
+export {
+  RolloutEngine,
+  RolloutGroup,
+  Rollout,
+  classifyOutcome,
+  type GoldVerdict,
+  type GroupInfo,
+  type GroupRequest,
+  type InfraFailureKind,
+  type PrewarmReport,
+  type RewardMode,
+  type RewardOptions,
+  type RolloutEngineOptions,
+  type RolloutInfo,
+  type RolloutOutcome,
+} from "./rollout/index.js";

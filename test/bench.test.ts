@@ -21,6 +21,9 @@ test("bench: a tiny run of every workload gives well-formed results and files", 
     sessionCommands: 5,
     evalInstances: 1,
     coldStampedeK: 2,
+    rolloutRounds: 1,
+    rolloutTrajectories: 1,
+    rolloutForks: 1,
     evalEngine: false,
     sessionHttp: false,
     podman: false,
@@ -103,6 +106,24 @@ test("bench: a tiny run of every workload gives well-formed results and files", 
   assert.equal(r.evaluation.podman.available, false);
   assert.equal(r.evaluation.minisandbox_engine.available, false);
 
+  const ro = r.rollout;
+  assert.ok(ro.available, JSON.stringify(ro));
+  assert.equal(ro.groupSize, 8);
+  for (const g of [ro.group.minisandbox, ro.group.minisandbox_warm_pool]) {
+    assert.ok(g.available, JSON.stringify(g));
+    assert.equal(g.failures, 0);
+    assert.equal(g.allReady.n, 1);
+  }
+  for (const t of [ro.trajectory.minisandbox, ro.trajectory.minisandbox_in_place]) {
+    assert.ok(t.available, JSON.stringify(t));
+    assert.equal(t.resolved, t.trajectories);
+    assert.ok(t.meanParts["startMs"]! > 0 && t.meanParts["rewardOverheadMs"]! > 0);
+  }
+  assert.ok(ro.fork.minisandbox.available && ro.fork.minisandbox.fork.n === 1, JSON.stringify(ro.fork));
+  assert.equal(ro.group.podman.available, false);
+  assert.equal(r.ratios.rollout_group_vs_podman, null);
+  assert.ok(r.targets.some((t) => t.name.startsWith("fork of a rollout") && typeof t.met === "boolean"));
+
   assert.ok(r.targets.length >= 8);
   for (const t of r.targets) assert.ok(t.met === null || typeof t.met === "boolean");
 
@@ -112,6 +133,7 @@ test("bench: a tiny run of every workload gives well-formed results and files", 
   const back = JSON.parse(readFileSync(files.json, "utf8")) as BenchResults;
   assert.deepEqual(back.ratios, r.ratios);
   assert.match(readFileSync(files.markdown, "utf8"), /\| minisandbox warm \|/);
+  assert.match(readFileSync(files.markdown, "utf8"), /## 7\. Rollouts for RL trainers/);
   assert.match(readFileSync(files.svg, "utf8"), /^<svg [^>]*xmlns="http:\/\/www.w3.org\/2000\/svg"/);
   assert.ok(existsSync(files.svg));
 });

@@ -20,6 +20,7 @@ const LAYERS: string[][] = [
   ["env"],
   ["fixtures"],
   ["eval"],
+  ["rollout"],
   ["index.ts"],
   ["server", "client"],
   ["bench"],

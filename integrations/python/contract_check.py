@@ -5,8 +5,8 @@ and the contract disagree (a field renamed, a default changed, a type changed on
 
 * SWE-ReX models: every request and response model of ``minisandbox.swerex.runtime`` (swe-rex's own when installed) has
   the contract's fields, required fields, defaults and types.
-* Native API: the bodies the deployment and the mini-swe-agent environment send validate against the contract's
-  schemas (``jsonschema``), and the answer fields they read exist in the contract.
+* Native and rollout APIs: the bodies the deployment, the mini-swe-agent environment and ``minisandbox.rl`` send
+  validate against the contract's schemas (``jsonschema``), and the answer fields they read exist in the contract.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 import jsonschema
 
 from minisandbox import minisweagent as env
+from minisandbox.rl import client as rl
 from minisandbox.swerex import deployment, runtime
 
 # SWE-ReX models the runtime client sends or reads, by contract name (the `{}` answers have no fields).
@@ -45,6 +46,13 @@ READ_FIELDS = {
     ("native", "ErrorResponse"): ["detail"],
     ("swerex", "CommandResponse"): ["stdout", "exit_code"],
     ("swerex", "SwerexceptionBody"): ["swerexception"],
+    ("rollout", "GroupInfo"): ["id", "instance_id", "env_key", "problem_statement", "timings", "rollouts"],
+    ("rollout", "RolloutInfo"): ["id", "group_id", "instance_id", "repetition", "trajectory_id", "parent",
+                                 "sandbox_id", "from_pool", "state", "start_ms"],
+    ("rollout", "RolloutOutcome"): ["status", "reward", "resolved", "failure"],
+    ("rollout", "GroupList"): ["groups"],
+    ("rollout", "RolloutList"): ["rollouts"],
+    ("native", "ExecResponse"): ["stdout", "exit_code", "timed_out"],
 }
 
 
@@ -102,6 +110,9 @@ def sent_bodies() -> list[tuple[str, str, dict[str, Any]]]:
         ("swerex", "Command", env.execute_payload(mini, "echo hi", "", 30)),
         ("swerex", "BashAction", runtime.BashAction(command="ls").model_dump()),
         ("swerex", "Command", runtime.Command(command=["ls"], env={"X": "1"}).model_dump()),
+        ("rollout", "CreateGroupRequest", rl.group_body("fixture__calc-1", 8, gold_check=True, ttl_seconds=600.0)),
+        ("rollout", "RewardRequest", rl.reward_body("in_place", 300.0, "fraction")),
+        ("native", "ExecRequest", rl.exec_body("ls", 60.0, "/testbed", {"A": "1"}, "in", merge_output=True)),
     ]
 
 

@@ -1,5 +1,5 @@
 /**
- * Workload 7, many nodes. Layer transfer between two nodes (a real `minisandbox serve` holding the layer, a fresh
+ * Workload 8, many nodes. Layer transfer between two nodes (a real `minisandbox serve` holding the layer, a fresh
  * store fetching it over loopback): missing objects over HTTP, one pack over HTTP, a shared directory, and a plain
  * copy of the materialized tree; plus what a second layer of the same repository moves. Then, with Ray, the fleet on
  * a 3-node cluster simulated on this host (fleet-driver.py): placement overhead per sandbox and evaluation

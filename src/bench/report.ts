@@ -1,5 +1,6 @@
 /** Ratios, targets, and the Markdown table and SVG chart written next to the results JSON. */
 import { formatBytes } from "../util/size.js";
+import { ROLLOUT_RATIO_MEANINGS, rolloutLines, rolloutRatios, rolloutTargets } from "./report-rollout.js";
 import { ratio } from "./stats.js";
 import type { Leftovers, ServerLoadResult } from "./server-load.js";
 import type { BenchResults, FleetResult, ReadyVariant, ReadyVariantName, Target, Unavailable } from "./types.js";
@@ -68,6 +69,7 @@ export function computeRatios(
       warm_import_vs_podman_import: readyRatio("warm_import_vs_podman_import", "podman", "minisandbox_warm", "import"),
       eval_vs_podman: evalRatio,
       eval_steps_vs_podman: stepsRatio,
+      ...rolloutRatios(r, reasons),
     },
     ratio_reasons: reasons,
   };
@@ -88,6 +90,7 @@ export function computeTargets(r: Omit<BenchResults, "targets">): Target[] {
   readyAndStorageTargets(r, at);
   sandboxTargets(r, at);
   evaluationTargets(r, at);
+  t.push(...rolloutTargets(r));
   fleetTargets(r.fleet, at);
   return t;
 }
@@ -199,8 +202,9 @@ export function renderMarkdown(r: BenchResults): string {
     "## 6. Server load and faults (a real serve process on 127.0.0.1)",
     "",
     ...serverLoadLines(r.serverLoad),
+    ...rolloutLines(r),
     "",
-    "## 7. Many nodes (layer transfer over loopback; a 3-node Ray cluster simulated on this host)",
+    "## 8. Many nodes (layer transfer over loopback; a 3-node Ray cluster simulated on this host)",
     "",
     ...fleetLines(r.fleet),
   ];
@@ -481,6 +485,7 @@ const RATIO_MEANINGS: Record<keyof BenchResults["ratios"], string> = {
   warm_import_vs_podman_import: "real first command (import) p50: podman run ÷ minisandbox warm",
   eval_vs_podman: "evaluation throughput: minisandbox eval engine (else harness steps) ÷ podman",
   eval_steps_vs_podman: "evaluation throughput, the very same script: Sandbox API ÷ podman run -i",
+  ...ROLLOUT_RATIO_MEANINGS,
 };
 
 /** Which environment: the fixture with its history size, or the dataset. */

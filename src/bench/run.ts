@@ -7,6 +7,7 @@ import { benchEvalEngine, benchEvalPodman, benchEvalSteps, prepareNode } from ".
 import { Podman } from "./podman.js";
 import { timedRun } from "./proc.js";
 import { benchReady } from "./ready.js";
+import { benchRollout } from "./rollout.js";
 import { computeRatios, computeTargets } from "./report.js";
 import { benchServerLoad } from "./server-load.js";
 import { benchSessionHttp, benchSessionInProcess } from "./session.js";
@@ -20,7 +21,7 @@ const PODMAN_STORAGE_METHOD =
   "what podman really keeps on disk for these images (storage_vs_podman) — and the env layers alone " +
   "(storage_vs_podman_env_layers)";
 
-export type Workload = "ready" | "storage" | "concurrency" | "session" | "evaluation" | "server" | "fleet";
+export type Workload = "ready" | "storage" | "concurrency" | "session" | "evaluation" | "server" | "rollout" | "fleet";
 export const ALL_WORKLOADS: Workload[] = [
   "ready",
   "storage",
@@ -28,10 +29,11 @@ export const ALL_WORKLOADS: Workload[] = [
   "session",
   "evaluation",
   "server",
+  "rollout",
   "fleet",
 ];
-/** What `--dataset` runs (workloads 1, 2 and 5); the others do not depend on the environment. */
-export const DATASET_WORKLOADS: Workload[] = ["ready", "storage", "evaluation"];
+/** What `--dataset` runs (workloads 1, 2, 5 and 7); the others do not depend on the environment. */
+export const DATASET_WORKLOADS: Workload[] = ["ready", "storage", "evaluation", "rollout"];
 
 export interface BenchOptions {
   quick?: boolean;
@@ -62,6 +64,10 @@ export interface BenchOptions {
   serverSandboxes?: number;
   serverCommands?: number;
   serverKillWithLive?: number;
+  /** Rollout workload: groups per variant, trajectories per variant, forks. */
+  rolloutRounds?: number;
+  rolloutTrajectories?: number;
+  rolloutForks?: number;
   /** false: skip the HTTP round trip (http.ts). */
   sessionHttp?: boolean;
   /** false: skip the eval runner's own benchmark (eval-engine.ts). */
@@ -98,6 +104,9 @@ export function sizesFor(
     | "evalInstances"
     | "evalWorkers"
     | "coldStampedeK"
+    | "rolloutRounds"
+    | "rolloutTrajectories"
+    | "rolloutForks"
     | "historyMiB"
   >
 > {
@@ -112,6 +121,9 @@ export function sizesFor(
     evalInstances: o.evalInstances ?? (quick ? 2 : o.dataset ? 5 : 10),
     evalWorkers: o.evalWorkers ?? 2,
     coldStampedeK: o.coldStampedeK ?? 16,
+    rolloutRounds: o.rolloutRounds ?? (quick ? 3 : 10),
+    rolloutTrajectories: o.rolloutTrajectories ?? (quick ? 2 : 5),
+    rolloutForks: o.rolloutForks ?? (quick ? 10 : 30),
   };
 }
 
@@ -227,8 +239,8 @@ async function openPodman(
   notes: string[],
   log: (msg: string) => void,
 ): Promise<Podman | Unavailable> {
-  if (o.podman === false || !(workloads.has("ready") || workloads.has("storage") || workloads.has("evaluation")))
-    return na("disabled for this run");
+  const needsPodman = ["ready", "storage", "evaluation", "rollout"].some((w) => workloads.has(w as Workload));
+  if (o.podman === false || !needsPodman) return na("disabled for this run");
   const podman = await Podman.open(work, log).catch((e: unknown) =>
     na(`podman setup failed: ${(e as Error).message.split("\n")[0]}`),
   );
@@ -274,6 +286,7 @@ async function skeleton(x: {
       minisandbox_steps: notRun("evaluation"),
       podman: podman instanceof Podman ? notRun("evaluation") : podman,
     },
+    rollout: notRun("rollout"),
     notes: x.notes,
   };
 }
@@ -371,7 +384,7 @@ const WORKLOADS: Record<Workload, (run: BenchRun) => Promise<void>> = {
   },
   async fleet({ o, results, env, work, log }) {
     const instances = fleetInstances(o);
-    log(`workload 7: many nodes (layer transfer; ${instances} instance(s) on 1 vs 3 simulated nodes)`);
+    log(`workload 8: many nodes (layer transfer; ${instances} instance(s) on 1 vs 3 simulated nodes)`);
     results.fleet = await benchFleet({
       env,
       work,
@@ -405,5 +418,17 @@ const WORKLOADS: Record<Workload, (run: BenchRun) => Promise<void>> = {
         na(`podman evaluation failed: ${(err as Error).message.split("\n")[0]}`),
       );
     }
+  },
+  async rollout({ results, env, size, podman, log }) {
+    log("workload 7: rollouts (group of 8 ready, overhead per trajectory, fork)");
+    await prepareNode(env, [env.primary]);
+    results.rollout = await benchRollout({
+      env,
+      podman,
+      rounds: size.rolloutRounds,
+      trajectories: size.rolloutTrajectories,
+      forks: size.rolloutForks,
+      log,
+    }).catch((err: unknown) => na(`rollout workload failed: ${(err as Error).message.split("\n")[0]}`));
   },
 };

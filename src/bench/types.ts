@@ -95,7 +95,7 @@ export interface EvalMeasurement {
   detail?: unknown;
 }
 
-/** Workload 7: one layer from a node's server into a fresh store, four ways (median of `rounds`). */
+/** Workload 8: one layer from a node's server into a fresh store, four ways (median of `rounds`). */
 export interface LayerTransfer {
   available: true;
   /** Sum of the layer's file sizes (what every rate below divides). */
@@ -125,7 +125,7 @@ export interface FleetEvaluation {
   placed: Record<string, number>;
 }
 
-/** Workload 7 on a 3-node Ray cluster simulated on this host. */
+/** Workload 8 on a 3-node Ray cluster simulated on this host. */
 export interface FleetCluster {
   available: true;
   clusterUpMs: number;
@@ -151,6 +151,48 @@ export interface FleetResult {
   cpus: number;
   transfer: LayerTransfer | Unavailable;
   cluster: FleetCluster | Unavailable;
+}
+
+export interface GroupReady {
+  available: true;
+  label: string;
+  method: string;
+  /** From the request to the first command's output in every member of the group. */
+  allReady: Dist;
+  failures: number;
+}
+
+export interface TrajectoryOverhead {
+  available: true;
+  label: string;
+  method: string;
+  trajectories: number;
+  /** Trajectories graded resolved (the agent's work is the gold patch: must equal `trajectories`). */
+  resolved: number;
+  /** Per trajectory: wall time minus the agent's commands minus the test run. */
+  overhead: Dist;
+  /** Mean of each part of the overhead (start, diff, reward outside the tests, close). */
+  meanParts: Record<string, number>;
+}
+
+export interface ForkLatency {
+  available: true;
+  label: string;
+  method: string;
+  /** Fork request → child started. */
+  fork: Dist;
+  /** Fork request → the child's first command output. */
+  firstOutput: Dist;
+}
+
+/** Workload 7: rollouts for RL trainers, side by side with mini-swe-agent's podman environment. */
+export interface RolloutResults {
+  available: true;
+  groupSize: number;
+  rounds: number;
+  group: Record<"minisandbox" | "minisandbox_warm_pool" | "podman", GroupReady | Unavailable>;
+  trajectory: Record<"minisandbox" | "minisandbox_in_place" | "podman", TrajectoryOverhead | Unavailable>;
+  fork: Record<"minisandbox" | "podman_commit", ForkLatency | Unavailable>;
 }
 
 export interface Target {
@@ -216,7 +258,7 @@ export interface BenchResults {
   session: { inProcess: Dist | Unavailable; http: Record<string, unknown> | Unavailable };
   /** Workload 6: a real `serve` process under load, killed with SIGKILL and restarted, abandoned by clients. */
   serverLoad: ServerLoadResult | Unavailable;
-  /** Workload 7: many nodes (layer transfer; the fleet on a simulated Ray cluster). */
+  /** Workload 8: many nodes (layer transfer; the fleet on a simulated Ray cluster). */
   fleet: FleetResult | Unavailable;
   evaluation: {
     minisandbox_engine: EvalMeasurement | Unavailable;
@@ -225,6 +267,7 @@ export interface BenchResults {
     minisandbox_steps: EvalMeasurement | Unavailable;
     podman: EvalMeasurement | Unavailable;
   };
+  rollout: RolloutResults | Unavailable;
   ratios: {
     warm_vs_extract: number | null;
     warm_vs_podman: number | null;
@@ -240,6 +283,14 @@ export interface BenchResults {
     eval_vs_podman: number | null;
     /** The very same script through Sandbox.create + exec vs podman run -i. */
     eval_steps_vs_podman: number | null;
+    /** Group of 8 ready, p50: podman (mini-swe-agent's environment) ÷ startGroup (no warm pool). */
+    rollout_group_vs_podman: number | null;
+    /** The same with the group taken from the warm pool (prewarmed while the previous step trained). */
+    rollout_group_pool_vs_podman: number | null;
+    /** Overhead per trajectory outside agent and tests, p50: podman ÷ minisandbox (fresh-sandbox reward). */
+    rollout_overhead_vs_podman: number | null;
+    /** Fork → child started, p50: podman commit + run ÷ Rollout.fork. */
+    fork_vs_podman_commit: number | null;
   };
   /** Why a ratio is null. */
   ratio_reasons: Record<string, string>;

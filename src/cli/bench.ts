@@ -23,7 +23,7 @@ export function addBenchOptions(cmd: Command): Command {
   return cmd
     .option("--quick", "fewer runs (under 3 minutes once environments are built)")
     .option("--out <DIR>", "write DIR/results.json (+ .md, .svg) instead of bench/results/<date>.*")
-    .option("--dataset <FILE>", "benchmark a real dataset (workloads 1, 2, 5) instead of the fixture")
+    .option("--dataset <FILE>", "benchmark a real dataset (workloads 1, 2, 5, 7) instead of the fixture")
     .option("--repos <DIR>", "local clones or mirrors for --dataset, laid out as DIR/<owner>/<name>")
     .option("--specs <FILE>", "environment spec overrides for --dataset (JSON)")
     .option("--import <MODULE>", "module of the real first command (default: guessed from the repository)")

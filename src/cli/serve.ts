@@ -1,6 +1,6 @@
 /** `minisandbox serve`: the HTTP server (native lifecycle API + SWE-ReX runtime). Parsing and printing only. */
 import type { Command } from "commander";
-import { startServer, type RunningServer } from "../server/server.js";
+import { startServer, type RunningServer, type ServerOptions } from "../server/server.js";
 import { loadTokensFile } from "../server/auth.js";
 import type { ProviderFactory, WorkspaceProvider } from "../server/provider.js";
 import { parseSize } from "../util/size.js";
@@ -31,10 +31,13 @@ interface ServeOptions extends NodeServeOptions {
   maxUpload: string;
   publicUrl?: string;
   logLevel: string;
+  warmPool: string;
+  maxRollouts?: string;
+  rewardMode: string;
 }
 
-function integer(v: string | undefined, name: string): number | undefined {
-  const n = positive(v, name);
+function integer(v: string | undefined, name: string, allowZero = false): number | undefined {
+  const n = positive(v, name, allowZero);
   if (n !== undefined && !Number.isInteger(n)) throw new InvalidInputError(`${name} expects a whole number, got ${v}`);
   return n;
 }
@@ -83,6 +86,9 @@ export function registerServeCommand(program: Command, getHome: () => string, pr
     .option("--max-read <SIZE>", "largest file read_file returns", "64M")
     .option("--file-timeout <SECONDS>", "deadline of one file read or write in a sandbox", "60")
     .option("--public-url <URL>", "base URL put in runtime_url (default: the Host the client used)")
+    .option("--warm-pool <N>", "rollouts (with --dataset): sandboxes prewarm may hold ready", "0")
+    .option("--max-rollouts <N>", "rollouts (with --dataset): live rollouts at most (default: --max-sandboxes)")
+    .option("--reward-mode <MODE>", "rollouts (with --dataset): where rewards are graded, fresh or in_place", "fresh")
     .option("--log-level <LEVEL>", "fatal, error, warn, info, debug, trace or silent", "info")
     .action(async (o: ServeOptions) => {
       let server: RunningServer | undefined;
@@ -141,6 +147,21 @@ async function serverOptions(o: ServeOptions, home: string, providerFactory?: Pr
     publicUrl: o.publicUrl,
     peerAllow: o.peerAllow,
     logger: o.logLevel === "silent" ? false : { level: o.logLevel },
+    rollouts: o.dataset ? rolloutOptions(o, o.dataset) : undefined,
+  };
+}
+
+function rolloutOptions(o: ServeOptions, dataset: string): ServerOptions["rollouts"] {
+  const mode = o.rewardMode;
+  if (mode !== "fresh" && mode !== "in_place")
+    throw new InvalidInputError(`--reward-mode expects fresh or in_place, got ${mode}`);
+  const max = integer(o.maxRollouts, "--max-rollouts");
+  return {
+    dataset,
+    build: true,
+    rewardMode: mode,
+    warmPool: { max: integer(o.warmPool, "--warm-pool", true) ?? 0 },
+    ...(max !== undefined ? { maxRollouts: max } : {}),
   };
 }
 

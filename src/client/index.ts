@@ -8,6 +8,7 @@ export {
 export { RemoteSessions, RemoteSession, type RemoteRunOptions, type InterruptOptions } from "./remote-sessions.js";
 export { RemoteFiles } from "./remote-files.js";
 export type { RemoteExecOptions, RemoteExecResult } from "./remote-exec.js";
+export { RolloutClient, RemoteRolloutGroup, RemoteRollout, type StartGroupOptions } from "./rollouts.js";
 export {
   AuthError,
   UnauthorizedError,
@@ -23,6 +24,8 @@ export {
   SandboxNotFoundError,
   NotImplementedError,
   SandboxError,
+  SandboxLostError,
+  TaskInvalidError,
   UnavailableError,
   UploadTooLargeError,
   TimeoutError,

@@ -24,9 +24,19 @@ export interface RemoteExecResult {
   durationMs: number;
 }
 
-export async function remoteExec(
+export function remoteExec(
   api: HttpClient,
   id: string,
+  cmd: string | string[],
+  o: RemoteExecOptions = {},
+): Promise<RemoteExecResult> {
+  return remoteExecAt(api, `/sandboxes/${id}/exec`, cmd, o);
+}
+
+/** The same against any route speaking `ExecRequest` / `ExecResponse` (a rollout's `/exec` too). */
+export async function remoteExecAt(
+  api: HttpClient,
+  path: string,
   cmd: string | string[],
   o: RemoteExecOptions = {},
 ): Promise<RemoteExecResult> {
@@ -39,7 +49,7 @@ export async function remoteExec(
     merge_output: o.mergeOutput,
     output_limit_bytes: o.outputLimitBytes,
   };
-  const r = native.ExecResponse.toCamel(await api.call("POST", `/sandboxes/${id}/exec`, native.ExecResponse, body));
+  const r = native.ExecResponse.toCamel(await api.call("POST", path, native.ExecResponse, body));
   const { limit, signal, ...rest } = r;
   return { ...rest, ...(limit ? { limit } : {}), ...(signal ? { signal } : {}) };
 }

@@ -18,7 +18,7 @@ import { gradeInstance, reward as rewardOf, type Grade, type RewardSpec } from "
 import type { InstanceReportFile } from "./types.js";
 import { agentDiff, pristineListing } from "./runner/agent-diff.js";
 import { evalSandboxSettings } from "./runner/sandbox.js";
-import { runInstanceEvaluation, type EvalFailure } from "./runner/instance.js";
+import { runInstanceEvaluation, type EvalFailure, type InstanceEvalResult } from "./runner/instance.js";
 import { emptyTimings, roundTimings, type PhaseTimings } from "./runner/timings.js";
 
 export type RewardStatus = "FULL" | "PARTIAL" | "NO" | "ERROR";
@@ -44,6 +44,12 @@ export interface EvaluateOptions {
   limits?: Limits;
   /** Write the harness's per-instance files here. */
   logDir?: string;
+  /**
+   * A live sandbox only: grade it in place, as the container-free paper's code does — the eval script (test files
+   * reset, test patch applied, tests run) runs in the agent's own sandbox, which stays open with the test patch
+   * applied. Faster (no fresh sandbox per attempt), but edits to the venv or outside /testbed now count.
+   */
+  inPlace?: boolean;
   onWarning?: (message: string) => void;
 }
 
@@ -116,7 +122,10 @@ interface Graded {
  * instance, a closed sandbox, a sandbox of another environment) throws.
  */
 export async function evaluate(target: EvaluateTarget, opts: EvaluateOptions = {}): Promise<EvaluateResult> {
+  if (opts.inPlace && !(target instanceof Sandbox))
+    throw new InvalidInputError("evaluate: inPlace grades a live sandbox, not a patch");
   const a = await startAttempt(target, opts);
+  if (a.live && opts.inPlace) return evaluateInPlace(a, a.live, opts);
   if (opts.build ?? true) {
     try {
       await ensureBuilt({ home: a.home, ...a.env, reposDir: opts.reposDir, specsFile: opts.specsFile });
@@ -213,6 +222,66 @@ async function openFresh(
   }
 }
 
+/** An instance's pristine workspace, listed once per home, environment and instance (layers never change). */
+const listings = new Map<string, Promise<Buffer>>();
+const MAX_LISTINGS = 64;
+
+function cachedPristineListing(a: Attempt, opts: EvaluateOptions): Promise<Buffer> {
+  const id = `${a.home}\0${a.env.key}\0${a.instance.instance_id}`;
+  let p = listings.get(id);
+  if (!p) {
+    p = (async () => {
+      await using fresh = await openWorkspace({
+        home: a.home,
+        instance: a.instance,
+        environment: a.env,
+        limits: opts.limits,
+        ...(await evalSandboxSettings(a.home, a.env.spec)),
+      });
+      return await pristineListing(fresh);
+    })();
+    listings.set(id, p);
+    p.catch(() => listings.delete(id));
+    if (listings.size > MAX_LISTINGS) listings.delete(listings.keys().next().value!);
+  }
+  return p;
+}
+
+/** Grade the live sandbox itself: its diff for the record, then the eval script where the agent worked. */
+async function evaluateInPlace(a: Attempt, live: Sandbox, opts: EvaluateOptions): Promise<EvaluateResult> {
+  const t = performance.now();
+  let d: Awaited<ReturnType<typeof agentDiff>>;
+  try {
+    d = await agentDiff(live, await cachedPristineListing(a, opts));
+  } catch (e) {
+    a.timings.diffMs = performance.now() - t;
+    const kind = e instanceof NotFoundError ? "Environment Missing" : "Tests Errored";
+    return errored(a, { kind, message: `could not take the agent's diff: ${(e as Error).message}` }, "");
+  }
+  a.skippedPaths = d.skipped;
+  const diffMs = performance.now() - t;
+  if (d.patch === "") {
+    a.timings.diffMs = diffMs;
+    return emptyPatch(a, "");
+  }
+  const r = await runInstanceEvaluation({
+    home: a.home,
+    instance: a.instance,
+    env: a.env,
+    patch: d.patchBytes,
+    inPlace: true,
+    sandbox: live,
+    timeoutMs: opts.timeoutMs,
+    specsFile: opts.specsFile,
+    reposDir: opts.reposDir,
+    diffMs,
+    preamble: [`Patch for ${a.instance.instance_id} in sandbox ${live.id}: ${d.patchBytes.length} bytes`],
+    ...(opts.logDir ? { logDir: opts.logDir } : {}),
+    ...(opts.onWarning ? { onWarning: opts.onWarning } : {}),
+  });
+  return graded(a, r, d.patch, r.timings);
+}
+
 /** The agent's changes: its /testbed against the pristine state listed in the fresh sandbox. */
 async function takeAgentDiff(
   a: Attempt,
@@ -245,8 +314,12 @@ async function noPatch(a: Attempt, g: Graded): Promise<EvaluateResult> {
   a.timings.sandboxMs = g.sandboxMs;
   a.timings.diffMs = g.diffMs;
   a.timings.cleanupMs = performance.now() - t;
+  return emptyPatch(a, g.patch);
+}
+
+function emptyPatch(a: Attempt, patch: string | null): EvaluateResult {
   const grade = gradeInstance({ instance: a.instance, modelPatch: null, testOutput: null });
-  grade.report[a.instance.instance_id]!.patch_is_None = g.patch === null;
+  grade.report[a.instance.instance_id]!.patch_is_None = patch === null;
   a.timings.totalMs = performance.now() - a.started;
   a.timings.overheadMs = a.timings.totalMs;
   return {
@@ -257,7 +330,7 @@ async function noPatch(a: Attempt, g: Graded): Promise<EvaluateResult> {
     report: grade.report,
     grade,
     timings: roundTimings(a.timings),
-    patch: g.patch ?? "",
+    patch: patch ?? "",
     testOutput: null,
   };
 }
@@ -279,7 +352,12 @@ async function runInFresh(a: Attempt, g: Graded, opts: EvaluateOptions): Promise
     ...(opts.logDir ? { logDir: opts.logDir } : {}),
     ...(opts.onWarning ? { onWarning: opts.onWarning } : {}),
   });
-  const timings: PhaseTimings = { ...r.timings, sandboxMs: Math.round(g.sandboxMs * 10) / 10 };
+  return graded(a, r, patch, { ...r.timings, sandboxMs: Math.round(g.sandboxMs * 10) / 10 });
+}
+
+/** The runner's result as a reward. */
+function graded(a: Attempt, r: InstanceEvalResult, patch: string, runTimings: PhaseTimings): EvaluateResult {
+  const timings: PhaseTimings = { ...runTimings };
   timings.totalMs = Math.round((performance.now() - a.started) * 10) / 10;
   timings.overheadMs = Math.round((timings.totalMs - timings.testsMs) * 10) / 10;
   const grade = r.grade ?? gradeInstance({ instance: a.instance, modelPatch: patch, testOutput: null });

@@ -1,6 +1,7 @@
 /** `startServer`'s options and their defaults: safe ones (authenticated, bounded, no host directories). */
 import { totalmem } from "node:os";
 import type { FastifyServerOptions } from "fastify";
+import type { RolloutEngineOptions } from "../rollout/index.js";
 import type { Limits } from "../sandbox/limits.js";
 import { InvalidInputError } from "../util/errors.js";
 import { Authenticator, ensureTokenFile, type TokenEntry } from "./auth.js";
@@ -16,6 +17,8 @@ export interface ServerOptions {
   /** minisandbox data directory (default: MINISANDBOX_HOME or the per-user default). */
   home?: string;
   provider?: WorkspaceProvider;
+  /** Serve the rollout API (`/rollouts/...`) over a rollout engine on the server's home (its dataset, pool...). */
+  rollouts?: Omit<RolloutEngineOptions, "home">;
   /** An admin token (`X-API-Key`). Without it, `tokens` or `noAuth`: a token generated into the home's token file. */
   authToken?: string;
   /** More principals, each owning the sandboxes it creates (see auth.ts `loadTokensFile`). */

@@ -26,6 +26,8 @@ import { SandboxRegistry } from "./registry.js";
 import { ReplayStore } from "./replay.js";
 import { principalOf, type RouteContext } from "./route-context.js";
 import { registerRuntimeRoutes } from "./runtime-routes.js";
+import { RolloutEngine } from "../rollout/index.js";
+import { registerRolloutRoutes } from "./rollout-routes.js";
 import { UploadScratch } from "./scratch.js";
 
 export { isLoopback, type ServerOptions } from "./options.js";
@@ -111,6 +113,10 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
   registerTaskRoutes(app, ctx);
   registerStoreRoutes(app, ctx);
   registerJobRoutes(app, ctx);
+  const rollouts = opts.rollouts
+    ? new RolloutEngine({ limits: opts.limits, maxRollouts: ctx.registry.maxSandboxes, ...opts.rollouts, home })
+    : undefined;
+  registerRolloutRoutes(app, ctx, rollouts);
   registerRuntimeRoutes(
     app,
     "/sandboxes/:id",
@@ -118,6 +124,7 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
     ctx,
   );
   const close = once(async () => {
+    await rollouts?.close();
     await ctx.registry.closeAll();
     await ctx.registry.provider?.settle?.();
     await app.close();

@@ -1,9 +1,11 @@
-/** Public API of wire/: the wire contracts of the server's two protocols, shared by the server and the SDK. */
+/** Public API of wire/: the wire contracts of the server's protocols, shared by the server and the SDK. */
 import { NATIVE_MODELS } from "./native.js";
+import { ROLLOUT_MODELS } from "./rollout.js";
 import { SWEREX_MODELS } from "./swerex.js";
 
 export * as swerex from "./swerex.js";
 export * as native from "./native.js";
+export * as rollout from "./rollout.js";
 export {
   model,
   Model,
@@ -27,6 +29,6 @@ export { readTokenFile, tokenFilePath } from "./token-file.js";
 export function contractJson(): string {
   const schemas = (models: Record<string, { jsonSchema(): unknown }>) =>
     Object.fromEntries(Object.entries(models).map(([name, m]) => [name, m.jsonSchema()]));
-  const doc = { swerex: schemas(SWEREX_MODELS), native: schemas(NATIVE_MODELS) };
+  const doc = { swerex: schemas(SWEREX_MODELS), native: schemas(NATIVE_MODELS), rollout: schemas(ROLLOUT_MODELS) };
   return `${JSON.stringify(doc, null, 2)}\n`;
 }

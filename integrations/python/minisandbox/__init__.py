@@ -3,6 +3,7 @@
 - ``minisandbox.Client`` — the native API (sandboxes, exec, files), standard library only.
 - ``minisandbox.minisweagent.MinisandboxEnvironment`` — a mini-swe-agent environment.
 - ``minisandbox.swerex`` — a SWE-ReX runtime and deployment (needs the ``swerex`` extra: aiohttp, pydantic).
+- ``minisandbox.rl`` — rollouts for RL trainers: groups, an agent loop, trajectories, SkyRL / verl adapters.
 """
 
 from .client import DEFAULT_URL, Client
@@ -12,7 +13,9 @@ from .errors import (
     LimitError,
     MinisandboxError,
     NotFoundError,
+    SandboxLostError,
     ServerUnreachableError,
+    TaskInvalidError,
     TimeoutError,
     UnavailableError,
 )
@@ -29,6 +32,8 @@ __all__ = [
     "LimitError",
     "TimeoutError",
     "UnavailableError",
+    "SandboxLostError",
+    "TaskInvalidError",
     "default_token",
     "resolve_home",
 ]

@@ -13,6 +13,8 @@ __all__ = [
     "LimitError",
     "TimeoutError",
     "UnavailableError",
+    "SandboxLostError",
+    "TaskInvalidError",
     "error_for",
 ]
 
@@ -57,6 +59,14 @@ class UnavailableError(MinisandboxError):
     pass
 
 
+class SandboxLostError(MinisandboxError):
+    """A rollout's sandbox ended without being closed (killed, reaped, out of time): an infrastructure failure."""
+
+
+class TaskInvalidError(MinisandboxError):
+    """The task's gold patch does not resolve it in its own environment (gold pre-check): do not train on it."""
+
+
 _BY_CODE: dict[str, type[MinisandboxError]] = {
     "invalid_input": InvalidInputError,
     "validation_failed": InvalidInputError,
@@ -68,12 +78,15 @@ _BY_CODE: dict[str, type[MinisandboxError]] = {
     "upload_too_large": LimitError,
     "timeout": TimeoutError,
     "unavailable": UnavailableError,
+    "sandbox_lost": SandboxLostError,
+    "task_invalid": TaskInvalidError,
 }
 _BY_STATUS: dict[int, type[MinisandboxError]] = {
     400: InvalidInputError,
     401: AuthError,
     403: AuthError,
     404: NotFoundError,
+    410: SandboxLostError,
     413: LimitError,
     422: InvalidInputError,
     429: LimitError,

@@ -80,6 +80,11 @@ export interface InstanceEvalInput {
   sandbox?: Sandbox;
   /** Or how to create it (timed as the sandbox phase); default: `openWorkspace` with the evaluation's settings. */
   openSandbox?: () => Promise<Sandbox>;
+  /**
+   * `sandbox` is the agent's own, graded in place: `patch` is already in its /testbed (it is graded, not applied
+   * again), and the sandbox stays open afterwards.
+   */
+  inPlace?: boolean;
   /** Extra phase time measured by the caller (the rewards API's diff). */
   diffMs?: number;
   /** Lines to log first (e.g. how the patch was obtained). */
@@ -248,6 +253,10 @@ class InstanceRun {
       this.log.info(`No patch for ${id}: running the eval script on the untouched base`);
       return true;
     }
+    if (input.inPlace) {
+      this.log.info(`Patch for ${id} already in place in sandbox ${this.sandbox!.id}: graded where it was made`);
+      return true;
+    }
     const t = performance.now();
     if (input.logDir) {
       const file = join(input.logDir, LOG_FILES.patch);
@@ -392,8 +401,9 @@ class InstanceRun {
   async finish(): Promise<InstanceEvalResult> {
     const { input, id, timings, outcome } = this;
     const t = performance.now();
-    if (this.sandbox) await this.sandbox.close().catch(() => {});
-    timings.cleanupMs = this.sandbox ? performance.now() - t : 0;
+    const closes = this.sandbox !== undefined && !input.inPlace;
+    if (closes) await this.sandbox!.close().catch(() => {});
+    timings.cleanupMs = closes ? performance.now() - t : 0;
     timings.totalMs = performance.now() - this.started + timings.diffMs;
     timings.overheadMs = timings.totalMs - timings.testsMs;
     const rounded = roundTimings(timings);

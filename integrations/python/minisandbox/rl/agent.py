@@ -1,0 +1,158 @@
+"""A minimal agent loop in mini-swe-agent's text format: the model answers with a THOUGHT and exactly one bash
+block; the command runs in the rollout; its output is the next user message; the agent submits by printing
+COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT as the first line of a command's output. Works without any dependency."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .policy import Completion
+
+SUBMIT_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+
+SYSTEM_TEMPLATE = """You are a helpful assistant that can interact with a computer shell to solve programming tasks.
+Your response must contain exactly ONE bash code block with ONE command (or commands connected with && or ||).
+Include a THOUGHT section before your command where you explain your reasoning.
+
+THOUGHT: Your reasoning and analysis here
+
+```bash
+your_command_here
+```
+
+When you are done, submit with: echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"""
+
+INSTANCE_TEMPLATE = """<pr_description>
+Consider the following PR description:
+{task}
+</pr_description>
+
+Make changes to non-test files in the current directory (/testbed) to resolve the issue. Each response: a THOUGHT
+and exactly ONE bash command; you see its output, then write the next one. When you are done, run
+`echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` on its own."""
+
+FORMAT_ERROR = "Please always provide EXACTLY ONE action in triple backticks, found {n} actions."
+
+ACTION_REGEX = r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```"
+
+
+@dataclass
+class AgentConfig:
+    step_limit: int = 30
+    #: Seconds per command (SkyRL's mini-swe-agent example: 180).
+    command_timeout: float = 180.0
+    #: Seconds for the whole agent run (0: none; the paper's scripts use 300).
+    wall_time_limit: float = 0.0
+    max_consecutive_format_errors: int = 3
+    #: Observations longer than this keep their head and tail.
+    max_output_chars: int = 10_000
+    system_template: str = SYSTEM_TEMPLATE
+    instance_template: str = INSTANCE_TEMPLATE
+    action_regex: str = ACTION_REGEX
+
+
+class Policy(Protocol):
+    def complete(self, messages: list[dict], *, user: str | None = None) -> Completion: ...
+
+
+class Environment(Protocol):
+    def execute(self, command: str, timeout: float) -> dict: ...
+
+
+@dataclass
+class AgentResult:
+    messages: list[dict]
+    turns: list[dict]
+    exit_status: str
+    submission: str = ""
+    agent_ms: float = 0.0
+    error: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+class MinimalAgent:
+    """One trajectory: query, act, observe, until submitted, out of steps or time. Errors of the policy or the
+    sandbox end the run and propagate (they are infrastructure failures, not the agent's)."""
+
+    def __init__(self, policy: Policy, env: Environment, config: AgentConfig | None = None, *,
+                 user: str | None = None):
+        self.policy = policy
+        self.env = env
+        self.config = config or AgentConfig()
+        self.user = user
+
+    def run(self, task: str, result: AgentResult | None = None) -> AgentResult:
+        """Run to the end. `result` (filled as the run goes) keeps what happened if an exception ends it."""
+        c = self.config
+        res = result or AgentResult([], [], "Running")
+        res.messages[:] = [
+            {"role": "system", "content": c.system_template},
+            {"role": "user", "content": c.instance_template.replace("{task}", task)},
+        ]
+        started = time.perf_counter()
+        format_errors = 0
+        try:
+            for step in range(c.step_limit if c.step_limit > 0 else 10**9):
+                if c.wall_time_limit and time.perf_counter() - started >= c.wall_time_limit:
+                    res.exit_status = "TimeExceeded"
+                    return res
+                turn: dict[str, Any] = {"step": step}
+                res.turns.append(turn)
+                completion = self.policy.complete(res.messages, user=self.user)
+                turn.update(model_ms=round(completion.latency_ms, 1), finish_reason=completion.finish_reason,
+                            usage=completion.usage)
+                res.messages.append({"role": "assistant", "content": completion.content})
+                actions = [a.strip() for a in re.findall(c.action_regex, completion.content, re.DOTALL)]
+                if len(actions) != 1:
+                    format_errors += 1
+                    res.messages.append({"role": "user", "content": FORMAT_ERROR.format(n=len(actions))})
+                    turn["format_error"] = True
+                    if 0 < c.max_consecutive_format_errors <= format_errors:
+                        res.exit_status = "RepeatedFormatError"
+                        return res
+                    continue
+                format_errors = 0
+                t = time.perf_counter()
+                out = self.env.execute(actions[0], c.command_timeout)
+                turn.update(exec_ms=round((time.perf_counter() - t) * 1000, 1), returncode=out["returncode"])
+                lines = out["output"].lstrip().splitlines(keepends=True)
+                if lines and lines[0].strip() == SUBMIT_MARKER and out["returncode"] == 0:
+                    res.exit_status = "Submitted"
+                    res.submission = "".join(lines[1:])
+                    return res
+                res.messages.append({"role": "user", "content": self._observation(out)})
+            res.exit_status = "LimitsExceeded"
+            return res
+        finally:
+            res.agent_ms = round((time.perf_counter() - started) * 1000, 1)
+
+    def _observation(self, out: dict) -> str:
+        text = out["output"]
+        limit = self.config.max_output_chars
+        if len(text) > limit:
+            half = limit // 2
+            text = f"{text[:half]}\n<elided {len(text) - limit} characters>\n{text[-half:]}"
+        head = f"<exception>{out['exception_info']}</exception>\n" if out.get("exception_info") else ""
+        return f"{head}<returncode>{out['returncode']}</returncode>\n<output>\n{text}</output>"
+
+
+class RolloutEnvironment:
+    """A rollout as the agent's shell: one process per command (`bash -c`), stdout and stderr merged, a timeout
+    gives returncode -1 with the output so far (as mini-swe-agent's environments do)."""
+
+    def __init__(self, rollout: Any, *, cwd: str = "/testbed", env: dict[str, str] | None = None):
+        self.rollout = rollout
+        self.cwd = cwd
+        self.env = {"PAGER": "cat", "MANPAGER": "cat", "LESS": "-R", "PIP_PROGRESS_BAR": "off", "TQDM_DISABLE": "1",
+                    **(env or {})}
+
+    def execute(self, command: str, timeout: float) -> dict:
+        r = self.rollout.exec(command, timeout=timeout, cwd=self.cwd, env=self.env, merge_output=True)
+        if r["timed_out"]:
+            return {"output": r["stdout"], "returncode": -1,
+                    "exception_info": f"An error occurred while executing the command: Command timed out after "
+                                      f"{timeout:g} seconds"}
+        return {"output": r["stdout"], "returncode": r["exit_code"], "exception_info": ""}

@@ -1,0 +1,273 @@
+/**
+ * Rollouts on a minisandbox server (`/rollouts/...`) with the shapes of the in-process engine (src/rollout): groups of
+ * N rollouts of one task, commands and files per rollout, rewards (`status: "scored" | "infra_failure"`), forks,
+ * prewarm and gold pre-checks. A command on a lost rollout throws `SandboxLostError`, as in-process.
+ */
+import type { PhaseTimings } from "../eval/runner/timings.js";
+import type {
+  GoldVerdict,
+  GroupInfo,
+  PrewarmReport,
+  RewardOptions,
+  RolloutInfo,
+  RolloutOutcome,
+} from "../rollout/index.js";
+import { readTokenFile } from "../wire/token-file.js";
+import { rollout as wire, swerex } from "../wire/index.js";
+import { HttpClient } from "./http.js";
+import type { ConnectOptions } from "./remote-sandbox.js";
+import { type RemoteExecOptions, type RemoteExecResult, remoteExecAt } from "./remote-exec.js";
+
+export interface StartGroupOptions {
+  instanceId: string;
+  n: number;
+  goldCheck?: boolean;
+  /** The server closes each rollout after this long. */
+  ttlMs?: number;
+}
+
+export class RolloutClient {
+  private constructor(readonly api: HttpClient) {}
+
+  /** The rollout API of a server (token: `apiKey`, else the home's token file). */
+  static connect(o: ConnectOptions): RolloutClient {
+    return new RolloutClient(new HttpClient(o.url, o.apiKey ?? readTokenFile(o.home), o.requestTimeoutMs));
+  }
+
+  /** N rollouts of one task, started together (from the warm pool first). */
+  async startGroup(o: StartGroupOptions): Promise<RemoteRolloutGroup> {
+    const body: wire.CreateGroupIn = {
+      instance_id: o.instanceId,
+      n: o.n,
+      gold_check: o.goldCheck,
+      ttl_seconds: o.ttlMs === undefined ? undefined : o.ttlMs / 1000,
+    };
+    const g = await this.api.call("POST", "/rollouts/groups", wire.GroupInfo, body, { what: "start rollout group" });
+    return new RemoteRolloutGroup(this, g);
+  }
+
+  async group(id: string): Promise<RemoteRolloutGroup> {
+    const path = `/rollouts/groups/${encodeURIComponent(id)}`;
+    return new RemoteRolloutGroup(this, await this.api.call("GET", path, wire.GroupInfo, undefined, { what: id }));
+  }
+
+  async groups(): Promise<GroupInfo[]> {
+    const r = await this.api.call("GET", "/rollouts/groups", wire.GroupList, undefined, { what: "list groups" });
+    return r.groups.map(groupFromWire);
+  }
+
+  /** A rollout by id (`<group id>.<repetition>`). */
+  async rollout(id: string): Promise<RemoteRollout> {
+    const path = `/rollouts/${encodeURIComponent(id)}`;
+    return new RemoteRollout(this, await this.api.call("GET", path, wire.RolloutInfo, undefined, { what: id }));
+  }
+
+  /** Get the next batch ready: layers materialized and held, up to `sandboxes` per task in the warm pool. */
+  async prewarm(instanceIds: string[], o: { sandboxes?: number } = {}): Promise<PrewarmReport> {
+    const body = { instance_ids: instanceIds, sandboxes: o.sandboxes ?? 0 };
+    const r = await this.api.call("POST", "/rollouts/prewarm", wire.PrewarmReport, body, { what: "prewarm" });
+    return {
+      tasks: r.tasks.map((t) => ({
+        instanceId: t.instance_id,
+        envKey: t.env_key,
+        layer: t.layer,
+        layerMs: t.layer_ms,
+        warmSandboxes: t.warm_sandboxes,
+        ...(t.gold_check ? { goldCheck: t.gold_check } : {}),
+        ...(t.error ? { error: t.error } : {}),
+      })),
+      pool: r.pool,
+      durationMs: r.duration_ms,
+    };
+  }
+
+  /** The task's gold verdict (checked unless stored); TaskInvalidError when its gold patch fails. */
+  async goldCheck(instanceId: string): Promise<GoldVerdict> {
+    const body = { instance_id: instanceId };
+    const v = await this.api.call("POST", "/rollouts/gold-check", wire.GoldVerdict, body, { what: "gold check" });
+    return {
+      instanceId: v.instance_id,
+      envKey: v.env_key,
+      passed: v.passed,
+      checkedAt: v.checked_at,
+      source: v.source,
+      ...(v.problem ? { problem: v.problem } : {}),
+    };
+  }
+}
+
+export class RemoteRolloutGroup implements AsyncDisposable {
+  readonly id: string;
+  readonly info: GroupInfo;
+  readonly problemStatement: string;
+  readonly rollouts: RemoteRollout[];
+
+  constructor(
+    private readonly client: RolloutClient,
+    g: wire.GroupInfo,
+  ) {
+    this.id = g.id;
+    this.info = groupFromWire(g);
+    this.problemStatement = g.problem_statement;
+    this.rollouts = g.rollouts.map((r) => new RemoteRollout(client, r));
+  }
+
+  rollout(repetition: number): RemoteRollout {
+    const r = this.rollouts.find((x) => x.repetition === repetition);
+    if (!r) throw new Error(`group ${this.id} has no repetition ${repetition}`);
+    return r;
+  }
+
+  /** Close every rollout of the group (forks included). */
+  async close(): Promise<void> {
+    const path = `/rollouts/groups/${encodeURIComponent(this.id)}`;
+    await this.client.api.call("DELETE", path, wire.ClosedResponse, undefined, { what: `close group ${this.id}` });
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
+
+export class RemoteRollout {
+  readonly id: string;
+  readonly groupId: string;
+  readonly instanceId: string;
+  readonly repetition: number;
+  readonly trajectoryId: string;
+  readonly parent: string | null;
+  readonly fromPool: boolean;
+  info: RolloutInfo;
+  readonly files: { read: (path: string) => Promise<Buffer>; write: (path: string, content: string) => Promise<void> };
+
+  constructor(
+    private readonly client: RolloutClient,
+    r: wire.RolloutInfo,
+  ) {
+    this.info = rolloutFromWire(r);
+    this.id = r.id;
+    this.groupId = r.group_id;
+    this.instanceId = r.instance_id;
+    this.repetition = r.repetition;
+    this.trajectoryId = r.trajectory_id;
+    this.parent = r.parent;
+    this.fromPool = r.from_pool;
+    this.files = { read: (p) => this.read(p), write: (p, c) => this.write(p, c) };
+  }
+
+  private get path(): string {
+    return `/rollouts/${encodeURIComponent(this.id)}`;
+  }
+
+  /** One command (a string runs under `bash -c`); SandboxLostError when the rollout's sandbox is gone. */
+  exec(cmd: string | string[], o: RemoteExecOptions = {}): Promise<RemoteExecResult> {
+    return remoteExecAt(this.client.api, `${this.path}/exec`, cmd, o);
+  }
+
+  private async read(path: string): Promise<Buffer> {
+    const what = `read ${path}`;
+    const res = await this.client.api.fetch("GET", `${this.path}/files?path=${encodeURIComponent(path)}`, undefined, {
+      what,
+    });
+    if (!res.ok) await this.client.api.read(res, swerex.EmptyResponse, what);
+    return Buffer.from(await res.arrayBuffer());
+  }
+
+  private async write(path: string, content: string): Promise<void> {
+    await this.client.api.call("PUT", `${this.path}/files`, swerex.EmptyResponse, { path, content }, { what: path });
+  }
+
+  /** The reward: a real grade, or an infrastructure failure (`status`); never throws for a lost rollout. */
+  async reward(o: Omit<RewardOptions, "logDir"> = {}): Promise<RolloutOutcome> {
+    if (typeof o.reward === "function") throw new Error("a remote reward is 'binary' or 'fraction'");
+    const body: wire.RewardIn = {
+      mode: o.mode,
+      timeout_seconds: o.timeoutMs === undefined ? undefined : o.timeoutMs / 1000,
+      reward: o.reward,
+    };
+    const r = await this.client.api.call("POST", `${this.path}/reward`, wire.RolloutOutcome, body, { what: "reward" });
+    return outcomeFromWire(r);
+  }
+
+  /** `k` children from this rollout's current state: new rollouts of the same group. */
+  async fork(k = 1): Promise<RemoteRollout[]> {
+    const r = await this.client.api.call("POST", `${this.path}/fork`, wire.RolloutList, { k }, { what: "fork" });
+    return r.rollouts.map((x) => new RemoteRollout(this.client, x));
+  }
+
+  async refresh(): Promise<RolloutInfo> {
+    this.info = rolloutFromWire(await this.client.api.call("GET", this.path, wire.RolloutInfo, undefined));
+    return this.info;
+  }
+
+  async close(): Promise<void> {
+    await this.client.api.call("DELETE", this.path, wire.ClosedResponse, undefined, { what: `close ${this.id}` });
+  }
+}
+
+function timingsFromWire(t: wire.RolloutOutcome["timings"]): PhaseTimings {
+  return {
+    diffMs: t.diff_ms,
+    sandboxMs: t.sandbox_ms,
+    applyMs: t.apply_ms,
+    testsMs: t.tests_ms,
+    gradingMs: t.grading_ms,
+    cleanupMs: t.cleanup_ms,
+    totalMs: t.total_ms,
+    overheadMs: t.overhead_ms,
+  };
+}
+
+export function outcomeFromWire(o: wire.RolloutOutcome): RolloutOutcome {
+  return {
+    rolloutId: o.rollout_id,
+    groupId: o.group_id,
+    instanceId: o.instance_id,
+    repetition: o.repetition,
+    status: o.status,
+    reward: o.reward,
+    resolved: o.resolved,
+    resolution: o.resolution,
+    failToPass: o.fail_to_pass,
+    passToPass: o.pass_to_pass,
+    ...(o.failure ? { failure: o.failure } : {}),
+    ...(o.note ? { note: o.note } : {}),
+    mode: o.mode,
+    patch: o.patch,
+    timings: timingsFromWire(o.timings),
+  };
+}
+
+function rolloutFromWire(r: wire.RolloutInfo): RolloutInfo {
+  return {
+    id: r.id,
+    groupId: r.group_id,
+    instanceId: r.instance_id,
+    repetition: r.repetition,
+    trajectoryId: r.trajectory_id,
+    parent: r.parent,
+    sandboxId: r.sandbox_id,
+    state: r.state,
+    fromPool: r.from_pool,
+    startMs: r.start_ms,
+    createdAt: r.created_at,
+    ...(r.failure ? { failure: r.failure } : {}),
+    ...(r.outcome ? { outcome: outcomeFromWire(r.outcome) } : {}),
+  };
+}
+
+function groupFromWire(g: wire.GroupInfo): GroupInfo {
+  return {
+    id: g.id,
+    instanceId: g.instance_id,
+    envKey: g.env_key,
+    createdAt: g.created_at,
+    timings: {
+      goldCheckMs: g.timings.gold_check_ms,
+      workspaceMs: g.timings.workspace_ms,
+      startMs: g.timings.start_ms,
+      readyMs: g.timings.ready_ms,
+    },
+    rollouts: g.rollouts.map(rolloutFromWire),
+  };
+}

@@ -1,0 +1,324 @@
+/**
+ * The rollout engine: tasks → shared workspaces → groups of rollouts; the warm pool and the prewarmed batch; gold
+ * pre-checks; the live rollouts by id. One per process and home is enough (the HTTP server holds one).
+ */
+import { envFor, nodeCacheFor } from "../env/environments.js";
+import { resolveWorkspace } from "../env/workspace.js";
+import { InvalidInputError, LimitError, NotFoundError, UnavailableError } from "../errors.js";
+import { evaluate, type EvaluateOptions } from "../eval/reward-api.js";
+import { evalSandboxSettings } from "../eval/runner/sandbox.js";
+import { loadDataset } from "../tasks/index.js";
+import type { Instance } from "../tasks/types.js";
+import { resolveHome } from "../util/home.js";
+import { pool } from "../util/progress.js";
+import { GoldChecks, type GoldVerdict } from "./gold.js";
+import { MAX_GROUP_SIZE, RolloutGroup, type GroupSettings } from "./group.js";
+import type { Rollout } from "./rollout.js";
+import { SharedWorkspace } from "./shared-workspace.js";
+import type { GroupRequest, PrewarmReport, PrewarmTask, RolloutEngineOptions } from "./types.js";
+import { REWARD_MODES } from "./types.js";
+import { WarmPool } from "./warm-pool.js";
+
+const HOUR_MS = 3_600_000;
+const DEFAULT_REWARD_TIMEOUT_MS = 1_800_000;
+const FORGET_AFTER_MS = 10 * 60_000;
+
+export class RolloutEngine {
+  readonly home: string;
+  private readonly opts: RolloutEngineOptions;
+  private readonly pool: WarmPool;
+  private readonly gold: GoldChecks;
+  private readonly shares = new Map<string, SharedWorkspace>();
+  private readonly resolving = new Map<string, Promise<SharedWorkspace>>();
+  private readonly live = new Map<string, RolloutGroup>();
+  private readonly byId = new Map<string, Rollout>();
+  private prewarmed = new Map<string, () => void>();
+  private instances: Promise<Map<string, Instance>> | undefined;
+  private reserved = 0;
+  private closed = false;
+
+  constructor(opts: RolloutEngineOptions = {}) {
+    if (opts.rewardMode !== undefined && !REWARD_MODES.includes(opts.rewardMode))
+      throw new InvalidInputError(`rewardMode must be one of ${REWARD_MODES.join(", ")}`, { field: "rewardMode" });
+    this.opts = opts;
+    this.home = resolveHome(opts.home);
+    this.pool = new WarmPool(opts.warmPool?.max ?? 0, opts.warmPool?.ttlMs ?? 15 * 60_000);
+    this.gold = new GoldChecks(this.home, (instance) =>
+      evaluate({ instance, patch: instance.patch ?? "" }, { ...this.evaluateOptions(), reward: "binary" }),
+    );
+  }
+
+  private evaluateOptions(): EvaluateOptions {
+    const o = this.opts;
+    return {
+      home: this.home,
+      specsFile: o.specsFile,
+      reposDir: o.reposDir,
+      build: o.build ?? false,
+      timeoutMs: o.rewardTimeoutMs ?? DEFAULT_REWARD_TIMEOUT_MS,
+      reward: o.reward ?? "binary",
+      ...(o.limits ? { limits: o.limits } : {}),
+    };
+  }
+
+  /** Live rollouts in this engine (reserved ones included). */
+  get liveRollouts(): number {
+    return this.reserved;
+  }
+
+  get poolSize(): number {
+    return this.pool.size;
+  }
+
+  /** A task by id (from the engine's dataset) or as given. */
+  async task(ref: Instance | string): Promise<Instance> {
+    if (typeof ref !== "string") return ref;
+    const { dataset } = this.opts;
+    if (dataset === undefined)
+      throw new InvalidInputError(`task ${ref} given by id: the engine has no dataset`, { field: "instance_id" });
+    this.instances ??= (async () => {
+      const all = typeof dataset === "string" ? await loadDataset(dataset) : [...dataset];
+      return new Map(all.map((i) => [i.instance_id, i]));
+    })();
+    this.instances.catch(() => (this.instances = undefined));
+    const found = (await this.instances).get(ref);
+    if (!found) throw new NotFoundError(`unknown task ${ref}`);
+    return found;
+  }
+
+  /** The task's shared workspace: the live one, or resolved now (layer materialized, one lease). */
+  private workspaceFor(instance: Instance): Promise<SharedWorkspace> {
+    const env = envFor(instance, { specsFile: this.opts.specsFile });
+    const id = taskKey(instance, env.key);
+    const existing = this.shares.get(id);
+    if (existing && !existing.isReleased) return Promise.resolve(existing);
+    let p = this.resolving.get(id);
+    if (!p) {
+      p = (async () => {
+        const o = this.opts;
+        const network = o.network ?? false;
+        // The host's pip configuration (local indexes, read-only): an in-place reward's eval.sh reinstalls offline.
+        const pip = o.offlinePip ?? true;
+        const settings = pip ? await evalSandboxSettings(this.home, env.spec, { network }) : { network };
+        const ws = await resolveWorkspace({
+          home: this.home,
+          instance,
+          environment: env,
+          specsFile: o.specsFile,
+          reposDir: o.reposDir,
+          build: o.build ?? false,
+          ...(o.limits ? { limits: o.limits } : {}),
+          ...settings,
+          labels: { purpose: "rollout" },
+        });
+        const share = new SharedWorkspace(ws, () => {
+          if (this.shares.get(id) === share) this.shares.delete(id);
+        });
+        this.shares.set(id, share);
+        return share;
+      })().finally(() => this.resolving.delete(id));
+      this.resolving.set(id, p);
+    }
+    return p;
+  }
+
+  /** The task's shared workspace, held (a share let go meanwhile is resolved again). */
+  private async holdWorkspace(instance: Instance): Promise<{ share: SharedWorkspace; letGo: () => void }> {
+    for (;;) {
+      const share = await this.workspaceFor(instance);
+      if (!share.isReleased) return { share, letGo: share.hold() };
+    }
+  }
+
+  /** The gold verdict of a task (checked now unless stored); TaskInvalidError when the gold patch fails. */
+  async goldCheck(ref: Instance | string): Promise<GoldVerdict> {
+    const instance = await this.task(ref);
+    return this.gold.require(instance, envFor(instance, { specsFile: this.opts.specsFile }).key);
+  }
+
+  /** Start a group of `n` rollouts of one task: sandboxes from the warm pool first, the rest started together. */
+  async startGroup(req: GroupRequest): Promise<RolloutGroup> {
+    this.open();
+    const t0 = performance.now();
+    if (!Number.isInteger(req.n) || req.n < 1 || req.n > MAX_GROUP_SIZE)
+      throw new InvalidInputError(`n must be an integer from 1 to ${MAX_GROUP_SIZE}, got ${req.n}`, { field: "n" });
+    const ttlMs = req.ttlMs ?? this.opts.ttlMs ?? 2 * HOUR_MS;
+    if (!(ttlMs > 0)) throw new InvalidInputError(`ttlMs must be positive, got ${ttlMs}`, { field: "ttl" });
+    const instance = await this.task(req.instance);
+    if (req.goldCheck ?? this.opts.goldCheck ?? false) await this.goldCheck(instance);
+    const tGold = performance.now();
+    this.reserve(req.n);
+    let held: { share: SharedWorkspace; letGo: () => void };
+    try {
+      held = await this.holdWorkspace(instance);
+    } catch (e) {
+      this.reserved -= req.n;
+      throw e;
+    }
+    const tWorkspace = performance.now();
+    const group = new RolloutGroup(instance, held.share, this.groupSettings(ttlMs));
+    this.live.set(group.id, group);
+    try {
+      await group.start(req.n, this.pool.take(taskKey(instance, group.envKey), req.n));
+    } finally {
+      held.letGo();
+    }
+    const tReady = performance.now();
+    Object.assign(group.timings, {
+      goldCheckMs: round(tGold - t0),
+      workspaceMs: round(tWorkspace - tGold),
+      startMs: round(tReady - tWorkspace),
+      readyMs: round(tReady - t0),
+    });
+    return group;
+  }
+
+  private groupSettings(ttlMs: number): GroupSettings {
+    return {
+      evaluateOptions: this.evaluateOptions(),
+      rewardMode: this.opts.rewardMode ?? "fresh",
+      ttlMs,
+      onRolloutStart: (r) => this.byId.set(r.id, r),
+      onRolloutEnd: (r) => {
+        this.reserved--;
+        this.forgetWhenOver(r.groupId);
+      },
+      reserve: (k) => this.reserve(k),
+      unreserve: (k) => {
+        this.reserved -= k;
+      },
+    };
+  }
+
+  /** A group whose rollouts have all ended is forgotten a while later (its outcomes stay readable until then). */
+  private forgetWhenOver(groupId: string): void {
+    const g = this.live.get(groupId);
+    if (!g?.isOver) return;
+    setTimeout(() => {
+      if (this.live.get(groupId) === g && g.isOver) void this.closeGroup(groupId).catch(() => {});
+    }, FORGET_AFTER_MS).unref();
+  }
+
+  private reserve(k: number): void {
+    const max = this.opts.maxRollouts ?? 256;
+    if (this.reserved + k > max)
+      throw new LimitError(`${this.reserved} live rollouts: ${k} more would exceed the limit of ${max}`);
+    this.reserved += k;
+  }
+
+  private open(): void {
+    if (this.closed) throw new UnavailableError("the rollout engine is closed");
+  }
+
+  group(id: string): RolloutGroup {
+    const g = this.live.get(id);
+    if (!g) throw new NotFoundError(`no live rollout group ${id}`);
+    return g;
+  }
+
+  groups(): RolloutGroup[] {
+    return [...this.live.values()];
+  }
+
+  rollout(id: string): Rollout {
+    const r = this.byId.get(id);
+    if (!r) throw new NotFoundError(`no live rollout ${id}`);
+    return r;
+  }
+
+  rolloutOf(groupId: string, repetition: number): Rollout {
+    return this.group(groupId).rollout(repetition);
+  }
+
+  /** Close a group and forget it. */
+  async closeGroup(id: string): Promise<void> {
+    const g = this.group(id);
+    await g.close();
+    this.live.delete(id);
+    for (const r of g.rollouts) this.byId.delete(r.id);
+  }
+
+  /**
+   * Get the next batch ready while the current one trains: each task's layer materialized and held (until the next
+   * call), its gold verdict when checks are on, and up to `sandboxes` sandboxes per task in the warm pool (bounded
+   * by the pool's `max`). Per-task problems are reported, not thrown.
+   */
+  async prewarm(tasks: readonly (Instance | string)[], opts: { sandboxes?: number } = {}): Promise<PrewarmReport> {
+    this.open();
+    const t0 = performance.now();
+    const perTask = opts.sandboxes ?? 0;
+    if (!Number.isInteger(perTask) || perTask < 0 || perTask > MAX_GROUP_SIZE)
+      throw new InvalidInputError(`sandboxes must be an integer from 0 to ${MAX_GROUP_SIZE}`, { field: "sandboxes" });
+    const held = new Map<string, () => void>();
+    const report = await pool(tasks, 4, (ref) => this.prewarmTask(ref, perTask, held));
+    // The new batch is held before the previous one is let go: layers in both stay leased throughout.
+    const previous = this.prewarmed;
+    this.prewarmed = held;
+    for (const letGo of previous.values()) letGo();
+    return {
+      tasks: report,
+      pool: { size: this.pool.size, max: this.pool.max },
+      durationMs: round(performance.now() - t0),
+    };
+  }
+
+  private async prewarmTask(
+    ref: Instance | string,
+    perTask: number,
+    held: Map<string, () => void>,
+  ): Promise<PrewarmTask> {
+    const out: PrewarmTask = {
+      instanceId: typeof ref === "string" ? ref : ref.instance_id,
+      envKey: null,
+      layer: null,
+      layerMs: 0,
+      warmSandboxes: 0,
+    };
+    try {
+      const instance = await this.task(ref);
+      const key = envFor(instance, { specsFile: this.opts.specsFile }).key;
+      out.envKey = key;
+      const t = performance.now();
+      const cached = await nodeCacheFor(this.home).has(key);
+      const { share, letGo } = await this.holdWorkspace(instance);
+      if (held.has(taskKey(instance, key))) letGo();
+      else held.set(taskKey(instance, key), letGo);
+      out.layer = cached ? "cached" : "materialized";
+      out.layerMs = round(performance.now() - t);
+      if (this.opts.goldCheck) out.goldCheck = (await this.gold.verdict(instance, key)).passed ? "passed" : "failed";
+      if (out.goldCheck !== "failed") await this.fillPool(taskKey(instance, key), share, perTask);
+      out.warmSandboxes = this.pool.sizeFor(taskKey(instance, key));
+    } catch (e) {
+      out.error = (e as Error).message;
+    }
+    return out;
+  }
+
+  private async fillPool(task: string, share: SharedWorkspace, want: number): Promise<void> {
+    const missing = Math.min(want - this.pool.sizeFor(task), this.pool.free);
+    if (missing <= 0) return;
+    const started = await Promise.allSettled(Array.from({ length: missing }, () => share.start()));
+    for (const s of started) if (s.status === "fulfilled") await this.pool.put(task, s.value);
+    const failed = started.find((s): s is PromiseRejectedResult => s.status === "rejected");
+    if (failed) throw failed.reason;
+  }
+
+  /** Close every group, the pool and the prewarmed layers; nothing is left running. */
+  async close(): Promise<void> {
+    this.closed = true;
+    await Promise.all([...this.live.keys()].map((id) => this.closeGroup(id)));
+    await this.pool.clear();
+    for (const letGo of this.prewarmed.values()) letGo();
+    this.prewarmed.clear();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
+
+function taskKey(instance: Instance, envKey: string): string {
+  return `${instance.instance_id}\0${envKey}`;
+}
+
+const round = (n: number): number => Math.round(n * 10) / 10;

@@ -1,0 +1,243 @@
+/**
+ * One rollout: one sandbox of a group's task, its commands and files, its reward, its forks. A sandbox that ends
+ * without `close()` (killed, out of time) makes the rollout *lost*: its commands throw SandboxLostError and its
+ * reward is an infrastructure failure, never a 0.
+ */
+import { InvalidInputError, SandboxLostError } from "../errors.js";
+import { evaluate, type EvaluateOptions } from "../eval/reward-api.js";
+import type { ExecOptions, ExecResult } from "../sandbox/exec.js";
+import type { SandboxFiles } from "../sandbox/files.js";
+import type { Sandbox, SessionManager } from "../sandbox/sandbox.js";
+import type { Instance } from "../tasks/types.js";
+import { classifyOutcome, infraOutcome, type OutcomeSubject } from "./outcome.js";
+import type {
+  InfraFailureKind,
+  RewardMode,
+  RewardOptions,
+  RolloutInfo,
+  RolloutOutcome,
+  RolloutState,
+} from "./types.js";
+import { alive } from "./warm-pool.js";
+
+/** What a rollout needs from its group. */
+export interface RolloutContext {
+  groupId: string;
+  instance: Instance;
+  /** Evaluation settings of the engine (home, dataset, timeouts, reward). */
+  evaluateOptions: EvaluateOptions;
+  rewardMode: RewardMode;
+  ttlMs: number;
+  /** Fork this rollout's sandbox into `k` rollouts of the same group. */
+  fork: (parent: Rollout, k: number) => Promise<Rollout[]>;
+  /** Called once when the rollout is over (closed, lost or failed). */
+  onEnd: (rollout: Rollout) => void;
+}
+
+export interface RolloutStart {
+  repetition: number;
+  parent?: string;
+  fromPool?: boolean;
+  startMs: number;
+}
+
+export class Rollout {
+  readonly id: string;
+  readonly groupId: string;
+  readonly instanceId: string;
+  readonly repetition: number;
+  readonly parent: string | null;
+  readonly fromPool: boolean;
+  readonly startMs: number;
+  readonly createdAt = new Date();
+  private current: RolloutState;
+  private failure: { kind: InfraFailureKind; message: string } | undefined;
+  private closeAsked = false;
+  private lastOutcome: RolloutOutcome | undefined;
+  private ttl: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly ctx: RolloutContext,
+    start: RolloutStart,
+    /** Absent when the sandbox could not start (`failed`). */
+    readonly sandbox: Sandbox | undefined,
+    startError?: string,
+  ) {
+    this.groupId = ctx.groupId;
+    this.instanceId = ctx.instance.instance_id;
+    this.repetition = start.repetition;
+    this.id = `${ctx.groupId}.${start.repetition}`;
+    this.parent = start.parent ?? null;
+    this.fromPool = start.fromPool ?? false;
+    this.startMs = Math.round(start.startMs * 10) / 10;
+    if (!sandbox) {
+      this.current = "failed";
+      this.failure = { kind: "sandbox_failed", message: startError ?? "the sandbox did not start" };
+      queueMicrotask(() => ctx.onEnd(this));
+      return;
+    }
+    this.current = "ready";
+    sandbox.onClose(() => this.ended());
+    this.ttl = setTimeout(() => this.expire(), ctx.ttlMs);
+    this.ttl.unref();
+  }
+
+  get trajectoryId(): string {
+    return `${this.instanceId}@${this.repetition}`;
+  }
+
+  get state(): RolloutState {
+    return this.current;
+  }
+
+  get outcome(): RolloutOutcome | undefined {
+    return this.lastOutcome;
+  }
+
+  /** The sandbox, while the rollout can use it: SandboxLostError once lost or failed, InvalidInputError once closed. */
+  use(): Sandbox {
+    return this.live();
+  }
+
+  private live(): Sandbox {
+    if (this.failure) throw this.lostError();
+    if (this.current === "closed") throw new InvalidInputError(`rollout ${this.id} is closed`);
+    return this.sandbox!;
+  }
+
+  private lostError(): SandboxLostError {
+    return new SandboxLostError(`rollout ${this.id}: ${this.failure!.kind}: ${this.failure!.message}`);
+  }
+
+  /** One command in a fresh process (see `Sandbox.exec`); a command that dies with its sandbox is a lost rollout. */
+  async exec(cmd: string | string[], opts: ExecOptions = {}): Promise<ExecResult> {
+    const sb = this.live();
+    if (this.current === "rewarding") throw new InvalidInputError(`rollout ${this.id} is being rewarded`);
+    let r: ExecResult;
+    try {
+      r = await sb.exec(cmd, opts);
+    } catch (e) {
+      if (this.checkLost()) throw this.lostError();
+      throw e;
+    }
+    if ((r.signal !== undefined || r.exitCode !== 0) && this.checkLost()) throw this.lostError();
+    return r;
+  }
+
+  get files(): SandboxFiles {
+    return this.live().files;
+  }
+
+  get sessions(): SessionManager {
+    return this.live().sessions;
+  }
+
+  /** True (and the rollout lost) when its sandbox is gone although nobody closed it. */
+  private checkLost(): boolean {
+    if (this.failure) return true;
+    if (this.closeAsked || !this.sandbox) return false;
+    if (this.sandbox.isClosed || !alive(this.sandbox.pid1)) {
+      this.lose("sandbox_lost", "the sandbox ended without being closed (killed, out of memory or reaped)");
+      void this.sandbox.close();
+      return true;
+    }
+    return false;
+  }
+
+  /**
+   * Grade the rollout's work with SWE-bench semantics: its diff in a fresh sandbox (default), or in place. Always
+   * an outcome: a real grade (0 included) or an infrastructure failure; throws only for misuse (closed rollout).
+   */
+  async reward(opts: RewardOptions = {}): Promise<RolloutOutcome> {
+    const mode = opts.mode ?? this.ctx.rewardMode;
+    const who: OutcomeSubject = { ...this.subject(), mode };
+    if (this.current === "closed") throw new InvalidInputError(`rollout ${this.id} is closed`);
+    if (this.current === "rewarding") throw new InvalidInputError(`rollout ${this.id} is being rewarded`);
+    if (this.checkLost()) return this.remember(infraOutcome(who, this.failure!));
+    this.current = "rewarding";
+    let outcome: RolloutOutcome;
+    try {
+      const r = await evaluate(this.sandbox!, {
+        ...this.ctx.evaluateOptions,
+        instance: this.ctx.instance,
+        inPlace: mode === "in_place",
+        ...(opts.timeoutMs !== undefined ? { timeoutMs: opts.timeoutMs } : {}),
+        ...(opts.reward !== undefined ? { reward: opts.reward } : {}),
+        ...(opts.logDir !== undefined ? { logDir: opts.logDir } : {}),
+      });
+      // A sandbox that died before its diff was taken (fresh) or while its tests ran (in place) says nothing about
+      // the agent; once a fresh sandbox has graded the diff, the verdict stands whatever happens to the rollout.
+      const spoiled = (mode === "in_place" || r.status === "ERROR") && this.checkLost();
+      outcome = spoiled ? infraOutcome(who, this.failure!, r.patch) : classifyOutcome(r, who);
+    } catch (e) {
+      outcome = this.checkLost()
+        ? infraOutcome(who, this.failure!)
+        : infraOutcome(who, { kind: "eval_error", message: (e as Error).message });
+    } finally {
+      if (this.current === "rewarding") this.current = "ready";
+    }
+    return this.remember(outcome);
+  }
+
+  private remember(o: RolloutOutcome): RolloutOutcome {
+    this.lastOutcome = o;
+    return o;
+  }
+
+  /** `k` children started from this rollout's current state, as new rollouts of its group; it keeps running. */
+  fork(k = 1): Promise<Rollout[]> {
+    this.live();
+    if (this.checkLost()) throw this.lostError();
+    if (this.current === "rewarding") throw new InvalidInputError(`rollout ${this.id} is being rewarded`);
+    return this.ctx.fork(this, k);
+  }
+
+  /** End the rollout (idempotent): its sandbox closes; a lost or failed rollout keeps saying why. */
+  async close(): Promise<void> {
+    this.closeAsked = true;
+    if (this.ttl) clearTimeout(this.ttl);
+    if (!this.failure) this.current = "closed";
+    await this.sandbox?.close();
+  }
+
+  private expire(): void {
+    if (this.closeAsked || this.failure) return;
+    this.lose("timeout", `the rollout ran past its time limit (${Math.round(this.ctx.ttlMs / 1000)} s)`);
+    void this.sandbox?.close();
+  }
+
+  private lose(kind: InfraFailureKind, message: string): void {
+    if (this.failure) return;
+    this.failure = { kind, message };
+    this.current = "lost";
+  }
+
+  /** The sandbox closed: asked for, or not (then the rollout is lost). */
+  private ended(): void {
+    if (this.ttl) clearTimeout(this.ttl);
+    if (!this.closeAsked) this.lose("sandbox_lost", "the sandbox ended without being closed (killed or reaped)");
+    this.ctx.onEnd(this);
+  }
+
+  private subject(): Omit<OutcomeSubject, "mode"> {
+    return { rolloutId: this.id, groupId: this.groupId, instanceId: this.instanceId, repetition: this.repetition };
+  }
+
+  info(): RolloutInfo {
+    return {
+      id: this.id,
+      groupId: this.groupId,
+      instanceId: this.instanceId,
+      repetition: this.repetition,
+      trajectoryId: this.trajectoryId,
+      parent: this.parent,
+      sandboxId: this.sandbox?.id ?? null,
+      state: this.current,
+      fromPool: this.fromPool,
+      startMs: this.startMs,
+      createdAt: this.createdAt.toISOString(),
+      ...(this.failure ? { failure: this.failure } : {}),
+      ...(this.lastOutcome ? { outcome: this.lastOutcome } : {}),
+    };
+  }
+}

@@ -1,0 +1,102 @@
+/**
+ * Sandboxes started ahead of need, per task, bounded: a group takes them instead of starting its own. A pool
+ * sandbox was started exactly as a group's own and nothing ran in it; one that died meanwhile is never handed out.
+ */
+import { readFileSync } from "node:fs";
+import type { Sandbox } from "../sandbox/sandbox.js";
+
+interface Entry {
+  sandbox: Sandbox;
+  timer: NodeJS.Timeout;
+}
+
+export class WarmPool {
+  private readonly byTask = new Map<string, Entry[]>();
+  private count = 0;
+
+  constructor(
+    readonly max: number,
+    private readonly ttlMs: number,
+  ) {}
+
+  get size(): number {
+    return this.count;
+  }
+
+  sizeFor(task: string): number {
+    return this.byTask.get(task)?.length ?? 0;
+  }
+
+  /** Room left in the pool. */
+  get free(): number {
+    return Math.max(0, this.max - this.count);
+  }
+
+  /** Keep `sandbox` for `task`; false (and the sandbox closed) when the pool is full. */
+  async put(task: string, sandbox: Sandbox): Promise<boolean> {
+    if (this.count >= this.max || sandbox.isClosed) {
+      await sandbox.close();
+      return false;
+    }
+    const entry: Entry = {
+      sandbox,
+      timer: setTimeout(() => void this.drop(task, entry), this.ttlMs),
+    };
+    entry.timer.unref();
+    const list = this.byTask.get(task) ?? [];
+    list.push(entry);
+    this.byTask.set(task, list);
+    this.count++;
+    return true;
+  }
+
+  /** Up to `n` live sandboxes of `task`, oldest first; dead ones found on the way are dropped. */
+  take(task: string, n: number): Sandbox[] {
+    const list = this.byTask.get(task) ?? [];
+    const out: Sandbox[] = [];
+    while (out.length < n && list.length > 0) {
+      const entry = list.shift()!;
+      this.count--;
+      clearTimeout(entry.timer);
+      if (entry.sandbox.isClosed || !alive(entry.sandbox.pid1)) void entry.sandbox.close();
+      else out.push(entry.sandbox);
+    }
+    if (list.length === 0) this.byTask.delete(task);
+    return out;
+  }
+
+  /** Close every pool sandbox of `task` (all tasks when absent). */
+  async clear(task?: string): Promise<void> {
+    const tasks = task === undefined ? [...this.byTask.keys()] : [task];
+    await Promise.all(tasks.map((t) => Promise.all(this.take(t, Number.POSITIVE_INFINITY).map((s) => s.close()))));
+  }
+
+  private async drop(task: string, entry: Entry): Promise<void> {
+    const list = this.byTask.get(task);
+    const i = list?.indexOf(entry) ?? -1;
+    if (i < 0) return;
+    list!.splice(i, 1);
+    if (list!.length === 0) this.byTask.delete(task);
+    this.count--;
+    await entry.sandbox.close();
+  }
+}
+
+/** The kernel's PF_EXITING: the task is on its way out (a killed namespace init stays so while it reaps the rest). */
+const PF_EXITING = 0x4;
+
+/**
+ * The sandbox's init is still running. A killed sandbox closes itself, but only once its launcher noticed; meanwhile
+ * its init is exiting (killing the namespace's other processes first) or a zombie, which `kill(pid, 0)` would
+ * still find.
+ */
+export function alive(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // Fields after the command name: state, ppid, pgrp, session, tty, tpgid, flags...
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return fields[0] !== "Z" && fields[0] !== "X" && (Number(fields[6]) & PF_EXITING) === 0;
+  } catch {
+    return false;
+  }
+}

@@ -1,0 +1,273 @@
+/**
+ * Rollout API (`/rollouts/...`): groups of N rollouts of one task, per-rollout commands and files, rewards, forks,
+ * prewarm and gold pre-checks, over the server's `RolloutEngine` (src/rollout). A group belongs to the principal
+ * that started it; another principal's group or rollout is the same 404 as a missing one.
+ */
+import type { FastifyInstance, FastifyRequest } from "fastify";
+import { InvalidInputError, LimitError, NotFoundError, NotImplementedError } from "../errors.js";
+import type { PhaseTimings } from "../eval/runner/timings.js";
+import type { Rollout, RolloutEngine, RolloutGroup, RolloutInfo, RolloutOutcome } from "../rollout/index.js";
+import { native, rollout as wire } from "../wire/index.js";
+import type { Principal } from "./auth.js";
+import { readBounded, writeBounded } from "./bounded-io.js";
+import { LIFECYCLE } from "./lifecycle-sandboxes.js";
+import { clientGone, principalOf, type RouteContext } from "./route-context.js";
+
+const config = LIFECYCLE;
+
+export function registerRolloutRoutes(app: FastifyInstance, ctx: RouteContext, engine: RolloutEngine | undefined) {
+  const access = new RolloutAccess(engine);
+  app.post("/rollouts/groups", { config }, async (req, reply) => {
+    const r = wire.CreateGroupRequest.parse(req.body);
+    const g = await access.engine().startGroup({
+      instance: r.instance_id,
+      n: r.n,
+      ...(r.gold_check !== undefined ? { goldCheck: r.gold_check } : {}),
+      ...(r.ttl_seconds !== undefined ? { ttlMs: r.ttl_seconds * 1000 } : {}),
+    });
+    access.own(g, principalOf(req));
+    reply.code(201);
+    return groupToWire(g);
+  });
+  app.get("/rollouts/groups", { config }, async (req) => ({
+    groups: access.groups(principalOf(req)).map(groupToWire),
+  }));
+  app.get("/rollouts/groups/:gid", { config }, async (req) => groupToWire(access.group(req)));
+  app.delete("/rollouts/groups/:gid", { config }, async (req) => {
+    const g = access.group(req);
+    await access.engine().closeGroup(g.id);
+    return { id: g.id, closed: true };
+  });
+  app.post("/rollouts/prewarm", { config }, async (req) => {
+    const r = wire.PrewarmRequest.parse(req.body);
+    const report = await access.engine().prewarm(r.instance_ids, { sandboxes: r.sandboxes });
+    return {
+      tasks: report.tasks.map((t) => ({
+        instance_id: t.instanceId,
+        env_key: t.envKey,
+        layer: t.layer,
+        layer_ms: t.layerMs,
+        warm_sandboxes: t.warmSandboxes,
+        ...(t.goldCheck ? { gold_check: t.goldCheck } : {}),
+        ...(t.error ? { error: t.error } : {}),
+      })),
+      pool: report.pool,
+      duration_ms: report.durationMs,
+    };
+  });
+  app.post("/rollouts/gold-check", { config }, async (req) => {
+    const v = await access.engine().goldCheck(wire.GoldCheckRequest.parse(req.body).instance_id);
+    return {
+      instance_id: v.instanceId,
+      env_key: v.envKey,
+      passed: v.passed,
+      checked_at: v.checkedAt,
+      source: v.source,
+      ...(v.problem ? { problem: v.problem } : {}),
+    };
+  });
+  registerRolloutWork(app, ctx, access);
+}
+
+/** Routes on one rollout: inspect, commands, files, reward, fork, close. */
+function registerRolloutWork(app: FastifyInstance, ctx: RouteContext, access: RolloutAccess): void {
+  app.get("/rollouts/:rid", { config }, async (req) => rolloutToWire(access.rollout(req).info()));
+  app.post("/rollouts/:rid/exec", { config }, async (req, reply) => {
+    const r = native.ExecRequest.parse(req.body);
+    const max = ctx.limits.maxReadBytes;
+    if (r.output_limit_bytes !== undefined && r.output_limit_bytes > max)
+      throw new InvalidInputError(`output_limit_bytes ${r.output_limit_bytes} is above this server's maximum ${max}`);
+    const started = performance.now();
+    const res = await access.rollout(req).exec(r.command, {
+      timeoutMs: r.timeout_ms,
+      cwd: r.cwd,
+      env: r.env,
+      stdin: r.stdin,
+      mergeOutput: r.merge_output,
+      outputLimitBytes: r.output_limit_bytes,
+      signal: clientGone(reply),
+    });
+    ctx.metrics.commands.observe({ kind: "exec" }, (performance.now() - started) / 1000);
+    return {
+      exit_code: res.exitCode,
+      stdout: res.stdout,
+      stderr: res.stderr,
+      timed_out: res.timedOut,
+      truncated: res.truncated,
+      limit: res.limit ?? null,
+      signal: res.signal ?? null,
+      duration_ms: res.durationMs,
+    };
+  });
+  app.get("/rollouts/:rid/files", { config }, async (req, reply) => {
+    const path = (req.query as { path?: string }).path;
+    if (!path) throw new InvalidInputError("query parameter 'path' is required");
+    const sandbox = access.rollout(req).use();
+    const release = ctx.reads.tryAcquire();
+    if (!release)
+      throw new LimitError(`${ctx.reads.capacity} file reads are in progress on this server; retry`, {
+        retryAfterMs: 1000,
+      });
+    try {
+      const bytes = await readBounded(sandbox, path, {
+        maxBytes: ctx.limits.maxReadBytes,
+        timeoutMs: ctx.limits.fileTimeoutMs,
+      });
+      reply.type("application/octet-stream");
+      return bytes;
+    } finally {
+      release();
+    }
+  });
+  app.put("/rollouts/:rid/files", { config }, async (req) => {
+    const r = wire.WriteFileRequest.parse(req.body);
+    await writeBounded(access.rollout(req).use(), r.path, r.content, ctx.limits.fileTimeoutMs);
+    return {};
+  });
+  app.post("/rollouts/:rid/reward", { config }, async (req) => {
+    const r = wire.RewardRequest.parse(req.body);
+    const o = await access.rollout(req).reward({
+      ...(r.mode ? { mode: r.mode } : {}),
+      ...(r.timeout_seconds !== undefined ? { timeoutMs: r.timeout_seconds * 1000 } : {}),
+      ...(r.reward ? { reward: r.reward } : {}),
+    });
+    return outcomeToWire(o);
+  });
+  app.post("/rollouts/:rid/fork", { config }, async (req, reply) => {
+    const { k } = wire.ForkRequest.parse(req.body);
+    const children = await access.rollout(req).fork(k);
+    reply.code(201);
+    return { rollouts: children.map((c) => rolloutToWire(c.info())) };
+  });
+  app.delete("/rollouts/:rid", { config }, async (req) => {
+    const r = access.rollout(req);
+    await r.close();
+    return { id: r.id, closed: true };
+  });
+}
+
+/** The engine, and which principal may see which group. */
+class RolloutAccess {
+  private readonly owners = new WeakMap<RolloutGroup, string>();
+  constructor(private readonly rollouts: RolloutEngine | undefined) {}
+
+  engine(): RolloutEngine {
+    if (!this.rollouts)
+      throw new NotImplementedError("this server runs no rollouts: start it with a dataset (serve --dataset FILE)");
+    return this.rollouts;
+  }
+
+  own(g: RolloutGroup, who: Principal): void {
+    this.owners.set(g, who.name);
+  }
+
+  private sees(g: RolloutGroup, who: Principal): boolean {
+    return who.admin || this.owners.get(g) === who.name;
+  }
+
+  groups(who: Principal): RolloutGroup[] {
+    return this.engine()
+      .groups()
+      .filter((g) => this.sees(g, who));
+  }
+
+  group(req: FastifyRequest): RolloutGroup {
+    const id = (req.params as { gid: string }).gid;
+    const missing = new NotFoundError(`rollout group ${id} not found (closed, forgotten, or never started)`);
+    let g: RolloutGroup;
+    try {
+      g = this.engine().group(id);
+    } catch (e) {
+      if (e instanceof NotFoundError) throw missing;
+      throw e;
+    }
+    if (!this.sees(g, principalOf(req))) throw missing;
+    return g;
+  }
+
+  rollout(req: FastifyRequest): Rollout {
+    const id = (req.params as { rid: string }).rid;
+    const missing = new NotFoundError(`rollout ${id} not found (its group was closed, or it never existed)`);
+    let r: Rollout;
+    try {
+      r = this.engine().rollout(id);
+    } catch (e) {
+      if (e instanceof NotFoundError) throw missing;
+      throw e;
+    }
+    const g = this.engine()
+      .groups()
+      .find((x) => x.id === r.groupId);
+    if (!g || !this.sees(g, principalOf(req))) throw missing;
+    return r;
+  }
+}
+
+function groupToWire(g: RolloutGroup): wire.GroupInfo {
+  const info = g.info();
+  return {
+    id: info.id,
+    instance_id: info.instanceId,
+    env_key: info.envKey,
+    created_at: info.createdAt,
+    problem_statement: g.instance.problem_statement ?? "",
+    timings: {
+      gold_check_ms: info.timings.goldCheckMs,
+      workspace_ms: info.timings.workspaceMs,
+      start_ms: info.timings.startMs,
+      ready_ms: info.timings.readyMs,
+    },
+    rollouts: info.rollouts.map(rolloutToWire),
+  };
+}
+
+function rolloutToWire(r: RolloutInfo): wire.RolloutInfo {
+  return {
+    id: r.id,
+    group_id: r.groupId,
+    instance_id: r.instanceId,
+    repetition: r.repetition,
+    trajectory_id: r.trajectoryId,
+    parent: r.parent,
+    sandbox_id: r.sandboxId,
+    state: r.state,
+    from_pool: r.fromPool,
+    start_ms: r.startMs,
+    created_at: r.createdAt,
+    ...(r.failure ? { failure: r.failure } : {}),
+    ...(r.outcome ? { outcome: outcomeToWire(r.outcome) } : {}),
+  };
+}
+
+function timingsToWire(t: PhaseTimings): wire.RolloutOutcome["timings"] {
+  return {
+    diff_ms: t.diffMs,
+    sandbox_ms: t.sandboxMs,
+    apply_ms: t.applyMs,
+    tests_ms: t.testsMs,
+    grading_ms: t.gradingMs,
+    cleanup_ms: t.cleanupMs,
+    total_ms: t.totalMs,
+    overhead_ms: t.overheadMs,
+  };
+}
+
+export function outcomeToWire(o: RolloutOutcome): wire.RolloutOutcome {
+  return {
+    rollout_id: o.rolloutId,
+    group_id: o.groupId,
+    instance_id: o.instanceId,
+    repetition: o.repetition,
+    status: o.status,
+    reward: o.reward,
+    resolved: o.resolved,
+    resolution: o.resolution,
+    fail_to_pass: o.failToPass,
+    pass_to_pass: o.passToPass,
+    ...(o.failure ? { failure: o.failure } : {}),
+    ...(o.note ? { note: o.note } : {}),
+    mode: o.mode,
+    patch: o.patch,
+    timings: timingsToWire(o.timings),
+  };
+}

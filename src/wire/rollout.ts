@@ -1,0 +1,184 @@
+/**
+ * The rollout API of `minisandbox serve` (`/rollouts/...`, snake_case JSON): groups of rollouts of one task, their
+ * commands and files, rewards that say whether they are real or an infrastructure failure, forks, prewarm and gold
+ * pre-checks. Commands use the native `ExecRequest` / `ExecResponse`.
+ */
+import { type In, model, type Out } from "./model.js";
+import { t } from "./types.js";
+
+const MAX_GROUP = 256;
+
+export const RolloutFailure = model("RolloutFailure", {
+  kind: t.literal("timeout", "build_error", "sandbox_lost", "sandbox_failed", "eval_error"),
+  message: t.str(),
+});
+
+export const TestCounts = model("TestCounts", { passed: t.int(), total: t.int() });
+
+export const RewardTimings = model("RewardTimings", {
+  diff_ms: t.float(),
+  sandbox_ms: t.float(),
+  apply_ms: t.float(),
+  tests_ms: t.float(),
+  grading_ms: t.float(),
+  cleanup_ms: t.float(),
+  total_ms: t.float(),
+  overhead_ms: t.float(),
+});
+
+export const RolloutOutcome = model("RolloutOutcome", {
+  rollout_id: t.str(),
+  group_id: t.str(),
+  instance_id: t.str(),
+  repetition: t.int(),
+  /** "scored": `reward` is a real grade (0 included); "infra_failure": drop or mask it. */
+  status: t.literal("scored", "infra_failure"),
+  reward: t.float().nullable(),
+  resolved: t.bool(),
+  resolution: t.literal("FULL", "PARTIAL", "NO").nullable(),
+  fail_to_pass: TestCounts.nullable(),
+  pass_to_pass: TestCounts.nullable(),
+  failure: RolloutFailure.optional(),
+  note: t.str().optional(),
+  mode: t.literal("fresh", "in_place"),
+  patch: t.str(),
+  timings: RewardTimings,
+});
+
+export const RolloutInfo = model("RolloutInfo", {
+  id: t.str(),
+  group_id: t.str(),
+  instance_id: t.str(),
+  repetition: t.int(),
+  trajectory_id: t.str(),
+  parent: t.str().nullable(),
+  sandbox_id: t.str().nullable(),
+  state: t.literal("ready", "rewarding", "closed", "lost", "failed"),
+  from_pool: t.bool(),
+  start_ms: t.float(),
+  created_at: t.str(),
+  failure: RolloutFailure.optional(),
+  outcome: RolloutOutcome.optional(),
+});
+
+export const GroupTimings = model("GroupTimings", {
+  gold_check_ms: t.float(),
+  workspace_ms: t.float(),
+  start_ms: t.float(),
+  ready_ms: t.float(),
+});
+
+export const GroupInfo = model("GroupInfo", {
+  id: t.str(),
+  instance_id: t.str(),
+  env_key: t.str(),
+  created_at: t.str(),
+  /** The task's problem statement: what the agent is asked to do. */
+  problem_statement: t.str(),
+  timings: GroupTimings,
+  rollouts: t.list(RolloutInfo),
+});
+
+export const GroupList = model("GroupList", { groups: t.list(GroupInfo) });
+export const RolloutList = model("RolloutList", { rollouts: t.list(RolloutInfo) });
+export const ClosedResponse = model("ClosedResponse", { id: t.str(), closed: t.bool() });
+
+export const CreateGroupRequest = model(
+  "CreateGroupRequest",
+  {
+    instance_id: t.str(),
+    n: t.int().gt(0).le(MAX_GROUP),
+    gold_check: t.bool().optional(),
+    ttl_seconds: t.float().gt(0).optional(),
+  },
+  { extra: "forbid", objectError: "dict" },
+);
+
+export const RewardRequest = model(
+  "RewardRequest",
+  {
+    mode: t.literal("fresh", "in_place").optional(),
+    timeout_seconds: t.float().gt(0).optional(),
+    reward: t.literal("binary", "fraction").optional(),
+  },
+  { extra: "forbid", objectError: "dict", absentBody: "empty" },
+);
+
+export const ForkRequest = model(
+  "ForkRequest",
+  { k: t.int().gt(0).le(MAX_GROUP).default(1) },
+  { extra: "forbid", objectError: "dict", absentBody: "empty" },
+);
+
+export const WriteFileRequest = model(
+  "RolloutWriteFileRequest",
+  { path: t.str(), content: t.str() },
+  { extra: "forbid", objectError: "dict" },
+);
+
+export const PrewarmRequest = model(
+  "PrewarmRequest",
+  { instance_ids: t.list(t.str()), sandboxes: t.int().gt(-1).le(MAX_GROUP).default(0) },
+  { extra: "forbid", objectError: "dict" },
+);
+
+export const PrewarmTask = model("PrewarmTask", {
+  instance_id: t.str(),
+  env_key: t.str().nullable(),
+  layer: t.literal("materialized", "cached").nullable(),
+  layer_ms: t.float(),
+  warm_sandboxes: t.int(),
+  gold_check: t.literal("passed", "failed").optional(),
+  error: t.str().optional(),
+});
+
+export const PrewarmReport = model("PrewarmReport", {
+  tasks: t.list(PrewarmTask),
+  pool: model("PoolSize", { size: t.int(), max: t.int() }),
+  duration_ms: t.float(),
+});
+
+export const GoldCheckRequest = model(
+  "GoldCheckRequest",
+  { instance_id: t.str() },
+  { extra: "forbid", objectError: "dict" },
+);
+
+export const GoldVerdict = model("GoldVerdict", {
+  instance_id: t.str(),
+  env_key: t.str(),
+  passed: t.bool(),
+  checked_at: t.str(),
+  source: t.literal("gold-check", "validation"),
+  problem: t.str().optional(),
+});
+
+export type RolloutOutcome = Out<typeof RolloutOutcome.shape>;
+export type RolloutInfo = Out<typeof RolloutInfo.shape>;
+export type GroupInfo = Out<typeof GroupInfo.shape>;
+export type CreateGroupIn = In<typeof CreateGroupRequest.shape>;
+export type RewardIn = In<typeof RewardRequest.shape>;
+export type PrewarmReport = Out<typeof PrewarmReport.shape>;
+export type GoldVerdict = Out<typeof GoldVerdict.shape>;
+
+export const ROLLOUT_MODELS = {
+  RolloutFailure,
+  TestCounts,
+  RewardTimings,
+  RolloutOutcome,
+  RolloutInfo,
+  GroupTimings,
+  GroupInfo,
+  GroupList,
+  RolloutList,
+  ClosedResponse,
+  CreateGroupRequest,
+  RewardRequest,
+  ForkRequest,
+  WriteFileRequest,
+  PrewarmRequest,
+  PrewarmTask,
+  PrewarmReport,
+  GoldCheckRequest,
+  GoldVerdict,
+} as const;
