@@ -18,7 +18,7 @@ cfg = json.load(open(sys.argv[1]))
 import ray  # noqa: E402
 
 from minisandbox import Client  # noqa: E402
-from minisandbox.fleet import Fleet, FleetConfig, evaluate, prepare  # noqa: E402
+from minisandbox.fleet import Fleet, FleetConfig, evaluate, prepare, rollout_groups  # noqa: E402
 from minisandbox.fleet.testing import LocalCluster  # noqa: E402
 
 
@@ -120,7 +120,7 @@ lc.connect()
 check("cluster_up", True, seconds=round(lc.up_s, 1), nodes=len(ray.nodes()))
 
 log = []
-config = FleetConfig(command=cfg["cli"], repos_dir=cfg["repos"])
+config = FleetConfig(command=cfg["cli"], repos_dir=cfg["repos"], dataset=cfg["dataset"])
 fleet = Fleet(config, log=log.append)
 t = time.monotonic()
 fleet.refresh(force=True)
@@ -252,6 +252,36 @@ with fleet.sandbox(key, labels={"purpose": "rollout"}) as sb:
 check("fleet_sandbox_placed_warm_and_deleted", ran["stdout"].strip() == "true"
       and not Client(node_url, next(n.token for n in fleet.placement.nodes.values() if n.url == node_url))
       .list_sandboxes(), node=sb["node"])
+
+# 8. rollout groups (RL): each group started on one node, its members driven there by the caller's function.
+rows = {r["instance_id"]: r for r in json.load(open(cfg["dataset"]))}
+
+
+def gold_group(group, rows=rows):
+    """Every member starts at the task's base commit; the first gets the gold patch and its reward."""
+    heads = [r.exec("git rev-parse HEAD", cwd="/testbed")["stdout"].strip() for r in group.rollouts]
+    first = group.rollouts[0]
+    first.write_file("/tmp/fix.diff", rows[group.instance_id]["patch"])
+    applied = first.exec("git apply /tmp/fix.diff", cwd="/testbed")["exit_code"]
+    outcome = first.reward()
+    return {"at_base": all(h == rows[group.instance_id]["base_commit"] for h in heads), "applied": applied,
+            "status": outcome["status"], "reward": outcome["reward"], "members": len(group.rollouts)}
+
+
+t = time.monotonic()
+placed = collections.Counter()
+wanted = [(cfg["subset"][k], 2) for k in (0, 1, 2)]
+groups = rollout_groups(fleet, wanted, gold_group, progress=False,
+                        on_event=lambda kind, **f: kind == "placed" and placed.update([f["node"]]))
+values = [r["value"] for r in groups["results"].values()]
+check("rollout_groups_over_the_fleet", not groups["errors"] and len(values) == 3
+      and all(v["at_base"] and v["applied"] == 0 and v["status"] == "scored" and v["reward"] == 1
+              and v["members"] == 2 for v in values),
+      seconds=round(time.monotonic() - t, 1), placed=dict(placed), values=values, errors=groups["errors"])
+live = {n.name: len(Client(n.url, n.token).request("GET", "/rollouts/groups")["groups"])
+        for n in fleet.placement.usable()}
+left = leftovers(fleet)
+check("no_group_sandbox_or_lease_left", clean(left) and not any(live.values()), groups=live, left=left)
 
 t = time.monotonic()
 fleet.stop()

@@ -28,6 +28,9 @@ class FleetConfig:
     command: list[str] = field(default_factory=default_command)
     #: Local clones for environment builds on every node (``serve --repos``); None: clone from the network.
     repos_dir: str | None = None
+    #: The dataset every node's server knows (``serve --dataset``, the same path on every node): needed for rollout
+    #: groups, which name their task by instance id.
+    dataset: str | None = None
     #: Store directories on shared storage every node can read (tried before peers).
     shared_stores: list[str] = field(default_factory=list)
     #: Supervisors (and their servers) outlive the driver that started them (``up`` / ``down``, RL trainers).

@@ -51,7 +51,7 @@ class PeersOutdated(Exception):
     """The node's server does not know a source yet (e.g. it restarted since the peers were registered)."""
 
 
-def _call(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def _call(fn: Callable[[], Any]) -> Any:
     """One call to this node's server, its failures sorted into what the dispatcher retries and what it does not."""
     try:
         return fn()
@@ -91,6 +91,26 @@ def _attempt(url: str, token: str, kind: str, payload: dict[str, Any], sources: 
     raise ValueError(f"unknown kind of work: {kind}")
 
 
+@ray.remote(num_cpus=0, max_retries=0)
+def _group_attempt(url: str, token: str, payload: dict[str, Any], fetched: Any = None) -> dict[str, Any]:
+    """One rollout group on the node this task is pinned to: started there (``POST /rollouts/groups``), handed to
+    the caller's ``fn`` (the agent loop of each rollout, their rewards), closed whatever happens."""
+    from ..rl.client import RolloutClient
+
+    rollouts = RolloutClient(client=Client(url, token, timeout=3600))
+    group = _call(lambda: rollouts.start_group(payload["instance_id"], payload["n"],
+                                               gold_check=payload.get("gold_check"),
+                                               ttl_seconds=payload.get("ttl_seconds")))
+    try:
+        value = payload["fn"](group)
+    finally:
+        try:
+            group.close()
+        except MinisandboxError:
+            pass  # a lost server's groups went with it
+    return {"group_id": group.id, "instance_id": group.instance_id, "value": value}
+
+
 def _sandbox_round(client: Client, payload: dict[str, Any], sources: list[dict[str, Any]],
                    labels: dict[str, str]) -> dict[str, Any]:
     """A sandbox of the item's environment: created, one command run in it (if any), deleted."""
@@ -110,6 +130,8 @@ class Item:
     #: The layer (environment key) the item needs, placement's key; None: anywhere.
     key: str | None
     payload: dict[str, Any]
+    #: Sandboxes it holds at once (a rollout group's size).
+    slots: int = 1
 
 
 @dataclass
@@ -139,7 +161,7 @@ def run_items(fleet: Fleet, kind: str, items: list[Item], *, on_result: Callable
         fleet.refresh()
         while pending:
             item, attempt = pending[0]
-            chosen = fleet.placement.choose(item.key)
+            chosen = fleet.placement.choose(item.key, item.slots)
             if chosen is None:
                 break
             node, warm = chosen
@@ -174,12 +196,16 @@ def _submit(fleet: Fleet, node: NodeState, kind: str, item: Item, labels: dict[s
     here = item.key is None or node.holds(item.key)
     sources = [] if here else fleet.placement.sources(item.key, exclude=node.node_id)
     fetched = None
-    if sources and fleet.io_budget(node.node_id):
+    budget = fleet.io_budget(node.node_id)
+    if sources and (budget or kind == "group"):
         # The layer's fetch holds one unit of the node's I/O budget (Ray releases it when the fetch ends, not when
-        # the work ends); the work starts once the layer is there.
-        fetched = _fetch_layer.options(scheduling_strategy=pin, resources={IO: 1}).remote(
+        # the work ends); the work starts once the layer is there. (A group's start takes no sources: always first.)
+        fetched = _fetch_layer.options(scheduling_strategy=pin, resources={IO: 1} if budget else {}).remote(
             node.url, node.token, item.key, sources)
         stats["fetch_tasks"] += 1
+    if kind == "group":
+        return _group_attempt.options(scheduling_strategy=pin, resources={SLOT: min(item.slots, node.slots)}).remote(
+            node.url, node.token, item.payload, fetched)
     return _attempt.options(scheduling_strategy=pin, resources={SLOT: 1}).remote(
         node.url, node.token, kind, item.payload, sources, labels, fetched)
 
@@ -191,7 +217,7 @@ def _collect(fleet: Fleet, ref: Any, item: Item, attempt: int, nid: str, pending
         result = ray.get(ref)
     except NODE_LOST + (LayerUnavailable, ServerUnavailable, Busy, PeersOutdated) as e:
         cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) else e
-        fleet.placement.done(nid, item.key, ok=False)
+        fleet.placement.done(nid, item.key, ok=False, need=item.slots)
         node_died = isinstance(e, NODE_LOST) and not isinstance(e, ray.exceptions.RayTaskError)
         server_gone = isinstance(cause, ServerUnavailable)
         if node_died or server_gone:
@@ -211,14 +237,15 @@ def _collect(fleet: Fleet, ref: Any, item: Item, attempt: int, nid: str, pending
             emit("error", id=item.id, error=out.errors[item.id])
         return
     except Exception as e:  # the item's own failure
-        fleet.placement.done(nid, item.key, ok=False)
+        fleet.placement.done(nid, item.key, ok=False, need=item.slots)
         cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) else e
         where = fleet.placement.nodes[nid].name if nid in fleet.placement.nodes else nid[:8]
         text = str(cause).splitlines()[0][:300] if str(cause) else ""
         out.errors[item.id] = f"{type(cause).__name__} on {where}: {text}"
         emit("error", id=item.id, error=out.errors[item.id])
         return
-    fleet.placement.done(nid, item.key, ok=_holds_after(result), digest=result.get("manifest_sha256"))
+    fleet.placement.done(nid, item.key, ok=_holds_after(result), digest=result.get("manifest_sha256"),
+                         need=item.slots)
     if item.id in out.results or item.id in out.errors:
         out.stats["duplicates_discarded"] += 1
         return

@@ -76,7 +76,7 @@ class Fleet:
         return NodeSupervisor.options(**opts).remote(
             home=(node.get("Labels") or {}).get(HOME_LABEL), token=secrets.token_urlsafe(24),
             command=self.config.command, slots=int(node["Resources"][SLOT]), host=node["NodeManagerAddress"],
-            repos_dir=self.config.repos_dir, shared_stores=self.config.shared_stores,
+            repos_dir=self.config.repos_dir, dataset=self.config.dataset, shared_stores=self.config.shared_stores,
             serve_args=self.config.serve_args)
 
     def refresh(self, force: bool = False) -> None:

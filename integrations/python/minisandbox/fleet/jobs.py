@@ -21,7 +21,7 @@ from .dispatch import Item, run_items
 from .fleet import Fleet
 from .progress import Progress
 
-__all__ = ["prepare", "evaluate", "FleetJobError", "JOB_FILES"]
+__all__ = ["prepare", "evaluate", "rollout_groups", "FleetJobError", "JOB_FILES"]
 
 #: What an evaluation job may leave in its instance directory (the harness's five files and timings.json).
 JOB_FILES = ("patch.diff", "eval.sh", "test_output.txt", "report.json", "run_instance.log", "timings.json")
@@ -141,6 +141,32 @@ def evaluate(fleet: Fleet, dataset: str | list[dict[str, Any]], predictions: str
     return {"run_id": plan["run_id"], "model": plan["model"], "summary": summary["summary"],
             "summary_path": summary["summaryPath"], "statuses": statuses, "errors": out.errors,
             "build": built, "stats": out.stats, "job": out.job}
+
+
+def rollout_groups(fleet: Fleet, groups: list[tuple[str, int]], fn: Callable[[Any], Any], *,
+                   gold_check: bool | None = None, ttl_seconds: float | None = None, specs: str | None = None,
+                   progress: bool | str = True, on_event: Callable[..., None] | None = None) -> dict[str, Any]:
+    """Rollout groups over the fleet: each ``(instance_id, n)`` becomes a group of ``n`` rollouts started together
+    on one node (one where the task's environment is warm, else the least loaded one, which fetches it first), and
+    ``fn(group)`` runs in a Ray task on that node with a ``minisandbox.rl.Group`` (drive its rollouts, take their
+    rewards); the group is closed afterwards. A group lost with its node runs again elsewhere. The servers must know
+    the dataset (``FleetConfig.dataset``). Returns ``{"results": {group key: {"group_id", "value"}}, "errors",
+    "stats"}``, keys ``<instance_id>#<index in groups>``."""
+    if not fleet.config.dataset:
+        raise FleetJobError("rollout groups need the dataset on every node's server: FleetConfig(dataset=...)")
+    ids = sorted({i for i, _ in groups})
+    plan = _cli_json(fleet, ["prepare", "--dataset", fleet.config.dataset, "--plan", *_selection(ids, specs)])
+    if plan["errors"]:
+        raise FleetJobError(f"no environment for: {', '.join(e['instance_id'] for e in plan['errors'])}")
+    key_of = {i: e["env_key"] for e in plan["environments"] for i in e["instance_ids"]}
+    _environments(fleet, [{"env_key": e["env_key"], "instance": e["instance"]} for e in plan["environments"]],
+                  progress, on_event)
+    items = [Item(f"{iid}#{k}", key_of[iid], {"instance_id": iid, "n": n, "fn": fn, "gold_check": gold_check,
+                                              "ttl_seconds": ttl_seconds}, slots=n)
+             for k, (iid, n) in enumerate(groups)]
+    out = run_items(fleet, "group", items, on_event=on_event, progress=_progress(progress, "rollout groups",
+                                                                                  len(items)))
+    return {"results": out.results, "errors": out.errors, "stats": out.stats}
 
 
 def _environments(fleet: Fleet, jobs: list[dict[str, Any]], progress: bool | str,

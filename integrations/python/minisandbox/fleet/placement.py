@@ -56,15 +56,15 @@ class Placement:
     def held_anywhere(self, key: str) -> bool:
         return any(n.holds(key) for n in self.usable())
 
-    def choose(self, key: str | None) -> tuple[NodeState, bool] | None:
-        """Reserve a slot for a sandbox of layer ``key``: a warm node with a free slot, else the least loaded one
-        with a free slot; None when every usable node is full. The flag says whether the node was warm."""
-        free = [n for n in self.usable() if n.running < n.slots]
+    def choose(self, key: str | None, need: int = 1) -> tuple[NodeState, bool] | None:
+        """Reserve ``need`` slots (a group's sandboxes; at most a node's all) for layer ``key``: a warm node with
+        room, else the least loaded one with room; None when no usable node has room. The flag: was it warm."""
+        free = [n for n in self.usable() if n.running + min(need, n.slots) <= n.slots]
         if not free:
             return None
         warm = [n for n in free if key is not None and (n.holds(key) or key in n.incoming)]
         best = min(warm or free, key=lambda n: (n.load(), n.running, n.name))
-        best.running += 1
+        best.running += min(need, best.slots)
         if key is not None and not best.holds(key):
             best.incoming.add(key)
         return best, bool(warm) or key is None
@@ -81,13 +81,13 @@ class Placement:
             out.append(src)
         return out
 
-    def done(self, node_id: str, key: str | None, ok: bool, digest: str | None = None) -> None:
-        """An attempt on ``node_id`` ended; with ``ok`` the node now holds ``key`` (its manifest hashing to
-        ``digest``)."""
+    def done(self, node_id: str, key: str | None, ok: bool, digest: str | None = None, need: int = 1) -> None:
+        """An attempt on ``node_id`` ended (giving back its ``need`` slots); with ``ok`` the node now holds ``key``
+        (its manifest hashing to ``digest``)."""
         n = self.nodes.get(node_id)
         if n is None:
             return
-        n.running = max(0, n.running - 1)
+        n.running = max(0, n.running - min(need, n.slots))
         if key is None:
             return
         n.incoming.discard(key)

@@ -30,7 +30,7 @@ class NodeSupervisor:
     """Start it with ``NodeAffinitySchedulingStrategy(node_id, soft=False)``."""
 
     def __init__(self, *, home: str | None, token: str, command: list[str], slots: int, host: str,
-                 repos_dir: str | None = None, shared_stores: list[str] | None = None,
+                 repos_dir: str | None = None, dataset: str | None = None, shared_stores: list[str] | None = None,
                  serve_args: list[str] | None = None) -> None:
         self.node_id = ray.get_runtime_context().get_node_id()
         self.home = resolve_home(home)
@@ -40,7 +40,8 @@ class NodeSupervisor:
         self._argv = [*command, "--home", self.home, "serve", "--host", host, "--port", "0",
                       "--max-sandboxes", str(slots), "--ready-file", os.path.join(self.home, "run", "serve.json"),
                       "--exit-with-stdin", "--log-level", "warn",
-                      *(["--repos", repos_dir] if repos_dir else []), *(serve_args or [])]
+                      *(["--repos", repos_dir] if repos_dir else []), *(["--dataset", dataset] if dataset else []),
+                      *(serve_args or [])]
         self._env = {k: os.environ[k] for k in _PASS_ENV if k in os.environ}
         self._env["MINISANDBOX_AUTH_TOKEN"] = token
         if shared_stores:
