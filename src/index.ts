@@ -1,9 +1,28 @@
-/** minisandbox's public TypeScript API. */
+/**
+ * minisandbox's public TypeScript API: in-process sandboxes (`Sandbox`), the SDK of a server (`RemoteSandbox`),
+ * environments, datasets and evaluation. ESM only: `import { Sandbox } from "minisandbox"`.
+ */
 import { openWorkspace, type WorkspaceRequest } from "./env/workspace.js";
+import { pythonOnPath } from "./env/python-on-path.js";
 import { Sandbox as SandboxCore, type SandboxOptions } from "./sandbox/sandbox.js";
+import { resolveHome } from "./util/home.js";
+
+/** A directory sandbox may also ask for a host Python first on PATH (`python`, `python3`, `pip`), e.g. "3.11". */
+export type DirSandboxRequest = SandboxOptions & { python?: string };
 
 /** What `Sandbox.create` takes: a directory and mounts (`SandboxOptions`), or a task (`WorkspaceRequest`). */
-export type SandboxRequest = SandboxOptions | WorkspaceRequest;
+export type SandboxRequest = DirSandboxRequest | WorkspaceRequest;
+
+async function createDirSandbox(request: DirSandboxRequest): Promise<SandboxCore> {
+  const { python, ...options } = request;
+  if (python === undefined) return SandboxCore.create(options);
+  const py = await pythonOnPath(python, resolveHome(options.home));
+  return SandboxCore.create({
+    ...options,
+    toolchains: [...(options.toolchains ?? []), ...py.toolchains],
+    pathPrepend: [...py.pathPrepend, ...(options.pathPrepend ?? [])],
+  });
+}
 
 /** One running isolated workspace (see src/sandbox). */
 export type Sandbox = SandboxCore;
@@ -15,7 +34,7 @@ export type Sandbox = SandboxCore;
 export const Sandbox = {
   create(request: SandboxRequest = {}): Promise<Sandbox> {
     const task = "instance" in request || "envKey" in request;
-    return task ? openWorkspace(request as WorkspaceRequest) : SandboxCore.create(request as SandboxOptions);
+    return task ? openWorkspace(request as WorkspaceRequest) : createDirSandbox(request as DirSandboxRequest);
   },
   [Symbol.hasInstance](value: unknown): value is SandboxCore {
     return value instanceof SandboxCore;
@@ -78,6 +97,36 @@ export {
   validationSummary,
 } from "./eval/index.js";
 export type { EvaluateOptions, EvaluateResult, EvaluateTarget } from "./eval/index.js";
+export {
+  RemoteSandbox,
+  RemoteSessions,
+  RemoteSession,
+  RemoteFiles,
+  HttpClient,
+  errorFromResponse,
+  readTokenFile,
+  tokenFilePath,
+  buildZip,
+  zipDirectory,
+  RolloutClient,
+  RemoteRolloutGroup,
+  RemoteRollout,
+  type StartGroupOptions,
+  type RemoteCommands,
+  type RemoteCommandHandle,
+  type RemoteExecOptions,
+  type RemoteExecResult,
+  type RemoteRunOptions,
+  type InterruptOptions,
+  type ConnectOptions,
+  type RemoteSandboxCreateOptions,
+  type SandboxInfo,
+  type ZipEntry,
+} from "./client/index.js";
+export { validateLimits } from "./sandbox/limits.js";
+export { findToolchain, listToolchains, type Toolchain } from "./env/toolchains.js";
+export { pythonOnPath, type PythonOnPath } from "./env/python-on-path.js";
+export { startServer, type RunningServer, type ServerOptions } from "./server/index.js";
 export {
   RolloutEngine,
   RolloutGroup,

@@ -16,7 +16,7 @@ import { tempDir, tempHome, processesMatching, scratchDirs } from "./helpers.js"
 import { makeFixtureDataset, type FixtureDataset } from "../src/fixtures/generate.js";
 import { prepareInstances } from "../src/env/prepare.js";
 import { envFor } from "../src/env/environments.js";
-import { makeEvalScript, reportJsonText, type RunSummary } from "../src/eval/index.js";
+import { makeEvalScript, reportJsonText, runEvaluation, type RunSummary } from "../src/eval/index.js";
 
 const home = tempHome("msb-evalrun-home-");
 const work = tempDir("msb-evalrun-");
@@ -139,7 +139,6 @@ before(async () => {
     `${[
       { instance_id: id1, model_name_or_path: "my/model", model_patch: fx.partialFix.patch },
       { instance_id: id2, model_name_or_path: "my/model", model_patch: BAD_PATCH },
-      { instance_id: "nobody__nothing-1", model_name_or_path: "my/model", model_patch: fx.instances[0]!.patch },
     ]
       .map((p) => JSON.stringify(p))
       .join("\n")}\n`,
@@ -251,7 +250,7 @@ test("gold patches resolve; the harness's files, summary and timing side files",
   assert.match(r.stderr, /\[2\/2\] resolved/);
 });
 
-test("--json: a partial fix is PARTIAL; a patch that fails to apply and an unknown id are errors", async () => {
+test("--json: a partial fix is PARTIAL; a patch that fails to apply is an error", async () => {
   const r = await mixedRun;
   assert.equal(r.code, 0, r.stderr);
   const out = JSON.parse(r.stdout) as {
@@ -269,13 +268,11 @@ test("--json: a partial fix is PARTIAL; a patch that fails to apply and an unkno
   assert.equal(byId.get(id2)?.status, "error");
   assert.equal(byId.get(id2)?.error?.kind, "Patch Apply Failed");
   assert.equal(byId.get(endless)?.status, "no_prediction");
-  assert.equal(byId.get("nobody__nothing-1")?.error?.kind, "Unknown Instance");
-  assert.deepEqual(out.unknownPredictionIds, ["nobody__nothing-1"]);
-  assert.match(r.stderr, /nobody__nothing-1.*not in/);
+  assert.deepEqual(out.unknownPredictionIds, []);
 
   const s = out.summary;
   assert.equal(s.total_instances, 3);
-  assert.equal(s.submitted_instances, 3);
+  assert.equal(s.submitted_instances, 2);
   assert.deepEqual(s.completed_ids, [id1]);
   assert.deepEqual(s.unresolved_ids, [id1]);
   assert.deepEqual(s.resolved_ids, []);
@@ -301,8 +298,29 @@ test("--json: a partial fix is PARTIAL; a patch that fails to apply and an unkno
     assert.ok(log.includes(`Failed to apply patch to sandbox: ${cmd}\n`), cmd);
   }
   assert.match(log, />>>>> Patch Apply Failed/);
+});
+
+test("an unknown prediction id: the CLI refuses the run as the harness does; the API reports an error", async () => {
+  const preds = join(work, "unknown.jsonl");
+  const pred = {
+    instance_id: "nobody__nothing-1",
+    model_name_or_path: "my/model",
+    model_patch: fx.instances[0]!.patch,
+  };
+  writeFileSync(preds, `${JSON.stringify(pred)}\n`);
+  const dir = tempDir("msb-evalrun-unknown-");
+  const r = await runCli(["evaluate", "--dataset", fx.datasetPath, "--predictions", preds, "--report-dir", dir]);
+  assert.equal(r.code, 2, r.stderr);
+  assert.match(r.stderr, /^minisandbox: 1 prediction id\(s\) are not in .*nobody__nothing-1/);
+  assert.deepEqual(readdirSync(dir), [], "nothing was evaluated");
+  const api = await runEvaluation({ home, dataset: fx.datasetPath, predictions: preds, runId: "u", reportDir: dir });
+  assert.deepEqual(api.unknownPredictionIds, ["nobody__nothing-1"]);
+  assert.equal(api.instances.find((i) => i.instanceId === "nobody__nothing-1")?.error?.kind, "Unknown Instance");
   assert.match(
-    readFileSync(join(base, "nobody__nothing-1", "run_instance.log"), "utf8"),
+    readFileSync(
+      join(dir, "logs", "run_evaluation", "u", "my__model", "nobody__nothing-1", "run_instance.log"),
+      "utf8",
+    ),
     /ERROR - instance nobody__nothing-1 is not in/,
   );
 });

@@ -15,7 +15,6 @@ import { runOk } from "../src/util/run.js";
 import { envFor } from "../src/env/environments.js";
 import { prepareInstances } from "../src/env/prepare.js";
 import type { FixtureDataset } from "../src/fixtures/generate.js";
-import assert from "node:assert/strict";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after } from "node:test";
@@ -90,28 +89,26 @@ export function cgroupsLeft(ids: string[]): string[] {
 export const CLI = join(import.meta.dirname, "..", "src", "cli", "index.js");
 
 /**
- * A venv with `packages`, built once per machine and shared by test files (keyed by python version and packages;
- * a mkdir lock lets one builder at a time work across concurrently running files).
+ * A directory built once per machine and shared by test files (keyed by `key`; a mkdir lock lets one builder at a
+ * time work across concurrently running files). `build` fills the directory; a failed build leaves nothing.
  */
-export async function cachedVenv(
+export async function cachedDir(
   name: string,
-  packages: readonly string[],
-  opts: { env?: NodeJS.ProcessEnv } = {},
+  key: unknown,
+  build: (dir: string) => Promise<void>,
+  timeoutMs = 300_000,
 ): Promise<string> {
-  const pyVersion = (await runOk("python3", ["-c", "import sys; print(sys.version)"])).trim();
-  const key = createHash("sha256")
-    .update(JSON.stringify({ pyVersion, VENV_PACKAGES: packages, recipe: 1 }))
-    .digest("hex");
-  const dir = join(tmpdir(), `msb-${name}-venv-${key.slice(0, 16)}`);
+  const hash = createHash("sha256").update(JSON.stringify(key)).digest("hex");
+  const dir = join(tmpdir(), `msb-${name}-${hash.slice(0, 16)}`);
   const ready = join(dir, ".msb-ready");
   const lock = `${dir}.lock`;
-  const deadline = Date.now() + 300_000;
+  const deadline = Date.now() + timeoutMs;
   while (!existsSync(ready)) {
     try {
       mkdirSync(lock);
     } catch {
       try {
-        if (Date.now() - statSync(lock).mtimeMs > 300_000) rmSync(lock, { recursive: true, force: true });
+        if (Date.now() - statSync(lock).mtimeMs > timeoutMs) rmSync(lock, { recursive: true, force: true });
       } catch {
         /* lock vanished meanwhile */
       }
@@ -122,12 +119,13 @@ export async function cachedVenv(
     try {
       if (!existsSync(ready)) {
         rmSync(dir, { recursive: true, force: true });
-        await runOk("python3", ["-m", "venv", dir]);
-        // --retries 0: an unreachable default index fails at once and pip uses the local one.
-        await runOk(join(dir, "bin", "python"), ["-m", "pip", "install", "--quiet", "--retries", "0", ...packages], {
-          timeoutMs: 280_000,
-          ...(opts.env ? { env: { ...process.env, ...opts.env } } : {}),
-        });
+        mkdirSync(dir, { recursive: true });
+        try {
+          await build(dir);
+        } catch (e) {
+          rmSync(dir, { recursive: true, force: true });
+          throw e;
+        }
         writeFileSync(ready, new Date().toISOString());
       }
     } finally {
@@ -138,35 +136,49 @@ export async function cachedVenv(
 }
 
 /**
- * The fixture's environments, built once per machine into a store that later runs reuse (keyed by the
- * environments' keys, which hash everything a build depends on; a mkdir lock serializes builders).
+ * A venv with `packages` (from the local package index), built once per machine and shared by test files (keyed by
+ * python version, packages and `recipe`); `setup` runs after the install (more pip steps, checkouts...).
+ */
+export async function cachedVenv(
+  name: string,
+  packages: readonly string[],
+  o: { recipe?: string; setup?: (venv: string) => Promise<void>; timeoutMs?: number; env?: NodeJS.ProcessEnv } = {},
+): Promise<string> {
+  const pyVersion = (await runOk("python3", ["-c", "import sys; print(sys.version)"])).trim();
+  const timeoutMs = o.timeoutMs ?? 300_000;
+  const key = { pyVersion, VENV_PACKAGES: packages, recipe: 1, more: o.recipe ?? null };
+  return cachedDir(
+    `${name}-venv`,
+    key,
+    async (dir) => {
+      await runOk("python3", ["-m", "venv", dir]);
+      // --retries 0: an unreachable default index fails at once and pip uses the local one.
+      if (packages.length)
+        await runOk(join(dir, "bin", "python"), ["-m", "pip", "install", "--quiet", "--retries", "0", ...packages], {
+          timeoutMs: timeoutMs - 20_000,
+          ...(o.env ? { env: { ...process.env, ...o.env } } : {}),
+        });
+      await o.setup?.(dir);
+    },
+    timeoutMs,
+  );
+}
+
+/**
+ * The fixture's environments, built once per machine into a home whose store later runs reuse (keyed by the
+ * environments' keys, which hash everything a build depends on). Returns that store's directory.
  */
 export async function cachedFixtureStore(f: FixtureDataset): Promise<string> {
   const keys = f.instances.map((i) => envFor(i, {}).key).sort();
-  const id = createHash("sha256").update(JSON.stringify(keys)).digest("hex").slice(0, 16);
-  const dir = join(tmpdir(), `msb-fleet-envs-${id}`);
-  const ready = join(dir, ".msb-ready");
-  const lock = `${dir}.lock`;
-  const deadline = Date.now() + 900_000;
-  while (!existsSync(ready)) {
-    try {
-      mkdirSync(lock);
-    } catch {
-      const held = statSync(lock, { throwIfNoEntry: false });
-      if (held && Date.now() - held.mtimeMs > 900_000) rmSync(lock, { recursive: true, force: true });
-      if (Date.now() > deadline) throw new Error(`timed out waiting for ${lock}`);
-      await sleep(500);
-      continue;
-    }
-    try {
-      rmSync(dir, { recursive: true, force: true });
-      const built = await prepareInstances(f.instances, { home: join(dir, "home"), reposDir: f.reposDir, workers: 2 });
+  const dir = await cachedDir(
+    "fixture-envs",
+    keys,
+    async (d) => {
+      const built = await prepareInstances(f.instances, { home: join(d, "home"), reposDir: f.reposDir, workers: 2 });
       const failed = built.filter((r) => r.status === "failed");
-      assert.deepEqual(failed, [], "fixture environments build");
-      writeFileSync(ready, new Date().toISOString());
-    } finally {
-      rmSync(lock, { recursive: true, force: true });
-    }
-  }
+      if (failed.length) throw new Error(`fixture environments did not build: ${JSON.stringify(failed)}`);
+    },
+    900_000,
+  );
   return join(dir, "home", "store");
 }

@@ -21,8 +21,8 @@ const LAYERS: string[][] = [
   ["fixtures"],
   ["eval"],
   ["rollout"],
-  ["index.ts"],
   ["server", "client"],
+  ["index.ts"],
   ["bench"],
   ["cli"],
 ];

@@ -309,7 +309,6 @@ test("evaluate --plan lays a run out; --summary-only sums up what is on disk", a
     JSON.stringify([
       { instance_id: ids[0], model_name_or_path: "m/x", model_patch: fx.instances[0]!.patch },
       { instance_id: ids[1], model_name_or_path: "m/x", model_patch: "" },
-      { instance_id: "ghost__ghost-1", model_name_or_path: "m/x", model_patch: "x" },
     ]),
   );
   const args = ["evaluate", "--dataset", fx.datasetPath, "--predictions", preds, "--run-id", "p1"];
@@ -324,8 +323,7 @@ test("evaluate --plan lays a run out; --summary-only sums up what is on disk", a
   );
   assert.equal(p.jobs[0].env_key, envFor(fx.instances[0]!, {}).key);
   assert.equal(p.jobs[0].log_dir, join(reportDir, "logs", "run_evaluation", "p1", "m__x", ids[0]!));
-  assert.deepEqual(p.unknown_prediction_ids, ["ghost__ghost-1"]);
-  assert.ok(existsSync(join(reportDir, "logs", "run_evaluation", "p1", "m__x", "ghost__ghost-1", "run_instance.log")));
+  assert.deepEqual(p.unknown_prediction_ids, []);
   const noRun = await runCli(
     home,
     [...args, "--plan"].filter((a) => a !== "p1" && a !== "--run-id"),

@@ -11,10 +11,7 @@ const MAX_CHARS = 120;
 const FOLDERS = ["src", "test", "native", "scripts", "integrations/python"];
 const EXTENSIONS = [".ts", ".mjs", ".c", ".h", ".py", ".sh"];
 
-const EXCEPTIONS = new Set([
-  "test/python-adapters.test.ts", // being rewritten; remove from this list
-  "integrations/python/minisandbox/minisweagent.py", // being rewritten; remove from this list
-]);
+const EXCEPTIONS = new Set<string>([]);
 
 function trackedFiles(): string[] {
   const out = execFileSync("git", ["ls-files", "-z", "--", ...FOLDERS], { cwd: ROOT, encoding: "utf8" });

@@ -133,7 +133,8 @@ async def main():
     except IsADirectoryError:
         pass
     await rt.upload(UploadRequest(source_path=bundle, target_path="/root/tools/bundle"))
-    c = await rt.execute(Command(command="chmod +x /root/tools/bundle/bin/* && /root/tools/bundle/bin/hello", shell=True))
+    tool = "/root/tools/bundle/bin"
+    c = await rt.execute(Command(command=f"chmod +x {tool}/* && {tool}/hello", shell=True))
     assert c.stdout == "hello from tool\\n", c
     await rt.upload(UploadRequest(source_path=single, target_path="/root/deep/dir/single.txt"))
     assert (await rt.read_file(ReadFileRequest(path="/root/deep/dir/single.txt"))).content == "single file\\n"
@@ -158,7 +159,7 @@ asyncio.run(main())
   assert.equal(res.status, 404, "stop() deleted the sandbox");
 });
 
-test("runtime client: 401 / 403 are HTTP errors and not alive; unknown class paths fall back to SwerexException", async () => {
+test("runtime client: 401 / 403 are HTTP errors, not alive; unknown class paths become SwerexException", async () => {
   const sb = (await (
     await fetch(`${srv.url}/sandboxes`, {
       method: "POST",
@@ -206,29 +207,34 @@ asyncio.run(main())
   }
 });
 
-test("mini-swe-agent environment: fresh bash per command, merged output, cwd, env, timeout, submission, close", async () => {
+test("mini-swe-agent environment: fresh bash per command, merged output, cwd, env, timeout, submission", async () => {
   const dir = tempDir();
   writeFileSync(join(dir, "main.py"), "print('hi')\n");
   const out = await py(
     "env",
     `
-import sys
-from minisandbox.minisweagent import MinisandboxEnvironment, Submitted
+import os, sys
+from minisandbox.minisweagent import MinisandboxEnvironment, Submitted, instance_from_image
+from minisandbox import MinisandboxError, ServerUnreachableError
 
 url, token, src = sys.argv[1:4]
-env = MinisandboxEnvironment(url=url, api_key=token, dir=src, env={"MY_VAR": "42"}, timeout=10)
-r = env.execute("python3 main.py; echo err >&2; echo $MY_VAR; pwd")
-assert r == {"output": "hi\\nerr\\n42\\n/testbed\\n", "returncode": 0, "exception_info": ""}, r
+os.environ["FORWARDED"] = "fwd"
+env = MinisandboxEnvironment(url=url, api_key=token, dir=src, env={"MY_VAR": "42"}, forward_env=["FORWARDED", "UNSET"],
+                             timeout=10, interpreter=["bash", "-c"], executable="docker", run_args=["--rm"],
+                             container_timeout="2h", pull_timeout=120)
+r = env.execute("python3 main.py; echo err >&2; echo $MY_VAR $FORWARDED; pwd")
+assert r == {"output": "hi\\nerr\\n42 fwd\\n/testbed\\n", "returncode": 0, "exception_info": ""}, r
 assert env.execute({"command": "cd /tmp && export X=1"})["returncode"] == 0
 r = env.execute({"command": "pwd; echo x$X"})
 assert r["output"] == "/testbed\\nx\\n", "each command is a fresh bash: %r" % r
 assert env.execute("exit 3")["returncode"] == 3
 assert env.execute("pwd", cwd="/tmp")["output"] == "/tmp\\n"
 r = env.execute("echo start; sleep 20", timeout=1)
-assert r["returncode"] == -1 and "Timeout (1.0s) exceeded" in r["exception_info"], r
-assert r["extra"]["exception_type"] == "CommandTimeoutError", r
+assert r["returncode"] == -1 and "timed out after 1 seconds" in r["exception_info"], r
+assert r["output"] == "start\\n", "partial output kept: %r" % r
+assert r["extra"]["exception_type"] == "TimeoutExpired", r
 r = env.execute("ls", cwd="/no/such/dir")
-assert r["returncode"] == -1 and "No such file or directory" in r["exception_info"], r
+assert r["returncode"] != 0 and "No such file or directory" in r["output"], r
 try:
     env.execute("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT; echo the patch")
     raise AssertionError("not submitted")
@@ -236,14 +242,36 @@ except Submitted as s:
     assert s.args[0]["extra"]["submission"] == "the patch\\n", s.args
 assert env.get_template_vars()["sandbox"]["id"] == env.sandbox["id"]
 assert "api_key" not in env.serialize()["info"]["config"]["environment"]
+assert env.serialize()["info"]["minisandbox"]["selection"] == {"dir": src}
 sid = env.sandbox["id"]
-env.close()
+env.cleanup()
 env.close()
 print("CLOSED", sid)
-with MinisandboxEnvironment(url=url, api_key=token) as e2:
+with MinisandboxEnvironment(url=url, api_key=token, allow_empty=True) as e2:
     assert e2.execute("echo ctx")["output"] == "ctx\\n"
     sid2 = e2.sandbox["id"]
 print("CLOSED", sid2)
+# No selection: nothing is created, and the first command that does not select says how in one line.
+lazy = MinisandboxEnvironment(url=url, api_key=token)
+assert lazy.sandbox is None
+try:
+    lazy.execute("ls /testbed")
+    raise AssertionError("ran without a workspace")
+except MinisandboxError as e:
+    assert "no workspace selected" in str(e) and "minisandbox-instance" in str(e) and "\\n" not in str(e), str(e)
+try:
+    MinisandboxEnvironment(url=url, api_key=token, no_such_option=1)
+    raise AssertionError("unknown option accepted")
+except TypeError as e:
+    assert "no_such_option" in str(e) and "interpreter" in str(e), str(e)
+try:
+    MinisandboxEnvironment(url="http://127.0.0.1:9", api_key=token, allow_empty=True)
+    raise AssertionError("no error")
+except ServerUnreachableError as e:
+    assert "no answer from minisandbox at http://127.0.0.1:9" in str(e) and "\\n" not in str(e), str(e)
+image = "docker.io/swebench/sweb.eval.x86_64.django_1776_django-11099:latest"
+assert instance_from_image(image) == "django__django-11099"
+assert instance_from_image("python:3.11") is None
 print("OK")
 `,
     [dir],
@@ -281,11 +309,12 @@ url = sys.argv[3]
 async def main():
     d = MinisandboxDeployment(url=url)
     await d.start()
-    assert (await d.runtime.execute(__import__("minisandbox.swerex.runtime", fromlist=["Command"]).Command(command="true"))).exit_code == 0
+    from minisandbox.swerex.runtime import Command
+    assert (await d.runtime.execute(Command(command="true"))).exit_code == 0
     bare = MinisandboxRuntime(host=d.runtime.host, auth_token="")
     assert not (await bare.is_alive(timeout=5)).is_alive, "an explicit empty token sends none"
     await d.stop()
-    with MinisandboxEnvironment(url=url) as e:
+    with MinisandboxEnvironment(url=url, allow_empty=True) as e:
         assert e.execute("echo ok")["output"] == "ok\\n"
     assert default_token("/nowhere") == ""
     print("OK")

@@ -3,7 +3,7 @@
  * TypeScript SDK (groups, commands, files, rewards, forks, lost sandboxes, owners, bad input), and the Python package
  * (`minisandbox.rl`) driving a GRPO group of 8 with its agent loop against a scripted OpenAI-compatible policy served
  * here on loopback (the policy is the only stand-in), its JSONL records and token masks, the SkyRL and verl adapters,
- * and mini-swe-agent's own agent when a checkout of it is given (MINI_SWE_AGENT_REPO).
+ * and mini-swe-agent's own agent from its mirror (or MINI_SWE_AGENT_REPO: a checkout or git repository).
  */
 process.env.PIP_RETRIES ??= "0";
 
@@ -22,6 +22,7 @@ import type { Instance } from "../src/tasks/types.js";
 import { run } from "../src/util/run.js";
 import { cachedVenv, processesMatching, scratchDirs, tempDir, tempHome } from "./helpers.js";
 import { call, type Json, type ServeProcess, startServe } from "./serve-process.js";
+import { mirror } from "./agent-clients.js";
 
 const ADMIN = "rollout-admin-token-0123456789";
 const BROKEN = "fixture__calc-1-broken-gold";
@@ -214,7 +215,7 @@ async function scriptedPolicy(
 }
 
 let python = "";
-const miniRepo = process.env.MINI_SWE_AGENT_REPO;
+const miniRepo = mirror("SWE-agent/mini-swe-agent", "MINI_SWE_AGENT_REPO");
 
 async function driver(which: string, policyUrl: string, extraPath: string[] = []): Promise<Json> {
   const out = tempDir("msb-rl-out-");
@@ -356,10 +357,9 @@ describe("rollouts over HTTP: the Python package (minisandbox.rl)", { concurrenc
   });
 
   const skipMini = miniRepo
-    ? existsSync(miniRepo)
-      ? false
-      : `MINI_SWE_AGENT_REPO=${miniRepo} does not exist`
-    : "MINI_SWE_AGENT_REPO is not set: point it at a mini-swe-agent checkout or git repository to run its own agent";
+    ? false
+    : "SKIPPED LOUDLY: no mini-swe-agent source: set MINI_SWE_AGENT_REPO (a checkout or git repository) or provide " +
+      "its mirror (MINISANDBOX_MIRRORS)";
   it("mini-swe-agent's own DefaultAgent on rollouts, with the policy behind the same endpoint", {
     skip: skipMini,
   }, async () => {

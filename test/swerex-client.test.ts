@@ -1,6 +1,6 @@
 /**
- * SWE-ReX's own `RemoteRuntime` (unmodified, from a SWE-ReX checkout or git repository named by SWEREX_REPO)
- * against a real `serve` process with a token: the protocol works unchanged, with `X-API-Key`.
+ * SWE-ReX's own `RemoteRuntime` (unmodified, from a SWE-ReX checkout or git repository named by SWEREX_REPO, else
+ * its git mirror) against a real `serve` process with a token: the protocol works unchanged, with `X-API-Key`.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -9,11 +9,13 @@ import { join } from "node:path";
 import { runOk, run } from "../src/util/run.js";
 import { cachedVenv, tempDir, tempHome } from "./helpers.js";
 import { call, startServe } from "./serve-process.js";
+import { mirror } from "./agent-clients.js";
 
-const REPO = process.env.SWEREX_REPO;
+const REPO = process.env.SWEREX_REPO ?? mirror("SWE-agent/SWE-ReX", "SWEREX_MIRROR");
 const skip = REPO
   ? false
-  : "SWEREX_REPO is not set: point it at a SWE-ReX checkout or git repository to run SWE-ReX's own client";
+  : "SKIPPED LOUDLY: no SWE-ReX source: set SWEREX_REPO (a checkout or git repository) or provide its mirror " +
+    "(SWEREX_MIRROR or MINISANDBOX_MIRRORS)";
 
 /** SWE-ReX's `src/` from a checkout or (bare) git repository, extracted into a fresh directory. */
 async function swerexSource(repo: string): Promise<string> {

@@ -44,6 +44,7 @@ SWEREX_MODELS = {
 READ_FIELDS = {
     ("native", "SandboxInfo"): ["id", "runtime_url"],
     ("native", "ErrorResponse"): ["detail"],
+    ("native", "ExecResponse"): ["stdout", "exit_code", "timed_out"],
     ("swerex", "CommandResponse"): ["stdout", "exit_code"],
     ("swerex", "SwerexceptionBody"): ["swerexception"],
     ("rollout", "GroupInfo"): ["id", "instance_id", "env_key", "problem_statement", "timings", "rollouts"],
@@ -103,11 +104,11 @@ def sent_bodies() -> list[tuple[str, str, dict[str, Any]]]:
         "limits": {"memory_bytes": 2**31, "pids": 512, "cpu_seconds": 600, "disk_bytes": 2**33},
     }
     dep = deployment.MinisandboxDeploymentConfig(**full, env={"A": "1"}, labels={"run": "r1"}, auth_token="")
-    mini = env.MinisandboxEnvironmentConfig(**full, api_key="", env={"B": "2"}, cwd="/testbed")
+    mini = env.MinisandboxEnvironmentConfig(**full, api_key="", env={"B": "2"}, cwd="/testbed", python="3.11")
     return [
         ("native", "CreateSandboxRequest", deployment.create_sandbox_body(dep)),
         ("native", "CreateSandboxRequest", env.create_sandbox_body(mini)),
-        ("swerex", "Command", env.execute_payload(mini, "echo hi", "", 30)),
+        ("native", "ExecRequest", env.execute_payload(mini, "echo hi", "", 30)),
         ("swerex", "BashAction", runtime.BashAction(command="ls").model_dump()),
         ("swerex", "Command", runtime.Command(command=["ls"], env={"X": "1"}).model_dump()),
         ("rollout", "CreateGroupRequest", rl.group_body("fixture__calc-1", 8, gold_check=True, ttl_seconds=600.0)),

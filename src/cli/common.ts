@@ -1,7 +1,12 @@
 import type { Command } from "commander";
 import { parseSize } from "../util/size.js";
 import type { Limits } from "../sandbox/limits.js";
-import { InvalidInputError } from "../errors.js";
+import { BuildError, errCode, errorCode, InvalidInputError } from "../errors.js";
+import { readFileSync } from "node:fs";
+import { explainBuildFailure, renderBuildFailure } from "../env/build-diagnosis.js";
+import { statSync } from "node:fs";
+import { resolve } from "node:path";
+import type { BindMount } from "../sandbox/plan.js";
 
 /** Options shared by every command that starts a sandbox. */
 export interface SandboxCliOptions {
@@ -17,6 +22,7 @@ export interface SandboxCliOptions {
   uid?: string;
   /** False with --no-seccomp. */
   seccomp?: boolean;
+  python?: string;
 }
 
 export function addSandboxOptions(cmd: Command): Command {
@@ -31,7 +37,29 @@ export function addSandboxOptions(cmd: Command): Command {
     .option("--env <K=V>", "environment variable (repeatable)", collect, [] as string[])
     .option("--cwd <PATH>", "working directory inside")
     .option("--uid <UID>", "user id inside (default 0)")
+    .option("--python <VERSION>", "a host Python (e.g. 3.11) first on PATH as python, python3, pip")
     .option("--no-seccomp", "turn the seccomp profile off for this sandbox (weaker isolation; said on stderr)");
+}
+
+/** `HOST[:PATH][:ro]`: a host directory shared at PATH (default: the same path), read-only with `:ro`. */
+export function parseBind(spec: string): BindMount {
+  const parts = spec.split(":");
+  const readOnly = parts.length > 1 && parts[parts.length - 1] === "ro";
+  if (readOnly) parts.pop();
+  if (parts.length > 2 || !parts[0])
+    throw new InvalidInputError(`--bind expects HOST[:PATH][:ro], got ${JSON.stringify(spec)}`, { field: "--bind" });
+  const source = resolve(parts[0]);
+  const target = parts[1] ?? source;
+  if (!target.startsWith("/"))
+    throw new InvalidInputError(`--bind: the path inside must be absolute, got ${target}`, { field: "--bind" });
+  let isDir = false;
+  try {
+    isDir = statSync(source).isDirectory();
+  } catch {
+    /* reported below */
+  }
+  if (!isDir) throw new InvalidInputError(`--bind: ${source} is not a directory on this host`, { field: "--bind" });
+  return { source, target, readOnly };
 }
 
 export function collect(value: string, previous: string[]): string[] {
@@ -75,10 +103,41 @@ export function timeoutMsFrom(o: { timeout?: string }): number | undefined {
   return parsePositive(o.timeout, "--timeout", { what: "seconds" }) * 1000;
 }
 
-/** Print an error the way every command does: one clear line, no stack, non-zero exit. */
+/** The version in the package's package.json. */
+export function packageVersion(): string {
+  const file = new URL("../../../package.json", import.meta.url);
+  return (JSON.parse(readFileSync(file, "utf8")) as { version: string }).version;
+}
+
+/** A usage error of the parser (unknown option, missing value...) as one line with where to look. */
+export function usageError(text: string): string {
+  const line = text
+    .replace(/^error: /, "")
+    .split("\n")
+    .map((l) => l.trim())
+    .filter(Boolean)
+    .join(" ");
+  return `minisandbox: ${line} (see --help)\n`;
+}
+
+/** Bad input (exit 2): what the caller gave is wrong or names something that is not there. */
+const BAD_INPUT = new Set(["invalid_input", "validation_failed", "not_found", "sandbox_not_found"]);
+
+/** The exit status for an error: 2 for bad input, 1 for everything else (a failure of the work itself). */
+export function exitCodeFor(e: unknown): number {
+  if (e instanceof InvalidInputError) return 2;
+  if (e instanceof Error && BAD_INPUT.has(errorCode(e))) return 2;
+  const sys = errCode(e);
+  return sys === "ENOENT" || sys === "ENOTDIR" || sys === "EISDIR" ? 2 : 1;
+}
+
+/** Print an error the way every command does: the cause in one line (a build failure: cause, fix, log), exit code. */
 export function fail(e: unknown): never {
-  const msg = e instanceof Error ? e.message : String(e);
+  const msg =
+    e instanceof BuildError
+      ? renderBuildFailure(explainBuildFailure(e), false)
+      : String(e instanceof Error ? e.message : e);
   process.stderr.write(`minisandbox: ${msg}\n`);
   if (process.env.MINISANDBOX_DEBUG && e instanceof Error) process.stderr.write(`${e.stack}\n`);
-  process.exit(e instanceof InvalidInputError ? 2 : 1);
+  process.exit(exitCodeFor(e));
 }

@@ -7,7 +7,7 @@ import { fixtureDatasetIn } from "../fixtures/generate.js";
 import { Sandbox } from "../index.js";
 import { loadDataset, type Instance } from "../tasks/index.js";
 import { Progress, table } from "../util/progress.js";
-import { fail } from "./common.js";
+import { fail, parsePositive } from "./common.js";
 
 /** The main job on a small bundled example: a real git repo + SWE-bench-format dataset generated locally. */
 export function registerDemoCommand(program: Command, getHome: () => string): void {
@@ -17,7 +17,7 @@ export function registerDemoCommand(program: Command, getHome: () => string): vo
     .option("--instances <N>", "instances in the example dataset", "3")
     .action(async (o: { instances: string }) => {
       try {
-        await demo(getHome(), Number(o.instances) || 3);
+        await demo(getHome(), parsePositive(o.instances, "--instances", { integer: true }));
       } catch (e) {
         fail(e);
       }

@@ -3,11 +3,15 @@ import { renderRun, runResultJson } from "../eval/render.js";
 import { renderSummary } from "../eval/report.js";
 import { planEvaluation, runEvaluation, summarizeEvaluation, type RunEvaluationOptions } from "../eval/run.js";
 import { InvalidInputError } from "../errors.js";
+import { loadPredictions, unknownPredictionIds } from "../eval/predictions.js";
+import { loadDataset } from "../tasks/index.js";
 import { fail, parsePositive } from "./common.js";
+import { addHarnessFlags, applyHarnessFlags, resolveDatasetArg } from "./harness-flags.js";
 import { addDatasetOptions } from "./prepare.js";
 
 interface EvaluateCliOptions {
   dataset: string;
+  split?: string;
   instanceIds: string[];
   repos?: string;
   specs?: string;
@@ -24,9 +28,10 @@ interface EvaluateCliOptions {
 }
 
 export function registerEvaluateCommand(program: Command, getHome: () => string): void {
-  addDatasetOptions(program.command("evaluate"))
+  const cmd = addDatasetOptions(program.command("evaluate"))
     .description("evaluate predictions as the SWE-bench harness does, each instance in a fresh sandbox without network")
-    .requiredOption("--predictions <FILE|gold|empty>", "predictions (JSON list, JSONL, preds.json) or gold / empty")
+    .option("--predictions <FILE|gold|empty>", "predictions (JSON list, JSONL, preds.json) or gold / empty");
+  addHarnessFlags(cmd, ["dataset_name", "predictions_path", "max_workers", "run_id", "instance_ids", "report_dir"])
     .option(
       "--run-id <ID>",
       "run id (default minisandbox-<timestamp>); instances with a report in this run are skipped",
@@ -39,15 +44,20 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
     .option("--json", "machine-readable output")
     .option("--plan", "evaluate nothing: print the run's jobs as JSON (for running them elsewhere, e.g. a fleet)")
     .option("--summary-only", "evaluate nothing: write the run summary from the report.json files on disk")
-    .action(async (o: EvaluateCliOptions) => {
+    .action(async (opts: EvaluateCliOptions) => {
       try {
+        const o = applyHarnessFlags(opts);
+        const home = getHome();
+        const dataset = await resolveDatasetArg(o.dataset, o.split, home);
+        if (!o.predictions) throw new InvalidInputError("--predictions is required (a file, or gold / empty)");
+        await refuseUnknownIds(dataset, o.predictions);
         if (o.plan || o.summaryOnly) {
-          await planOrSummary(o, getHome());
+          await planOrSummary({ ...o, dataset }, home);
           return;
         }
         const r = await runEvaluation({
-          home: getHome(),
-          dataset: o.dataset,
+          home,
+          dataset,
           predictions: o.predictions,
           instanceIds: o.instanceIds.flat(),
           ...(o.runId !== undefined ? { runId: o.runId } : {}),
@@ -66,6 +76,22 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
         fail(e);
       }
     });
+}
+
+/** As the harness does: predictions for ids the dataset does not have stop the run before anything is evaluated. */
+async function refuseUnknownIds(dataset: string, predictions: string): Promise<void> {
+  if (predictions === "gold" || predictions === "empty") return;
+  const [preds, instances] = await Promise.all([loadPredictions(predictions), loadDataset(dataset)]);
+  const unknown = unknownPredictionIds(
+    preds,
+    instances.map((i) => i.instance_id),
+  );
+  if (unknown.length === 0) return;
+  const shown = unknown.slice(0, 10).join(", ") + (unknown.length > 10 ? `, … (${unknown.length - 10} more)` : "");
+  throw new InvalidInputError(
+    `${unknown.length} prediction id(s) are not in ${dataset}: ${shown} ` +
+      "(the SWE-bench harness refuses such a run too; fix the ids or give the dataset they come from)",
+  );
 }
 
 function runOptions(o: EvaluateCliOptions, home: string): RunEvaluationOptions {

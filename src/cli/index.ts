@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-import { Command } from "commander";
+import { Command, CommanderError } from "commander";
 import { resolveHome } from "../util/home.js";
 import { registerExecCommand } from "./exec.js";
 import { registerShellCommand } from "./shell.js";
@@ -11,14 +11,18 @@ import { registerEvaluateCommand } from "./evaluate.js";
 import { registerServeCommand } from "./serve.js";
 import { envProviderFactory } from "../server/env-provider.js";
 import { registerBenchCommand } from "./bench.js";
+import { fail, packageVersion, usageError } from "./common.js";
 
 const program = new Command();
 program
   .name("minisandbox")
   .description("Isolated, copy-on-write workspaces for software-engineering agents, without containers")
+  .version(packageVersion(), "-V, --version", "print the version")
+  // Global: before or after the command (`minisandbox exec --home DIR ...` works too).
   .option("--home <DIR>", "data directory (default: $MINISANDBOX_HOME or ~/.local/share/minisandbox)")
-  .enablePositionalOptions()
-  .showHelpAfterError();
+  // Usage errors: one line on stderr and exit 2, like every other bad input (subcommands inherit both).
+  .configureOutput({ outputError: (text, write) => write(usageError(text)) })
+  .exitOverride();
 
 const getHome = (): string => resolveHome(program.opts<{ home?: string }>().home);
 
@@ -32,4 +36,9 @@ registerDemoCommand(program, getHome);
 registerServeCommand(program, getHome, envProviderFactory);
 registerBenchCommand(program, getHome);
 
-await program.parseAsync(process.argv);
+try {
+  await program.parseAsync(process.argv);
+} catch (e) {
+  if (!(e instanceof CommanderError)) fail(e);
+  process.exitCode = e.exitCode === 0 ? 0 : 2;
+}

@@ -4,10 +4,12 @@ import { envFor } from "../env/environments.js";
 import { renderValidation, validateInstances, validationSummary } from "../eval/validate.js";
 import { loadDataset, type Instance } from "../tasks/index.js";
 import { Progress } from "../util/progress.js";
-import { collect, fail } from "./common.js";
+import { collect, fail, parsePositive } from "./common.js";
+import { addHarnessFlags, applyHarnessFlags, resolveDatasetArg } from "./harness-flags.js";
 
 export interface PrepareCliOptions {
   dataset: string;
+  split?: string;
   instanceIds: string[];
   workers: string;
   repos?: string;
@@ -19,23 +21,27 @@ export interface PrepareCliOptions {
 
 export function addDatasetOptions(cmd: Command): Command {
   return cmd
-    .requiredOption("--dataset <FILE>", "SWE-bench / SWE-smith dataset (JSON, JSONL or parquet)")
+    .option(
+      "--dataset <FILE|NAME>",
+      "SWE-bench / SWE-smith dataset (JSON, JSONL or parquet), or a Hub name in the local Hugging Face cache",
+    )
     .option("--instance-ids <ID...>", "only these instances", collect, [] as string[])
     .option("--repos <DIR>", "local clones or mirrors laid out as DIR/<owner>/<name>")
     .option("--specs <FILE>", "environment spec overrides (JSON)");
 }
 
 export function registerPrepareCommand(program: Command, getHome: () => string): void {
-  addDatasetOptions(program.command("prepare"))
+  const cmd = addDatasetOptions(program.command("prepare"))
     .description("build every instance's environment once, deduplicated in the store (resumable)")
-    .option("--workers <N>", "parallel builds", "2")
+    .option("--workers <N>", "parallel builds", "2");
+  addHarnessFlags(cmd, ["dataset_name", "instance_ids", "max_workers"])
     .option("--validate", "check each environment with the gold patch and without it")
     .option("--json", "machine-readable output")
     .option("--plan", "build nothing: print each distinct environment and its instances as JSON (e.g. for a fleet)")
     .action(async (o: PrepareCliOptions) => {
       try {
-        if (o.plan) await printPlan(o);
-        else await prepare(getHome(), o);
+        if (o.plan) await printPlan(applyHarnessFlags(o), getHome());
+        else await prepare(getHome(), applyHarnessFlags(o));
       } catch (e) {
         fail(e);
       }
@@ -43,9 +49,10 @@ export function registerPrepareCommand(program: Command, getHome: () => string):
 }
 
 /** `--plan`: each distinct environment once (with the first of its instances), and the instances without one. */
-async function printPlan(o: PrepareCliOptions): Promise<void> {
+async function printPlan(o: PrepareCliOptions, home: string): Promise<void> {
   const ids = o.instanceIds.flat();
-  const instances = await loadDataset(o.dataset, ids.length ? { instanceIds: ids } : {});
+  const dataset = await resolveDatasetArg(o.dataset, o.split, home);
+  const instances = await loadDataset(dataset, ids.length ? { instanceIds: ids } : {});
   const environments = new Map<string, { env_key: string; instance_ids: string[]; instance: Instance }>();
   const errors: { instance_id: string; error: string }[] = [];
   for (const instance of instances) {
@@ -65,12 +72,15 @@ async function printPlan(o: PrepareCliOptions): Promise<void> {
 
 async function prepare(home: string, o: PrepareCliOptions): Promise<void> {
   const ids = o.instanceIds.flat();
-  const instances = await loadDataset(o.dataset, ids.length ? { instanceIds: ids } : {});
-  const env = { home, reposDir: o.repos, specsFile: o.specs, workers: Number(o.workers) || 2 };
+  const dataset = await resolveDatasetArg(o.dataset, o.split, home);
+  const workers = parsePositive(o.workers, "--workers", { integer: true });
+  const instances = await loadDataset(dataset, ids.length ? { instanceIds: ids } : {});
+  const env = { home, reposDir: o.repos, specsFile: o.specs, workers };
   const progress = new Progress(instances.length, "prepare");
   const results = await prepareInstances(instances, {
     ...env,
-    onResult: (r) => progress.tick(r.status, r.instanceId),
+    onStep: (id, step) => progress.step(`${id}: ${step}`),
+    onResult: (r) => progress.tick(r.status, r.status === "failed" ? `${r.instanceId}: ${r.error}` : r.instanceId),
   });
   progress.finish();
   const validation = o.validate ? await validate(instances, results, env, o.json) : undefined;

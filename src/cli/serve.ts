@@ -5,7 +5,7 @@ import { loadTokensFile } from "../server/auth.js";
 import type { ProviderFactory, WorkspaceProvider } from "../server/provider.js";
 import { parseSize } from "../util/size.js";
 import { InvalidInputError } from "../util/errors.js";
-import { collect, fail } from "./common.js";
+import { collect, fail, parseBind } from "./common.js";
 import { addNodeServeOptions, stopWhenStdinEnds, writeReadyFile, type NodeServeOptions } from "./serve-node.js";
 
 interface ServeOptions extends NodeServeOptions {
@@ -21,6 +21,8 @@ interface ServeOptions extends NodeServeOptions {
   dataset?: string;
   maxSandboxes?: string;
   dir?: string;
+  python?: string;
+  bind: string[];
   allowDir: string[];
   ttl?: string;
   idleTimeout: string;
@@ -69,6 +71,8 @@ export function registerServeCommand(program: Command, getHome: () => string, pr
     .option("--dataset <FILE>", "SWE-bench / SWE-smith dataset: create sandboxes from instance ids, evaluate, diff")
     .option("--max-sandboxes <N>", "live sandboxes at most, then HTTP 429 (default: one per 128 MiB of memory)")
     .option("--dir <DIR>", "also serve one default sandbox of DIR at the root (like swerex-remote)")
+    .option("--python <VERSION>", "the default sandbox gets this host Python first on PATH (python, python3, pip)")
+    .option("--bind <HOST[:PATH][:ro]>", "share a host directory with the default sandbox (repeatable)", collect, [])
     .option(
       "--allow-dir <DIR>",
       "let POST /sandboxes {dir} mount directories under DIR (repeatable; default: no host directories)",
@@ -131,6 +135,7 @@ async function serverOptions(o: ServeOptions, home: string, providerFactory?: Pr
     provider,
     maxSandboxes: integer(o.maxSandboxes, "--max-sandboxes"),
     defaultDir: o.dir,
+    ...defaultSandboxExtras(o),
     allowDirs: o.allowDir,
     ttlSeconds: positive(o.ttl, "--ttl"),
     idleTimeoutSeconds: idle ? idle : undefined,
@@ -163,6 +168,13 @@ function rolloutOptions(o: ServeOptions, dataset: string): ServerOptions["rollou
     warmPool: { max: integer(o.warmPool, "--warm-pool", true) ?? 0 },
     ...(max !== undefined ? { maxRollouts: max } : {}),
   };
+}
+
+/** `--python` and `--bind` shape the default sandbox (`--dir`) only: the operator's explicit choice. */
+function defaultSandboxExtras(o: ServeOptions) {
+  if ((o.python !== undefined || o.bind.length > 0) && !o.dir)
+    throw new InvalidInputError("--python and --bind apply to the default sandbox: give --dir DIR too");
+  return { defaultPython: o.python, defaultBinds: o.bind.map(parseBind) };
 }
 
 function announce(s: RunningServer): void {

@@ -1,6 +1,8 @@
 import type { Command } from "commander";
 import { InvalidInputError } from "../errors.js";
 import { Sandbox, type SandboxOptions } from "../index.js";
+import { pythonOnPath } from "../env/python-on-path.js";
+import { resolveHome } from "../util/home.js";
 
 /** How exec/shell pick their workspace: a plain directory, or a dataset instance's environment. */
 export interface WorkspaceCliOptions {
@@ -8,6 +10,7 @@ export interface WorkspaceCliOptions {
   instance?: string;
   dataset?: string;
   specs?: string;
+  python?: string;
 }
 
 export function addWorkspaceOptions(cmd: Command): Command {
@@ -18,9 +21,18 @@ export function addWorkspaceOptions(cmd: Command): Command {
 }
 
 /** Start the sandbox a command asked for. */
-export function sandboxFor(o: WorkspaceCliOptions, common: Omit<SandboxOptions, "dir" | "overlays">): Promise<Sandbox> {
-  if (!o.instance) return Sandbox.create({ ...common, dir: o.dir });
+export async function sandboxFor(
+  o: WorkspaceCliOptions,
+  common: Omit<SandboxOptions, "dir" | "overlays">,
+): Promise<Sandbox> {
+  if (!o.instance) {
+    if (o.python === undefined) return Sandbox.create({ ...common, dir: o.dir });
+    const py = await pythonOnPath(o.python, resolveHome(common.home));
+    return Sandbox.create({ ...common, dir: o.dir, toolchains: py.toolchains, pathPrepend: py.pathPrepend });
+  }
   if (o.dir) throw new InvalidInputError("--dir and --instance are exclusive");
+  if (o.python !== undefined)
+    throw new InvalidInputError("--python is for --dir sandboxes: an instance runs its environment's own Python");
   if (!o.dataset) throw new InvalidInputError("--instance needs --dataset FILE");
   return Sandbox.create({ ...common, instance: o.instance, dataset: o.dataset, specsFile: o.specs });
 }

@@ -33,6 +33,8 @@ export interface RequestOptions {
   headers?: Record<string, string>;
   /** Name of the operation, for error messages. */
   what?: string;
+  /** The caller's own cancellation (a background command's kill). */
+  signal?: AbortSignal;
 }
 
 export class HttpClient {
@@ -50,11 +52,15 @@ export class HttpClient {
     if (this.apiKey !== undefined) headers["X-API-Key"] = this.apiKey;
     const timeoutMs = o.timeoutMs ?? this.requestTimeoutMs;
     const url = this.base + path;
+    const signals = [
+      ...(timeoutMs !== undefined ? [AbortSignal.timeout(timeoutMs)] : []),
+      ...(o.signal ? [o.signal] : []),
+    ];
     const init: RequestInit = {
       method,
       headers,
       body,
-      signal: timeoutMs !== undefined ? AbortSignal.timeout(timeoutMs) : undefined,
+      signal: signals.length > 1 ? AbortSignal.any(signals) : signals[0],
     };
     const d = await patientDispatcher();
     if (d) (init as { dispatcher?: object }).dispatcher = d;
@@ -62,6 +68,7 @@ export class HttpClient {
       return await fetch(url, init);
     } catch (e) {
       const err = e as Error & { cause?: Error };
+      if (o.signal?.aborted) throw new SandboxError(`${o.what ?? `${method} ${path}`}: cancelled`);
       if (err.name === "TimeoutError" || err.name === "AbortError") {
         throw new TimeoutError(`${o.what ?? `${method} ${path}`}: no answer from ${this.base} within ${timeoutMs} ms`);
       }

@@ -1,13 +1,14 @@
 /** Public API of client/: the TypeScript SDK for a minisandbox server. */
 export {
   RemoteSandbox,
+  type RemoteCommands,
   type ConnectOptions,
   type RemoteSandboxCreateOptions,
   type SandboxInfo,
 } from "./remote-sandbox.js";
 export { RemoteSessions, RemoteSession, type RemoteRunOptions, type InterruptOptions } from "./remote-sessions.js";
 export { RemoteFiles } from "./remote-files.js";
-export type { RemoteExecOptions, RemoteExecResult } from "./remote-exec.js";
+export type { RemoteCommandHandle, RemoteExecOptions, RemoteExecResult } from "./remote-exec.js";
 export { RolloutClient, RemoteRolloutGroup, RemoteRollout, type StartGroupOptions } from "./rollouts.js";
 export {
   AuthError,

@@ -2,7 +2,7 @@
 import { openAsBlob, statSync } from "node:fs";
 import { basename } from "node:path";
 import { NotFoundError } from "../util/errors.js";
-import { type InOf, swerex } from "../wire/index.js";
+import { type CamelOf, type InOf, native, swerex } from "../wire/index.js";
 import type { HttpClient } from "./http.js";
 import type { RemoteExecResult } from "./remote-exec.js";
 import { zipDirectory } from "./zip.js";
@@ -60,6 +60,13 @@ export class RemoteFiles {
     form.append("unzip", unzip ? "true" : "false");
     const what = `upload to ${target}`;
     await this.rt.read(await this.rt.fetch("POST", "/upload", form, { what }), swerex.EmptyResponse, what);
+  }
+
+  /** The entries of a directory (not recursive), as in-process `files.list`. */
+  async list(path: string): Promise<CamelOf<typeof native.FileEntry>[]> {
+    const what = `list ${path}`;
+    const url = `/sandboxes/${this.id}/files/list?path=${encodeURIComponent(path)}`;
+    return (await this.api.call("GET", url, native.FileListResponse, undefined, { what })).entries;
   }
 
   async exists(path: string): Promise<boolean> {

@@ -3,11 +3,18 @@
  * `commands.run`, `sessions`, `files`, `evaluate`, `diff`, `close` / `await using`. Requests and answers follow the
  * wire contract (src/wire); answers are camelCase, as in-process.
  */
-import type { Limits } from "../sandbox/limits.js";
+import { InvalidInputError } from "../errors.js";
+import { type Limits, validateLimits } from "../sandbox/limits.js";
 import { type CamelOf, type InOf, native, swerex } from "../wire/index.js";
 import { NotFoundError } from "./errors.js";
 import { HttpClient } from "./http.js";
-import { type RemoteExecOptions, type RemoteExecResult, remoteExec } from "./remote-exec.js";
+import {
+  type RemoteCommandHandle,
+  type RemoteExecOptions,
+  type RemoteExecResult,
+  remoteExec,
+  remoteStart,
+} from "./remote-exec.js";
 import { RemoteFiles } from "./remote-files.js";
 import { RemoteSessions } from "./remote-sessions.js";
 import { readTokenFile } from "../wire/token-file.js";
@@ -42,6 +49,16 @@ export interface RemoteSandboxCreateOptions extends ConnectOptions {
   env?: Record<string, string>;
   cwd?: string;
   labels?: Record<string, string>;
+  /** A host Python on the server (e.g. "3.11"), first on PATH as python, python3, pip. */
+  python?: string;
+  /** A SWE-ReX client's `close()` on `runtimeUrl` deletes the sandbox (default: closes its sessions only). */
+  deleteOnClose?: boolean;
+}
+
+/** E2B's `commands`: `run(cmd, opts)` → the result; `run(cmd, { background: true })` → a handle (wait, kill). */
+export interface RemoteCommands {
+  run(cmd: string | string[], opts: RemoteExecOptions & { background: true }): Promise<RemoteCommandHandle>;
+  run(cmd: string | string[], opts?: RemoteExecOptions & { background?: false }): Promise<RemoteExecResult>;
 }
 
 /** What the server says about a sandbox (GET /sandboxes/:id), camelCase. */
@@ -50,8 +67,18 @@ export type SandboxInfo = CamelOf<typeof native.SandboxInfo>;
 /** The given key, else the home's token file. */
 const keyFor = (o: ConnectOptions): string | undefined => o.apiKey ?? readTokenFile(o.home);
 
+/** A duration in milliseconds: positive and finite, else one line naming the option. */
+function checkMs(value: number | undefined, field: string): void {
+  if (value === undefined) return;
+  if (typeof value !== "number" || !Number.isFinite(value) || value <= 0)
+    throw new InvalidInputError(`${field} must be a positive number of milliseconds, got ${String(value)}`, { field });
+}
+
+/** Everything the server would refuse, refused before sending (the in-process API's own rules for limits). */
 function createBody(o: RemoteSandboxCreateOptions): InOf<typeof native.CreateSandboxRequest> {
-  const l = o.limits;
+  const l = o.limits === undefined ? undefined : validateLimits(o.limits);
+  checkMs(o.timeoutMs, "timeoutMs");
+  checkMs(o.idleTimeoutMs, "idleTimeoutMs");
   return {
     dir: o.dir,
     instance_id: o.instanceId,
@@ -63,6 +90,8 @@ function createBody(o: RemoteSandboxCreateOptions): InOf<typeof native.CreateSan
     env: o.env,
     cwd: o.cwd,
     labels: o.labels,
+    python: o.python,
+    delete_on_close: o.deleteOnClose,
   };
 }
 
@@ -70,7 +99,7 @@ export class RemoteSandbox implements AsyncDisposable {
   readonly id: string;
   /** SWE-ReX runtime URL of this sandbox (give it to a `RemoteRuntime`). */
   readonly runtimeUrl: string;
-  readonly commands: { run: (cmd: string | string[], opts?: RemoteExecOptions) => Promise<RemoteExecResult> };
+  readonly commands: RemoteCommands;
   readonly sessions: RemoteSessions;
   readonly files: RemoteFiles;
   private closed = false;
@@ -84,7 +113,12 @@ export class RemoteSandbox implements AsyncDisposable {
     this.id = info.id;
     this.runtimeUrl = info.runtimeUrl;
     const rt = new HttpClient(`${api.base}/sandboxes/${info.id}`, apiKey, requestTimeoutMs);
-    this.commands = { run: (cmd, o) => this.exec(cmd, o) };
+    const run = (cmd: string | string[], o?: RemoteExecOptions & { background?: boolean }) => {
+      if (!o?.background) return this.exec(cmd, o);
+      const { background: _, ...rest } = o;
+      return remoteStart(this.api, this.id, cmd, rest);
+    };
+    this.commands = { run } as RemoteCommands;
     this.sessions = new RemoteSessions(rt);
     this.files = new RemoteFiles(rt, api, info.id, (cmd) => this.exec(cmd));
   }
@@ -149,6 +183,20 @@ export class RemoteSandbox implements AsyncDisposable {
   async diff(): Promise<string> {
     return (await this.api.call("GET", `/sandboxes/${this.id}/diff`, native.DiffResponse, undefined, { what: "diff" }))
       .diff;
+  }
+
+  /** E2B's `setTimeout`: the sandbox now ends `timeoutMs` from now (sooner or later than before). */
+  async setTimeout(timeoutMs: number): Promise<SandboxInfo> {
+    checkMs(timeoutMs, "timeoutMs");
+    const body = { ttl_seconds: timeoutMs / 1000 };
+    const what = `set the timeout of sandbox ${this.id}`;
+    const info = await this.api.call("POST", `/sandboxes/${this.id}/timeout`, native.SandboxInfo, body, { what });
+    return native.SandboxInfo.toCamel(info);
+  }
+
+  /** E2B's `kill`: the same as `close()`. */
+  kill(): Promise<void> {
+    return this.close();
   }
 
   /** Delete the sandbox on the server. Idempotent; a sandbox already gone is not an error. */

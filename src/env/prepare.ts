@@ -1,6 +1,7 @@
 import type { Instance } from "../tasks/types.js";
 import { pool, table } from "../util/progress.js";
 import { BuildError } from "../errors.js";
+import { explainBuildFailure } from "./build-diagnosis.js";
 import { ensureBuilt, envFor, type EnvOptions } from "./environments.js";
 
 export type PrepareStatus = "built" | "cached" | "failed";
@@ -10,15 +11,22 @@ export interface PrepareResult {
   key: string;
   status: PrepareStatus;
   durationMs: number;
-  /** For failures: the failing step and the tail of its log. */
+  /** For failures: the cause, in one line (the failing step and what the log says went wrong). */
   error?: string;
+  /** For failures with a known remedy: what to do, in one line. */
+  fix?: string;
   logFile?: string;
 }
 
 /** Build every instance's environment (each distinct one once), `workers` at a time; already-built ones are skipped. */
 export async function prepareInstances(
   instances: Instance[],
-  opts: EnvOptions & { workers?: number; onResult?: (r: PrepareResult) => void },
+  opts: EnvOptions & {
+    workers?: number;
+    onResult?: (r: PrepareResult) => void;
+    /** Each build step as it starts (toolchain, fetch, checkout, venv, dependencies, install, store...). */
+    onStep?: (instanceId: string, step: string) => void;
+  },
 ): Promise<PrepareResult[]> {
   return pool(instances, opts.workers ?? 2, async (instance) => {
     const t = performance.now();
@@ -26,7 +34,8 @@ export async function prepareInstances(
     try {
       const env = envFor(instance, opts);
       key = env.key;
-      const status = await ensureBuilt({ ...opts, ...env });
+      const onStep = (step: string) => opts.onStep?.(instance.instance_id, step);
+      const status = await ensureBuilt({ ...opts, ...env, onStep });
       const r: PrepareResult = { instanceId: instance.instance_id, key, status, durationMs: performance.now() - t };
       opts.onResult?.(r);
       return r;
@@ -36,13 +45,18 @@ export async function prepareInstances(
         key,
         status: "failed",
         durationMs: performance.now() - t,
-        error: (e as Error).message,
+        ...explained(e),
         ...(e instanceof BuildError ? { logFile: e.logFile } : {}),
       };
       opts.onResult?.(r);
       return r;
     }
   });
+}
+
+function explained(e: unknown): { error: string; fix?: string } {
+  const f = explainBuildFailure(e);
+  return f.fix ? { error: f.cause, fix: f.fix } : { error: f.cause };
 }
 
 /** The instances whose environment is ready (built now or before). */
@@ -61,7 +75,12 @@ export function renderPrepare(results: readonly PrepareResult[]): string {
     r.error ? r.error.split("\n")[0]! : "",
   ]);
   const n = (s: PrepareStatus): number => results.filter((r) => r.status === s).length;
-  const failures = results.filter((r) => r.status === "failed").map((r) => `\n${r.instanceId}: ${r.error}\n`);
+  const failures = results
+    .filter((r) => r.status === "failed")
+    .map((r) => {
+      const more = [r.fix ? `  fix: ${r.fix}` : "", r.logFile ? `  log: ${r.logFile}` : ""].filter(Boolean);
+      return `\n${r.instanceId}: ${r.error}\n${more.map((l) => `${l}\n`).join("")}`;
+    });
   return [
     table(["instance", "environment", "status", "seconds", "reason"], rows),
     `\n${n("built")} built, ${n("cached")} cached, ${n("failed")} failed\n`,

@@ -7,6 +7,7 @@ import { InvalidInputError, SandboxError } from "../errors.js";
 import { BashSession, type RunOptions, type RunResult, type SessionProcess } from "../session/bash-session.js";
 import { sessionExists, sessionMissing } from "../session/errors.js";
 import { enterArgv } from "./enter.js";
+import { defaultCommandEnv, dotfilesCommand } from "./home.js";
 import { DEFAULT_OUTPUT_LIMIT, runCommand, type ExecOptions, type ExecResult, type LimitHit } from "./exec.js";
 import { SandboxFiles, type StreamedCommand } from "./files.js";
 import { idRange, launchMode, type LaunchMode } from "./host.js";
@@ -98,7 +99,8 @@ function checkId(value: number, field: "uid" | "gid"): number {
 function sandboxEnv(opts: SandboxOptions, uid: number, home: string, hostname: string): Record<string, string> {
   const user = uid === 0 ? "root" : `u${uid}`;
   const path = [...(opts.pathPrepend ?? []), DEFAULT_PATH].join(":");
-  return { PATH: path, HOME: home, USER: user, LOGNAME: user, LANG: "C.UTF-8", HOSTNAME: hostname, ...opts.env };
+  const base = { PATH: path, HOME: home, USER: user, LOGNAME: user, LANG: "C.UTF-8", HOSTNAME: hostname };
+  return { ...base, ...defaultCommandEnv(opts.network ?? false), ...opts.env };
 }
 
 /** Plain words for limits this host cannot enforce, so that nobody relies on them. */
@@ -208,7 +210,28 @@ export class Sandbox implements AsyncDisposable {
       for (const l of o.lower) if (!existsSync(l)) throw new InvalidInputError(`mount source ${l} does not exist`);
     // The opened directory itself, as descriptor 5 of the launch: no path is looked up again.
     if (dir) overlays.unshift({ lower: [`/proc/self/fd/${FIRST_PASSED_FD}`], target: TESTBED_PATH });
-    return Sandbox.launch({ opts, sandboxesDir: layout.sandboxes, mode, uid, gid, dir, overlays, snapshots: [] });
+    const sb = await Sandbox.launch({
+      opts,
+      sandboxesDir: layout.sandboxes,
+      mode,
+      uid,
+      gid,
+      dir,
+      overlays,
+      snapshots: [],
+    });
+    await sb.writeDotfiles();
+    return sb;
+  }
+
+  /** The home's skeleton dotfiles (src/sandbox/home.ts); a sandbox that cannot write them is not handed out. */
+  private async writeDotfiles(): Promise<void> {
+    const r = await this.exec(dotfilesCommand(), { timeoutMs: 30_000 }).catch((e: Error) => e);
+    if (r instanceof Error || r.exitCode !== 0) {
+      await this.close();
+      const why = r instanceof Error ? r.message : r.stderr.trim() || `exit ${r.exitCode}`;
+      throw new SandboxError(`sandbox failed to start: writing the home's dotfiles failed: ${why}`);
+    }
   }
 
   /** Start a sandbox; on failure, release what `inputs` holds (the opened directory, snapshots). */

@@ -8,6 +8,7 @@ import { runEvalJobToFiles } from "../eval/job.js";
 import { evalSandboxSettings } from "../eval/runner/sandbox.js";
 import { agentDiff, pristineListing } from "../eval/runner/agent-diff.js";
 import { errMessage, LayerUnavailableError, NotFoundError } from "../util/errors.js";
+import { withOneLineMessage } from "../env/build-diagnosis.js";
 import { homeLayout } from "../util/home.js";
 import type { InstanceEnv } from "../env/workspace.js";
 import type {
@@ -32,8 +33,14 @@ export function envProvider(opts: {
   const byId = new Map(opts.instances.map((i) => [i.instance_id, i]));
   // Layer leases are given back asynchronously; a server shutting down waits for them (no lease file outlives it).
   const releasing = new Pending();
+  // Image-based runners lower-case ids (docker image names): a unique case-insensitive match is that instance.
+  const byLower = new Map<string, Instance | null>();
+  for (const i of opts.instances) {
+    const k = i.instance_id.toLowerCase();
+    byLower.set(k, byLower.has(k) ? null : i);
+  }
   const instance = (id: string): Instance => {
-    const found = byId.get(id);
+    const found = byId.get(id) ?? byLower.get(id.toLowerCase()) ?? undefined;
     if (!found) throw new NotFoundError(`unknown instance ${id} (the server's dataset has ${byId.size} instances)`);
     return found;
   };
@@ -41,12 +48,21 @@ export function envProvider(opts: {
     async forInstance(id: string, o: LayerSources = {}): Promise<ProvidedWorkspace> {
       const inst = instance(id);
       const { home, reposDir, specsFile } = opts;
-      const ws = await resolveWorkspace({ home, instance: inst, reposDir, specsFile, build: true, sources: o.sources });
+      const ws = await resolveWorkspace({
+        home,
+        instance: inst,
+        reposDir,
+        specsFile,
+        build: true,
+        sources: o.sources,
+      }).catch((e) => {
+        throw withOneLineMessage(e);
+      });
       return {
         options: ws.options,
         release: () => releasing.track(ws.release()),
         setup: ws.setup,
-        meta: { instance_id: id, env_key: ws.key, repo: ws.spec.repo, base_commit: inst.base_commit },
+        meta: { instance_id: inst.instance_id, env_key: ws.key, repo: ws.spec.repo, base_commit: inst.base_commit },
       };
     },
     async forEnvKey(key: string, o: LayerSources = {}): Promise<ProvidedWorkspace> {

@@ -3,6 +3,7 @@ import { totalmem } from "node:os";
 import type { FastifyServerOptions } from "fastify";
 import type { RolloutEngineOptions } from "../rollout/index.js";
 import type { Limits } from "../sandbox/limits.js";
+import type { BindMount } from "../sandbox/plan.js";
 import { InvalidInputError } from "../util/errors.js";
 import { Authenticator, ensureTokenFile, type TokenEntry } from "./auth.js";
 import type { WorkspaceProvider } from "./provider.js";
@@ -31,6 +32,9 @@ export interface ServerOptions {
   rateLimit?: number;
   /** Serve one default sandbox of this directory; the SWE-ReX routes then also answer at the root. */
   defaultDir?: string;
+  /** The default sandbox's host Python (e.g. "3.11": `python`, `pip` first on PATH) and host binds. */
+  defaultPython?: string;
+  defaultBinds?: BindMount[];
   /** Host directories `POST /sandboxes {dir}` may mount, with everything below them (default: none). */
   allowDirs?: string[];
   /** Files never mounted, nor any directory holding them (the tokens file); the home always is one. */

@@ -24,12 +24,32 @@ export class RateLimiter {
 }
 
 /**
- * A bounded number of concurrent heavy operations (uploads, file reads): `tryAcquire` never waits, so a client
- * over the budget gets a 429 at once instead of holding memory or disk while queued.
+ * A bounded number of concurrent heavy operations (uploads, file reads): `tryAcquire` never waits; `acquire` waits
+ * a bounded time for a slot (before anything of the request is read, so waiting holds no memory or disk). SWE-ReX
+ * clients do not retry a 429: SWE-agent uploads its tool bundles all at once, several instances in parallel.
  */
 export class Budget {
   private used = 0;
+  private readonly waiting: (() => void)[] = [];
   constructor(readonly capacity: number) {}
+
+  /** A release function, waiting up to `maxWaitMs` for a slot; undefined when none came free in time. */
+  async acquire(maxWaitMs: number): Promise<(() => void) | undefined> {
+    const now = this.tryAcquire();
+    if (now || maxWaitMs <= 0) return now;
+    return new Promise((resolve) => {
+      const wake = (): void => {
+        clearTimeout(timer);
+        resolve(this.tryAcquire());
+      };
+      const timer = setTimeout(() => {
+        const i = this.waiting.indexOf(wake);
+        if (i >= 0) this.waiting.splice(i, 1);
+        resolve(undefined);
+      }, maxWaitMs);
+      this.waiting.push(wake);
+    });
+  }
 
   get inUse(): number {
     return this.used;
@@ -44,6 +64,7 @@ export class Budget {
       if (released) return;
       released = true;
       this.used--;
+      this.waiting.shift()?.();
     };
   }
 }

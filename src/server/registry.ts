@@ -5,6 +5,7 @@
  */
 import { Sandbox } from "../sandbox/sandbox.js";
 import type { Limits } from "../sandbox/limits.js";
+import type { BindMount } from "../sandbox/plan.js";
 import { LimitError } from "../util/errors.js";
 import type { Principal } from "./auth.js";
 import type { DirRoots } from "./dir-roots.js";
@@ -42,6 +43,8 @@ export interface Entry {
   labels: Record<string, string>;
   meta: Record<string, unknown>;
   isDefault: boolean;
+  /** SWE-ReX's close ends the sandbox (instance-addressed runtimes, `delete_on_close`). */
+  deleteOnClose: boolean;
   closeReason?: CloseReason;
 }
 
@@ -74,6 +77,8 @@ export interface CreateOptions {
   trustedDir?: string;
   /** A workspace the caller resolved already (e.g. an evaluation job's), used instead of the request's source. */
   provided?: ProvidedWorkspace;
+  /** The operator's own binds (serve --bind), for the default sandbox. */
+  trustedBinds?: BindMount[];
 }
 
 export class SandboxRegistry {
@@ -173,9 +178,10 @@ export class SandboxRegistry {
     const started = performance.now();
     let source: ResolvedSource | undefined;
     try {
+      const sourceCtx = { provider: this.o.provider, roots: this.o.roots, home: this.o.home };
       source = opts.provided
         ? { kind: "instance", options: opts.provided.options, provided: opts.provided, done: () => {} }
-        : await resolveSource(req, { provider: this.o.provider, roots: this.o.roots }, opts.trustedDir);
+        : await resolveSource(req, sourceCtx, opts.trustedDir, opts.trustedBinds);
       const entry = await this.launch(req, who, source, opts);
       this.o.metrics.creations.inc({ result: "ok" });
       this.o.metrics.creationLatency.observe({ source: source.kind }, (performance.now() - started) / 1000);
@@ -250,6 +256,7 @@ export class SandboxRegistry {
       labels: sb.labels,
       meta: src.provided?.meta ?? {},
       isDefault: o.isDefault ?? false,
+      deleteOnClose: (req.delete_on_close ?? false) && !o.isDefault,
     };
     return entry;
   }

@@ -13,11 +13,14 @@ import type { Entry } from "./registry.js";
  * sandbox's typed ones (not found 404, not a regular file 400, over the cap 429, deadline 504).
  */
 export async function readForClient(ctx: RouteContext, e: Entry, path: string): Promise<Buffer> {
-  const release = ctx.reads.tryAcquire();
+  const release = await ctx.reads.acquire(15_000);
   if (!release)
-    throw new LimitError(`${ctx.reads.capacity} file reads are in progress on this server; retry`, {
-      retryAfterMs: 1000,
-    });
+    throw new LimitError(
+      `${ctx.reads.capacity} file reads are in progress on this server (none came free within 15 s); retry`,
+      {
+        retryAfterMs: 1000,
+      },
+    );
   try {
     return await readBounded(e.sandbox, path, {
       maxBytes: ctx.limits.maxReadBytes,

@@ -112,6 +112,7 @@ export function registerSessionRoutes(
     { config },
     onEntry(ctx, resolve, async (e) => {
       await e.sandbox.sessions.closeAll();
+      if (e.deleteOnClose) await ctx.registry.delete(e.id, "delete").catch(() => undefined);
       return {};
     }),
   );

@@ -54,11 +54,14 @@ async function upload(ctx: RouteContext, e: Entry, req: FastifyRequest): Promise
   const declared = Number(req.headers["content-length"] ?? 0);
   if (declared > maxUploadBytes + 64 * 1024)
     throw new UploadTooLargeError(`upload larger than this server's limit of ${maxUploadBytes} bytes`);
-  const release = ctx.uploads.tryAcquire();
+  const release = await ctx.uploads.acquire(15_000);
   if (!release)
-    throw new LimitError(`${ctx.uploads.capacity} uploads are in progress on this server; retry`, {
-      retryAfterMs: 1000,
-    });
+    throw new LimitError(
+      `${ctx.uploads.capacity} uploads are in progress on this server (none came free within 15 s); retry`,
+      {
+        retryAfterMs: 1000,
+      },
+    );
   const tmp = ctx.scratch.make();
   // A client that sends too slowly loses the connection: the upload slot is not held forever.
   const deadline = setTimeout(() => req.raw.destroy(new Error("upload deadline passed")), uploadTimeoutMs);

@@ -3,6 +3,8 @@
  * descriptor that was checked), a dataset instance or an environment key (through the provider), or nothing.
  */
 import type { SandboxOptions } from "../sandbox/sandbox.js";
+import type { BindMount } from "../sandbox/plan.js";
+import { pythonOnPath } from "../env/python-on-path.js";
 import type { Limits } from "../sandbox/limits.js";
 import { InvalidInputError } from "../util/errors.js";
 import type { DirRoots } from "./dir-roots.js";
@@ -28,10 +30,40 @@ export interface ResolvedSource {
 export interface SourceContext {
   provider?: WorkspaceProvider;
   roots: DirRoots;
+  /** The server's home (where `python` requests keep their PATH commands). */
+  home: string;
 }
 
-/** `trustedDir`: the operator's own directory (`serve --dir`), not a client's: no root check. */
+/**
+ * `trustedDir` / `trustedBinds`: the operator's own directory and binds (`serve --dir --bind`), not a client's: no
+ * root check. `python` (any source) adds that host interpreter, first on PATH after the workspace's own venv.
+ */
 export async function resolveSource(
+  req: CreateSandboxRequest,
+  ctx: SourceContext,
+  trustedDir?: string,
+  trustedBinds?: BindMount[],
+): Promise<ResolvedSource> {
+  const src = await resolveWorkspaceSource(req, ctx, trustedDir);
+  if (trustedBinds?.length) src.options = { ...src.options, binds: [...(src.options.binds ?? []), ...trustedBinds] };
+  if (req.python === undefined) return src;
+  try {
+    const py = await pythonOnPath(req.python, ctx.home);
+    const o = src.options;
+    src.options = {
+      ...o,
+      toolchains: [...(o.toolchains ?? []), ...py.toolchains],
+      pathPrepend: [...(o.pathPrepend ?? []), ...py.pathPrepend],
+    };
+    return src;
+  } catch (e) {
+    src.done();
+    src.provided?.release();
+    throw e;
+  }
+}
+
+async function resolveWorkspaceSource(
   req: CreateSandboxRequest,
   ctx: SourceContext,
   trustedDir?: string,

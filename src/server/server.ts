@@ -16,6 +16,8 @@ import { registerJobRoutes } from "./job-routes.js";
 import { PeerPolicy } from "./peers.js";
 import { registerStoreRoutes } from "./store-routes.js";
 import { registerExecRoutes } from "./lifecycle-exec.js";
+import { registerKeyedRuntimes } from "./keyed-runtime.js";
+import { registerSdkRoutes } from "./sdk-routes.js";
 import { registerSandboxRoutes } from "./lifecycle-sandboxes.js";
 import { registerTaskRoutes } from "./lifecycle-tasks.js";
 import { ServerMetrics } from "./metrics.js";
@@ -90,15 +92,25 @@ function routeContext(o: ServerOptions, home: string, app: FastifyInstance, metr
   };
 }
 
+/** Layers between servers and the jobs of a fleet. */
+function registerManyNodeRoutes(app: FastifyInstance, ctx: RouteContext): void {
+  registerStoreRoutes(app, ctx);
+  registerJobRoutes(app, ctx);
+}
+
+/** Layer leases of a server that was killed: their holder is gone. */
+async function pruneStaleLeases(home: string): Promise<void> {
+  await nodeCacheFor(home)
+    .pruneStaleLeases()
+    .catch(() => 0);
+}
+
 export async function startServer(opts: ServerOptions = {}): Promise<RunningServer> {
   const host = opts.host ?? "127.0.0.1";
   const home = resolveHome(opts.home);
   const { auth, tokenFile } = resolveAuth(opts, host, home);
   const reaped = await reapLeftovers(homeLayout(home).sandboxes);
-  // Layer leases of a server that was killed: their holder is gone.
-  await nodeCacheFor(home)
-    .pruneStaleLeases()
-    .catch(() => 0);
+  await pruneStaleLeases(home);
   const app = createApp(opts);
   const metrics = new ServerMetrics();
   const ctx = routeContext(opts, home, app, metrics);
@@ -111,8 +123,8 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
   registerSandboxRoutes(app, ctx);
   registerExecRoutes(app, ctx);
   registerTaskRoutes(app, ctx);
-  registerStoreRoutes(app, ctx);
-  registerJobRoutes(app, ctx);
+  registerSdkRoutes(app, ctx);
+  registerManyNodeRoutes(app, ctx);
   const rollouts = opts.rollouts
     ? new RolloutEngine({ limits: opts.limits, maxRollouts: ctx.registry.maxSandboxes, ...opts.rollouts, home })
     : undefined;
@@ -123,6 +135,7 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
     (req) => ctx.registry.get((req.params as { id: string }).id, principalOf(req)),
     ctx,
   );
+  await registerKeyedRuntimes(app, ctx);
   const close = once(async () => {
     await rollouts?.close();
     await ctx.registry.closeAll();
@@ -130,7 +143,7 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
     await app.close();
   });
   try {
-    const defaultSandboxId = await serveDefault(app, ctx, opts.defaultDir);
+    const defaultSandboxId = await serveDefault(app, ctx, opts);
     await app.listen({ host, port: opts.port ?? 0 });
     app.server.maxConnections = opts.maxConnections ?? 1024;
     const addr = app.server.address();
@@ -158,10 +171,15 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
 }
 
 /** `defaultDir`: one sandbox of the operator's directory, owned by the admin, its runtime also at the root. */
-async function serveDefault(app: FastifyInstance, ctx: RouteContext, dir: string | undefined) {
-  if (!dir) return undefined;
+async function serveDefault(app: FastifyInstance, ctx: RouteContext, o: ServerOptions) {
+  if (!o.defaultDir) return undefined;
   const admin = { name: "admin", admin: true };
-  const e = await ctx.registry.create({}, admin, { isDefault: true, trustedDir: dir });
+  const req = o.defaultPython === undefined ? {} : { python: o.defaultPython };
+  const e = await ctx.registry.create(req, admin, {
+    isDefault: true,
+    trustedDir: o.defaultDir,
+    trustedBinds: o.defaultBinds,
+  });
   registerRuntimeRoutes(app, "", (req) => ctx.registry.get(e.id, principalOf(req)), ctx);
   return e.id;
 }

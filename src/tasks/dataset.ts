@@ -18,7 +18,11 @@ interface RawRow {
  * Errors name the file and the row (JSON list, parquet) or line (JSONL).
  */
 export async function loadDataset(file: string, opts: LoadDatasetOptions = {}): Promise<Instance[]> {
-  const rows = (await isParquet(file)) ? await readParquetRows(file) : await readTextRows(file);
+  const parquet = await isParquet(file);
+  // Content decides the format; a file named .parquet that is not one is said to be so, not "invalid JSON".
+  if (!parquet && /\.parquet$/i.test(file))
+    throw new InvalidInputError(`${file}: not a parquet file (it does not start with the parquet magic bytes PAR1)`);
+  const rows = parquet ? await readParquetRows(file) : await readTextRows(file);
   const instances = rows.map((r) => normalizeInstance(r.value, r.where, opts.format ?? "auto"));
   checkUnique(instances, rows, file);
   return opts.instanceIds ? selectInstances(instances, opts.instanceIds, file) : instances;

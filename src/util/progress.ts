@@ -4,6 +4,7 @@ export class Progress {
   private readonly started = performance.now();
   private readonly tty: boolean;
   private readonly counts = new Map<string, number>();
+  private note = "";
 
   constructor(
     private readonly total: number,
@@ -22,6 +23,13 @@ export class Progress {
     else this.out.write(`[${this.done}/${this.total}] ${outcome}${detail ? ` ${detail}` : ""} (ETA ${this.eta()})\n`);
   }
 
+  /** Work in progress on an item (e.g. a build step): a line of its own off a terminal, the bar's tail on one. */
+  step(detail: string): void {
+    this.note = detail;
+    if (this.tty) this.render();
+    else this.out.write(`[${this.done}/${this.total}] ${detail} (ETA ${this.eta()})\n`);
+  }
+
   private eta(): string {
     if (this.done === 0) return "?";
     const perItem = (performance.now() - this.started) / this.done;
@@ -34,7 +42,8 @@ export class Progress {
     const filled = this.total ? Math.round((this.done / this.total) * width) : width;
     const counts = [...this.counts].map(([k, v]) => `${k} ${v}`).join(", ");
     const bar = `${"#".repeat(filled)}${"-".repeat(width - filled)}`;
-    this.out.write(`\r${this.label} [${bar}] ${this.done}/${this.total} ${counts} ETA ${this.eta()}\x1b[K`);
+    const note = this.note ? ` | ${this.note}` : "";
+    this.out.write(`\r${this.label} [${bar}] ${this.done}/${this.total} ${counts} ETA ${this.eta()}${note}\x1b[K`);
   }
 
   finish(): void {

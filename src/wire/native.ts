@@ -48,6 +48,10 @@ export const CreateSandboxRequest = model(
     env: t.dict(t.str()).optional(),
     cwd: t.str().optional(),
     labels: t.dict(t.str()).optional(),
+    /** A host Python (e.g. "3.11") mounted read-only, first on PATH as python, python3, pip. */
+    python: t.str().optional(),
+    /** SWE-ReX's `POST …/close` deletes the sandbox (default: it closes the sessions only, as SWE-ReX's server). */
+    delete_on_close: t.bool().optional(),
     /** Peers to fetch the environment's layer from when this server's node lacks it (allowed peers only). */
     sources: t.list(PeerSource).optional(),
   },
@@ -131,7 +135,36 @@ export const HealthResponse = model("HealthResponse", { status: t.literal("ok") 
 /** Every native error: a message and a stable code (the HTTP status follows from the code). */
 export const ErrorResponse = model("ErrorResponse", { detail: t.any(), code: t.str().optional() });
 
+/**
+ * `POST /sandboxes/:id/exec/stream`: an `ExecRequest` answered as NDJSON, one object per line: `{"stdout": text}` and
+ * `{"stderr": text}` as the command writes, then `{"result": ExecResponse}` (or `{"error": ErrorResponse}`). A client
+ * that disconnects kills the command (that is how a background command is killed).
+ */
+export const ExecStreamLine = model("ExecStreamLine", {
+  stdout: t.str().optional(),
+  stderr: t.str().optional(),
+  result: ExecResponse.optional(),
+  error: ErrorResponse.optional(),
+});
+
+export const FileEntry = model("FileEntry", {
+  name: t.str(),
+  path: t.str(),
+  type: t.literal("file", "dir", "symlink", "other"),
+  size: t.int(),
+  mode: t.int(),
+});
+/** `GET /sandboxes/:id/files/list?path=`: the directory's entries (not recursive). */
+export const FileListResponse = model("FileListResponse", { entries: t.list(FileEntry) });
+/** `POST /sandboxes/:id/timeout`: the sandbox now ends this long from now (E2B's setTimeout). Answer: SandboxInfo. */
+export const SetTimeoutRequest = model(
+  "SetTimeoutRequest",
+  { ttl_seconds: t.float().gt(0) },
+  { extra: "forbid", objectError: "dict" },
+);
+
 export type CreateSandboxRequest = Out<typeof CreateSandboxRequest.shape>;
+export type FileListResponse = Out<typeof FileListResponse.shape>;
 export type CreateSandboxIn = In<typeof CreateSandboxRequest.shape>;
 export type SandboxInfo = Out<typeof SandboxInfo.shape>;
 export type ExecRequest = Out<typeof ExecRequest.shape>;
@@ -152,5 +185,9 @@ export const NATIVE_MODELS = {
   InstancesResponse,
   HealthResponse,
   ErrorResponse,
+  ExecStreamLine,
+  FileEntry,
+  FileListResponse,
+  SetTimeoutRequest,
   ...LAYER_MODELS,
 } as const;

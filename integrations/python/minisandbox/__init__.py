@@ -1,8 +1,11 @@
 """minisandbox for Python: a client of ``minisandbox serve`` and adapters for the agent ecosystem.
 
 - ``minisandbox.Client`` — the native API (sandboxes, exec, files), standard library only.
-- ``minisandbox.minisweagent.MinisandboxEnvironment`` — a mini-swe-agent environment.
+- ``minisandbox.minisweagent.MinisandboxEnvironment`` — a mini-swe-agent environment (its SWE-bench batch runner
+  with ``python -m minisandbox.configs mini-swebench``).
+- ``minisandbox.sweagent`` — SWE-agent ``run-batch`` instances on the server's instance-addressed runtimes.
 - ``minisandbox.swerex`` — a SWE-ReX runtime and deployment (needs the ``swerex`` extra: aiohttp, pydantic).
+- ``minisandbox.swerex_pytest`` — a pytest plugin running SWE-ReX's own tests against ``minisandbox serve --dir``.
 - ``minisandbox.rl`` — rollouts for RL trainers: groups, an agent loop, trajectories, SkyRL / verl adapters.
 """
 
