@@ -35,7 +35,6 @@ def _parser() -> argparse.ArgumentParser:
     data.add_argument("--dataset", required=True, help="SWE-bench / SWE-smith dataset (JSON, JSONL or parquet)")
     data.add_argument("--instance-ids", nargs="+", action="extend", default=[],
                       help="only these instances (repeatable)")
-    data.add_argument("--specs", help="environment spec overrides (JSON)")
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("status", parents=[common], help="nodes, slots and layers")
     sub.add_parser("up", parents=[common], help="start a server on every node, left running (detached)")
@@ -85,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{n['node']}\t{n['url']}\t{n['slots']} slots\t{n['layers']} layers")
             return 0 if nodes else 1
         if a.command == "prepare":
-            out = jobs.prepare(fleet, a.dataset, instance_ids=a.instance_ids, specs=a.specs, progress=progress)
+            out = jobs.prepare(fleet, a.dataset, instance_ids=a.instance_ids, progress=progress)
             if a.json:
                 _emit(a, "result", out)
             else:
@@ -96,8 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{e['instance_id']}: {e['error']}")
             return 1 if out["failed"] else 0
         out = jobs.evaluate(fleet, a.dataset, a.predictions, run_id=a.run_id, report_dir=a.report_dir,
-                            instance_ids=a.instance_ids, timeout_s=a.timeout, rerun=a.rerun, specs=a.specs,
-                            progress=progress)
+                            instance_ids=a.instance_ids, timeout_s=a.timeout, rerun=a.rerun, progress=progress)
         if a.json:
             _emit(a, "result", out)
         else:

@@ -55,23 +55,23 @@ def _as_file(value: str | list[dict[str, Any]], name: str, scratch: str) -> str:
     return path
 
 
-def _selection(instance_ids: list[str] | tuple[str, ...], specs: str | None) -> list[str]:
+def _selection(instance_ids: list[str] | tuple[str, ...]) -> list[str]:
+    """The CLI's instance filter. (No `--specs`: every node computes specs from the rows alone, so spec overrides
+    belong in the rows' own `spec` field for a fleet.)"""
     args: list[str] = []
     for i in instance_ids:
         args += ["--instance-ids", i]
-    if specs:
-        args += ["--specs", specs]
     return args
 
 
 def prepare(fleet: Fleet, dataset: str | list[dict[str, Any]], *, instance_ids: list[str] | tuple[str, ...] = (),
-            specs: str | None = None, progress: bool | str = True,
+            progress: bool | str = True,
             on_event: Callable[..., None] | None = None) -> dict[str, Any]:
     """Make every distinct environment of the dataset present on some node: one already holding it counts; the
     others are built, each once, on the least loaded nodes."""
     with tempfile.TemporaryDirectory(prefix="minisandbox-fleet-") as scratch:
         args = ["prepare", "--dataset", _as_file(dataset, "dataset.json", scratch), "--plan",
-                *_selection(instance_ids, specs)]
+                *_selection(instance_ids)]
         plan = _cli_json(fleet, args)
     fleet.refresh(force=True)
     envs = plan["environments"]
@@ -107,7 +107,7 @@ def prepare(fleet: Fleet, dataset: str | list[dict[str, Any]], *, instance_ids: 
 
 def evaluate(fleet: Fleet, dataset: str | list[dict[str, Any]], predictions: str | list[dict[str, Any]], *,
              run_id: str | None = None, report_dir: str = ".", instance_ids: list[str] | tuple[str, ...] = (),
-             timeout_s: float = 1800, rerun: bool = False, specs: str | None = None,
+             timeout_s: float = 1800, rerun: bool = False,
              progress: bool | str = True, on_event: Callable[..., None] | None = None) -> dict[str, Any]:
     """Evaluate ``predictions`` (a file, ``"gold"``, ``"empty"`` or a list) on ``dataset`` over the whole fleet,
     as ``minisandbox evaluate`` does on one node: same files, same summary (``<model>.<run_id>.json``)."""
@@ -117,7 +117,7 @@ def evaluate(fleet: Fleet, dataset: str | list[dict[str, Any]], predictions: str
         run_args = ["--dataset", _as_file(dataset, "dataset.json", scratch), "--predictions",
                     _as_file(predictions, "predictions.json", scratch) if not isinstance(predictions, str)
                     else predictions, "--run-id", run_id, "--report-dir", report_dir,
-                    *_selection(instance_ids, specs)]
+                    *_selection(instance_ids)]
         plan = _cli_json(fleet, ["evaluate", *run_args, "--plan", *(["--rerun"] if rerun else [])])
         jobs = {j["instance_id"]: j for j in plan["jobs"]}
         built = _environments(fleet, list(jobs.values()), progress, on_event)
@@ -144,7 +144,7 @@ def evaluate(fleet: Fleet, dataset: str | list[dict[str, Any]], predictions: str
 
 
 def rollout_groups(fleet: Fleet, groups: list[tuple[str, int]], fn: Callable[[Any], Any], *,
-                   gold_check: bool | None = None, ttl_seconds: float | None = None, specs: str | None = None,
+                   gold_check: bool | None = None, ttl_seconds: float | None = None,
                    progress: bool | str = True, on_event: Callable[..., None] | None = None) -> dict[str, Any]:
     """Rollout groups over the fleet: each ``(instance_id, n)`` becomes a group of ``n`` rollouts started together
     on one node (one where the task's environment is warm, else the least loaded one, which fetches it first), and
@@ -155,7 +155,7 @@ def rollout_groups(fleet: Fleet, groups: list[tuple[str, int]], fn: Callable[[An
     if not fleet.config.dataset:
         raise FleetJobError("rollout groups need the dataset on every node's server: FleetConfig(dataset=...)")
     ids = sorted({i for i, _ in groups})
-    plan = _cli_json(fleet, ["prepare", "--dataset", fleet.config.dataset, "--plan", *_selection(ids, specs)])
+    plan = _cli_json(fleet, ["prepare", "--dataset", fleet.config.dataset, "--plan", *_selection(ids)])
     if plan["errors"]:
         raise FleetJobError(f"no environment for: {', '.join(e['instance_id'] for e in plan['errors'])}")
     key_of = {i: e["env_key"] for e in plan["environments"] for i in e["instance_ids"]}
