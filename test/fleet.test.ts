@@ -54,8 +54,7 @@ async function why(): Promise<string | undefined> {
     if ((await run("sh", ["-c", `command -v ${tool}`])).code !== 0) return `${tool} is not installed`;
   }
   try {
-    // The local index first: pip would otherwise wait on the unreachable default index for minutes.
-    const venv = await cachedVenv("ray", ["ray"], { env: { PIP_INDEX_URL: "file:///opt/pypi/simple" } });
+    const venv = await cachedVenv("ray", ["ray"]);
     python = join(venv, "bin", "python");
   } catch (e) {
     return `Ray cannot be installed here (pip install ray failed: ${(e as Error).message.split("\n")[0]})`;
