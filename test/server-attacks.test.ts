@@ -192,12 +192,7 @@ test("read_file of /dev/zero, a FIFO, a huge file: refused or capped at once, no
     assert.deepEqual([raw.status, raw.json.code], [429, "limit_reached"], "over the read cap: the read budget");
   }
   // A regular file swapped for a FIFO between the check and the read: the deadline ends the reader.
-  await exec(
-    s,
-    ALICE,
-    id,
-    `(while :; do echo x > ${SWAP}; rm -f ${SWAP}; mkfifo ${SWAP}; rm -f ${SWAP}; done) &`,
-  );
+  await exec(s, ALICE, id, `(while :; do echo x > ${SWAP}; rm -f ${SWAP}; mkfifo ${SWAP}; rm -f ${SWAP}; done) &`);
   for (let i = 0; i < 10; i++) {
     const r = await call(s.url, "POST", `${P}/read_file`, { key: ALICE, body: { path: SWAP } });
     assert.ok([200, 511].includes(r.status), r.text);
