@@ -11,6 +11,7 @@ const HTTP_STATUS = {
   task_invalid: 422,
   unauthorized: 401,
   forbidden: 403,
+  peer_not_allowed: 403,
   not_found: 404,
   sandbox_not_found: 404,
   sandbox_lost: 410,
@@ -27,6 +28,7 @@ const HTTP_STATUS = {
   no_exit_code: 500,
   not_implemented: 501,
   unavailable: 503,
+  layer_unavailable: 503,
   timeout: 504,
 } as const satisfies Record<string, number>;
 
@@ -151,6 +153,11 @@ export class ForbiddenError extends AuthError {
   }
 }
 
+/** A layer source that is not one of the server's allowed or registered peers. */
+export class PeerNotAllowedError extends ForbiddenError {
+  override readonly code = "peer_not_allowed";
+}
+
 /** The server (or its provider) cannot do this. */
 export class NotImplementedError extends MinisandboxError {
   constructor(message: string) {
@@ -183,6 +190,13 @@ export class TaskInvalidError extends MinisandboxError {
 export class UnavailableError extends SandboxError {
   constructor(message: string) {
     super(message, "unavailable");
+  }
+}
+
+/** No source could supply an environment's layer (a peer gone, or none holds it): retry elsewhere or later. */
+export class LayerUnavailableError extends MinisandboxError {
+  constructor(message: string) {
+    super("layer_unavailable", message);
   }
 }
 

@@ -27,6 +27,8 @@ test("bench: a tiny run of every workload gives well-formed results and files", 
     evalEngine: false,
     sessionHttp: false,
     podman: false,
+    fleetInstances: 1,
+    fleetCluster: false,
     log: () => {},
   });
   assert.equal(r.schema, 1);

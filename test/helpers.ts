@@ -12,6 +12,9 @@ import {
 import { setTimeout as sleep } from "node:timers/promises";
 import { runtimeDirFor } from "../src/sandbox/state.js";
 import { runOk } from "../src/util/run.js";
+import { envFor } from "../src/env/environments.js";
+import { prepareInstances } from "../src/env/prepare.js";
+import type { FixtureDataset } from "../src/fixtures/generate.js";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after } from "node:test";
@@ -139,7 +142,7 @@ export async function cachedDir(
 export async function cachedVenv(
   name: string,
   packages: readonly string[],
-  o: { recipe?: string; setup?: (venv: string) => Promise<void>; timeoutMs?: number } = {},
+  o: { recipe?: string; setup?: (venv: string) => Promise<void>; timeoutMs?: number; env?: NodeJS.ProcessEnv } = {},
 ): Promise<string> {
   const pyVersion = (await runOk("python3", ["-c", "import sys; print(sys.version)"])).trim();
   const timeoutMs = o.timeoutMs ?? 300_000;
@@ -153,9 +156,29 @@ export async function cachedVenv(
       if (packages.length)
         await runOk(join(dir, "bin", "python"), ["-m", "pip", "install", "--quiet", "--retries", "0", ...packages], {
           timeoutMs: timeoutMs - 20_000,
+          ...(o.env ? { env: { ...process.env, ...o.env } } : {}),
         });
       await o.setup?.(dir);
     },
     timeoutMs,
   );
+}
+
+/**
+ * The fixture's environments, built once per machine into a home whose store later runs reuse (keyed by the
+ * environments' keys, which hash everything a build depends on). Returns that store's directory.
+ */
+export async function cachedFixtureStore(f: FixtureDataset): Promise<string> {
+  const keys = f.instances.map((i) => envFor(i, {}).key).sort();
+  const dir = await cachedDir(
+    "fixture-envs",
+    keys,
+    async (d) => {
+      const built = await prepareInstances(f.instances, { home: join(d, "home"), reposDir: f.reposDir, workers: 2 });
+      const failed = built.filter((r) => r.status === "failed");
+      if (failed.length) throw new Error(`fixture environments did not build: ${JSON.stringify(failed)}`);
+    },
+    900_000,
+  );
+  return join(dir, "home", "store");
 }

@@ -3,7 +3,7 @@ import { formatBytes } from "../util/size.js";
 import { ROLLOUT_RATIO_MEANINGS, rolloutLines, rolloutRatios, rolloutTargets } from "./report-rollout.js";
 import { ratio } from "./stats.js";
 import type { Leftovers, ServerLoadResult } from "./server-load.js";
-import type { BenchResults, ReadyVariant, ReadyVariantName, Target, Unavailable } from "./types.js";
+import type { BenchResults, FleetResult, ReadyVariant, ReadyVariantName, Target, Unavailable } from "./types.js";
 
 const ok = (v: ReadyVariant | Unavailable | undefined): v is ReadyVariant => v?.available === true;
 
@@ -91,7 +91,24 @@ export function computeTargets(r: Omit<BenchResults, "targets">): Target[] {
   sandboxTargets(r, at);
   evaluationTargets(r, at);
   t.push(...rolloutTargets(r));
+  fleetTargets(r.fleet, at);
   return t;
+}
+
+function fleetTargets(f: FleetResult | Unavailable | undefined, at: TargetAt): void {
+  const c = f?.available && f.cluster.available ? f.cluster : undefined;
+  at(
+    "fleet: each layer fetched at most once per node",
+    "≤ 1 fetch per node and layer",
+    c ? `${c.fetches.maxPerNodeAndLayer} at most (${c.fetches.total} fetches)` : "not run",
+    c ? c.fetches.maxPerNodeAndLayer <= 1 : null,
+  );
+  at(
+    "fleet: report on 3 nodes vs 1 node",
+    "identical",
+    c ? (c.sameReport ? "identical" : "different") : "not run",
+    c ? c.sameReport : null,
+  );
 }
 
 function readyAndStorageTargets(r: Omit<BenchResults, "targets">, at: TargetAt): void {
@@ -186,6 +203,10 @@ export function renderMarkdown(r: BenchResults): string {
     "",
     ...serverLoadLines(r.serverLoad),
     ...rolloutLines(r),
+    "",
+    "## 8. Many nodes (layer transfer over loopback; a 3-node Ray cluster simulated on this host)",
+    "",
+    ...fleetLines(r.fleet),
   ];
   if (r.notes.length) L.push("", "## Notes", "", ...r.notes.map((n) => `- ${n}`));
   return `${L.join("\n")}\n`;
@@ -372,6 +393,68 @@ function serverLoadTargets(
     `${s.kill.reapedAtRestart} reaped at restart; ${left(s.kill.leftoversAfterRestart)}`,
     clean && s.kill.reapedAtRestart === s.kill.liveAtKill,
   );
+}
+
+function fleetLines(f: FleetResult | Unavailable | undefined): string[] {
+  if (!f) return ["Not run."];
+  if (!f.available) return [`Not available — ${f.reason}`];
+  const L: string[] = [];
+  const t = f.transfer;
+  if (!t.available) L.push(`Layer transfer: not available — ${t.reason}`);
+  else {
+    const mib = (b: number): string => `${(b / 1024 ** 2).toFixed(1)} MiB`;
+    const names = {
+      http_objects: "HTTP, missing objects (the fleet's way)",
+      http_pack: "HTTP, one pack (export + zstd + import)",
+      shared_dir: "shared directory (store to store)",
+      plain_copy: "plain copy of the materialized tree (cp -a)",
+    } as const;
+    L.push(
+      `One layer (${mib(t.layerBytes)} in ${t.files} files; ${mib(t.packBytes)} as a pack) into a fresh store, ` +
+        `median of ${t.rounds}:`,
+      "",
+      "| method | time | rate |",
+      "|---|---:|---:|",
+      ...Object.entries(t.methods).map(
+        ([k, v]) => `| ${names[k as keyof typeof names]} | ${ms(v.ms)} | ${v.mbPerS} MB/s |`,
+      ),
+      "",
+    );
+    if (t.incremental)
+      L.push(
+        `A second layer of the same repository after the first: ${t.incremental.objectsMoved} objects ` +
+          `(${mib(t.incremental.bytesMoved)} of ${mib(t.incremental.layerBytes)}) moved in ${ms(t.incremental.ms)}; ` +
+          `${t.incremental.objectsPresent} were there already.`,
+        "",
+      );
+  }
+  const c = f.cluster;
+  if (!c.available) return [...L, `Cluster: not available — ${c.reason}`];
+  const e1 = c.evaluation.oneNode;
+  const e3 = c.evaluation.threeNodes;
+  L.push(
+    `Cluster up ${ms(c.clusterUpMs)}, a server on each node ${ms(c.serversUpMs)}. ` +
+      `Placement decision ${c.decisionUs} µs. One sandbox at a time (create, \`true\`, delete): ` +
+      `${ms(c.sandbox.directP50Ms)} directly on a node, ${ms(c.sandbox.fleetP50Ms)} through the fleet ` +
+      `(placement + a Ray task): **${ms(c.sandbox.overheadP50Ms)} overhead per sandbox** ` +
+      `(median of ${c.sandbox.rounds} paired rounds, alternating). ` +
+      `${c.sandboxBurst.sandboxes} at once: ${c.sandboxBurst.perSecond}/s, ${c.sandboxBurst.errors} errors.`,
+    "",
+    "| evaluation (gold) | nodes | instances | wall | instances/min | resolved | placed |",
+    "|---|---:|---:|---:|---:|---:|---|",
+    ...[e1, e3].map(
+      (e) =>
+        `| ${e.nodes === 1 ? "1 node" : `${e.nodes} nodes`} | ${e.nodes} | ${e.instances} | ${ms(e.wallMs)} | ` +
+        `${e.instancesPerMinute} | ${e.resolved} | ${Object.entries(e.placed)
+          .map(([n, k]) => `${n}: ${k}`)
+          .join(", ")} |`,
+    ),
+    "",
+    `Same report on 3 nodes as on 1: ${c.sameReport ? "yes" : "NO"}. Fetches: ${c.fetches.total}, at most ` +
+      `${c.fetches.maxPerNodeAndLayer} per node and layer. The simulated nodes share this machine's ${f.cpus} ` +
+      "CPUs: on few cores, 3 nodes show the fleet's overhead, not a speed-up.",
+  );
+  return L;
 }
 
 function serverLoadLines(s: ServerLoadResult | Unavailable | undefined): string[] {

@@ -13,6 +13,7 @@ import { benchServerLoad } from "./server-load.js";
 import { benchSessionHttp, benchSessionInProcess } from "./session.js";
 import { defaultWorkDir, setupEnvironment, type BenchEnvironment } from "./setup.js";
 import { benchStorage } from "./storage.js";
+import { benchFleet } from "./fleet.js";
 import type { BenchResults, Unavailable } from "./types.js";
 
 const PODMAN_STORAGE_METHOD =
@@ -20,7 +21,7 @@ const PODMAN_STORAGE_METHOD =
   "what podman really keeps on disk for these images (storage_vs_podman) — and the env layers alone " +
   "(storage_vs_podman_env_layers)";
 
-export type Workload = "ready" | "storage" | "concurrency" | "session" | "evaluation" | "server" | "rollout";
+export type Workload = "ready" | "storage" | "concurrency" | "session" | "evaluation" | "server" | "rollout" | "fleet";
 export const ALL_WORKLOADS: Workload[] = [
   "ready",
   "storage",
@@ -29,6 +30,7 @@ export const ALL_WORKLOADS: Workload[] = [
   "evaluation",
   "server",
   "rollout",
+  "fleet",
 ];
 /** What `--dataset` runs (workloads 1, 2, 5 and 7); the others do not depend on the environment. */
 export const DATASET_WORKLOADS: Workload[] = ["ready", "storage", "evaluation", "rollout"];
@@ -70,6 +72,11 @@ export interface BenchOptions {
   sessionHttp?: boolean;
   /** false: skip the eval runner's own benchmark (eval-engine.ts). */
   evalEngine?: boolean;
+  /** Fleet: instances of the 1-vs-3-node run (default 6, quick 4); a Python with Ray (default: python3). */
+  fleetInstances?: number;
+  rayPython?: string;
+  /** false: skip the fleet's simulated Ray cluster (the layer transfer still runs). */
+  fleetCluster?: boolean;
   /** false: do not use podman even if installed. */
   podman?: boolean;
   workloads?: Workload[];
@@ -144,6 +151,7 @@ interface BenchRun {
 }
 
 const na = (reason: string): Unavailable => ({ available: false, reason });
+const fleetInstances = (o: BenchOptions): number => o.fleetInstances ?? (o.quick ? 4 : 6);
 const notRun = (what: string): Unavailable => na(`${what} not run in this configuration`);
 
 export async function runBench(o: BenchOptions = {}): Promise<BenchResults> {
@@ -201,6 +209,7 @@ async function setupFor(
     1,
     ...(workloads.has("storage") ? size.storageNs : [1]),
     workloads.has("evaluation") ? size.evalInstances : 1,
+    workloads.has("fleet") ? fleetInstances(o) : 1,
   );
   log(`environments in ${work} (built once, reused by later runs)`);
   const env = await setupEnvironment({
@@ -271,6 +280,7 @@ async function skeleton(x: {
     concurrency: { levels: [], k128_failures: null, cold_stampede: null },
     session: { inProcess: notRun("session round trip"), http: notRun("HTTP round trip") },
     serverLoad: notRun("server load"),
+    fleet: notRun("many nodes"),
     evaluation: {
       minisandbox_engine: notRun("evaluation"),
       minisandbox_steps: notRun("evaluation"),
@@ -371,6 +381,26 @@ const WORKLOADS: Record<Workload, (run: BenchRun) => Promise<void>> = {
     results.serverLoad = await benchServerLoad({ ...sizes, workDir: work }).catch((e: unknown) =>
       na(`server load failed: ${(e as Error).message.split("\n")[0]}`),
     );
+  },
+  async fleet({ o, results, env, work, log }) {
+    const instances = fleetInstances(o);
+    log(`workload 8: many nodes (layer transfer; ${instances} instance(s) on 1 vs 3 simulated nodes)`);
+    results.fleet = await benchFleet({
+      env,
+      work,
+      instances,
+      rounds: o.quick ? 1 : 3,
+      sandboxRounds: o.quick ? 5 : 15,
+      rayPython: o.rayPython,
+      cluster: o.fleetCluster ?? true,
+      log,
+    });
+    const c = results.fleet.available ? results.fleet.cluster : undefined;
+    if (c?.available && results.fleet.available && results.fleet.cpus < 3 * 2)
+      results.notes.push(
+        `fleet: the 3 simulated nodes share this machine's ${results.fleet.cpus} CPUs, so 1 vs 3 nodes shows the ` +
+          "fleet's overhead (placement, Ray tasks, HTTP), not a speed-up; on real machines each node brings its own",
+      );
   },
   async evaluation({ o, results, env, size, podman, log }) {
     const instances = env.instances.slice(0, size.evalInstances);

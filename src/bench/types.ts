@@ -95,6 +95,64 @@ export interface EvalMeasurement {
   detail?: unknown;
 }
 
+/** Workload 8: one layer from a node's server into a fresh store, four ways (median of `rounds`). */
+export interface LayerTransfer {
+  available: true;
+  /** Sum of the layer's file sizes (what every rate below divides). */
+  layerBytes: number;
+  files: number;
+  /** The same layer as one tar+zstd pack. */
+  packBytes: number;
+  rounds: number;
+  methods: Record<"http_objects" | "http_pack" | "shared_dir" | "plain_copy", { ms: number; mbPerS: number }>;
+  /** A second layer of the same repository, after the first: what actually moves. */
+  incremental: {
+    ms: number;
+    objectsMoved: number;
+    bytesMoved: number;
+    objectsPresent: number;
+    layerBytes: number;
+  } | null;
+}
+
+export interface FleetEvaluation {
+  nodes: number;
+  instances: number;
+  wallMs: number;
+  instancesPerMinute: number;
+  resolved: number;
+  errors: number;
+  placed: Record<string, number>;
+}
+
+/** Workload 8 on a 3-node Ray cluster simulated on this host. */
+export interface FleetCluster {
+  available: true;
+  clusterUpMs: number;
+  serversUpMs: number;
+  /** Placement's decision alone (choose + done), microseconds. */
+  decisionUs: number;
+  prefetchMs: number;
+  /**
+   * One sandbox at a time (create, `true`, delete): directly on a node vs through the fleet (placement + Ray task),
+   * in alternating rounds; the overhead is the median of the paired differences.
+   */
+  sandbox: { rounds: number; directP50Ms: number; fleetP50Ms: number; overheadP50Ms: number };
+  sandboxBurst: { sandboxes: number; wallMs: number; perSecond: number; errors: number };
+  evaluation: { oneNode: FleetEvaluation; threeNodes: FleetEvaluation };
+  /** The 3-node run's summary equals the 1-node run's, byte for byte. */
+  sameReport: boolean;
+  /** Layer fetches over the whole run: at most one per node and layer is the rule. */
+  fetches: { total: number; maxPerNodeAndLayer: number };
+}
+
+export interface FleetResult {
+  available: true;
+  cpus: number;
+  transfer: LayerTransfer | Unavailable;
+  cluster: FleetCluster | Unavailable;
+}
+
 export interface GroupReady {
   available: true;
   label: string;
@@ -200,6 +258,8 @@ export interface BenchResults {
   session: { inProcess: Dist | Unavailable; http: Record<string, unknown> | Unavailable };
   /** Workload 6: a real `serve` process under load, killed with SIGKILL and restarted, abandoned by clients. */
   serverLoad: ServerLoadResult | Unavailable;
+  /** Workload 8: many nodes (layer transfer; the fleet on a simulated Ray cluster). */
+  fleet: FleetResult | Unavailable;
   evaluation: {
     minisandbox_engine: EvalMeasurement | Unavailable;
     /** The same with one worker (overhead is judged at 1 and 2), when the main run uses more. */

@@ -16,6 +16,7 @@ export interface BenchCliOptions {
   only?: string;
   podman?: boolean;
   json?: boolean;
+  rayPython?: string;
 }
 
 export function addBenchOptions(cmd: Command): Command {
@@ -35,6 +36,7 @@ export function addBenchOptions(cmd: Command): Command {
     )
     .option("--only <LIST>", `comma-separated workloads (${ALL_WORKLOADS.join(",")})`)
     .option("--no-podman", "skip the podman baselines even if podman is installed")
+    .option("--ray-python <PATH>", "fleet workload: a Python with Ray (default $MINISANDBOX_RAY_PYTHON, else python3)")
     .option("--json", "print the results JSON instead of the Markdown table");
 }
 
@@ -66,6 +68,7 @@ export function benchOptionsFrom(o: BenchCliOptions): BenchOptions & { outDir?: 
     historyMiB,
     workloads,
     podman: o.podman,
+    rayPython: o.rayPython,
     json: o.json,
   };
 }

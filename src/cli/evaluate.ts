@@ -1,6 +1,7 @@
 import type { Command } from "commander";
 import { renderRun, runResultJson } from "../eval/render.js";
-import { runEvaluation } from "../eval/run.js";
+import { renderSummary } from "../eval/report.js";
+import { planEvaluation, runEvaluation, summarizeEvaluation, type RunEvaluationOptions } from "../eval/run.js";
 import { InvalidInputError } from "../errors.js";
 import { loadPredictions, unknownPredictionIds } from "../eval/predictions.js";
 import { loadDataset } from "../tasks/index.js";
@@ -22,6 +23,8 @@ interface EvaluateCliOptions {
   build: boolean;
   rerun?: boolean;
   json?: boolean;
+  plan?: boolean;
+  summaryOnly?: boolean;
 }
 
 export function registerEvaluateCommand(program: Command, getHome: () => string): void {
@@ -39,6 +42,8 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
     .option("--no-build", "do not build missing environments (their instances become errors)")
     .option("--rerun", "re-run instances that already have a report.json in this run")
     .option("--json", "machine-readable output")
+    .option("--plan", "evaluate nothing: print the run's jobs as JSON (for running them elsewhere, e.g. a fleet)")
+    .option("--summary-only", "evaluate nothing: write the run summary from the report.json files on disk")
     .action(async (opts: EvaluateCliOptions) => {
       try {
         const o = applyHarnessFlags(opts);
@@ -46,6 +51,10 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
         const dataset = await resolveDatasetArg(o.dataset, o.split, home);
         if (!o.predictions) throw new InvalidInputError("--predictions is required (a file, or gold / empty)");
         await refuseUnknownIds(dataset, o.predictions);
+        if (o.plan || o.summaryOnly) {
+          await planOrSummary({ ...o, dataset }, home);
+          return;
+        }
         const r = await runEvaluation({
           home,
           dataset,
@@ -83,4 +92,52 @@ async function refuseUnknownIds(dataset: string, predictions: string): Promise<v
     `${unknown.length} prediction id(s) are not in ${dataset}: ${shown} ` +
       "(the SWE-bench harness refuses such a run too; fix the ids or give the dataset they come from)",
   );
+}
+
+function runOptions(o: EvaluateCliOptions, home: string): RunEvaluationOptions {
+  return {
+    home,
+    dataset: o.dataset,
+    predictions: o.predictions,
+    instanceIds: o.instanceIds.flat(),
+    ...(o.runId !== undefined ? { runId: o.runId } : {}),
+    reposDir: o.repos,
+    specsFile: o.specs,
+    reportDir: o.reportDir,
+    rerun: o.rerun ?? false,
+    progress: false,
+  };
+}
+
+/** `--plan` (the jobs, as JSON on stdout) or `--summary-only` (the summary of what is on disk). */
+async function planOrSummary(o: EvaluateCliOptions, home: string): Promise<void> {
+  if (o.plan && o.summaryOnly) throw new InvalidInputError("--plan and --summary-only exclude each other");
+  if (o.plan && o.runId === undefined)
+    throw new InvalidInputError("--plan needs --run-id (the summary is written later under the same id)");
+  const opts = runOptions(o, home);
+  if (o.summaryOnly) {
+    const r = await summarizeEvaluation(opts);
+    if (o.json)
+      process.stdout.write(`${JSON.stringify({ summaryPath: r.summaryPath, summary: r.summary }, null, 2)}\n`);
+    else process.stdout.write(`${renderSummary(r.summary)}\nReport written to ${r.summaryPath}\n`);
+    return;
+  }
+  const plan = await planEvaluation(opts);
+  const json = {
+    run_id: plan.runId,
+    model: plan.model,
+    report_dir: plan.reportDir,
+    order: plan.order,
+    jobs: plan.jobs.map((j) => ({
+      instance_id: j.instance.instance_id,
+      env_key: j.envKey,
+      log_dir: j.logDir,
+      model_name_or_path: j.prediction.model_name_or_path,
+      model_patch: j.prediction.model_patch ?? "",
+      instance: j.instance,
+    })),
+    records: plan.records.map((r) => ({ instance_id: r.instanceId, status: r.status, error: r.error ?? null })),
+    unknown_prediction_ids: plan.unknownPredictionIds,
+  };
+  process.stdout.write(`${JSON.stringify(json)}\n`);
 }

@@ -1,5 +1,6 @@
 import type { Command } from "commander";
 import { builtInstances, prepareInstances, renderPrepare, type PrepareResult } from "../env/prepare.js";
+import { envFor } from "../env/environments.js";
 import { renderValidation, validateInstances, validationSummary } from "../eval/validate.js";
 import { loadDataset, type Instance } from "../tasks/index.js";
 import { Progress } from "../util/progress.js";
@@ -15,6 +16,7 @@ export interface PrepareCliOptions {
   specs?: string;
   validate?: boolean;
   json?: boolean;
+  plan?: boolean;
 }
 
 export function addDatasetOptions(cmd: Command): Command {
@@ -35,13 +37,37 @@ export function registerPrepareCommand(program: Command, getHome: () => string):
   addHarnessFlags(cmd, ["dataset_name", "instance_ids", "max_workers"])
     .option("--validate", "check each environment with the gold patch and without it")
     .option("--json", "machine-readable output")
+    .option("--plan", "build nothing: print each distinct environment and its instances as JSON (e.g. for a fleet)")
     .action(async (o: PrepareCliOptions) => {
       try {
-        await prepare(getHome(), applyHarnessFlags(o));
+        if (o.plan) await printPlan(applyHarnessFlags(o), getHome());
+        else await prepare(getHome(), applyHarnessFlags(o));
       } catch (e) {
         fail(e);
       }
     });
+}
+
+/** `--plan`: each distinct environment once (with the first of its instances), and the instances without one. */
+async function printPlan(o: PrepareCliOptions, home: string): Promise<void> {
+  const ids = o.instanceIds.flat();
+  const dataset = await resolveDatasetArg(o.dataset, o.split, home);
+  const instances = await loadDataset(dataset, ids.length ? { instanceIds: ids } : {});
+  const environments = new Map<string, { env_key: string; instance_ids: string[]; instance: Instance }>();
+  const errors: { instance_id: string; error: string }[] = [];
+  for (const instance of instances) {
+    let key: string;
+    try {
+      key = envFor(instance, { specsFile: o.specs }).key;
+    } catch (e) {
+      errors.push({ instance_id: instance.instance_id, error: (e as Error).message });
+      continue;
+    }
+    const env = environments.get(key) ?? { env_key: key, instance_ids: [], instance };
+    env.instance_ids.push(instance.instance_id);
+    environments.set(key, env);
+  }
+  process.stdout.write(`${JSON.stringify({ environments: [...environments.values()], errors })}\n`);
 }
 
 async function prepare(home: string, o: PrepareCliOptions): Promise<void> {

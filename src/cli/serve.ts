@@ -6,8 +6,9 @@ import type { ProviderFactory, WorkspaceProvider } from "../server/provider.js";
 import { parseSize } from "../util/size.js";
 import { InvalidInputError } from "../util/errors.js";
 import { collect, fail, parseBind } from "./common.js";
+import { addNodeServeOptions, stopWhenStdinEnds, writeReadyFile, type NodeServeOptions } from "./serve-node.js";
 
-interface ServeOptions {
+interface ServeOptions extends NodeServeOptions {
   host: string;
   port: string;
   authToken?: string;
@@ -56,8 +57,7 @@ function positive(v: string | undefined, name: string, allowZero = false): numbe
  * evaluate, diff); without it, the server serves directories only.
  */
 export function registerServeCommand(program: Command, getHome: () => string, providerFactory?: ProviderFactory): void {
-  program
-    .command("serve")
+  addNodeServeOptions(program.command("serve"))
     .description("serve sandboxes over HTTP: lifecycle API + SWE-ReX remote runtime per sandbox")
     .option("--host <HOST>", "interface to bind", "127.0.0.1")
     .option("--port <PORT>", "port (0: any free port)", "8000")
@@ -103,7 +103,9 @@ export function registerServeCommand(program: Command, getHome: () => string, pr
         fail(e);
       }
       announce(server!);
-      handleSignals(server!);
+      const stop = handleSignals(server!);
+      if (o.readyFile) writeReadyFile(o.readyFile, server!);
+      if (o.exitWithStdin) stopWhenStdinEnds(stop);
     });
 }
 
@@ -116,9 +118,9 @@ async function serverOptions(o: ServeOptions, home: string, providerFactory?: Pr
         "--dataset: this build has no workspace provider wired in " +
           "(serve directories with --dir or POST /sandboxes {dir})",
       );
-    provider = await providerFactory({ home, dataset: o.dataset });
+    provider = await providerFactory({ home, dataset: o.dataset, reposDir: o.repos });
   } else if (providerFactory) {
-    provider = await providerFactory({ home });
+    provider = await providerFactory({ home, reposDir: o.repos });
   }
   const idle = positive(o.idleTimeout, "--idle-timeout", true);
   return {
@@ -148,6 +150,7 @@ async function serverOptions(o: ServeOptions, home: string, providerFactory?: Pr
     maxReadBytes: o.maxRead ? parseSize(o.maxRead) : undefined,
     fileTimeoutMs: positive(o.fileTimeout, "--file-timeout")! * 1000,
     publicUrl: o.publicUrl,
+    peerAllow: o.peerAllow,
     logger: o.logLevel === "silent" ? false : { level: o.logLevel },
     rollouts: o.dataset ? rolloutOptions(o, o.dataset) : undefined,
   };
@@ -189,7 +192,7 @@ function announce(s: RunningServer): void {
   process.stderr.write(`minisandbox: serving on ${s.url}${root}${auth}\n`);
 }
 
-function handleSignals(s: RunningServer): void {
+function handleSignals(s: RunningServer): (why: string) => void {
   let stopping = false;
   const stop = (signal: string): void => {
     if (stopping) {
@@ -208,4 +211,5 @@ function handleSignals(s: RunningServer): void {
   };
   process.on("SIGTERM", () => stop("SIGTERM"));
   process.on("SIGINT", () => stop("SIGINT"));
+  return stop;
 }

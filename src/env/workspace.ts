@@ -7,10 +7,19 @@ import { InvalidInputError, NotFoundError, SandboxError } from "../errors.js";
 import { Sandbox, type SandboxOptions } from "../sandbox/sandbox.js";
 import { loadDataset } from "../tasks/index.js";
 import type { Instance } from "../tasks/types.js";
-import { resolveHome } from "../util/home.js";
+import { homeLayout, resolveHome } from "../util/home.js";
 import type { CacheLease } from "./cache/index.js";
-import { ensureBuilt, envFor, isBuilt, nodeCacheFor, readCacheConfig, readEnvRecord } from "./environments.js";
-import { isLayerKey } from "./store/index.js";
+import {
+  ensureBuilt,
+  envFor,
+  isBuilt,
+  nodeCacheFor,
+  readCacheConfig,
+  readEnvRecord,
+  writeEnvRecord,
+} from "./environments.js";
+import { isLayerKey, openStore, readManifest, type HttpSource } from "./store/index.js";
+import { specKey } from "./spec.js";
 import { findToolchain, type Toolchain } from "./toolchains.js";
 import { TESTBED_PATH, VENV_PATH, type EnvSpec, type LayerKey } from "./types.js";
 
@@ -33,6 +42,8 @@ export interface WorkspaceRequest extends Omit<SandboxOptions, "dir" | "overlays
   build?: boolean;
   /** The instance's environment when the caller has it already (default: computed from `specsFile`). */
   environment?: InstanceEnv;
+  /** Peers' servers to fetch the layer from when the local store lacks it (before building it). */
+  sources?: readonly HttpSource[];
 }
 
 /** A resolved workspace: what `Sandbox.create` needs, and what to do once the sandbox is up and once it is gone. */
@@ -48,12 +59,15 @@ export interface Workspace extends InstanceEnv {
 
 /** Resolve a request into sandbox options on a leased layer (building it first with `build`). */
 export async function resolveWorkspace(req: WorkspaceRequest): Promise<Workspace> {
-  const { instance: ref, envKey, dataset, specsFile, reposDir, build, environment, ...own } = req;
+  const { instance: ref, envKey, dataset, specsFile, reposDir, build, environment, sources, ...own } = req;
   if ((ref === undefined) === (envKey === undefined))
     throw new InvalidInputError("a workspace needs an instance or an environment key (one of them)");
   const home = resolveHome(req.home);
   const instance = typeof ref === "string" ? await instanceById(ref, dataset) : ref;
-  const { spec, key } = instance ? (environment ?? envFor(instance, { specsFile })) : builtEnv(home, envKey!);
+  const wanted = instance ? (environment ?? envFor(instance, { specsFile })).key : envKey!;
+  if (sources?.length && isLayerKey(wanted) && !(await isBuilt(home, wanted)))
+    await nodeCacheFor(home).fetch(wanted, { sources });
+  const { spec, key } = instance ? (environment ?? envFor(instance, { specsFile })) : await builtEnv(home, envKey!);
   if (build && instance) await ensureBuilt({ home, spec, key, specsFile, reposDir });
   const { options, lease } = await layerWorkspace(home, spec, key);
   const taskLabel: Record<string, string> = instance ? { instance: instance.instance_id } : {};
@@ -108,11 +122,19 @@ async function instanceById(id: string, dataset: string | undefined): Promise<In
   return instance!;
 }
 
-/** A built environment by key: its spec comes from the record written when it was built. */
-function builtEnv(home: string, key: string): InstanceEnv {
-  const record = isLayerKey(key) ? readEnvRecord(home, key) : undefined;
-  if (!record) throw new NotFoundError(`unknown environment ${key}`);
-  return { spec: record.spec, key };
+/**
+ * A built environment by key: its spec comes from the record written when it was built, or, for a layer that came
+ * from elsewhere, from its manifest (kept only if it hashes to the key; the record is then written here).
+ */
+async function builtEnv(home: string, key: string): Promise<InstanceEnv> {
+  if (!isLayerKey(key)) throw new NotFoundError(`unknown environment ${key}`);
+  const record = readEnvRecord(home, key);
+  if (record) return { spec: record.spec, key };
+  const manifest = await readManifest(openStore(homeLayout(home).store), key).catch(() => undefined);
+  const spec = (manifest?.meta as { spec?: EnvSpec } | undefined)?.spec;
+  if (!spec || specKey(spec) !== key) throw new NotFoundError(`unknown environment ${key}`);
+  writeEnvRecord(home, { key, spec });
+  return { spec, key };
 }
 
 /** Sandbox options for a built layer: its trees copy-on-write, its interpreter, its venv first on PATH. */

@@ -11,6 +11,8 @@ export { pyJsonDumps, pySorted } from "./pystr.js";
 // The runner (sandboxes, patches, tests): `minisandbox evaluate`, validation, rewards.
 export {
   runEvaluation,
+  planEvaluation,
+  summarizeEvaluation,
   defaultRunId,
   timingsFileName,
   type RunEvaluationOptions,
@@ -18,7 +20,17 @@ export {
   type InstanceRunRecord,
   type InstanceRunStatus,
   type RunTimings,
+  type EvaluationPlan,
+  type PlannedJob,
 } from "./run.js";
+export {
+  runEvalJob,
+  runEvalJobToFiles,
+  writeErrorLog,
+  JOB_FILES,
+  type EvalJobInput,
+  type EvalJobResult,
+} from "./job.js";
 export { renderRun, runResultJson } from "./render.js";
 export {
   runInstanceEvaluation,

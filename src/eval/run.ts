@@ -19,7 +19,6 @@ import { InvalidInputError } from "../errors.js";
 import type { ResolutionStatus } from "./grading.js";
 import { DEFAULT_MODEL, indexPredictions, isEmptyPatch, loadPredictions, unknownPredictionIds } from "./predictions.js";
 import {
-  appendInstanceLog,
   instanceLogDir,
   LOG_FILES,
   makeRunSummaryFromDisk,
@@ -28,13 +27,8 @@ import {
   type RunSummary,
 } from "./report.js";
 import type { Prediction } from "./types.js";
-import {
-  clearInstanceOutputs,
-  DEFAULT_TIMEOUT_SECONDS,
-  runInstanceEvaluation,
-  type EvalFailure,
-  type EvalErrorKind,
-} from "./runner/instance.js";
+import { DEFAULT_TIMEOUT_SECONDS, type EvalFailure, type EvalErrorKind } from "./runner/instance.js";
+import { runEvalJob, writeErrorLog } from "./job.js";
 import { roundTimings, timingStats, type PhaseTimings } from "./runner/timings.js";
 import { evalPipSettings } from "./runner/sandbox.js";
 
@@ -130,7 +124,8 @@ export async function runEvaluation(opts: RunEvaluationOptions): Promise<RunEval
   const run = await startRun(opts);
   const unknown = await recordUnknownPredictions(run);
   const { jobs, order } = planJobs(run);
-  const { toRun, buildMs } = await ensureEnvironments(run, jobs);
+  const started = performance.now();
+  const { toRun, buildMs } = await buildEnvironments(run, await resolveEnvironments(run, jobs), started);
   const { timed, evalWallMs } = await evaluateJobs(run, toRun);
 
   // The summary, from the report.json files on disk (as make_run_report).
@@ -152,6 +147,65 @@ export async function runEvaluation(opts: RunEvaluationOptions): Promise<RunEval
     unknownPredictionIds: unknown,
     warnings: run.warnings,
   };
+}
+
+/** One job of a planned run: what to evaluate, on which environment, and where its files go. */
+export interface PlannedJob {
+  instance: Instance;
+  prediction: Prediction;
+  envKey: LayerKey;
+  logDir: string;
+}
+
+/** A run laid out, nothing evaluated: its jobs run elsewhere (a fleet), then `summarizeEvaluation` sums it up. */
+export interface EvaluationPlan {
+  runId: string;
+  model: string;
+  reportDir: string;
+  /** Every dataset instance of the run (after the instance-id filter), in order. */
+  order: string[];
+  jobs: PlannedJob[];
+  /** Instances that need no job: already run, no prediction, empty patch, or an error already recorded. */
+  records: InstanceRunRecord[];
+  unknownPredictionIds: string[];
+}
+
+/**
+ * Everything `runEvaluation` does before building and evaluating: predictions for unknown ids and specs that cannot
+ * be made are recorded as errors (their files written), already-run instances skipped; the rest become jobs.
+ */
+export async function planEvaluation(opts: RunEvaluationOptions): Promise<EvaluationPlan> {
+  const run = await startRun(opts);
+  const unknown = await recordUnknownPredictions(run);
+  const { jobs, order } = planJobs(run);
+  const runnable = await resolveEnvironments(run, jobs);
+  const planned = new Set(runnable.map((j) => j.instance.instance_id));
+  return {
+    runId: run.runId,
+    model: run.model,
+    reportDir: run.reportDir,
+    order,
+    jobs: runnable.map((j) => ({
+      instance: j.instance,
+      prediction: j.prediction,
+      envKey: j.env!.key,
+      logDir: j.logDir,
+    })),
+    records: [...run.records.values()].filter((r) => !planned.has(r.instanceId)),
+    unknownPredictionIds: unknown,
+  };
+}
+
+/** The run summary from the report.json files on disk (as `runEvaluation` ends), written next to them. */
+export async function summarizeEvaluation(
+  opts: RunEvaluationOptions,
+): Promise<{ runId: string; model: string; summary: RunSummary; summaryPath: string }> {
+  const run = await startRun(opts);
+  const { reportDir, runId, model } = run;
+  const datasetIds = run.instances.map((i) => i.instance_id);
+  const summary = await makeRunSummaryFromDisk({ baseDir: reportDir, runId, datasetIds, predictions: run.byId });
+  const summaryPath = await writeRunSummary(reportDir, summary, model, runId);
+  return { runId, model, summary, summaryPath };
 }
 
 /** One evaluation run: its settings, its inputs, and the records so far. */
@@ -282,8 +336,7 @@ function planJobs(run: Run): { jobs: Job[]; order: string[] } {
 
 /** A job that ends before running: its files cleared, the error logged and recorded. */
 async function recordError(run: Run, job: Job, kind: EvalErrorKind, message: string): Promise<void> {
-  await clearInstanceOutputs(job.logDir);
-  await logError(job.logDir, message);
+  await writeErrorLog(job.logDir, message);
   const record: InstanceRunRecord = {
     instanceId: job.instance.instance_id,
     model: job.prediction.model_name_or_path,
@@ -297,23 +350,33 @@ async function recordError(run: Run, job: Job, kind: EvalErrorKind, message: str
   run.opts.onInstance?.(record);
 }
 
-/** Each job's environment (its spec computed here, once); missing ones are built first, each distinct one once. */
-async function ensureEnvironments(run: Run, jobs: Job[]): Promise<{ toRun: Job[]; buildMs: number }> {
-  const { opts } = run;
-  const started = performance.now();
+/** Each job's environment (its spec computed here, once); jobs whose spec cannot be made are errors. */
+async function resolveEnvironments(run: Run, jobs: Job[]): Promise<Job[]> {
   const runnable: Job[] = [];
-  const missing = new Map<LayerKey, Job[]>();
-  const built = new Map<LayerKey, boolean>();
   for (const job of jobs) {
     try {
-      job.env = envFor(job.instance, { specsFile: opts.specsFile });
+      job.env = envFor(job.instance, { specsFile: run.opts.specsFile });
     } catch (e) {
       await recordError(run, job, "Environment Missing", (e as Error).message);
       continue;
     }
     runnable.push(job);
+  }
+  return runnable;
+}
+
+/** Missing environments are built first, each distinct one once; their jobs are errors when that fails. */
+async function buildEnvironments(
+  run: Run,
+  runnable: Job[],
+  started: number,
+): Promise<{ toRun: Job[]; buildMs: number }> {
+  const { opts } = run;
+  const missing = new Map<LayerKey, Job[]>();
+  const built = new Map<LayerKey, boolean>();
+  for (const job of runnable) {
     if (opts.build ?? true) {
-      const key = job.env.key;
+      const key = job.env!.key;
       if (!built.has(key)) built.set(key, await isBuilt(opts.home, key));
       if (!built.get(key)) missing.set(key, [...(missing.get(key) ?? []), job]);
     }
@@ -368,8 +431,7 @@ async function evaluateJobs(run: Run, toRun: Job[]): Promise<{ timed: Timed[]; e
   const timed: Timed[] = [];
   await pool(toRun, run.workers, async (job) => {
     const id = job.instance.instance_id;
-    await clearInstanceOutputs(job.logDir);
-    const r = await runInstanceEvaluation({
+    const r = await runEvalJob({
       home: opts.home,
       instance: job.instance,
       env: job.env,
@@ -393,7 +455,7 @@ async function evaluateJobs(run: Run, toRun: Job[]): Promise<{ timed: Timed[]; e
       logDir: job.logDir,
     };
     run.records.set(id, record);
-    timed.push({ id, status: r.error ? `error: ${r.error.kind}` : r.status, timings: r.timings });
+    timed.push({ id, status: r.error ? `error: ${r.error.kind}` : r.status, timings: r.timings! });
     progress?.tick(r.error ? `error` : r.status, r.error ? `${id} (${r.error.kind})` : id);
     opts.onInstance?.(record);
   });
@@ -422,9 +484,7 @@ function runTimings(run: Run, timed: Timed[], buildMs: number, evalWallMs: numbe
 }
 
 async function logError(dir: string, message: string): Promise<void> {
-  await mkdir(dir, { recursive: true });
-  await writeFile(join(dir, LOG_FILES.instanceLog), "");
-  await appendInstanceLog(dir, "ERROR", message);
+  await writeErrorLog(dir, message);
 }
 
 function positiveInt(n: number, what: string): number {

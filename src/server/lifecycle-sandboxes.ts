@@ -47,13 +47,32 @@ export function registerSandboxRoutes(app: FastifyInstance, ctx: RouteContext): 
   const config = LIFECYCLE;
   const entry = byId(registry);
   app.post("/sandboxes", { config }, async (req, reply) => {
-    const e = await registry.create(native.CreateSandboxRequest.parse(req.body), principalOf(req));
+    const body = native.CreateSandboxRequest.parse(req.body);
+    if (body.sources?.length) ctx.peers.check(body.sources);
+    const e = await registry.create(body, principalOf(req));
     reply.code(201);
     return describe(e, baseUrl(req, ctx.publicUrl));
   });
   app.get("/sandboxes", { config }, async (req) => ({
-    sandboxes: registry.list(principalOf(req)).map((e) => describe(e, baseUrl(req, ctx.publicUrl))),
+    sandboxes: labelled(registry.list(principalOf(req)), req).map((e) => describe(e, baseUrl(req, ctx.publicUrl))),
   }));
+  // Everything of one job at once (e.g. what a fleet's killed tasks left): `?label=k=v`, repeatable, all must match.
+  app.delete("/sandboxes", { config }, async (req) => {
+    const selectors = labelSelectors(req);
+    if (selectors.length === 0)
+      throw new InvalidInputError("DELETE /sandboxes needs at least one ?label=KEY=VALUE (it never deletes all)");
+    const chosen = labelled(registry.list(principalOf(req)), req).filter((e) => !e.isDefault);
+    const deleted: string[] = [];
+    await Promise.all(
+      chosen.map((e) =>
+        registry.delete(e.id, "delete").then(
+          () => void deleted.push(e.id),
+          () => undefined, // closed meanwhile
+        ),
+      ),
+    );
+    return { deleted: deleted.sort() };
+  });
   app.get("/sandboxes/:id", { config }, async (req) => describe(entry(req), baseUrl(req, ctx.publicUrl)));
   app.delete("/sandboxes/:id", { config }, async (req) => {
     const e = entry(req);
@@ -64,4 +83,21 @@ export function registerSandboxRoutes(app: FastifyInstance, ctx: RouteContext): 
     await registry.delete(e.id, "delete");
     return { id: e.id, deleted: true };
   });
+}
+
+/** `?label=k=v` (repeatable) as [key, value] pairs. */
+function labelSelectors(req: FastifyRequest): [string, string][] {
+  const raw = (req.query as { label?: string | string[] }).label;
+  const list = raw === undefined ? [] : Array.isArray(raw) ? raw : [raw];
+  return list.map((l) => {
+    const i = l.indexOf("=");
+    if (i <= 0) throw new InvalidInputError(`label selector ${JSON.stringify(l)}: expected KEY=VALUE`);
+    return [l.slice(0, i), l.slice(i + 1)];
+  });
+}
+
+/** The entries carrying every label the request selects. */
+function labelled(entries: Entry[], req: FastifyRequest): Entry[] {
+  const selectors = labelSelectors(req);
+  return entries.filter((e) => selectors.every(([k, v]) => e.labels[k] === v));
 }

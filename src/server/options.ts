@@ -63,6 +63,8 @@ export interface ServerOptions {
   publicUrl?: string;
   /** Fastify logger option (default: off). `true` logs JSON lines at info to stdout. */
   logger?: FastifyServerOptions["logger"];
+  /** Servers this one may fetch layers from (`sources`): hosts, `host:port` or CIDR networks (default: none). */
+  peerAllow?: string[];
   /** Floor for SWE-ReX's `startup_timeout` (seconds, default 10). */
   minStartupTimeoutSeconds?: number;
 }

@@ -1,4 +1,7 @@
 import type { Sandbox, SandboxOptions } from "../sandbox/sandbox.js";
+import type { HttpSource } from "../env/store/index.js";
+import type { EvalJobResult } from "../eval/job.js";
+import type { Instance } from "../tasks/index.js";
 
 /** What a provider hands the server for one new sandbox. */
 export interface ProvidedWorkspace {
@@ -12,6 +15,28 @@ export interface ProvidedWorkspace {
   meta: Record<string, unknown>;
 }
 
+/** Where a missing layer may come from for one request: peers' servers (already checked against the peer policy). */
+export interface LayerSources {
+  sources?: readonly HttpSource[];
+}
+
+/** One environment made present on this node: found here, fetched from a peer, built, or not (with why). */
+export interface PrepareOutcome {
+  envKey: string | null;
+  status: "present" | "fetched" | "built" | "failed";
+  error: string | null;
+}
+
+/** One job of a run planned elsewhere: an instance (a dataset row) and its prediction. */
+export interface EvaluationJob extends LayerSources {
+  instance: Instance;
+  patch: string;
+  model: string;
+  timeoutMs?: number;
+  /** Build the environment when neither this node nor a source has it. */
+  build: boolean;
+}
+
 /**
  * How the server turns dataset instances and environment keys into sandboxes, and how it evaluates and diffs them.
  * The server owns none of this: it receives a provider (`env-provider.ts` wires the env store, node cache and eval
@@ -22,16 +47,33 @@ export interface ProvidedWorkspace {
  */
 export interface WorkspaceProvider {
   /** Sandbox options for a dataset instance (its environment built or materialized on demand). */
-  forInstance(instanceId: string): Promise<ProvidedWorkspace>;
+  forInstance(instanceId: string, opts?: LayerSources): Promise<ProvidedWorkspace>;
   /** Sandbox options for an environment key (a built layer), without a task. */
-  forEnvKey?(key: string): Promise<ProvidedWorkspace>;
+  forEnvKey?(key: string, opts?: LayerSources): Promise<ProvidedWorkspace>;
   /** Grade the sandbox's current state against the instance's tests; the result is returned as JSON. */
   evaluate?(sandbox: Sandbox, instanceId: string): Promise<unknown>;
   /** The model patch: what changed in the workspace (e.g. `git diff` of /testbed). */
   diff?(sandbox: Sandbox): Promise<string>;
   /** Instance ids the provider knows (for `GET /instances`); optional. */
   listInstances?(): Promise<string[]>;
+  /** Wait for what the provider still does in the background (e.g. giving layers back); called at shutdown. */
+  settle?(): Promise<void>;
+  /** Make a dataset row's environment present on this node (fetch it, else build it). */
+  prepare?(instance: Instance, opts: LayerSources & { build: boolean }): Promise<PrepareOutcome>;
+  /**
+   * Evaluate one job as the harness does, in a fresh sandbox made by `open` (the server's, so it is counted,
+   * labelled and closed like any other); returns the outcome and the harness's files.
+   */
+  evaluateJob?(
+    job: EvaluationJob,
+    open: (workspace: ProvidedWorkspace) => Promise<Sandbox>,
+  ): Promise<{ result: EvalJobResult; files: Record<string, Buffer> }>;
 }
 
 /** Builds a provider for `minisandbox serve` from its options (the CLI passes `envProviderFactory`). */
-export type ProviderFactory = (o: { home: string; dataset?: string }) => Promise<WorkspaceProvider>;
+export type ProviderFactory = (o: {
+  home: string;
+  dataset?: string;
+  /** Local clones for builds (`DIR/<owner>/<name>`). */
+  reposDir?: string;
+}) => Promise<WorkspaceProvider>;

@@ -18,7 +18,7 @@ import type { ServerMetrics } from "./metrics.js";
 import type { native } from "../wire/index.js";
 
 type CreateSandboxRequest = native.CreateSandboxRequest;
-import type { WorkspaceProvider } from "./provider.js";
+import type { ProvidedWorkspace, WorkspaceProvider } from "./provider.js";
 import { limitsFor, resolveSource, type ResolvedSource, type SourceKind } from "./sandbox-source.js";
 
 export type CloseReason = "delete" | "ttl" | "idle" | "shutdown" | "exited";
@@ -75,6 +75,8 @@ export interface CreateOptions {
   isDefault?: boolean;
   /** The operator's own directory (serve --dir), mounted without the root check. */
   trustedDir?: string;
+  /** A workspace the caller resolved already (e.g. an evaluation job's), used instead of the request's source. */
+  provided?: ProvidedWorkspace;
   /** The operator's own binds (serve --bind), for the default sandbox. */
   trustedBinds?: BindMount[];
 }
@@ -177,7 +179,9 @@ export class SandboxRegistry {
     let source: ResolvedSource | undefined;
     try {
       const sourceCtx = { provider: this.o.provider, roots: this.o.roots, home: this.o.home };
-      source = await resolveSource(req, sourceCtx, opts.trustedDir, opts.trustedBinds);
+      source = opts.provided
+        ? { kind: "instance", options: opts.provided.options, provided: opts.provided, done: () => {} }
+        : await resolveSource(req, sourceCtx, opts.trustedDir, opts.trustedBinds);
       const entry = await this.launch(req, who, source, opts);
       this.o.metrics.creations.inc({ result: "ok" });
       this.o.metrics.creationLatency.observe({ source: source.kind }, (performance.now() - started) / 1000);

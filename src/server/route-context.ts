@@ -3,6 +3,7 @@ import type { FastifyReply, FastifyRequest } from "fastify";
 import "./fastify-types.js";
 import type { Principal } from "./auth.js";
 import type { ServerMetrics } from "./metrics.js";
+import type { PeerPolicy } from "./peers.js";
 import type { Budget } from "./rate-limit.js";
 import type { Entry, SandboxRegistry } from "./registry.js";
 import type { UploadScratch } from "./scratch.js";
@@ -31,6 +32,10 @@ export interface RouteContext {
   scratch: UploadScratch;
   /** Base URL clients should use (e.g. "http://node1:8080"); derived from the request when absent. */
   publicUrl?: string;
+  /** The server's minisandbox home (its store, node cache and scratch). */
+  home: string;
+  /** Servers this one may fetch layers from. */
+  peers: PeerPolicy;
 }
 
 /** Finds the sandbox a request is about (its `:id`, or the default sandbox at the root). */

@@ -13,6 +13,7 @@ import type { native } from "../wire/index.js";
 
 type CreateSandboxRequest = native.CreateSandboxRequest;
 import type { ProvidedWorkspace, WorkspaceProvider } from "./provider.js";
+import { toHttpSource } from "./peers.js";
 
 export type SourceKind = "dir" | "instance" | "env_key" | "empty";
 
@@ -82,13 +83,13 @@ async function resolveWorkspaceSource(
         "this server has no workspace provider: start it with a dataset (serve --dataset FILE) " +
           "to create sandboxes from instance ids",
       );
-    const provided = await ctx.provider.forInstance(req.instance_id);
+    const provided = await ctx.provider.forInstance(req.instance_id, { sources: req.sources?.map(toHttpSource) });
     return { kind: "instance", options: provided.options, provided, done: nothing };
   }
   if (req.env_key !== undefined) {
     if (!ctx.provider?.forEnvKey)
       throw new NotImplementedError("this server's workspace provider cannot create sandboxes from environment keys");
-    const provided = await ctx.provider.forEnvKey(req.env_key);
+    const provided = await ctx.provider.forEnvKey(req.env_key, { sources: req.sources?.map(toHttpSource) });
     return { kind: "env_key", options: provided.options, provided, done: nothing };
   }
   return { kind: "empty", options: {}, done: nothing };

@@ -7,10 +7,14 @@ import Fastify, { type FastifyInstance } from "fastify";
 import multipart from "@fastify/multipart";
 import { reapLeftovers } from "../sandbox/reaper.js";
 import { homeLayout, resolveHome } from "../util/home.js";
+import { nodeCacheFor } from "../env/environments.js";
 import { registerBodyParser } from "./body-parser.js";
 import { DirRoots } from "./dir-roots.js";
 import { registerErrorHandling } from "./error-handler.js";
 import { registerHooks } from "./hooks.js";
+import { registerJobRoutes } from "./job-routes.js";
+import { PeerPolicy } from "./peers.js";
+import { registerStoreRoutes } from "./store-routes.js";
 import { registerExecRoutes } from "./lifecycle-exec.js";
 import { registerKeyedRuntimes } from "./keyed-runtime.js";
 import { registerSdkRoutes } from "./sdk-routes.js";
@@ -83,7 +87,22 @@ function routeContext(o: ServerOptions, home: string, app: FastifyInstance, metr
     reads: new Budget(o.maxConcurrentReads ?? 8),
     scratch: new UploadScratch(home),
     publicUrl: o.publicUrl,
+    home,
+    peers: new PeerPolicy(o.peerAllow ?? []),
   };
+}
+
+/** Layers between servers and the jobs of a fleet. */
+function registerManyNodeRoutes(app: FastifyInstance, ctx: RouteContext): void {
+  registerStoreRoutes(app, ctx);
+  registerJobRoutes(app, ctx);
+}
+
+/** Layer leases of a server that was killed: their holder is gone. */
+async function pruneStaleLeases(home: string): Promise<void> {
+  await nodeCacheFor(home)
+    .pruneStaleLeases()
+    .catch(() => 0);
 }
 
 export async function startServer(opts: ServerOptions = {}): Promise<RunningServer> {
@@ -91,6 +110,7 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
   const home = resolveHome(opts.home);
   const { auth, tokenFile } = resolveAuth(opts, host, home);
   const reaped = await reapLeftovers(homeLayout(home).sandboxes);
+  await pruneStaleLeases(home);
   const app = createApp(opts);
   const metrics = new ServerMetrics();
   const ctx = routeContext(opts, home, app, metrics);
@@ -104,6 +124,7 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
   registerExecRoutes(app, ctx);
   registerTaskRoutes(app, ctx);
   registerSdkRoutes(app, ctx);
+  registerManyNodeRoutes(app, ctx);
   const rollouts = opts.rollouts
     ? new RolloutEngine({ limits: opts.limits, maxRollouts: ctx.registry.maxSandboxes, ...opts.rollouts, home })
     : undefined;
@@ -118,6 +139,7 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
   const close = once(async () => {
     await rollouts?.close();
     await ctx.registry.closeAll();
+    await ctx.registry.provider?.settle?.();
     await app.close();
   });
   try {

@@ -5,6 +5,9 @@
 import { type In, model, type Out } from "./model.js";
 import type { Loc, ValidationDetail } from "./schema.js";
 import { t } from "./types.js";
+import { LAYER_MODELS, PeerSource } from "./layers.js";
+
+export * from "./layers.js";
 
 const MAX = Number.MAX_SAFE_INTEGER;
 /** A positive whole number (bytes, processes, seconds) a kernel interface will accept. */
@@ -49,6 +52,8 @@ export const CreateSandboxRequest = model(
     python: t.str().optional(),
     /** SWE-ReX's `POST …/close` deletes the sandbox (default: it closes the sessions only, as SWE-ReX's server). */
     delete_on_close: t.bool().optional(),
+    /** Peers to fetch the environment's layer from when this server's node lacks it (allowed peers only). */
+    sources: t.list(PeerSource).optional(),
   },
   { extra: "forbid", objectError: "dict", absentBody: "empty", check: oneSource },
 );
@@ -184,4 +189,5 @@ export const NATIVE_MODELS = {
   FileEntry,
   FileListResponse,
   SetTimeoutRequest,
+  ...LAYER_MODELS,
 } as const;

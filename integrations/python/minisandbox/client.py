@@ -98,8 +98,15 @@ class Client:
     def get_sandbox(self, sandbox_id: str) -> dict[str, Any]:
         return self.request("GET", f"/sandboxes/{_q(sandbox_id)}")
 
-    def list_sandboxes(self) -> list[dict[str, Any]]:
-        return self.request("GET", "/sandboxes")["sandboxes"]
+    def list_sandboxes(self, **labels: str) -> list[dict[str, Any]]:
+        """Live sandboxes (those carrying every given label, when given)."""
+        return self.request("GET", f"/sandboxes{_labels(labels)}")["sandboxes"]
+
+    def delete_sandboxes(self, **labels: str) -> list[str]:
+        """Delete every sandbox carrying all these labels (at least one); returns their ids."""
+        if not labels:
+            raise ValueError("delete_sandboxes needs at least one label")
+        return self.request("DELETE", f"/sandboxes{_labels(labels)}")["deleted"]
 
     def delete_sandbox(self, sandbox_id: str) -> bool:
         """Delete a sandbox; False when it was already gone."""
@@ -131,6 +138,43 @@ class Client:
     def evaluate(self, sandbox_id: str) -> Any:
         return self.request("POST", f"/sandboxes/{_q(sandbox_id)}/evaluate", {})["result"]
 
+    # ---------------------------------------------------------------------- many nodes (admin token)
+
+    def store_layers(self) -> list[dict[str, Any]]:
+        """Layers this node holds: ``key``, ``manifest_sha256``, ``materialized`` (in its cache, not only its store)."""
+        return self.request("GET", "/store/layers")["layers"]
+
+    def set_peers(self, urls: list[str]) -> list[str]:
+        """Replace the servers this one may fetch layers from (beside ``serve --peer-allow``)."""
+        return self.request("PUT", "/peers", {"urls": list(urls)})["peers"]
+
+    def fetch_layer(self, key: str, sources: list[dict[str, Any]] = ()) -> dict[str, Any]:
+        """Make layer ``key`` present in this node's cache, fetching it from ``sources`` (``{url, token,
+        manifest_sha256}``) when missing."""
+        return self.request("POST", f"/cache/layers/{_q(key)}", {"sources": list(sources)})
+
+    def prepare_environment(self, instance: dict[str, Any], *, sources: list[dict[str, Any]] = (),
+                            build: bool = True) -> dict[str, Any]:
+        """Make a dataset row's environment present on this node: already here, fetched, or built."""
+        return self.request("POST", "/environments", {"instance": instance, "sources": list(sources), "build": build})
+
+    def evaluate_job(self, instance: dict[str, Any], model_patch: str, model_name_or_path: str, *,
+                     timeout_seconds: float | None = None, labels: dict[str, str] | None = None,
+                     sources: list[dict[str, Any]] = (), build: bool = True) -> dict[str, Any]:
+        """Evaluate one instance as the SWE-bench harness does; the answer carries its files (base64)."""
+        body: dict[str, Any] = {"instance": instance, "model_patch": model_patch,
+                                "model_name_or_path": model_name_or_path, "sources": list(sources), "build": build}
+        if timeout_seconds is not None:
+            body["timeout_seconds"] = timeout_seconds
+        if labels:
+            body["labels"] = labels
+        wait = None if timeout_seconds is None else timeout_seconds + 600
+        return self.request("POST", "/evaluations", body, timeout=wait)
+
 
 def _q(text: str) -> str:
     return urllib.parse.quote(text, safe="")
+
+
+def _labels(labels: dict[str, str]) -> str:
+    return "?" + "&".join(f"label={_q(f'{k}={v}')}" for k, v in labels.items()) if labels else ""

@@ -3,6 +3,8 @@ export {
   NodeCache,
   type CacheLease,
   type CachedLayer,
+  type FetchOptions,
+  type PullRecord,
   type MaterializeEvent,
   type NodeCacheEvents,
   type NodeCacheOptions,

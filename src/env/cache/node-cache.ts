@@ -9,10 +9,10 @@
  *   tmp/, trash/            in-flight materializations and layers being deleted
  */
 import { EventEmitter } from "node:events";
-import { mkdirSync } from "node:fs";
+import { appendFileSync, mkdirSync } from "node:fs";
 import * as fsp from "node:fs/promises";
 import { join } from "node:path";
-import { errCode, errMessage, NotFoundError, TimeoutError } from "../../errors.js";
+import { errCode, errMessage, LayerUnavailableError, NotFoundError, TimeoutError } from "../../errors.js";
 import { homeLayout } from "../../util/home.js";
 import type { LayerKey } from "../types.js";
 import { exists, processAlive, removeTree, scratchName, sleep, writeFileAtomic } from "../store/fsutil.js";
@@ -21,6 +21,7 @@ import { lockFile } from "../store/lock.js";
 import { hasLayer } from "../store/manifest.js";
 import { materializeLayer, type MaterializeOptions } from "../store/materialize.js";
 import { pullLayer, type PullResult } from "../store/remote.js";
+import { pullLayerHttp, sourceBase, type HttpSource } from "../store/http-remote.js";
 import { IoBudget } from "./io-budget.js";
 import { countLiveLeases, createLease, identityAlive, identityText } from "./leases.js";
 
@@ -29,7 +30,7 @@ export interface NodeCacheOptions {
   store: Store;
   /** Cache root (a home's cache/). */
   dir: string;
-  /** Remote store directories tried in order when the local store lacks a layer. */
+  /** Remote store directories tried in order when the local store lacks a layer (before any per-call source). */
   remotes?: string[];
   /** After each materialization, evict least recently used unleased layers beyond this many logical bytes. */
   maxBytes?: number;
@@ -71,10 +72,26 @@ export interface MaterializeEvent {
   bytesCopied: number;
 }
 
+/** Where a layer may come from when the local store lacks it, for one call (peers' servers, tried in order). */
+export interface FetchOptions {
+  sources?: readonly HttpSource[];
+}
+
+/** One layer brought into the local store from elsewhere (a line of `pulls.jsonl`). */
+export interface PullRecord {
+  key: LayerKey;
+  /** A remote directory, or a peer's origin (never its token). */
+  source: string;
+  objects: number;
+  bytes: number;
+  ms: number;
+  at: string;
+}
+
 export interface NodeCacheEvents {
   "materialize-start": [{ key: LayerKey }];
   materialize: [MaterializeEvent];
-  pull: [PullResult & { remote: string }];
+  pull: [PullResult & { remote: string; durationMs: number }];
   evict: [{ key: LayerKey; logicalBytes: number }];
   /** Non-fatal problems (e.g. a failed background eviction). */
   warning: [string];
@@ -94,6 +111,7 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
   readonly dir: string;
   readonly budget: IoBudget;
   private readonly inflight = new Map<LayerKey, Promise<void>>();
+  private readonly fetching = new Map<LayerKey, Promise<void>>();
   private readonly d: Record<"layers" | "meta" | "leases" | "locks" | "tmp" | "trash" | "evicting", string>;
 
   constructor(private readonly opts: NodeCacheOptions) {
@@ -135,9 +153,9 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
 
   /**
    * Get a read-only materialized layer, materializing it (once, even under concurrent calls from any number of
-   * processes) on first use, pulling it from a remote store if the local store lacks it.
+   * processes) on first use, pulling it from a remote store or one of `sources` if the local store lacks it.
    */
-  async acquire(key: LayerKey): Promise<CacheLease> {
+  async acquire(key: LayerKey, opts: FetchOptions = {}): Promise<CacheLease> {
     assertLayerKey(key);
     // The lease comes first: an evictor that checks leases after this point will see it (see evictOne).
     const leaseFile = await createLease(join(this.d.leases, key));
@@ -149,7 +167,7 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
           await this.touch(key);
           return this.lease(key, meta, leaseFile);
         }
-        await this.ensureMaterialized(key);
+        await this.ensureMaterialized(key, opts);
       }
       throw new Error(`layer ${key} kept disappearing from node cache ${this.dir} while being acquired`);
     } catch (e) {
@@ -221,17 +239,65 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
     };
   }
 
+  /**
+   * Make sure the local store holds layer `key` (without materializing it): pulled from the remote directories or
+   * `sources` when missing, once per key across concurrent calls and processes, within the I/O budget.
+   */
+  async fetch(key: LayerKey, opts: FetchOptions = {}): Promise<void> {
+    assertLayerKey(key);
+    let p = this.fetching.get(key);
+    if (!p) {
+      p = (async () => {
+        if (await hasLayer(this.store, key)) return;
+        const lock = await lockFile(join(this.d.locks, `${key}.lock`), { timeoutMs: this.opts.lockTimeoutMs });
+        try {
+          if (await hasLayer(this.store, key)) return;
+          await this.budget.withSlot(() => this.pullFromRemotes(key, opts.sources ?? []));
+        } finally {
+          await lock.release();
+        }
+      })().finally(() => this.fetching.delete(key));
+      this.fetching.set(key, p);
+    }
+    return p;
+  }
+
+  /** Remove leases whose holder is gone (a killed process's); returns how many. Live leases are never touched. */
+  async pruneStaleLeases(): Promise<number> {
+    let pruned = 0;
+    for (const key of await fsp.readdir(this.d.leases).catch(() => [] as string[])) {
+      const dir = join(this.d.leases, key);
+      const before = (await fsp.readdir(dir).catch(() => [] as string[])).length;
+      pruned += before - (await countLiveLeases(dir));
+    }
+    return pruned;
+  }
+
+  /** Layers brought in from elsewhere, oldest first (`pulls.jsonl`). */
+  async pulls(): Promise<PullRecord[]> {
+    let text = "";
+    try {
+      text = await fsp.readFile(join(this.dir, "pulls.jsonl"), "utf8");
+    } catch (e) {
+      if (errCode(e) !== "ENOENT") throw e;
+    }
+    return text
+      .split("\n")
+      .filter((l) => l.trim() !== "")
+      .map((l) => JSON.parse(l) as PullRecord);
+  }
+
   /** Single-flight: one materialization per key in this process; the per-key flock extends it across processes. */
-  private ensureMaterialized(key: LayerKey): Promise<void> {
+  private ensureMaterialized(key: LayerKey, opts: FetchOptions): Promise<void> {
     let p = this.inflight.get(key);
     if (!p) {
-      p = this.materializeOnce(key).finally(() => this.inflight.delete(key));
+      p = this.materializeOnce(key, opts).finally(() => this.inflight.delete(key));
       this.inflight.set(key, p);
     }
     return p;
   }
 
-  private async materializeOnce(key: LayerKey): Promise<void> {
+  private async materializeOnce(key: LayerKey, opts: FetchOptions): Promise<void> {
     const lock = await lockFile(join(this.d.locks, `${key}.lock`), { timeoutMs: this.opts.lockTimeoutMs });
     let event: MaterializeEvent | undefined;
     try {
@@ -240,7 +306,7 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
       for (const name of await fsp.readdir(this.d.tmp))
         if (name.startsWith(`${key}@`)) await removeTree(join(this.d.tmp, name));
       event = await this.budget.withSlot(async () => {
-        if (!(await hasLayer(this.store, key))) await this.pullFromRemotes(key);
+        if (!(await hasLayer(this.store, key))) await this.pullFromRemotes(key, opts.sources ?? []);
         this.emit("materialize-start", { key });
         const tmp = join(this.d.tmp, scratchName(`${key}@`));
         const r = await materializeLayer(this.store, key, tmp, {
@@ -284,8 +350,11 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
     }
   }
 
-  /** Try each remote in order; an unusable remote (e.g. shared storage not mounted) is reported, not fatal. */
-  private async pullFromRemotes(key: LayerKey): Promise<void> {
+  /**
+   * Try each remote directory, then each source, in order; an unusable remote (e.g. shared storage not mounted) is
+   * reported, not fatal. With sources given, failing them all is `LayerUnavailableError` (retry elsewhere).
+   */
+  private async pullFromRemotes(key: LayerKey, sources: readonly HttpSource[]): Promise<void> {
     const problems: string[] = [];
     for (const remote of this.opts.remotes ?? []) {
       try {
@@ -296,17 +365,45 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
         continue;
       }
       try {
+        const t = performance.now();
         const r = await pullLayer(this.store, remote, key, { throttle: this.budget.consume });
-        this.emit("pull", { ...r, remote });
+        this.recordPull(r, remote, performance.now() - t);
         return;
       } catch (e) {
         if (!(e instanceof NotFoundError)) throw e;
       }
     }
+    for (const source of sources) {
+      const origin = sourceBase(source.url).origin;
+      try {
+        const t = performance.now();
+        const r = await pullLayerHttp(this.store, source, key, { throttle: this.budget.consume });
+        this.recordPull(r, origin, performance.now() - t);
+        return;
+      } catch (e) {
+        problems.push(errMessage(e));
+        this.emit("warning", `source ${origin} failed for layer ${key}: ${errMessage(e)}`);
+      }
+    }
     const where = [this.store.root, ...(this.opts.remotes ?? [])].join(", ");
-    throw new NotFoundError(
-      `layer ${key} not found in store ${where}${problems.length ? ` (${problems.join("; ")})` : ""}`,
-    );
+    const why = problems.length ? ` (${problems.join("; ")})` : "";
+    if (sources.length > 0)
+      throw new LayerUnavailableError(`layer ${key}: no source could supply it: not in store ${where}${why}`);
+    throw new NotFoundError(`layer ${key} not found in store ${where}${why}`);
+  }
+
+  private recordPull(r: PullResult, source: string, durationMs: number): void {
+    const ms = Math.round(durationMs);
+    const record: PullRecord = {
+      key: r.key,
+      source,
+      objects: r.objectsFetched,
+      bytes: r.bytesFetched,
+      ms,
+      at: new Date().toISOString(),
+    };
+    appendFileSync(join(this.dir, "pulls.jsonl"), `${JSON.stringify(record)}\n`);
+    this.emit("pull", { ...r, remote: source, durationMs });
   }
 
   /**

@@ -1,7 +1,16 @@
 /** Public API of the content-addressed store (see README.md). */
 export { NORMALIZED_MTIME_SEC, processAlive, removeTree, selfIdentity } from "./fsutil.js";
 export { lockFile, tryLockFile, type FileLock, type LockOptions } from "./lock.js";
-export { openStore, assertLayerKey, isLayerKey, objectPath, type Store, type ObjectId } from "./layout.js";
+export {
+  openStore,
+  assertLayerKey,
+  isLayerKey,
+  manifestPath,
+  objectPath,
+  OBJECT_ID_RE,
+  type Store,
+  type ObjectId,
+} from "./layout.js";
 export {
   hasLayer,
   listLayers,
@@ -23,6 +32,14 @@ export { ingestLayer, normalizeMtimes, type IngestOptions, type IngestResult } f
 export { materializeLayer, type MaterializeOptions, type MaterializeResult } from "./materialize.js";
 export { exportPack, importPack, type ExportResult, type ImportResult } from "./pack.js";
 export { pullLayer, type PullOptions, type PullResult } from "./remote.js";
+export {
+  fetchPackHttp,
+  MAX_OBJECTS_PER_REQUEST,
+  pullLayerHttp,
+  sourceBase,
+  type HttpPullOptions,
+  type HttpSource,
+} from "./http-remote.js";
 export {
   gcStore,
   removeLayer,

@@ -78,6 +78,8 @@ export interface InstanceEvalInput {
   logDir?: string;
   /** A fresh sandbox of the instance's environment to use (it is closed afterwards); default: one is created. */
   sandbox?: Sandbox;
+  /** Or how to create it (timed as the sandbox phase); default: `openWorkspace` with the evaluation's settings. */
+  openSandbox?: () => Promise<Sandbox>;
   /**
    * `sandbox` is the agent's own, graded in place: `patch` is already in its /testbed (it is graded, not applied
    * again), and the sandbox stays open afterwards.
@@ -221,13 +223,15 @@ class InstanceRun {
     const t = performance.now();
     if (!this.sandbox) {
       try {
-        this.sandbox = await openWorkspace({
-          home: input.home,
-          instance: input.instance,
-          environment: env,
-          limits: input.limits,
-          ...(await evalSandboxSettings(input.home, env.spec, { network: input.network })),
-        });
+        this.sandbox = input.openSandbox
+          ? await input.openSandbox()
+          : await openWorkspace({
+              home: input.home,
+              instance: input.instance,
+              environment: env,
+              limits: input.limits,
+              ...(await evalSandboxSettings(input.home, env.spec, { network: input.network })),
+            });
       } catch (e) {
         this.timings.sandboxMs = performance.now() - t;
         return this.fail(e instanceof NotFoundError ? "Environment Missing" : "Sandbox Failed", (e as Error).message);

@@ -1,0 +1,132 @@
+"""``python -m minisandbox.fleet``: fleet-wide jobs from a shell on any node of the Ray cluster (the head, typically).
+
+It runs as one more Ray driver (``ray.init(address=...)``), so it needs no job server and no ``ray[default]``::
+
+    python -m minisandbox.fleet evaluate --dataset swe.jsonl --predictions preds.jsonl --run-id r1
+    python -m minisandbox.fleet prepare --dataset swe.jsonl
+    python -m minisandbox.fleet status
+    python -m minisandbox.fleet up      # servers that outlive this command (for trainers); `down` stops them
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from typing import Any
+
+from .config import NAMESPACE, FleetConfig, default_command
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m minisandbox.fleet",
+                                description="minisandbox on every node of a Ray cluster")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--address", default="auto",
+                        help="Ray cluster (host:port of its GCS; default auto: $RAY_ADDRESS or this machine's cluster)")
+    common.add_argument("--minisandbox", help="how to run the minisandbox CLI on every node "
+                        "(default: $MINISANDBOX_CLI, else `minisandbox`)")
+    common.add_argument("--repos", help="local clones for environment builds on every node (DIR/<owner>/<name>)")
+    common.add_argument("--shared-store", action="append", default=[],
+                        help="a store directory every node can read (shared storage), tried before peers")
+    common.add_argument("--json", action="store_true", help="JSON lines on stdout: progress events, then the result")
+    data = argparse.ArgumentParser(add_help=False)
+    data.add_argument("--dataset", required=True, help="SWE-bench / SWE-smith dataset (JSON, JSONL or parquet)")
+    data.add_argument("--instance-ids", nargs="+", action="extend", default=[],
+                      help="only these instances (repeatable)")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("status", parents=[common], help="nodes, slots and layers")
+    sub.add_parser("up", parents=[common], help="start a server on every node, left running (detached)")
+    sub.add_parser("down", parents=[common], help="stop the servers `up` started")
+    sub.add_parser("prepare", parents=[common, data], help="every environment of a dataset present on some node")
+    ev = sub.add_parser("evaluate", parents=[common, data], help="evaluate predictions over the whole fleet")
+    ev.add_argument("--predictions", required=True, help="predictions (JSON list, JSONL, preds.json) or gold / empty")
+    ev.add_argument("--run-id", help="run id (default minisandbox-<timestamp>); instances already run are skipped")
+    ev.add_argument("--report-dir", default=".", help="where logs/run_evaluation/... and the summary go")
+    ev.add_argument("--timeout", type=float, default=1800, help="whole-instance timeout in seconds")
+    ev.add_argument("--rerun", action="store_true", help="re-run instances that already have a report.json")
+    return p
+
+
+def _config(a: argparse.Namespace, detached: bool = False) -> FleetConfig:
+    command = shlex.split(a.minisandbox) if a.minisandbox else default_command()
+    return FleetConfig(command=command, repos_dir=a.repos, shared_stores=a.shared_store, detached=detached)
+
+
+def _emit(a: argparse.Namespace, kind: str, payload: Any) -> None:
+    if a.json:
+        print(json.dumps({"event": kind, **payload}), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
+    import ray
+
+    from . import jobs
+    from .fleet import Fleet
+
+    ray.init(address=a.address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False)
+    log = (lambda m: print(json.dumps({"event": "log", "message": m}), flush=True)) if a.json else \
+        (lambda m: print(f"minisandbox fleet: {m}", file=sys.stderr))
+    progress = "json" if a.json else True
+    if a.command == "down":
+        return _down(ray)
+    fleet = Fleet(_config(a, detached=a.command == "up"), log=log)
+    try:
+        fleet.refresh(force=True)
+        if a.command in ("status", "up"):
+            nodes = fleet.status()
+            if a.json:
+                _emit(a, "result", {"nodes": nodes})
+            else:
+                for n in nodes:
+                    print(f"{n['node']}\t{n['url']}\t{n['slots']} slots\t{n['layers']} layers")
+            return 0 if nodes else 1
+        if a.command == "prepare":
+            out = jobs.prepare(fleet, a.dataset, instance_ids=a.instance_ids, progress=progress)
+            if a.json:
+                _emit(a, "result", out)
+            else:
+                for e in out["environments"]:
+                    print(f"{e['env_key'][:12]}\t{e['status']}\t{e['node'] or '-'}\t{len(e['instance_ids'])} instances"
+                          + (f"\t{e['error'].splitlines()[0]}" if e.get("error") else ""))
+                for e in out["errors"]:
+                    print(f"{e['instance_id']}: {e['error']}")
+            return 1 if out["failed"] else 0
+        out = jobs.evaluate(fleet, a.dataset, a.predictions, run_id=a.run_id, report_dir=a.report_dir,
+                            instance_ids=a.instance_ids, timeout_s=a.timeout, rerun=a.rerun, progress=progress)
+        if a.json:
+            _emit(a, "result", out)
+        else:
+            s = out["summary"]
+            print(f"{s['total_instances']} instances: {s['resolved_instances']} resolved, "
+                  f"{s['unresolved_instances']} unresolved, {s['error_instances']} errors, "
+                  f"{s['empty_patch_instances']} empty patches")
+            for iid, err in sorted(out["errors"].items()):
+                print(f"  {iid}: not evaluated: {err}", file=sys.stderr)
+            print(f"Report written to {out['summary_path']}")
+        return 0
+    except jobs.FleetJobError as e:
+        print(f"minisandbox fleet: {e}", file=sys.stderr)
+        return 2
+    finally:
+        fleet.stop()
+
+
+def _down(ray: Any) -> int:
+    """Stop every node's detached supervisor (its server closes its sandboxes first)."""
+    stopped = 0
+    for n in ray.nodes():
+        try:
+            sup = ray.get_actor(f"node-{n['NodeID']}", namespace=NAMESPACE)
+        except ValueError:
+            continue
+        try:
+            ray.get(sup.stop.remote(), timeout=60)
+        except Exception:
+            pass
+        ray.kill(sup)
+        stopped += 1
+    print(f"stopped {stopped} server(s)", file=sys.stderr)
+    return 0

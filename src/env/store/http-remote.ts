@@ -1,0 +1,217 @@
+/**
+ * A peer's store over HTTP (`minisandbox serve`'s /store routes): pull one layer by fetching its manifest, then only
+ * the objects the local store lacks, in batches, each verified against its hash before it is placed; the manifest
+ * is written last. Or fetch a whole pack and import it (every entry validated, as for any pack).
+ */
+import { createHash } from "node:crypto";
+import * as fsp from "node:fs/promises";
+import { join } from "node:path";
+import { Readable } from "node:stream";
+import { InvalidInputError, NotFoundError, StoreCorruptError } from "../../errors.js";
+import type { LayerKey } from "../types.js";
+import { mapLimit, scratchName, syncFilesystem } from "./fsutil.js";
+import { assertLayerKey, objectIdFor, isExecutableId, type ObjectId, type Store } from "./layout.js";
+import { lockFile } from "./lock.js";
+import { assertCanWrite, parseManifest, referencedObjects, writeManifest } from "./manifest.js";
+import { hasObject, placeObject, writeHashed } from "./objects.js";
+import { importPack, type ImportResult } from "./pack.js";
+import type { PullResult } from "./remote.js";
+
+/** Another node's server. `manifestSha256`, when known, is what the layer's manifest must hash to. */
+export interface HttpSource {
+  url: string;
+  token?: string;
+  manifestSha256?: string;
+}
+
+export interface HttpPullOptions {
+  /** Awaited before writing each chunk (the node cache's I/O budget). */
+  throttle?: (bytes: number) => Promise<void>;
+  /** Batches in flight at once (default 2). */
+  concurrency?: number;
+  /** Objects per request at most (default 512; the server takes up to `MAX_OBJECTS_PER_REQUEST`). */
+  batchObjects?: number;
+  /** Bytes per request at most, unless one object is larger (default 64 MiB). */
+  batchBytes?: number;
+  /** Deadline of one request, answer included (default 10 minutes). */
+  timeoutMs?: number;
+  replace?: boolean;
+}
+
+/** What `POST /store/objects` accepts in one request. */
+export const MAX_OBJECTS_PER_REQUEST = 1024;
+const MAX_MANIFEST_BYTES = 256 << 20;
+
+/** `http(s)://host[:port]` plus an optional path prefix, without credentials, query or fragment. */
+export function sourceBase(url: string): URL {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    throw new InvalidInputError(`source ${JSON.stringify(url)} is not a URL`);
+  }
+  if (u.protocol !== "http:" && u.protocol !== "https:")
+    throw new InvalidInputError(`source ${u.origin}: only http and https sources are supported`);
+  if (u.username || u.password || u.search || u.hash)
+    throw new InvalidInputError(`source ${u.origin}: no credentials, query or fragment in a source URL`);
+  return u;
+}
+
+function endpoint(source: HttpSource, path: string): string {
+  return `${sourceBase(source.url).href.replace(/\/+$/, "")}${path}`;
+}
+
+/** One request to a peer: never follows redirects (a source may only be the server it names). */
+async function request(source: HttpSource, path: string, init: RequestInit, timeoutMs: number): Promise<Response> {
+  const headers: Record<string, string> = { ...(init.headers as Record<string, string> | undefined) };
+  if (source.token) headers["X-API-Key"] = source.token;
+  const where = `${sourceBase(source.url).origin}${path.split("?")[0]}`;
+  let res: Response;
+  try {
+    res = await fetch(endpoint(source, path), {
+      ...init,
+      headers,
+      redirect: "error",
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+  } catch (e) {
+    throw new Error(`${where}: ${(e as Error).cause ? String((e as Error).cause) : (e as Error).message}`);
+  }
+  if (res.ok) return res;
+  const text = (await res.text().catch(() => "")).slice(0, 300);
+  if (res.status === 404) throw new NotFoundError(`${where}: not found (${text})`);
+  throw new Error(`${where}: HTTP ${res.status} ${text}`);
+}
+
+/** Reads a byte stream in pieces of a requested size at most. */
+class ChunkReader {
+  private carry: Buffer = Buffer.alloc(0);
+  constructor(private readonly it: AsyncIterator<Buffer>) {}
+
+  async read(max: number): Promise<Buffer | null> {
+    if (this.carry.length === 0) {
+      const next = await this.it.next();
+      if (next.done) return null;
+      this.carry = Buffer.from(next.value);
+    }
+    const out = this.carry.subarray(0, max);
+    this.carry = this.carry.subarray(out.length);
+    return out;
+  }
+
+  /** Exactly `n` bytes, as chunks; a stream that ends early is an error. */
+  async *take(n: number, what: string): AsyncGenerator<Buffer> {
+    let left = n;
+    while (left > 0) {
+      const b = await this.read(left);
+      if (!b) throw new StoreCorruptError(`${what}: the answer ended early`);
+      left -= b.length;
+      yield b;
+    }
+  }
+}
+
+function batches(missing: [ObjectId, number][], maxObjects: number, maxBytes: number): [ObjectId, number][][] {
+  const out: [ObjectId, number][][] = [];
+  let cur: [ObjectId, number][] = [];
+  let bytes = 0;
+  for (const item of missing) {
+    if (cur.length > 0 && (cur.length >= maxObjects || bytes + item[1] > maxBytes)) {
+      out.push(cur);
+      cur = [];
+      bytes = 0;
+    }
+    cur.push(item);
+    bytes += item[1];
+  }
+  if (cur.length > 0) out.push(cur);
+  return out;
+}
+
+/** Copy layer `key` from a peer's server into `local`: only missing objects move, each verified by its hash. */
+export async function pullLayerHttp(
+  local: Store,
+  source: HttpSource,
+  key: LayerKey,
+  opts: HttpPullOptions = {},
+): Promise<PullResult> {
+  assertLayerKey(key);
+  const timeoutMs = opts.timeoutMs ?? 600_000;
+  const origin = sourceBase(source.url).origin;
+  const res = await request(source, `/store/layers/${key}/manifest`, {}, timeoutMs);
+  const bytes = Buffer.from(await res.arrayBuffer());
+  if (bytes.length > MAX_MANIFEST_BYTES)
+    throw new StoreCorruptError(`${origin}: manifest of ${key} is larger than ${MAX_MANIFEST_BYTES} bytes`);
+  const digest = createHash("sha256").update(bytes).digest("hex");
+  if (source.manifestSha256 && digest !== source.manifestSha256)
+    throw new StoreCorruptError(`${origin}: manifest of ${key} hashes to ${digest}, expected ${source.manifestSha256}`);
+  let manifest: ReturnType<typeof parseManifest>;
+  try {
+    manifest = parseManifest(bytes.toString("utf8"), key);
+  } catch (e) {
+    throw new StoreCorruptError(`${origin}: manifest of ${key} is invalid: ${(e as Error).message}`);
+  }
+  const lock = await lockFile(local.lockPath, { shared: true });
+  try {
+    await assertCanWrite(local, manifest, opts.replace ?? false);
+    const result: PullResult = { key, objectsFetched: 0, bytesFetched: 0, objectsPresent: 0 };
+    const missing: [ObjectId, number][] = [];
+    for (const [id, size] of referencedObjects(manifest)) {
+      if (await hasObject(local, id, size)) result.objectsPresent++;
+      else missing.push([id, size]);
+    }
+    const maxObjects = Math.min(opts.batchObjects ?? 512, MAX_OBJECTS_PER_REQUEST);
+    const groups = batches(missing, maxObjects, opts.batchBytes ?? 64 << 20);
+    await mapLimit(groups, opts.concurrency ?? 2, async (group) => {
+      const body = JSON.stringify({ ids: group.map(([id]) => id) });
+      const answer = await request(
+        source,
+        "/store/objects",
+        { method: "POST", body, headers: { "content-type": "application/json" } },
+        timeoutMs,
+      );
+      if (!answer.body) throw new StoreCorruptError(`${origin}: objects of ${key}: empty answer`);
+      const reader = new ChunkReader(
+        Readable.fromWeb(answer.body as import("node:stream/web").ReadableStream)[Symbol.asyncIterator](),
+      );
+      for (const [id, size] of group) {
+        const tmp = join(local.tmpDir, scratchName("obj"));
+        const got = await writeHashed(reader.take(size, `${origin}: object ${id}`), tmp, opts.throttle);
+        if (objectIdFor(got.hex, isExecutableId(id)) !== id) {
+          await fsp.rm(tmp, { force: true });
+          throw new StoreCorruptError(`${origin}: object ${id} of layer ${key} does not match its hash`);
+        }
+        placeObject(local, tmp, id);
+        result.objectsFetched++;
+        result.bytesFetched += size;
+      }
+      if (await reader.read(1)) throw new StoreCorruptError(`${origin}: objects of ${key}: more bytes than asked for`);
+    });
+    await syncFilesystem(local.objectsDir);
+    await writeManifest(local, manifest);
+    return result;
+  } finally {
+    await lock.release();
+  }
+}
+
+/** Fetch layer `key` from a peer's server as one pack and import it (the pack is validated entry by entry). */
+export async function fetchPackHttp(
+  local: Store,
+  source: HttpSource,
+  key: LayerKey,
+  opts: Pick<HttpPullOptions, "timeoutMs" | "replace" | "throttle"> = {},
+): Promise<ImportResult & { packBytes: number }> {
+  assertLayerKey(key);
+  const res = await request(source, `/store/layers/${key}/pack`, {}, opts.timeoutMs ?? 600_000);
+  if (!res.body) throw new StoreCorruptError(`${sourceBase(source.url).origin}: pack of ${key}: empty answer`);
+  const file = join(local.tmpDir, scratchName("pack"));
+  try {
+    const stream = Readable.fromWeb(res.body as import("node:stream/web").ReadableStream);
+    const { size } = await writeHashed(stream, file, opts.throttle);
+    const imported = await importPack(local, file, { replace: opts.replace });
+    return { ...imported, packBytes: size };
+  } finally {
+    await fsp.rm(file, { force: true });
+  }
+}

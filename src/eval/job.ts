@@ -1,0 +1,183 @@
+/**
+ * One job of an evaluation run (an instance and its prediction), run here: the instance's environment made present
+ * (fetched from peers, else built), then the harness's `run_instance` with its files in `logDir`. `minisandbox
+ * evaluate` runs its jobs through it, and so does a server evaluating one job of a run planned elsewhere (a fleet):
+ * both write the same files for the same outcome.
+ */
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { errMessage, LayerUnavailableError, LimitError, MinisandboxError } from "../errors.js";
+import { envFor, ensureBuilt, isBuilt, nodeCacheFor } from "../env/environments.js";
+import type { HttpSource } from "../env/store/index.js";
+import type { InstanceEnv } from "../env/workspace.js";
+import type { Limits } from "../sandbox/limits.js";
+import type { Sandbox } from "../sandbox/sandbox.js";
+import type { Instance } from "../tasks/types.js";
+import { appendInstanceLog, LOG_FILES } from "./report.js";
+import {
+  clearInstanceOutputs,
+  runInstanceEvaluation,
+  TIMINGS_FILE,
+  type EvalErrorKind,
+  type InstanceEvalResult,
+} from "./runner/instance.js";
+import type { PhaseTimings } from "./runner/timings.js";
+
+export interface EvalJobInput {
+  home: string;
+  instance: Instance;
+  /** The instance's environment when already computed (else from `specsFile`). */
+  env?: InstanceEnv;
+  patch: string;
+  model: string;
+  /** Where the harness's files go. */
+  logDir: string;
+  timeoutMs?: number;
+  specsFile?: string;
+  reposDir?: string;
+  limits?: Limits;
+  /** Build the environment when neither this node nor a source has it (default false: "Environment Missing"). */
+  build?: boolean;
+  /** Peers to fetch the environment's layer from when this node lacks it. */
+  sources?: readonly HttpSource[];
+  /** Make the fresh sandbox the instance is evaluated in (default: the runner opens one). */
+  openSandbox?: (env: InstanceEnv) => Promise<Sandbox>;
+  onWarning?: (message: string) => void;
+}
+
+export interface EvalJobResult {
+  instanceId: string;
+  status: InstanceEvalResult["status"];
+  resolution: InstanceEvalResult["resolution"];
+  error?: InstanceEvalResult["error"];
+  timings?: PhaseTimings;
+  warnings: string[];
+  envKey?: string;
+  /** How the environment got here: it was already here, fetched from a peer, or built now. */
+  layer?: "present" | "fetched" | "built";
+}
+
+/** Failures of the node rather than the instance: the job should run again (here later, or elsewhere). */
+export function isRetryable(e: unknown): boolean {
+  return (
+    e instanceof LimitError ||
+    e instanceof LayerUnavailableError ||
+    (e instanceof MinisandboxError && e.code === "unavailable")
+  );
+}
+
+/** A job that ends before its sandbox: outputs cleared, run_instance.log holding the one error line. */
+export async function writeErrorLog(dir: string, message: string): Promise<void> {
+  await clearInstanceOutputs(dir);
+  await mkdir(dir, { recursive: true });
+  await writeFile(join(dir, LOG_FILES.instanceLog), "");
+  await appendInstanceLog(dir, "ERROR", message);
+}
+
+async function failed(input: EvalJobInput, kind: EvalErrorKind, message: string, envKey?: string) {
+  await writeErrorLog(input.logDir, message);
+  const result: EvalJobResult = {
+    instanceId: input.instance.instance_id,
+    status: "error",
+    resolution: null,
+    error: { kind, message },
+    warnings: [],
+    ...(envKey ? { envKey } : {}),
+  };
+  return result;
+}
+
+/**
+ * Run one job. Per-instance failures are results (as the harness records them); a layer no source could supply
+ * throws `LayerUnavailableError`, since running the job elsewhere may well succeed.
+ */
+export async function runEvalJob(input: EvalJobInput): Promise<EvalJobResult> {
+  let env = input.env;
+  if (!env) {
+    try {
+      env = envFor(input.instance, { specsFile: input.specsFile });
+    } catch (e) {
+      return failed(input, "Environment Missing", errMessage(e));
+    }
+  }
+  let layer: EvalJobResult["layer"] = "present";
+  if (!(await isBuilt(input.home, env.key))) {
+    if (input.sources?.length) {
+      try {
+        await nodeCacheFor(input.home).fetch(env.key, { sources: input.sources });
+        layer = "fetched";
+      } catch (e) {
+        if (e instanceof LayerUnavailableError && !input.build) throw e;
+      }
+    }
+    if (layer !== "fetched" && input.build) {
+      try {
+        await ensureBuilt({ home: input.home, ...env, specsFile: input.specsFile, reposDir: input.reposDir });
+        layer = "built";
+      } catch (e) {
+        return failed(input, "Environment Build Failed", `environment build failed: ${errMessage(e)}`, env.key);
+      }
+    }
+  }
+  await clearInstanceOutputs(input.logDir);
+  let notHere: unknown;
+  const open = input.openSandbox;
+  const openSandbox = open
+    ? async (): Promise<Sandbox> => {
+        try {
+          return await open(env);
+        } catch (e) {
+          if (isRetryable(e)) notHere = e;
+          throw e;
+        }
+      }
+    : undefined;
+  const r = await runInstanceEvaluation({
+    home: input.home,
+    instance: input.instance,
+    env,
+    patch: input.patch,
+    model: input.model,
+    timeoutMs: input.timeoutMs,
+    specsFile: input.specsFile,
+    reposDir: input.reposDir,
+    limits: input.limits,
+    logDir: input.logDir,
+    ...(openSandbox ? { openSandbox } : {}),
+    onWarning: input.onWarning,
+  });
+  if (notHere !== undefined) throw notHere;
+  return {
+    instanceId: r.instanceId,
+    status: r.status,
+    resolution: r.resolution,
+    ...(r.error ? { error: r.error } : {}),
+    timings: r.timings,
+    warnings: r.warnings,
+    envKey: env.key,
+    layer,
+  };
+}
+
+/** The files a job may leave, by name (the harness's five and `timings.json`). */
+export const JOB_FILES = [...Object.values(LOG_FILES), TIMINGS_FILE] as const;
+
+/** Run one job in a scratch directory under `scratchRoot` and return its files' bytes (the directory is removed). */
+export async function runEvalJobToFiles(
+  input: Omit<EvalJobInput, "logDir">,
+  scratchRoot: string,
+): Promise<{ result: EvalJobResult; files: Record<string, Buffer> }> {
+  await mkdir(scratchRoot, { recursive: true });
+  const dir = await mkdtemp(join(scratchRoot, "job-"));
+  try {
+    const result = await runEvalJob({ ...input, logDir: dir });
+    const files: Record<string, Buffer> = {};
+    for (const name of JOB_FILES) {
+      const bytes = await readFile(join(dir, name)).catch(() => undefined);
+      if (bytes) files[name] = bytes;
+    }
+    return { result, files };
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}

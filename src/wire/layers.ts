@@ -1,0 +1,117 @@
+/**
+ * The native API's part for many nodes: layers moving between servers (store listing, manifests, objects, packs,
+ * prefetch), the peers a server may fetch from, and one job of a run planned elsewhere (prepare an environment,
+ * evaluate an instance) with its files returned.
+ */
+import { model, type Out } from "./model.js";
+import { t } from "./types.js";
+
+/** A peer's server to fetch a layer from; `manifest_sha256` is what that peer's manifest must hash to. */
+export const PeerSource = model(
+  "PeerSource",
+  { url: t.str(), token: t.str().optional(), manifest_sha256: t.str().optional() },
+  { extra: "forbid", objectError: "dict" },
+);
+
+export const StoreLayer = model("StoreLayer", {
+  key: t.str(),
+  manifest_sha256: t.str(),
+  /** Also materialized in this node's cache (else only in its store). */
+  materialized: t.bool(),
+});
+export const StoreLayers = model("StoreLayers", { layers: t.list(StoreLayer) });
+
+export const ObjectsRequest = model("ObjectsRequest", { ids: t.list(t.str(), 1) }, { extra: "forbid" });
+
+export const FetchLayerRequest = model(
+  "FetchLayerRequest",
+  { sources: t.list(PeerSource).default([]) },
+  { extra: "forbid", objectError: "dict", absentBody: "empty" },
+);
+
+export const FetchLayerResponse = model("FetchLayerResponse", {
+  key: t.str(),
+  /** False when this node had the layer already. */
+  fetched: t.bool(),
+  /** The peer's origin or the remote directory it came from. */
+  source: t.str().nullable(),
+  objects_fetched: t.int(),
+  bytes_fetched: t.int(),
+  ms: t.float(),
+});
+
+export const PeersRequest = model("PeersRequest", { urls: t.list(t.str()) }, { extra: "forbid", objectError: "dict" });
+export const PeersResponse = model("PeersResponse", {
+  /** Registered peers (origins). */
+  peers: t.list(t.str()),
+  /** Hosts and networks allowed at start (`serve --peer-allow`). */
+  allow: t.list(t.str()),
+});
+
+export const PrepareRequest = model(
+  "PrepareRequest",
+  { instance: t.dict(t.any()), sources: t.list(PeerSource).default([]), build: t.bool().default(true) },
+  { extra: "forbid", objectError: "dict" },
+);
+export const PrepareResponse = model("PrepareResponse", {
+  instance_id: t.str(),
+  env_key: t.str().nullable(),
+  status: t.literal("present", "fetched", "built", "failed"),
+  ms: t.float(),
+  error: t.str().nullable(),
+  /** sha256 of the layer's manifest on this node (what a peer fetching it from here checks). */
+  manifest_sha256: t.str().nullable(),
+});
+
+export const EvaluationRequest = model(
+  "EvaluationRequest",
+  {
+    instance: t.dict(t.any()),
+    model_patch: t.str(),
+    model_name_or_path: t.str(),
+    timeout_seconds: t.float().gt(0).optional(),
+    labels: t.dict(t.str()).optional(),
+    sources: t.list(PeerSource).default([]),
+    build: t.bool().default(true),
+  },
+  { extra: "forbid", objectError: "dict" },
+);
+export const EvaluationResponse = model("EvaluationResponse", {
+  instance_id: t.str(),
+  env_key: t.str().nullable(),
+  status: t.literal("resolved", "unresolved", "error"),
+  resolution: t.str().nullable(),
+  /** `{kind, message}` when the instance has no grade. */
+  error: t.dict(t.str()).nullable(),
+  /** How the environment got to this node: present, fetched or built. */
+  layer: t.str().nullable(),
+  /** The harness's files (and timings.json), base64: written as they are into the run's instance directory. */
+  files: t.dict(t.str()),
+  warnings: t.list(t.str()),
+  /** sha256 of the layer's manifest on this node. */
+  manifest_sha256: t.str().nullable(),
+});
+
+export const DeleteSandboxesResponse = model("DeleteSandboxesResponse", { deleted: t.list(t.str()) });
+
+export type PeerSource = Out<typeof PeerSource.shape>;
+export type EvaluationRequest = Out<typeof EvaluationRequest.shape>;
+export type EvaluationResponse = Out<typeof EvaluationResponse.shape>;
+export type PrepareRequest = Out<typeof PrepareRequest.shape>;
+export type PrepareResponse = Out<typeof PrepareResponse.shape>;
+
+export const LAYER_MODELS = {
+  PeerSource,
+  StoreLayer,
+  StoreLayers,
+  ObjectsRequest,
+  FetchLayerRequest,
+  FetchLayerResponse,
+  PeersRequest,
+  PeersResponse,
+  PrepareRequest,
+  PrepareResponse,
+  EvaluationRequest,
+  EvaluationResponse,
+  DeleteSandboxesResponse,
+} as const;
