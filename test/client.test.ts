@@ -20,7 +20,7 @@ import {
 } from "../src/client/index.js";
 import { runOk } from "../src/util/run.js";
 import type { Sandbox } from "../src/sandbox/sandbox.js";
-import { NotFoundError as CoreNotFound } from "../src/util/errors.js";
+import { NotFoundError as CoreNotFound } from "../src/errors.js";
 import { processesMatching, tempDir, tempHome } from "./helpers.js";
 
 const KEY = "sdk-key";

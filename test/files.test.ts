@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { existsSync, mkdirSync, readFileSync, writeFileSync, lstatSync } from "node:fs";
 import { join } from "node:path";
 import { Sandbox } from "../src/sandbox/sandbox.js";
-import { NotFoundError } from "../src/util/errors.js";
+import { NotFoundError } from "../src/errors.js";
 import { tempDir, tempHome } from "./helpers.js";
 
 const home = tempHome();

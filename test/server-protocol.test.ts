@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { startServer, type RunningServer, type WorkspaceProvider } from "../src/server/index.js";
 import { buildZip, zipDirectory } from "../src/client/zip.js";
-import { NotFoundError } from "../src/util/errors.js";
+import { NotFoundError } from "../src/errors.js";
 import { runOk } from "../src/util/run.js";
 import type { Sandbox } from "../src/sandbox/sandbox.js";
 import { cgroupsLeft, processesMatching, scratchDirs, tempDir, tempHome } from "./helpers.js";

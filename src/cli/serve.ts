@@ -4,7 +4,7 @@ import { startServer, type RunningServer, type ServerOptions } from "../server/s
 import { loadTokensFile } from "../server/auth.js";
 import type { ProviderFactory, WorkspaceProvider } from "../server/provider.js";
 import { parseSize } from "../util/size.js";
-import { InvalidInputError } from "../util/errors.js";
+import { InvalidInputError } from "../errors.js";
 import { collect, fail, parseBind } from "./common.js";
 import { addNodeServeOptions, stopWhenStdinEnds, writeReadyFile, type NodeServeOptions } from "./serve-node.js";
 

@@ -1,7 +1,7 @@
 /** Files of a remote sandbox: text through SWE-ReX's read_file / write_file, bytes and uploads streamed. */
 import { openAsBlob, statSync } from "node:fs";
 import { basename } from "node:path";
-import { NotFoundError } from "../util/errors.js";
+import { NotFoundError } from "../errors.js";
 import { type CamelOf, type InOf, native, swerex } from "../wire/index.js";
 import type { HttpClient } from "./http.js";
 import type { RemoteExecResult } from "./remote-exec.js";

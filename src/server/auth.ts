@@ -6,7 +6,7 @@ import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { chmodSync, closeSync, lstatSync, mkdirSync, openSync, readFileSync, renameSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
 import { tokenFilePath } from "../wire/token-file.js";
-import { InvalidInputError } from "../util/errors.js";
+import { InvalidInputError } from "../errors.js";
 
 /** A client identity. Sandboxes belong to the principal that created them; an admin sees all of them. */
 export interface Principal {

@@ -7,7 +7,7 @@ import { evaluate } from "../eval/reward-api.js";
 import { runEvalJobToFiles } from "../eval/job.js";
 import { evalSandboxSettings } from "../eval/runner/sandbox.js";
 import { agentDiff, pristineListing } from "../eval/runner/agent-diff.js";
-import { errMessage, LayerUnavailableError, NotFoundError } from "../util/errors.js";
+import { errMessage, LayerUnavailableError, NotFoundError } from "../errors.js";
 import { withOneLineMessage } from "../env/build-diagnosis.js";
 import { homeLayout } from "../util/home.js";
 import type { InstanceEnv } from "../env/workspace.js";

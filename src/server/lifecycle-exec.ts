@@ -1,6 +1,6 @@
 /** Native API: one-shot commands with the in-process `ExecResult` shape, and raw file bytes. */
 import type { FastifyInstance } from "fastify";
-import { InvalidInputError } from "../util/errors.js";
+import { InvalidInputError } from "../errors.js";
 import { LIFECYCLE } from "./lifecycle-sandboxes.js";
 import { native } from "../wire/index.js";
 import { byId, clientGone, onEntry, type RouteContext } from "./route-context.js";

@@ -1,6 +1,6 @@
 /** Native API: create, list, inspect and delete sandboxes. A principal sees and deletes only its own. */
 import type { FastifyInstance, FastifyRequest } from "fastify";
-import { InvalidInputError } from "../util/errors.js";
+import { InvalidInputError } from "../errors.js";
 import { native } from "../wire/index.js";
 import type { Entry } from "./registry.js";
 import { byId, principalOf, type RouteContext } from "./route-context.js";

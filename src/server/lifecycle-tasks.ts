@@ -1,6 +1,6 @@
 /** Native API: what the workspace provider adds — evaluate, diff, the dataset's instances. */
 import type { FastifyInstance } from "fastify";
-import { InvalidInputError } from "../util/errors.js";
+import { InvalidInputError } from "../errors.js";
 import { NotImplementedError } from "../errors.js";
 import { LIFECYCLE } from "./lifecycle-sandboxes.js";
 import { byId, onEntry, type RouteContext } from "./route-context.js";

@@ -4,7 +4,7 @@ import type { FastifyServerOptions } from "fastify";
 import type { RolloutEngineOptions } from "../rollout/index.js";
 import type { Limits } from "../sandbox/limits.js";
 import type { BindMount } from "../sandbox/plan.js";
-import { InvalidInputError } from "../util/errors.js";
+import { InvalidInputError } from "../errors.js";
 import { Authenticator, ensureTokenFile, type TokenEntry } from "./auth.js";
 import type { WorkspaceProvider } from "./provider.js";
 import type { RequestLimits } from "./route-context.js";

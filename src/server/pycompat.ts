@@ -3,7 +3,7 @@
  * strings and lists, `shlex.split`, `bytes.decode(errors="backslashreplace")`, `errno` messages of OSError.
  */
 import { pyRepr } from "../session/errors.js";
-import { MinisandboxError } from "../util/errors.js";
+import { MinisandboxError } from "../errors.js";
 
 export { pyRepr };
 

@@ -6,7 +6,7 @@
 import { Sandbox } from "../sandbox/sandbox.js";
 import type { Limits } from "../sandbox/limits.js";
 import type { BindMount } from "../sandbox/plan.js";
-import { LimitError } from "../util/errors.js";
+import { LimitError } from "../errors.js";
 import type { Principal } from "./auth.js";
 import type { DirRoots } from "./dir-roots.js";
 import { SandboxNotFoundError, UnavailableError } from "../errors.js";

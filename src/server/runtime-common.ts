@@ -1,5 +1,5 @@
 /** Shared pieces of the SWE-ReX routes: the route marker, timeout conversion, Python-shaped file errors. */
-import { MinisandboxError } from "../util/errors.js";
+import { MinisandboxError } from "../errors.js";
 import { osErrorFrom, PyError, pyRepr } from "./pycompat.js";
 
 /** Route config marker: errors of these routes are answered as 511 swerexceptions. */

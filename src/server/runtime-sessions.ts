@@ -1,7 +1,7 @@
 /** SWE-ReX session routes: create_session, run_in_session (commands and interrupts), close_session, close. */
 import type { FastifyInstance } from "fastify";
 import { SessionError } from "../session/errors.js";
-import { MinisandboxError } from "../util/errors.js";
+import { MinisandboxError } from "../errors.js";
 import { swerex } from "../wire/index.js";
 import { PyError, pyFloat, pyRepr } from "./pycompat.js";
 import { RUNTIME, secondsToMs } from "./runtime-common.js";

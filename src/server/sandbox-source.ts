@@ -6,7 +6,7 @@ import type { SandboxOptions } from "../sandbox/sandbox.js";
 import type { BindMount } from "../sandbox/plan.js";
 import { pythonOnPath } from "../env/python-on-path.js";
 import type { Limits } from "../sandbox/limits.js";
-import { InvalidInputError } from "../util/errors.js";
+import { InvalidInputError } from "../errors.js";
 import type { DirRoots } from "./dir-roots.js";
 import { NotImplementedError } from "../errors.js";
 import type { native } from "../wire/index.js";

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { pipeline } from "node:stream/promises";
 import type { Readable } from "node:stream";
 import * as yauzl from "yauzl";
-import { MinisandboxError } from "../util/errors.js";
+import { MinisandboxError } from "../errors.js";
 import { PyError, pyRepr } from "./pycompat.js";
 
 export interface ZipLimits {

@@ -26,7 +26,7 @@ import type { ExecResult } from "../../src/sandbox/exec.js";
 import { DEFAULT_DISK_BYTES, DEFAULT_MEMORY_BYTES, DEFAULT_PIDS } from "../../src/sandbox/limits.js";
 import { reapLeftovers } from "../../src/sandbox/reaper.js";
 import { Sandbox } from "../../src/sandbox/sandbox.js";
-import { InvalidInputError, LimitError, TimeoutError } from "../../src/util/errors.js";
+import { InvalidInputError, LimitError, TimeoutError } from "../../src/errors.js";
 import { cgroupsLeft, mountsUnder, processesMatching, scratchDirs } from "../helpers.js";
 import { PS, SYSCALL_PROBE, TAR_HIJACK, TERMINAL_OWNER } from "./probes.js";
 
