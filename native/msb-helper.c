@@ -4,7 +4,8 @@
  *
  *   msb-helper launch [options] -- BWRAP ARGS...   user namespace (a subordinate id range when run as root, the
  *                                                  caller alone otherwise), cgroups, size-limited tmpfs scratch,
- *                                                  id-mapped copy-on-write trees, rlimits, then exec bwrap
+ *                                                  the home's skeleton files, id-mapped copy-on-write trees,
+ *                                                  rlimits, then exec bwrap
  *   msb-helper init LABEL [--no-seccomp]           pid 1 of a sandbox: not ptraceable, nothing inherited, fresh
  *                                                  keyring, seccomp; signals readiness on fd 4, then reaps orphans
  *   msb-helper enter [options] -- CMD ARGS...      join cgroups, rlimits, enter pid 1's namespaces and root, fork;
@@ -396,10 +397,10 @@ struct source {
 };
 
 struct launch_opts {
-  const char *cgroups[MAX_ITEMS], *overlays[MAX_ITEMS];
+  const char *cgroups[MAX_ITEMS], *overlays[MAX_ITEMS], *home_files[MAX_ITEMS];
   struct source sources[MAX_ITEMS];
   int *lowers[MAX_ITEMS]; /* per overlay: cloned lower trees, -1 terminated */
-  int ncg, nov, nsrc, force_copy, seed; /* seed: index of the --seed source, or -1 */
+  int ncg, nov, nsrc, nhome, force_copy, seed; /* seed: index of the --seed source, or -1 */
   const char *scratch, *disk, *owner, *idmap;
   struct limits limits;
   char **bwrap;
@@ -430,6 +431,7 @@ static void parse_launch(int argc, char **argv, struct launch_opts *o) {
     else if (!strcmp(a, "--owner")) o->owner = v, i++;
     else if (!strcmp(a, "--idmap")) o->idmap = v, i++;
     else if (!strcmp(a, "--seed")) add_source(o, v, 1), o->seed = o->nsrc - 1, i++;
+    else if (!strcmp(a, "--home-file")) push(o->home_files, &o->nhome, v), i++;
     else die(2, "unknown option %s", a);
   }
   if (i >= argc - 1 || !o->scratch || !o->disk)
@@ -508,6 +510,35 @@ static void seed_scratch(const struct launch_opts *o) {
   }
 }
 
+/*
+ * The home's skeleton files (--home-file NAME=TEXT), written before anything of the sandbox runs, owned by its user:
+ * a fresh sandbox starts with them at no extra cost.
+ */
+static void write_home_files(const struct launch_opts *o, const char *home, unsigned uid, unsigned gid) {
+  for (int i = 0; i < o->nhome; i++) {
+    const char *spec = o->home_files[i], *eq = strchr(spec, '=');
+    char name[256], path[4096];
+    size_t len = eq ? (size_t)(eq - spec) : 0;
+    if (!len || len >= sizeof name) die(2, "bad --home-file %s (want NAME=TEXT)", spec);
+    memcpy(name, spec, len);
+    name[len] = '\0';
+    if (strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, "..")) die(2, "bad home file name %s", name);
+    fmt(path, sizeof path, "%s/%s", home, name);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) die(1, "create %s: %s", path, strerror(errno));
+    const char *text = eq + 1;
+    size_t left = strlen(text);
+    while (left > 0) {
+      ssize_t n = write(fd, text, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) die(1, "write %s: %s", path, strerror(errno));
+      text += n, left -= (size_t)n;
+    }
+    if (fchown(fd, uid, gid) != 0) die(1, "chown %s: %s", path, strerror(errno));
+    close(fd);
+  }
+}
+
 /* The scratch tmpfs holds every writable place of the sandbox, so that --disk bounds them all together. */
 static void make_scratch(const struct launch_opts *o) {
   char opts[256], path[4096];
@@ -533,6 +564,7 @@ static void make_scratch(const struct launch_opts *o) {
   if (sscanf(o->owner, "%u:%u", &ou, &og) != 2) die(2, "bad --owner %s", o->owner);
   fmt(path, sizeof path, "%s/home", o->scratch);
   if (chown(path, ou, og) != 0) die(1, "chown %s: %s", path, strerror(errno));
+  if (o->seed < 0) write_home_files(o, path, ou, og); /* a fork's home is its parent's, copied below */
   for (int i = 0; i < o->nsrc; i++) {
     fmt(path, sizeof path, "%s/b/%s", o->scratch, o->sources[i].name);
     attach_tree(o->sources[i].tree, path);

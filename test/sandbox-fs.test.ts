@@ -113,3 +113,15 @@ test("layered lower directories stack, topmost first", async () => {
   const r = await sb.exec("cat /testbed/a.txt /testbed/sub/b.txt");
   assert.equal(r.stdout, "from upper\nbee\n");
 });
+
+test("a fresh home has its skeleton dotfiles, owned by the sandbox's user; a fork keeps its parent's home", async () => {
+  await using user = await Sandbox.create({ home, uid: 1000 });
+  const r = await user.exec('stat -c "%n %u %a" ~/.bashrc ~/.profile && . ~/.bashrc && echo "[$PAGER]"');
+  assert.equal(r.stdout, "/home/u1000/.bashrc 1000 644\n/home/u1000/.profile 1000 644\n[cat]\n", r.stderr);
+  await using parent = await Sandbox.create({ home });
+  await parent.exec("echo 'export EDITED=1' > ~/.bashrc && rm ~/.profile");
+  const [child] = await parent.fork();
+  const c = await child!.exec("cat ~/.bashrc; test -e ~/.profile && echo profile || echo 'no profile'");
+  assert.equal(c.stdout, "export EDITED=1\nno profile\n");
+  await child!.close();
+});

@@ -2,6 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Sandbox } from "../src/sandbox/sandbox.js";
 import { cgroupSupport } from "../src/sandbox/limits.js";
+import { readFileSync } from "node:fs";
 import { tempHome } from "./helpers.js";
 
 const home = tempHome();
@@ -103,4 +104,16 @@ test("merged output keeps the order of writes across stdout and stderr", async (
   const expected = Array.from({ length: 3000 }, (_, i) => `out${i + 1}\nerr${i + 1}\n`).join("");
   assert.equal(r.stdout, expected);
   assert.equal(r.stderr, "");
+});
+
+test("pid 1 and every command are in the sandbox's own cgroups, which are the root of its cgroup namespace", async () => {
+  if (!cg.memory && !cg.pids) return assert.fail("cgroups are required on this machine's CI (root, cgroup v1)");
+  await using sb = await Sandbox.create({ home });
+  const limited = (text: string): string[] => text.split("\n").filter((l) => /:(memory|pids):/.test(l));
+  const pid1Groups = limited(readFileSync(`/proc/${sb.pid1}/cgroup`, "utf8"));
+  assert.ok(pid1Groups.length > 0 && pid1Groups.every((l) => l.endsWith(`/${sb.id}`)), pid1Groups.join("\n"));
+  // Inside, a command sees pid 1's groups as "/" (its own command group below them, if any): nothing above is named.
+  const inside = limited((await sb.exec("cat /proc/self/cgroup")).stdout);
+  assert.ok(inside.length > 0 && inside.every((l) => /:\/(c\d+)?$/.test(l)), inside.join("\n"));
+  assert.equal(limited(readFileSync("/proc/self/cgroup", "utf8")).filter((l) => l.includes(sb.id)).length, 0);
 });

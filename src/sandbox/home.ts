@@ -11,7 +11,10 @@ export function defaultCommandEnv(network: boolean): Record<string, string> {
   return env;
 }
 
-/** Skeleton dotfiles of the home: silent (sourcing them prints nothing) and harmless to source twice. */
+/**
+ * Skeleton dotfiles of a fresh home (written by the launch, before anything runs; a fork keeps its parent's): silent
+ * (sourcing them prints nothing) and harmless to source twice.
+ */
 export const HOME_DOTFILES: Readonly<Record<string, string>> = {
   ".bashrc":
     "# ~/.bashrc: sourced by interactive bash and by tools that start sessions with it.\n" +
@@ -21,11 +24,3 @@ export const HOME_DOTFILES: Readonly<Record<string, string>> = {
     "# ~/.profile: login shells.\n" +
     'if [ -n "$BASH_VERSION" ] && [ -f "$HOME/.bashrc" ]; then . "$HOME/.bashrc"; fi\n',
 };
-
-/** One shell command writing the dotfiles that are missing (a fork inherits its parent's). */
-export function dotfilesCommand(): string[] {
-  const parts = Object.entries(HOME_DOTFILES).map(
-    ([name, text]) => `[ -e "$HOME/${name}" ] || printf '%s' '${text.replace(/'/g, `'\\''`)}' > "$HOME/${name}"`,
-  );
-  return ["/bin/sh", "-c", parts.join("; ")];
-}

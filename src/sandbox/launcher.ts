@@ -28,6 +28,8 @@ export interface LaunchRequest {
   fds: number[];
   /** A fork's snapshot directory: the scratch starts with its `/`, /tmp, home and /dev/shm. */
   seed?: string;
+  /** Files a fresh home starts with (name → text), written by the launch; a fork keeps its parent's instead. */
+  homeFiles?: Readonly<Record<string, string>>;
 }
 
 export interface Launched {
@@ -98,6 +100,7 @@ function launchArgv(req: LaunchRequest): string[] {
     a.push("--overlay", [...(o.sandboxLowers ?? []).map((l) => `+${l}`), ...o.lower].join(":"));
   }
   if (req.seed) a.push("--seed", `seed=${req.seed}`);
+  for (const [name, text] of Object.entries(req.homeFiles ?? {})) a.push("--home-file", `${name}=${text}`);
   for (const s of planSources(req.plan, helper)) a.push(s.writable ? "--source-rw" : "--source", `${s.name}=${s.path}`);
   a.push("--", requireTool("bwrap", "bubblewrap"), ...bwrapArgs(req.plan, req.scratch), "--info-fd", "3", "--");
   a.push(INIT_PATH, "init", ...(req.seccomp ? [] : ["--no-seccomp"]), req.label);

@@ -7,7 +7,7 @@ import { InvalidInputError, SandboxError } from "../errors.js";
 import { BashSession, type RunOptions, type RunResult, type SessionProcess } from "../session/bash-session.js";
 import { sessionExists, sessionMissing } from "../session/errors.js";
 import { enterArgv } from "./enter.js";
-import { defaultCommandEnv, dotfilesCommand } from "./home.js";
+import { defaultCommandEnv, HOME_DOTFILES } from "./home.js";
 import { DEFAULT_OUTPUT_LIMIT, runCommand, type ExecOptions, type ExecResult, type LimitHit } from "./exec.js";
 import { SandboxFiles, type StreamedCommand } from "./files.js";
 import { idRange, launchMode, type LaunchMode } from "./host.js";
@@ -210,7 +210,7 @@ export class Sandbox implements AsyncDisposable {
       for (const l of o.lower) if (!existsSync(l)) throw new InvalidInputError(`mount source ${l} does not exist`);
     // The opened directory itself, as descriptor 5 of the launch: no path is looked up again.
     if (dir) overlays.unshift({ lower: [`/proc/self/fd/${FIRST_PASSED_FD}`], target: TESTBED_PATH });
-    const sb = await Sandbox.launch({
+    return Sandbox.launch({
       opts,
       sandboxesDir: layout.sandboxes,
       mode,
@@ -220,18 +220,6 @@ export class Sandbox implements AsyncDisposable {
       overlays,
       snapshots: [],
     });
-    await sb.writeDotfiles();
-    return sb;
-  }
-
-  /** The home's skeleton dotfiles (src/sandbox/home.ts); a sandbox that cannot write them is not handed out. */
-  private async writeDotfiles(): Promise<void> {
-    const r = await this.exec(dotfilesCommand(), { timeoutMs: 30_000 }).catch((e: Error) => e);
-    if (r instanceof Error || r.exitCode !== 0) {
-      await this.close();
-      const why = r instanceof Error ? r.message : r.stderr.trim() || `exit ${r.exitCode}`;
-      throw new SandboxError(`sandbox failed to start: writing the home's dotfiles failed: ${why}`);
-    }
   }
 
   /** Start a sandbox; on failure, release what `inputs` holds (the opened directory, snapshots). */
@@ -270,6 +258,7 @@ export class Sandbox implements AsyncDisposable {
         seccomp: opts.seccomp ?? true,
         fds: inputs.dir ? [inputs.dir.fd] : [],
         seed: inputs.seed,
+        homeFiles: HOME_DOTFILES,
       });
       writeState(paths, {
         id,
