@@ -276,7 +276,18 @@ async function readyVariants(opts: ReadyOptions, out: ReadyOut): Promise<Variant
   return variants;
 }
 
-/** One warm-up each, then `runs` rounds: in each, every variant runs `echo` and the import in fresh workspaces. */
+/**
+ * Writes back the previous measurement's dirty pages (an extracted 280 MiB tree, a removed container) before the next
+ * one starts, so that no variant is timed while another's writes still occupy the disk.
+ */
+async function settle(): Promise<void> {
+  await timedRun("sync", []);
+}
+
+/**
+ * One warm-up each, then `runs` rounds: in each, every variant runs `echo` and the import in fresh workspaces, in an
+ * order rotated from round to round, each after the previous one's writes reached the disk.
+ */
 async function measureRounds(variants: Variant[], opts: ReadyOptions): Promise<Map<ReadyVariantName, Samples>> {
   const importCmd = `python -c "import ${opts.env.importModule}"`;
   const samples = new Map<ReadyVariantName, Samples>();
@@ -288,7 +299,9 @@ async function measureRounds(variants: Variant[], opts: ReadyOptions): Promise<M
     await v.once(ECHO, started).catch(() => undefined);
   }
   for (let round = 0; round < opts.runs; round++) {
-    for (const v of variants) {
+    // Each round starts with another variant, so none always runs right after the heaviest one.
+    const order = variants.map((_, i) => variants[(i + round) % variants.length]!);
+    for (const v of order) {
       const s = samples.get(v.name)!;
       for (const [kind, cmd] of [
         ["echo", ECHO],
@@ -296,6 +309,7 @@ async function measureRounds(variants: Variant[], opts: ReadyOptions): Promise<M
       ] as const) {
         try {
           await v.before?.();
+          await settle();
           const r = await v.once(cmd, started);
           if (kind === "echo" && r.output.trim() !== "ready")
             throw new Error(`unexpected output ${JSON.stringify(r.output.slice(0, 100))}`);

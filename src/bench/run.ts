@@ -1,5 +1,6 @@
 /** Runs every workload side by side and assembles the results (see README.md for what each one measures). */
 import { readFileSync } from "node:fs";
+import { basename } from "node:path";
 import { cpus, hostname, loadavg, release, totalmem } from "node:os";
 import { findTool } from "../sandbox/host.js";
 import { benchConcurrency, coldStampede } from "./concurrency.js";
@@ -312,7 +313,7 @@ async function machineInfo(podman: Podman | Unavailable, loadStart: number): Pro
 function sourceInfo(env: BenchEnvironment): BenchResults["source"] {
   return {
     kind: env.kind,
-    dataset: env.datasetPath,
+    dataset: basename(env.datasetPath), // a name, not this machine's path
     repo: env.repo,
     instances: env.instances.length,
     python: env.toolchain.version,

@@ -227,6 +227,7 @@ export interface BenchResults {
   };
   source: {
     kind: "fixture" | "dataset";
+    /** The dataset file's name (never a path of the machine that ran the bench). */
     dataset: string;
     repo: string;
     instances: number;
