@@ -81,7 +81,9 @@ class BenchClient {
 
 export async function benchServerRoundTrip(opts: ServerBenchOptions = {}): Promise<ServerBenchResult> {
   const token = opts.authToken ?? (opts.url ? undefined : "bench-token");
-  const server = opts.url ? undefined : await startServer({ home: opts.home, authToken: token });
+  // One token drives every session here: the per-token rate limit (a guard against one flooding client) is off, so
+  // that what is measured is the server's throughput, not its limit.
+  const server = opts.url ? undefined : await startServer({ home: opts.home, authToken: token, rateLimit: 0 });
   const client = new BenchClient((opts.url ?? server!.url).replace(/\/+$/, ""), {
     "content-type": "application/json",
     ...(token ? { "X-API-Key": token } : {}),

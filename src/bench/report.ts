@@ -142,6 +142,14 @@ function sandboxTargets(r: Omit<BenchResults, "targets">, at: TargetAt): void {
   const s = r.session.inProcess;
   const sessionP50 = "p50Ms" in s ? s.p50Ms : null;
   at("session round trip, p50 (in process)", "≤ 5 ms", ms(sessionP50), sessionP50 === null ? null : sessionP50 <= 5);
+  const concurrent = "concurrent" in r.session.http ? r.session.http.concurrent : undefined;
+  const errors = num(concurrent, "errors");
+  at(
+    `${num(concurrent, "sessions") ?? "?"} sessions at once over HTTP`,
+    "0 errors",
+    errors === null ? "n/a" : `${errors} errors`,
+    errors === null ? null : errors === 0,
+  );
   serverLoadTargets(r.serverLoad, at);
   const mem = r.concurrency.levels.filter((l) => l.rssPerIdleBytes !== null).sort((a, b) => b.k - a.k)[0];
   // Both readings: summed RSS counts shared pages (libc, bash text) once per process; PSS splits them fairly.
@@ -504,11 +512,13 @@ function workspaceSizes(s: BenchResults["source"]): string {
   return `testbed ${testbed}, of which git pack ${pack}; venv ${venv}`;
 }
 
+/** A number field of a loosely typed result (the HTTP workload's), or null. */
+const num = (o: unknown, k: string): number | null =>
+  o && typeof o === "object" && typeof (o as Record<string, unknown>)[k] === "number"
+    ? ((o as Record<string, unknown>)[k] as number)
+    : null;
+
 function summarizeHttp(h: Record<string, unknown>): string {
-  const num = (o: unknown, k: string): number | null =>
-    o && typeof o === "object" && typeof (o as Record<string, unknown>)[k] === "number"
-      ? ((o as Record<string, unknown>)[k] as number)
-      : null;
   const parts = [
     `run_in_session p50 ${ms(num(h, "p50Ms"))}, p90 ${ms(num(h, "p90Ms"))} ` +
       `over ${num(h, "roundTrips") ?? "?"} sequential round trips`,
