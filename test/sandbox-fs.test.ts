@@ -114,7 +114,7 @@ test("layered lower directories stack, topmost first", async () => {
   assert.equal(r.stdout, "from upper\nbee\n");
 });
 
-test("a fresh home has its skeleton dotfiles, owned by the sandbox's user; a fork keeps its parent's home", async () => {
+test("a fresh home has its dotfiles, owned by the sandbox's user; a fork keeps its parent's home", async () => {
   await using user = await Sandbox.create({ home, uid: 1000 });
   const r = await user.exec('stat -c "%n %u %a" ~/.bashrc ~/.profile && . ~/.bashrc && echo "[$PAGER]"');
   assert.equal(r.stdout, "/home/u1000/.bashrc 1000 644\n/home/u1000/.profile 1000 644\n[cat]\n", r.stderr);

@@ -106,7 +106,7 @@ test("merged output keeps the order of writes across stdout and stderr", async (
   assert.equal(r.stderr, "");
 });
 
-test("pid 1 and every command are in the sandbox's own cgroups, which are the root of its cgroup namespace", async () => {
+test("pid 1 and every command are in the sandbox's cgroups, the root of its cgroup namespace", async () => {
   if (!cg.memory && !cg.pids) return assert.fail("cgroups are required on this machine's CI (root, cgroup v1)");
   await using sb = await Sandbox.create({ home });
   const limited = (text: string): string[] => text.split("\n").filter((l) => /:(memory|pids):/.test(l));
