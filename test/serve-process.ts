@@ -14,6 +14,17 @@ export interface ServeProcess {
   stop: (signal?: NodeJS.Signals) => Promise<number | null>;
 }
 
+/** Servers still running when the test process exits are killed then (one exit listener for all of them). */
+const live = new Set<ChildProcess>();
+function killAtExit(child: ChildProcess): void {
+  if (!process.listeners("exit").includes(killAll)) process.once("exit", killAll);
+  live.add(child);
+  child.once("exit", () => live.delete(child));
+}
+function killAll(): void {
+  for (const c of live) c.kill("SIGKILL");
+}
+
 /** Start `minisandbox --home HOME serve --port 0 ARGS...` and wait until it listens. */
 export async function startServe(home: string, args: string[], env: NodeJS.ProcessEnv = {}): Promise<ServeProcess> {
   const child = spawn(
@@ -36,7 +47,7 @@ export async function startServe(home: string, args: string[], env: NodeJS.Proce
     return exited;
   };
   after(() => stop("SIGKILL").then(() => undefined));
-  process.once("exit", () => child.kill("SIGKILL"));
+  killAtExit(child);
   return { url, child, pid: child.pid!, stderr: () => stderr, stop };
 }
 
