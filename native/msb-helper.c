@@ -3,11 +3,12 @@
  * milliseconds a chain of util-linux processes would cost).
  *
  *   msb-helper launch [options] -- BWRAP ARGS...   user namespace (a subordinate id range when run as root, the
- *                                                  caller alone otherwise), cgroups, size-limited tmpfs scratch,
- *                                                  the home's skeleton files, id-mapped copy-on-write trees,
- *                                                  rlimits, then exec bwrap
- *   msb-helper init LABEL [--no-seccomp]           pid 1 of a sandbox: not ptraceable, nothing inherited, fresh
- *                                                  keyring, seccomp; signals readiness on fd 4, then reaps orphans
+ *                                                  caller alone otherwise), size-limited tmpfs scratch, the
+ *                                                  home's skeleton files, id-mapped copy-on-write trees, rlimits,
+ *                                                  then exec bwrap (the caller moves it and pid 1 into the cgroups)
+ *   msb-helper init LABEL [--no-seccomp]           pid 1 of a sandbox: not ptraceable; once in its cgroups (a byte
+ *                                                  on stdin), its own cgroup namespace, then nothing inherited,
+ *                                                  fresh keyring, seccomp; signals readiness on fd 4, then reaps
  *   msb-helper enter [options] -- CMD ARGS...      join cgroups, rlimits, enter pid 1's namespaces and root, fork;
  *                                                  the child drops to the sandbox's capabilities and user, closes
  *                                                  inherited descriptors, gets a fresh keyring, no_new_privs and
@@ -23,6 +24,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/keyctl.h>
 #include <linux/seccomp.h>
@@ -397,10 +399,10 @@ struct source {
 };
 
 struct launch_opts {
-  const char *cgroups[MAX_ITEMS], *overlays[MAX_ITEMS], *home_files[MAX_ITEMS];
+  const char *overlays[MAX_ITEMS], *home_files[MAX_ITEMS];
   struct source sources[MAX_ITEMS];
   int *lowers[MAX_ITEMS]; /* per overlay: cloned lower trees, -1 terminated */
-  int ncg, nov, nsrc, nhome, force_copy, seed; /* seed: index of the --seed source, or -1 */
+  int nov, nsrc, nhome, force_copy, seed; /* seed: index of the --seed source, or -1 */
   const char *scratch, *disk, *owner, *idmap;
   struct limits limits;
   char **bwrap;
@@ -422,7 +424,6 @@ static void parse_launch(int argc, char **argv, struct launch_opts *o) {
     if (take_rlimit(&o->limits, a)) continue;
     if (!strcmp(a, "--force-copy")) o->force_copy = 1;
     else if (!v) die(2, "%s needs a value", a);
-    else if (!strcmp(a, "--cgroup")) push(o->cgroups, &o->ncg, v), i++;
     else if (!strcmp(a, "--overlay")) push(o->overlays, &o->nov, v), i++;
     else if (!strcmp(a, "--source")) add_source(o, v, 0), i++;
     else if (!strcmp(a, "--source-rw")) add_source(o, v, 1), i++;
@@ -600,8 +601,6 @@ static int cmd_launch(int argc, char **argv) {
   prog = "minisandbox-launch";
   struct launch_opts o = {.owner = "0:0", .seed = -1};
   parse_launch(argc, argv, &o);
-  /* Cgroups first: everything the sandbox ever forks is accounted from its first instruction. */
-  for (int c = 0; c < o.ncg; c++) join_cgroup(o.cgroups[c]);
   /* Descriptors above the launcher's pipes (3, 4) serve only to name host directories: gone at exec. */
   syscall(SYS_close_range, 5, ~0U, CLOSE_RANGE_CLOEXEC);
   int userns = -1;
@@ -627,11 +626,34 @@ static int cmd_launch(int argc, char **argv) {
 
 static void on_signal(int sig) { (void)sig; }
 
+/*
+ * The sandbox's cgroup namespace, rooted at its own groups. The launcher moves pid 1 into them while bwrap mounts
+ * (a cgroup v1 move waits for an RCU grace period: overlapped, not in line) and then writes one byte on stdin; only
+ * then is the namespace made, so that nothing above the sandbox's groups is ever named inside. CAP_SYS_ADMIN, which
+ * bwrap left to pid 1 for this alone, is dropped right after (commands get their capabilities from `enter`).
+ */
+static void own_cgroup_namespace(void) {
+  char go = 0;
+  while (read(0, &go, 1) < 0 && errno == EINTR) {
+  }
+  if (go != 'J') die(1, "the launcher did not confirm the cgroups");
+  if (unshare(CLONE_NEWCGROUP) != 0 && errno != EINVAL) die(1, "cgroup namespace: %s", strerror(errno));
+  if (prctl(PR_CAPBSET_DROP, CAP_SYS_ADMIN, 0, 0, 0) != 0) die(1, "drop CAP_SYS_ADMIN: %s", strerror(errno));
+  struct __user_cap_header_struct head = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+  struct __user_cap_data_struct data[2];
+  if (syscall(SYS_capget, &head, data) != 0) die(1, "capget: %s", strerror(errno));
+  data[0].effective &= ~(1u << CAP_SYS_ADMIN);
+  data[0].permitted &= ~(1u << CAP_SYS_ADMIN);
+  data[0].inheritable &= ~(1u << CAP_SYS_ADMIN);
+  if (syscall(SYS_capset, &head, data) != 0) die(1, "capset: %s", strerror(errno));
+}
+
 static int cmd_init(int argc, char **argv) {
   prog = "minisandbox-init";
   int seccomp = !(argc >= 2 && !strcmp(argv[1], "--no-seccomp"));
   /* Not ptraceable, its /proc entries closed to the sandbox's own root: commands cannot take over pid 1. */
   if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) die(1, "dumpable: %s", strerror(errno));
+  own_cgroup_namespace();
   fresh_keyring();
   close_from(5);
   lock_down(seccomp);

@@ -1,5 +1,8 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import type { Readable } from "node:stream";
+import { readFileSync } from "node:fs";
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import type { Readable, Writable } from "node:stream";
 import { SandboxError } from "../errors.js";
 import { helperPath, type IdRange, type LaunchMode, requireTool } from "./host.js";
 import { cgroupDirs, type SandboxCgroups } from "./limits.js";
@@ -93,7 +96,6 @@ function launchArgv(req: LaunchRequest): string[] {
   const helper = helperPath();
   const a = [helper, "launch", "--scratch", req.scratch, "--disk", String(req.diskBytes), "--owner", req.owner];
   if (req.mode === "root" && req.idRange) a.push("--idmap", `${req.idRange.base}:${req.idRange.count}`);
-  for (const c of cgroupDirs(req.cgroups)) a.push("--cgroup", c);
   a.push(...req.rlimits);
   if (req.forceCopy) a.push("--force-copy");
   for (const o of req.plan.overlays) {
@@ -111,22 +113,41 @@ export async function launch(req: LaunchRequest): Promise<Launched> {
   checkPlanPaths(req.plan);
   const argv = launchArgv(req);
   const env = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" };
-  const stdio = ["ignore", "ignore", "pipe", "pipe", "pipe", ...req.fds] as const;
+  const stdio = ["pipe", "ignore", "pipe", "pipe", "pipe", ...req.fds] as const;
   const child = spawn(argv[0]!, argv.slice(1), { env, stdio: [...stdio] });
-  const [, , stderr, info, ready] = child.stdio as unknown as [null, null, Readable, Readable, Readable];
+  const [go, , stderr, info, ready] = child.stdio as unknown as [Writable, null, Readable, Readable, Readable];
+  go.on("error", () => {}); // a launch that died early: its exit says why
   const stderrLines = boundedLines(stderr);
   const exited = new Promise<string>((resolve) => {
     child.on("exit", (code, sig) => resolve(`launcher exited (${code ?? sig})`));
     child.on("error", (e) => resolve(e.message));
   });
-  const infoText = readUntil(info, isJson);
+  const pid1 = readUntil(info, isJson).then((t) => (JSON.parse(t) as { "child-pid": number })["child-pid"]);
+  const joined = joinCgroups(child.pid!, pid1, cgroupDirs(req.cgroups)).then(() => void go.end("J"));
   const readyText = readUntil(ready, (t) => t.length > 0);
-  const outcome = await Promise.race([readyText.then((t) => (t === "R" ? "ready" : "not ready")), exited]);
+  const started = Promise.all([readyText, joined]).then(([t]) => (t === "R" ? "ready" : "not ready"));
+  const outcome = await Promise.race([started.catch((e: Error) => e.message), exited]);
   if (outcome !== "ready") {
     child.kill("SIGKILL");
     throw new SandboxError(`sandbox failed to start: ${stderrLines.join("\n") || outcome}`);
   }
-  const parsed = JSON.parse(await infoText) as { "child-pid": number };
   // pid 1 redirects its output to /dev/null once ready; the launch's stderr is only bwrap's from now on.
-  return { child, pid1: parsed["child-pid"], notices: stderrLines };
+  return { child, pid1: await pid1, notices: stderrLines };
+}
+
+/**
+ * The launch process, then pid 1, into the sandbox's cgroups while the launch goes on: a cgroup v1 move waits for an
+ * RCU grace period (tens of milliseconds on an idle machine), which then overlaps the start instead of preceding it.
+ * pid 1 runs nothing of the sandbox's and waits for this before making its cgroup namespace (msb-helper init);
+ * commands join the groups themselves (`enter`), so nothing escapes accounting. pid 1 is checked to be the launch's
+ * child before it is moved: a recycled pid is never moved.
+ */
+async function joinCgroups(launchPid: number, pid1: Promise<number>, dirs: string[]): Promise<void> {
+  for (const dir of dirs) await writeFile(join(dir, "cgroup.procs"), String(launchPid));
+  const pid = await pid1;
+  if (dirs.length === 0) return;
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+  if (ppid !== launchPid) throw new SandboxError(`pid 1 (${pid}) is not the launch's child`);
+  for (const dir of dirs) await writeFile(join(dir, "cgroup.procs"), String(pid));
 }

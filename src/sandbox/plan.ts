@@ -110,7 +110,6 @@ export function bwrapArgs(plan: MountPlan, scratch: string): string[] {
     "--unshare-pid",
     "--unshare-ipc",
     "--unshare-uts",
-    "--unshare-cgroup-try",
   ];
   if (!plan.network) a.push("--unshare-net");
   a.push("--hostname", plan.hostname, "--bind", `${scratch}/root`, "/");
@@ -140,6 +139,8 @@ export function bwrapArgs(plan: MountPlan, scratch: string): string[] {
   a.push("--chdir", plan.cwd);
   a.push("--cap-drop", "ALL");
   for (const c of SANDBOX_CAPS) a.push("--cap-add", `CAP_${c.toUpperCase()}`);
+  // pid 1 alone: it makes the cgroup namespace once in the sandbox's groups, then drops it (msb-helper init).
+  a.push("--cap-add", "CAP_SYS_ADMIN");
   a.push("--clearenv", "--setenv", "PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
   return a;
 }
