@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { readlinkSync } from "node:fs";
+import { readFileSync, readlinkSync } from "node:fs";
 import { createServer } from "node:net";
 import { Sandbox } from "../src/sandbox/sandbox.js";
 import { helperPath } from "../src/sandbox/host.js";
@@ -86,6 +86,12 @@ test("root inside has a reduced capability set", async () => {
   // Exactly Docker's default set, in the bounding set too (so no exec can regain more).
   assert.equal(eff, 0xa80425fbn);
   assert.match((await sb.exec(["grep", "CapBnd", "/proc/self/status"])).stdout, /CapBnd:\s+00000000a80425fb/);
+  // pid 1 held CAP_SYS_ADMIN only to make the cgroup namespace: gone once ready, from its bounding set too.
+  const status = readFileSync(`/proc/${sb.pid1}/status`, "utf8");
+  for (const field of ["CapEff", "CapPrm", "CapInh", "CapAmb", "CapBnd"]) {
+    const set = BigInt(`0x${new RegExp(`${field}:\\s+([0-9a-f]+)`).exec(status)![1]!}`);
+    assert.equal((set >> CAP_SYS_ADMIN) & 1n, 0n, `pid 1's ${field} still has CAP_SYS_ADMIN`);
+  }
 });
 
 test("uid inside is configurable", async () => {
