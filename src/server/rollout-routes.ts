@@ -10,6 +10,7 @@ import type { Rollout, RolloutEngine, RolloutGroup, RolloutInfo, RolloutOutcome 
 import { native, rollout as wire } from "../wire/index.js";
 import type { Principal } from "./auth.js";
 import { readBounded, writeBounded } from "./bounded-io.js";
+import { runExecRequest } from "./lifecycle-exec.js";
 import { LIFECYCLE } from "./lifecycle-sandboxes.js";
 import { clientGone, principalOf, type RouteContext } from "./route-context.js";
 
@@ -72,33 +73,9 @@ export function registerRolloutRoutes(app: FastifyInstance, ctx: RouteContext, e
 /** Routes on one rollout: inspect, commands, files, reward, fork, close. */
 function registerRolloutWork(app: FastifyInstance, ctx: RouteContext, access: RolloutAccess): void {
   app.get("/rollouts/:rid", { config }, async (req) => rolloutToWire(access.rollout(req).info()));
-  app.post("/rollouts/:rid/exec", { config }, async (req, reply) => {
-    const r = native.ExecRequest.parse(req.body);
-    const max = ctx.limits.maxReadBytes;
-    if (r.output_limit_bytes !== undefined && r.output_limit_bytes > max)
-      throw new InvalidInputError(`output_limit_bytes ${r.output_limit_bytes} is above this server's maximum ${max}`);
-    const started = performance.now();
-    const res = await access.rollout(req).exec(r.command, {
-      timeoutMs: r.timeout_ms,
-      cwd: r.cwd,
-      env: r.env,
-      stdin: r.stdin,
-      mergeOutput: r.merge_output,
-      outputLimitBytes: r.output_limit_bytes,
-      signal: clientGone(reply),
-    });
-    ctx.metrics.commands.observe({ kind: "exec" }, (performance.now() - started) / 1000);
-    return {
-      exit_code: res.exitCode,
-      stdout: res.stdout,
-      stderr: res.stderr,
-      timed_out: res.timedOut,
-      truncated: res.truncated,
-      limit: res.limit ?? null,
-      signal: res.signal ?? null,
-      duration_ms: res.durationMs,
-    };
-  });
+  app.post("/rollouts/:rid/exec", { config }, (req, reply) =>
+    runExecRequest(ctx, () => access.rollout(req), req.body, reply),
+  );
   app.get("/rollouts/:rid/files", { config }, async (req, reply) => {
     const path = (req.query as { path?: string }).path;
     if (!path) throw new InvalidInputError("query parameter 'path' is required");

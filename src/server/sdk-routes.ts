@@ -6,6 +6,7 @@ import { StringDecoder } from "node:string_decoder";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { errorCode, InvalidInputError } from "../errors.js";
 import { native } from "../wire/index.js";
+import { execRequestOptions } from "./lifecycle-exec.js";
 import { baseUrl, describe, LIFECYCLE } from "./lifecycle-sandboxes.js";
 import type { Entry } from "./registry.js";
 import { byId, clientGone, onEntry, type RouteContext } from "./route-context.js";
@@ -13,9 +14,8 @@ import { byId, clientGone, onEntry, type RouteContext } from "./route-context.js
 /** Run one command, writing each chunk as an NDJSON line; the client going away kills the command's whole tree. */
 async function streamCommand(ctx: RouteContext, e: Entry, req: FastifyRequest, reply: FastifyReply): Promise<void> {
   const r = native.ExecRequest.parse(req.body);
-  const max = r.output_limit_bytes ?? ctx.limits.maxReadBytes;
-  if (max > ctx.limits.maxReadBytes)
-    throw new InvalidInputError(`output_limit_bytes ${max} is above this server's maximum ${ctx.limits.maxReadBytes}`);
+  const opts = execRequestOptions(ctx, r);
+  const max = opts.outputLimitBytes ?? ctx.limits.maxReadBytes;
   const started = performance.now();
   const gone = clientGone(reply);
   reply.hijack();
@@ -37,11 +37,7 @@ async function streamCommand(ctx: RouteContext, e: Entry, req: FastifyRequest, r
     };
   };
   const res = await e.sandbox.exec(r.command, {
-    timeoutMs: r.timeout_ms,
-    cwd: r.cwd,
-    env: r.env,
-    stdin: r.stdin,
-    mergeOutput: r.merge_output,
+    ...opts,
     outputLimitBytes: max,
     onStdout: forward("stdout"),
     onStderr: forward("stderr"),
