@@ -7,6 +7,7 @@ import { InvalidInputError, SandboxLostError } from "../errors.js";
 import { evaluate, type EvaluateOptions } from "../eval/reward-api.js";
 import type { ExecOptions, ExecResult } from "../sandbox/exec.js";
 import type { SandboxFiles } from "../sandbox/files.js";
+import { isRunning } from "../sandbox/procfs.js";
 import type { Sandbox, SessionManager } from "../sandbox/sandbox.js";
 import type { Instance } from "../tasks/types.js";
 import { classifyOutcome, infraOutcome, type OutcomeSubject } from "./outcome.js";
@@ -18,7 +19,6 @@ import type {
   RolloutOutcome,
   RolloutState,
 } from "./types.js";
-import { alive } from "./warm-pool.js";
 
 /** What a rollout needs from its group. */
 export interface RolloutContext {
@@ -136,7 +136,7 @@ export class Rollout {
   private checkLost(): boolean {
     if (this.failure) return true;
     if (this.closeAsked || !this.sandbox) return false;
-    if (this.sandbox.isClosed || !alive(this.sandbox.pid1)) {
+    if (this.sandbox.isClosed || !isRunning(this.sandbox.pid1)) {
       this.lose("sandbox_lost", "the sandbox ended without being closed (killed, out of memory or reaped)");
       void this.sandbox.close();
       return true;

@@ -2,7 +2,7 @@
  * Sandboxes started ahead of need, per task, bounded: a group takes them instead of starting its own. A pool
  * sandbox was started exactly as a group's own and nothing ran in it; one that died meanwhile is never handed out.
  */
-import { readFileSync } from "node:fs";
+import { isRunning } from "../sandbox/procfs.js";
 import type { Sandbox } from "../sandbox/sandbox.js";
 
 interface Entry {
@@ -58,7 +58,7 @@ export class WarmPool {
       const entry = list.shift()!;
       this.count--;
       clearTimeout(entry.timer);
-      if (entry.sandbox.isClosed || !alive(entry.sandbox.pid1)) void entry.sandbox.close();
+      if (entry.sandbox.isClosed || !isRunning(entry.sandbox.pid1)) void entry.sandbox.close();
       else out.push(entry.sandbox);
     }
     if (list.length === 0) this.byTask.delete(task);
@@ -79,24 +79,5 @@ export class WarmPool {
     if (list!.length === 0) this.byTask.delete(task);
     this.count--;
     await entry.sandbox.close();
-  }
-}
-
-/** The kernel's PF_EXITING: the task is on its way out (a killed namespace init stays so while it reaps the rest). */
-const PF_EXITING = 0x4;
-
-/**
- * The sandbox's init is still running. A killed sandbox closes itself, but only once its launcher noticed; meanwhile
- * its init is exiting (killing the namespace's other processes first) or a zombie, which `kill(pid, 0)` would
- * still find.
- */
-export function alive(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    // Fields after the command name: state, ppid, pgrp, session, tty, tpgid, flags...
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return fields[0] !== "Z" && fields[0] !== "X" && (Number(fields[6]) & PF_EXITING) === 0;
-  } catch {
-    return false;
   }
 }

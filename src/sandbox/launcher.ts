@@ -1,11 +1,11 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { Readable, Writable } from "node:stream";
 import { SandboxError } from "../errors.js";
 import { helperPath, type IdRange, type LaunchMode, requireTool } from "./host.js";
 import { cgroupDirs, type SandboxCgroups } from "./limits.js";
+import { parentPid } from "./procfs.js";
 import { bwrapArgs, checkPlanPaths, INIT_PATH, type MountPlan, planSources } from "./plan.js";
 
 export interface LaunchRequest {
@@ -146,8 +146,6 @@ async function joinCgroups(launchPid: number, pid1: Promise<number>, dirs: strin
   for (const dir of dirs) await writeFile(join(dir, "cgroup.procs"), String(launchPid));
   const pid = await pid1;
   if (dirs.length === 0) return;
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-  const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-  if (ppid !== launchPid) throw new SandboxError(`pid 1 (${pid}) is not the launch's child`);
+  if (parentPid(pid) !== launchPid) throw new SandboxError(`pid 1 (${pid}) is not the launch's child`);
   for (const dir of dirs) await writeFile(join(dir, "cgroup.procs"), String(pid));
 }

@@ -22,6 +22,18 @@ export function parentPid(pid: number): number | undefined {
   return f ? Number(f[1]) : undefined;
 }
 
+/** The kernel's PF_EXITING: the task is on its way out (a killed namespace init stays so while it reaps the rest). */
+const PF_EXITING = 0x4;
+
+/**
+ * The process is still running: not exiting (a killed namespace init stays so while it reaps the rest), not a
+ * zombie, which `kill(pid, 0)` would still find.
+ */
+export function isRunning(pid: number): boolean {
+  const f = statFields(pid);
+  return f !== undefined && f[0] !== "Z" && f[0] !== "X" && (Number(f[6]) & PF_EXITING) === 0;
+}
+
 /** The process's command name ("" once it exited). */
 export function commandName(pid: number | undefined): string {
   if (!pid) return "";
