@@ -7,12 +7,12 @@ import type { FastifyInstance, FastifyRequest } from "fastify";
 import { InvalidInputError, LimitError, NotFoundError, NotImplementedError } from "../errors.js";
 import type { PhaseTimings } from "../eval/runner/timings.js";
 import type { Rollout, RolloutEngine, RolloutGroup, RolloutInfo, RolloutOutcome } from "../rollout/index.js";
-import { native, rollout as wire } from "../wire/index.js";
+import { rollout as wire } from "../wire/index.js";
 import type { Principal } from "./auth.js";
 import { readBounded, writeBounded } from "./bounded-io.js";
 import { runExecRequest } from "./lifecycle-exec.js";
 import { LIFECYCLE } from "./lifecycle-sandboxes.js";
-import { clientGone, principalOf, type RouteContext } from "./route-context.js";
+import { principalOf, type RouteContext } from "./route-context.js";
 
 const config = LIFECYCLE;
 

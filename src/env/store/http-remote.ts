@@ -9,13 +9,12 @@ import { join } from "node:path";
 import { Readable } from "node:stream";
 import { InvalidInputError, NotFoundError, StoreCorruptError } from "../../errors.js";
 import type { LayerKey } from "../types.js";
-import { mapLimit, scratchName, syncFilesystem } from "./fsutil.js";
+import { mapLimit, scratchName } from "./fsutil.js";
 import { assertLayerKey, objectIdFor, isExecutableId, type ObjectId, type Store } from "./layout.js";
-import { lockFile } from "./lock.js";
-import { assertCanWrite, parseManifest, referencedObjects, writeManifest } from "./manifest.js";
-import { hasObject, placeObject, writeHashed } from "./objects.js";
+import { parseManifest } from "./manifest.js";
+import { placeObject, writeHashed } from "./objects.js";
 import { importPack, type ImportResult } from "./pack.js";
-import type { PullResult } from "./remote.js";
+import { type PullResult, pullMissing } from "./remote.js";
 
 /** Another node's server. `manifestSha256`, when known, is what the layer's manifest must hash to. */
 export interface HttpSource {
@@ -151,15 +150,7 @@ export async function pullLayerHttp(
   } catch (e) {
     throw new StoreCorruptError(`${origin}: manifest of ${key} is invalid: ${(e as Error).message}`);
   }
-  const lock = await lockFile(local.lockPath, { shared: true });
-  try {
-    await assertCanWrite(local, manifest, opts.replace ?? false);
-    const result: PullResult = { key, objectsFetched: 0, bytesFetched: 0, objectsPresent: 0 };
-    const missing: [ObjectId, number][] = [];
-    for (const [id, size] of referencedObjects(manifest)) {
-      if (await hasObject(local, id, size)) result.objectsPresent++;
-      else missing.push([id, size]);
-    }
+  return pullMissing(local, manifest, opts.replace ?? false, async (missing, result) => {
     const maxObjects = Math.min(opts.batchObjects ?? 512, MAX_OBJECTS_PER_REQUEST);
     const groups = batches(missing, maxObjects, opts.batchBytes ?? 64 << 20);
     await mapLimit(groups, opts.concurrency ?? 2, async (group) => {
@@ -187,12 +178,7 @@ export async function pullLayerHttp(
       }
       if (await reader.read(1)) throw new StoreCorruptError(`${origin}: objects of ${key}: more bytes than asked for`);
     });
-    await syncFilesystem(local.objectsDir);
-    await writeManifest(local, manifest);
-    return result;
-  } finally {
-    await lock.release();
-  }
+  });
 }
 
 /** Fetch layer `key` from a peer's server as one pack and import it (the pack is validated entry by entry). */

@@ -5,9 +5,9 @@
 import type { LayerKey } from "../types.js";
 import { errCode, StoreCorruptError } from "../../errors.js";
 import { mapLimit, syncFilesystem } from "./fsutil.js";
-import { openStore, objectPath, type Store } from "./layout.js";
+import { type ObjectId, openStore, objectPath, type Store } from "./layout.js";
 import { lockFile } from "./lock.js";
-import { assertCanWrite, readManifest, referencedObjects, writeManifest } from "./manifest.js";
+import { assertCanWrite, type LayerManifest, readManifest, referencedObjects, writeManifest } from "./manifest.js";
 import { copyVerified, hasObject } from "./objects.js";
 
 export interface PullOptions {
@@ -36,16 +36,8 @@ export async function pullLayer(
 ): Promise<PullResult> {
   const remote = openStore(remoteDir, { create: false });
   const manifest = await readManifest(remote, key);
-  const lock = await lockFile(local.lockPath, { shared: true });
-  try {
-    await assertCanWrite(local, manifest, opts.replace ?? false);
-    const result: PullResult = { key, objectsFetched: 0, bytesFetched: 0, objectsPresent: 0 };
-    const missing: [string, number][] = [];
-    for (const [id, size] of referencedObjects(manifest)) {
-      if (await hasObject(local, id, size)) result.objectsPresent++;
-      else missing.push([id, size]);
-    }
-    await mapLimit(missing, opts.concurrency ?? 4, async ([id, size]) => {
+  return pullMissing(local, manifest, opts.replace ?? false, (missing, result) =>
+    mapLimit(missing, opts.concurrency ?? 4, async ([id, size]) => {
       try {
         const corrupt = () =>
           new StoreCorruptError(
@@ -63,7 +55,30 @@ export async function pullLayer(
       }
       result.objectsFetched++;
       result.bytesFetched += size;
-    });
+    }).then(() => undefined),
+  );
+}
+
+/**
+ * Every pull's frame: under the local store's shared lock, the layer checked writable, `fetch` given the objects the
+ * store lacks (it counts what it fetched in `result`), then everything synced and the manifest written last.
+ */
+export async function pullMissing(
+  local: Store,
+  manifest: LayerManifest,
+  replace: boolean,
+  fetch: (missing: [ObjectId, number][], result: PullResult) => Promise<void>,
+): Promise<PullResult> {
+  const lock = await lockFile(local.lockPath, { shared: true });
+  try {
+    await assertCanWrite(local, manifest, replace);
+    const result: PullResult = { key: manifest.key, objectsFetched: 0, bytesFetched: 0, objectsPresent: 0 };
+    const missing: [ObjectId, number][] = [];
+    for (const [id, size] of referencedObjects(manifest)) {
+      if (await hasObject(local, id, size)) result.objectsPresent++;
+      else missing.push([id, size]);
+    }
+    await fetch(missing, result);
     await syncFilesystem(local.objectsDir);
     await writeManifest(local, manifest);
     return result;
