@@ -177,16 +177,23 @@ describe("escape attempts as an unprivileged user (user-namespace mode)", () => 
     assert.equal(r.status, 0, `the unprivileged suite failed:\n${failures(r.out)}`);
   });
 
-  test("a cgroup group not handed to the user: sandboxes start, limits reported not enforced", async (t) => {
-    const s = ready(t);
-    if (!s) return;
-    if (!cg.memory || !cg.pids) return t.skip("cgroup v1 memory and pids controllers are not mounted");
+  /** The user's per-uid cgroup groups, made for this test (handed to the user when `delegate`); undefined: skipped. */
+  const makeUserGroups = (t: { skip: (why: string) => void }, s: Setup, delegate: boolean): string[] | undefined => {
+    if (!cg.memory || !cg.pids) return void t.skip("cgroup v1 memory and pids controllers are not mounted");
     const dirs = cgroupDirs(s.uid);
-    if (dirs.some((d) => existsSync(d))) return t.skip(`${dirs.join(", ")} already exist: not ours to change`);
+    if (dirs.some((d) => existsSync(d))) return void t.skip(`${dirs.join(", ")} already exist: not ours to change`);
     for (const d of dirs) {
       mkdirSync(d);
       created.push(d);
+      if (delegate) assert.equal(run("chown", ["-R", `${s.uid}:${s.gid}`, d]).status, 0);
     }
+    return dirs;
+  };
+
+  test("a cgroup group not handed to the user: sandboxes start, limits reported not enforced", async (t) => {
+    const s = ready(t);
+    const dirs = s && makeUserGroups(t, s, false);
+    if (!s || !dirs) return;
     try {
       const r = await runPhase(s, "reported", false);
       assert.equal(r.status, 0, `with a group root kept for itself:\n${failures(r.out)}`);
@@ -197,15 +204,8 @@ describe("escape attempts as an unprivileged user (user-namespace mode)", () => 
 
   test("with cgroups delegated to the user, a fork bomb and a memory hog are stopped", async (t) => {
     const s = ready(t);
-    if (!s) return;
-    if (!cg.memory || !cg.pids) return t.skip("cgroup v1 memory and pids controllers are not mounted");
-    const dirs = cgroupDirs(s.uid);
-    if (dirs.some((d) => existsSync(d))) return t.skip(`${dirs.join(", ")} already exist: not ours to change`);
-    for (const d of dirs) {
-      mkdirSync(d);
-      created.push(d);
-      assert.equal(run("chown", ["-R", `${s.uid}:${s.gid}`, d]).status, 0);
-    }
+    const dirs = s && makeUserGroups(t, s, true);
+    if (!s || !dirs) return;
     try {
       const r = await runPhase(s, "limits", true);
       assert.equal(r.status, 0, `with delegated cgroups:\n${failures(r.out)}`);
