@@ -6,13 +6,17 @@
  *                                                  caller alone otherwise), size-limited tmpfs scratch, the
  *                                                  home's skeleton files, id-mapped copy-on-write trees, rlimits,
  *                                                  then exec bwrap (the caller moves it and pid 1 into the cgroups)
- *   msb-helper init LABEL [--no-seccomp]           pid 1 of a sandbox: not ptraceable; once in its cgroups (a byte
+ *   msb-helper init [options] LABEL                pid 1 of a sandbox: Docker's masks (--read-only, --mask-file,
+ *                                                  --mask-dir PATH); not ptraceable; once in its cgroups (a byte
  *                                                  on stdin), its own cgroup namespace, then nothing inherited,
  *                                                  fresh keyring, seccomp; signals readiness on fd 4, then reaps
- *   msb-helper enter [options] -- CMD ARGS...      join cgroups, rlimits, enter pid 1's namespaces and root, fork;
+ *   msb-helper enter [options] -- CMD ARGS...      join cgroups, enter pid 1's namespaces and root, rlimits, fork;
  *                                                  the child drops to the sandbox's capabilities and user, closes
  *                                                  inherited descriptors, gets a fresh keyring, no_new_privs and
  *                                                  seccomp, then execs CMD
+ *   msb-helper enter --args-fd N --cgroup DIR...   the same, started ahead of its command: once in its cgroups, the
+ *                                                  rest (--pid, options, `-- CMD ARGS...`) is read from fd N
+ *                                                  (NUL-separated, until EOF; nothing at all: exit 0, nothing run)
  *   msb-helper check                               prints what this kernel and build support (for `doctor`)
  *   msb-helper export-bpf                          the seccomp profile as C arrays (embedded at build time)
  *
@@ -551,16 +555,12 @@ static void make_scratch(const struct launch_opts *o) {
     mode_t mode;
   } dirs[] = {
     {"root", 0755}, {"tmp", 01777}, {"shm", 01777}, {"home", 0755}, {"upper", 0755}, {"work", 0755},
-    {"m", 0755},    {"l", 0700},    {"b", 0755},    {"empty", 0555},
+    {"m", 0755},    {"l", 0700},    {"b", 0755},
   };
   for (size_t d = 0; d < sizeof dirs / sizeof dirs[0]; d++) {
     fmt(path, sizeof path, "%s/%s", o->scratch, dirs[d].name);
     mkdir_or_die(path, dirs[d].mode);
   }
-  fmt(path, sizeof path, "%s/void", o->scratch);
-  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
-  if (fd < 0) die(1, "create %s: %s", path, strerror(errno));
-  close(fd);
   unsigned ou = 0, og = 0;
   if (sscanf(o->owner, "%u:%u", &ou, &og) != 2) die(2, "bad --owner %s", o->owner);
   fmt(path, sizeof path, "%s/home", o->scratch);
@@ -648,11 +648,54 @@ static void own_cgroup_namespace(void) {
   if (syscall(SYS_capset, &head, data) != 0) die(1, "capset: %s", strerror(errno));
 }
 
+/*
+ * Docker's masks, made by pid 1 before anything else runs (bwrap would read its whole mount table after each mount:
+ * a third of a start's CPU). The new mount API sets only the flags asked for, so flags a mount keeps locked stay.
+ */
+static void read_only_in_place(const char *path) {
+  int tree = (int)syscall(SYS_open_tree, AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+  if (tree < 0) die(1, "open_tree %s: %s", path, strerror(errno));
+  struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC};
+  if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) != 0)
+    die(1, "read-only %s: %s", path, strerror(errno));
+  if (syscall(SYS_move_mount, tree, "", AT_FDCWD, path, MOVE_MOUNT_F_EMPTY_PATH) != 0)
+    die(1, "mount on %s: %s", path, strerror(errno));
+  close(tree);
+}
+
+/* A file reads as empty: /dev/null on top, read-only (a device on a nodev mount would not open). */
+static void mask_file(const char *path) {
+  int tree = (int)syscall(SYS_open_tree, AT_FDCWD, "/dev/null", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  if (tree < 0) die(1, "open_tree /dev/null: %s", strerror(errno));
+  struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC};
+  if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) != 0)
+    die(1, "read-only /dev/null: %s", strerror(errno));
+  if (syscall(SYS_move_mount, tree, "", AT_FDCWD, path, MOVE_MOUNT_F_EMPTY_PATH) != 0)
+    die(1, "mask %s: %s", path, strerror(errno));
+  close(tree);
+}
+
+/* A directory shows as empty: a read-only tmpfs on top. */
+static void mask_dir(const char *path) {
+  if (mount("masked", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555") != 0)
+    die(1, "mask %s: %s", path, strerror(errno));
+}
+
 static int cmd_init(int argc, char **argv) {
   prog = "minisandbox-init";
-  int seccomp = !(argc >= 2 && !strcmp(argv[1], "--no-seccomp"));
   /* Not ptraceable, its /proc entries closed to the sandbox's own root: commands cannot take over pid 1. */
   if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) die(1, "dumpable: %s", strerror(errno));
+  int seccomp = 1;
+  int i = 1;
+  for (; i < argc - 1; i += 2) {
+    const char *a = argv[i], *v = argv[i + 1];
+    if (!strcmp(a, "--no-seccomp")) seccomp = 0, i--;
+    else if (!strcmp(a, "--read-only")) read_only_in_place(v);
+    else if (!strcmp(a, "--mask-file")) mask_file(v);
+    else if (!strcmp(a, "--mask-dir")) mask_dir(v);
+    else die(2, "init: unknown option %s", a);
+  }
+  if (i != argc - 1) die(2, "usage: msb-helper init [--no-seccomp] [--read-only|--mask-file|--mask-dir PATH]... LABEL");
   own_cgroup_namespace();
   fresh_keyring();
   close_from(5);
@@ -765,8 +808,10 @@ struct enter_opts {
   char **cmd;
 };
 
-static void parse_enter(int argc, char **argv, struct enter_opts *o) {
-  o->envs = calloc((size_t)argc + 1, sizeof *o->envs);
+/* `late`: options read from --args-fd, once the cgroups are joined. */
+static void parse_enter(int argc, char **argv, struct enter_opts *o, int late) {
+  o->envs = realloc(o->envs, ((size_t)o->nenv + (size_t)argc + 1) * sizeof *o->envs);
+  if (!o->envs) die(1, "out of memory");
   int i = 0;
   for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
     const char *a = argv[i];
@@ -776,6 +821,7 @@ static void parse_enter(int argc, char **argv, struct enter_opts *o) {
     else if (!strcmp(a, "--no-seccomp")) o->seccomp = 0;
     else if (!strcmp(a, "--keep-terminal")) o->keep_terminal = 1;
     else if (!v) die(2, "%s needs a value", a);
+    else if (late && !strcmp(a, "--cgroup")) die(2, "--cgroup comes before the command, not with it");
     else if (!strcmp(a, "--pid")) o->pid = v, i++;
     else if (!strcmp(a, "--cgroup")) push(o->cgroups, &o->ncg, v), i++;
     else if (!strcmp(a, "--caps")) o->caps = v, i++;
@@ -785,8 +831,38 @@ static void parse_enter(int argc, char **argv, struct enter_opts *o) {
     else if (!strcmp(a, "--env")) o->envs[o->nenv++] = v, i++;
     else die(2, "unknown option %s", a);
   }
-  if (!o->pid || !o->caps || i >= argc - 1) die(2, "usage: msb-helper enter --pid PID --caps LIST [...] -- CMD...");
-  o->cmd = argv + i + 1;
+  if (o->cmd) die(2, "msb-helper enter: one command");
+  if (i < argc - 1) o->cmd = argv + i + 1;
+}
+
+/* The rest of an `enter --args-fd` command line: NUL-separated tokens until EOF (NULL when there are none). */
+#define MAX_LATE_ARGS (4 << 20)
+static char **read_late_args(int fd, int *count) {
+  size_t cap = 1 << 14, len = 0;
+  char *buf = malloc(cap + 1);
+  for (;;) {
+    if (!buf) die(1, "out of memory");
+    ssize_t r = read(fd, buf + len, cap - len);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) die(1, "read arguments: %s", strerror(errno));
+    if (r == 0) break;
+    len += (size_t)r;
+    if (len == cap) {
+      if (cap >= MAX_LATE_ARGS) die(2, "arguments over %d bytes", MAX_LATE_ARGS);
+      cap *= 2;
+      buf = realloc(buf, cap + 1);
+    }
+  }
+  close(fd);
+  if (len == 0) return NULL;
+  if (buf[len - 1] != '\0') buf[len++] = '\0'; /* the last token may omit its terminator */
+  int n = 0;
+  for (size_t k = 0; k < len; k++) n += buf[k] == '\0';
+  char **args = calloc((size_t)n + 1, sizeof *args);
+  if (!args) die(1, "out of memory");
+  for (size_t k = 0, t = 0; k < len; k += strlen(buf + k) + 1) args[t++] = buf + k;
+  *count = n;
+  return args;
 }
 
 /* In the child, inside every namespace: become the sandbox's user with its capabilities, then exec. */
@@ -814,10 +890,24 @@ static void become_and_exec(const struct enter_opts *o) {
 
 static int cmd_enter(int argc, char **argv) {
   struct enter_opts o = {.cwd = "/", .seccomp = 1};
-  parse_enter(argc, argv, &o);
-  /* Cgroups first, so that nothing this command forks escapes its accounting (or its kill). */
+  int args_fd = -1;
+  if (argc >= 2 && !strcmp(argv[0], "--args-fd")) {
+    args_fd = (int)parse_uint(argv[1], "--args-fd");
+    argc -= 2, argv += 2;
+  }
+  parse_enter(argc, argv, &o, 0);
+  if (args_fd < 0 && !o.cmd) die(2, "usage: msb-helper enter --pid PID --caps LIST [...] -- CMD...");
+  if (args_fd >= 0 && o.cmd) die(2, "usage: msb-helper enter --args-fd N: the command comes on fd N");
+  /* Cgroups first, so that nothing this command forks escapes its accounting (or its kill). A cgroup v1 move waits
+     for an RCU grace period: joined ahead of the command (--args-fd), that wait is not in its latency. */
   for (int c = 0; c < o.ncg; c++) join_cgroup(o.cgroups[c]);
-  apply_rlimits(&o.limits);
+  if (args_fd >= 0) {
+    int n = 0;
+    char **late = read_late_args(args_fd, &n);
+    if (!late) return 0; /* not needed after all */
+    parse_enter(n, late, &o, 1);
+  }
+  if (!o.pid || !o.caps || !o.cmd) die(2, "usage: msb-helper enter --pid PID --caps LIST [...] -- CMD...");
   /* nsenter's order: the user namespace first (it grants the rights to join the others), the mount one last. */
   static const char *const order[] = {"user", "cgroup", "ipc", "uts", "net", "pid", "mnt"};
   int fds[7];
@@ -831,6 +921,7 @@ static int cmd_enter(int argc, char **argv) {
   if (fchdir(root) != 0 || chroot(".") != 0) die(1, "enter root: %s", strerror(errno));
   /* This waiting parent stays outside the sandbox's pid namespace; keep it out of reach of its own uid too. */
   prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  apply_rlimits(&o.limits);
   /* A pid namespace applies to children only. */
   pid_t child = fork();
   if (child < 0) die(1, "fork: %s", strerror(errno));

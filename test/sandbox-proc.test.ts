@@ -2,6 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync, readlinkSync } from "node:fs";
 import { createServer } from "node:net";
+import { InvalidInputError } from "../src/errors.js";
 import { Sandbox } from "../src/sandbox/sandbox.js";
 import { helperPath } from "../src/sandbox/host.js";
 import { tempHome } from "./helpers.js";
@@ -104,7 +105,9 @@ test("with the native helper: pid 1 is its init carrying the sandbox id; start e
   assert.ok(helperPath(), "npm run build compiles native/msb-helper.c (needs gcc and libc6-dev)");
   await using sb = await Sandbox.create({ home });
   const ps = await sb.exec(["ps", "-eo", "pid,args", "--no-headers"]);
-  assert.match(ps.stdout, new RegExp(`^\\s*1 /run/sandbox-init init ${sb.id}\\n`));
+  // pid 1's options are the masks it made (also visible in /proc/self/mountinfo), then the sandbox id.
+  assert.match(ps.stdout, new RegExp(`^\\s*1 /run/sandbox-init init (--[a-z-]+ /\\S+ )*${sb.id}\\n`));
+  assert.match(ps.stdout, /--read-only \/proc\/sys /);
   const missing = await sb.exec(["no-such-program"]);
   assert.equal(missing.exitCode, 127);
   assert.equal(missing.stderr, "minisandbox: 'no-such-program': No such file or directory\n");
@@ -113,4 +116,16 @@ test("with the native helper: pid 1 is its init carrying the sandbox id; start e
   assert.equal(noDir.stderr, "minisandbox: cannot change directory to '/no/dir': No such file or directory\n");
   const notExec = await sb.exec(["/etc/passwd"]);
   assert.equal(notExec.exitCode, 126);
+});
+
+test("a NUL byte in a command, its environment or its directory is refused, never read as an extra option", async () => {
+  await using sb = await Sandbox.create({ home });
+  for (const attempt of [
+    () => sb.exec(["echo", "a\0--no-seccomp"]),
+    () => sb.exec("true", { env: { X: "1\0--uid\x000" } }),
+    () => sb.exec("true", { cwd: "/tmp\0--no-seccomp" }),
+  ])
+    await assert.rejects(attempt, (e: Error) => e instanceof InvalidInputError && /NUL/.test(e.message));
+  const r = await sb.exec("grep Seccomp: /proc/self/status; id -u");
+  assert.equal(r.stdout, "Seccomp:\t2\n0\n");
 });

@@ -1,11 +1,17 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { InvalidInputError } from "../errors.js";
 import { helperPath } from "./host.js";
 import { SANDBOX_CAPS } from "./plan.js";
 
-/** How to start a process inside a running sandbox. */
-export interface EnterSpec {
+/** Where a process enters a running sandbox: fixed for the sandbox's life, known before any command. */
+export interface EnterPlace {
   pid1: number;
   /** cgroup dirs the process joins before entering (the sandbox's memory group, its own pids group). */
   cgroupDirs: string[];
+}
+
+/** What one command runs as, once inside. */
+export interface EnterCommand {
   rlimits: string[];
   uid: number;
   gid: number;
@@ -18,18 +24,14 @@ export interface EnterSpec {
   keepTerminal?: boolean;
 }
 
-/**
- * argv that runs `command` inside the sandbox, in one exec of the native helper: join cgroups, apply rlimits, enter
- * every namespace of pid 1 (user namespace first, root and cwd included), then, in a child: Docker's capability
- * set, the sandbox's user, no inherited descriptors, a fresh keyring, a clean environment, no_new_privs, seccomp.
- */
-export function enterArgv(spec: EnterSpec, command: readonly string[]): string[] {
+export type EnterSpec = EnterPlace & EnterCommand;
+
+function placeArgs(place: EnterPlace): string[] {
+  return ["--pid", String(place.pid1), ...place.cgroupDirs.flatMap((c) => ["--cgroup", c])];
+}
+
+function commandArgs(spec: EnterCommand, command: readonly string[]): string[] {
   return [
-    helperPath(),
-    "enter",
-    "--pid",
-    String(spec.pid1),
-    ...spec.cgroupDirs.flatMap((c) => ["--cgroup", c]),
     ...spec.rlimits,
     "--caps",
     SANDBOX_CAPS.join(","),
@@ -46,4 +48,78 @@ export function enterArgv(spec: EnterSpec, command: readonly string[]): string[]
     "--",
     ...command,
   ];
+}
+
+/**
+ * argv that runs `command` inside the sandbox, in one exec of the native helper: join cgroups, enter every namespace
+ * of pid 1 (user namespace first, root and cwd included), rlimits, then, in a child: Docker's capability set, the
+ * sandbox's user, no inherited descriptors, a fresh keyring, a clean environment, no_new_privs, seccomp.
+ */
+export function enterArgv(spec: EnterSpec, command: readonly string[]): string[] {
+  return [helperPath(), "enter", ...placeArgs(spec), ...commandArgs(spec, command)];
+}
+
+/** Descriptor of a waiting helper on which its command arrives. */
+const ARGS_FD = 3;
+
+/**
+ * A helper started ahead of its command: it joins the command's cgroups, then waits. A cgroup v1 move waits for an
+ * RCU grace period (5-15 ms on an idle host); joined ahead, the command does not wait for it. Given the command, it
+ * enters the sandbox as `enterArgv` does. Its stdio pipes are the command's; until `run`, nothing runs inside.
+ */
+export class WaitingHelper {
+  readonly child: ChildProcess;
+  private used = false;
+  private failed = false;
+
+  constructor(
+    cgroupDirs: string[],
+    /** The command's own pids cgroup (removed by the caller once the command ended). */
+    readonly group: string | undefined,
+  ) {
+    const argv = [helperPath(), "enter", "--args-fd", String(ARGS_FD), ...cgroupDirs.flatMap((c) => ["--cgroup", c])];
+    this.child = spawn(argv[0]!, argv.slice(1), { stdio: ["pipe", "pipe", "pipe", "pipe"], env: {} });
+    this.child.on("error", () => {
+      this.failed = true;
+    });
+    this.child.stdio[ARGS_FD]!.on("error", () => {});
+    this.child.stdin!.on("error", () => {});
+  }
+
+  /** Still waiting for its command: not failed, used or dropped. */
+  get ready(): boolean {
+    return !this.used && !this.failed && this.child.exitCode === null && this.child.signalCode === null;
+  }
+
+  /** Hands over the command: the helper enters pid 1's namespaces, runs it as `spec` says and mirrors its exit. */
+  run(spec: EnterSpec, command: readonly string[]): ChildProcess {
+    if (this.used) throw new Error("a waiting helper runs one command");
+    const args = ["--pid", String(spec.pid1), ...commandArgs(spec, command)];
+    // NUL separates the arguments on the wire: one inside a value would smuggle in an option of its own.
+    if (args.some((a) => a.includes("\0")))
+      throw new InvalidInputError("a command, its environment and its directory cannot contain NUL bytes");
+    this.used = true;
+    (this.child.stdio[ARGS_FD] as NodeJS.WritableStream).end(`${args.join("\0")}\0`);
+    return this.child;
+  }
+
+  /** Not needed after all: with no command the helper leaves without running anything. Resolves once it is gone. */
+  drop(): Promise<void> {
+    const gone = new Promise<void>((resolve) => {
+      if (this.child.exitCode !== null || this.child.signalCode !== null || this.failed) return resolve();
+      // It leaves at once when told; one that does not is killed (it has run nothing of the sandbox's).
+      const stuck = setTimeout(() => this.child.kill("SIGKILL"), 2000);
+      this.child.once("exit", () => {
+        clearTimeout(stuck);
+        resolve();
+      });
+    });
+    if (!this.used) {
+      this.used = true;
+      (this.child.stdio[ARGS_FD] as NodeJS.WritableStream).end();
+      this.child.stdout!.resume();
+      this.child.stderr!.resume();
+    }
+    return gone;
+  }
 }

@@ -1,4 +1,4 @@
-import { type ChildProcess, spawn } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { CappedBuffer } from "./output.js";
 
 /** Which limit ended a command, when one did. */
@@ -44,7 +44,8 @@ export const DEFAULT_OUTPUT_LIMIT = 16 * 1024 * 1024;
 const DRAIN_GRACE_MS = 250;
 
 export interface SpawnedCommand {
-  argv: string[];
+  /** The command's process, its stdio piped. */
+  child: ChildProcess;
   /** Kills the whole process tree of this command. */
   killTree: (rootPid: number) => Promise<void>;
   /** Reads which limit was hit (from cgroup counters), after exit. */
@@ -95,12 +96,11 @@ function onDone(child: ChildProcess, done: (code: number | null, signal: NodeJS.
   });
 }
 
-/** Run an already-built argv (see enterArgv) and collect its result. */
+/** Collect the result of a started command (see Sandbox.exec). */
 export function runCommand(cmd: SpawnedCommand, opts: ExecOptions): Promise<ExecResult> {
   const started = performance.now();
-  const [bin, ...args] = cmd.argv;
+  const { child } = cmd;
   return new Promise((resolve, reject) => {
-    const child = spawn(bin!, args, { stdio: ["pipe", "pipe", "pipe"], env: {} });
     const output = capture(child, opts);
     let timedOut = false;
     const kill = (): void => void cmd.killTree(child.pid!);

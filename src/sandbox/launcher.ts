@@ -6,7 +6,7 @@ import { SandboxError } from "../errors.js";
 import { helperPath, type IdRange, type LaunchMode, requireTool } from "./host.js";
 import { cgroupDirs, type SandboxCgroups } from "./limits.js";
 import { parentPid } from "./procfs.js";
-import { bwrapArgs, checkPlanPaths, INIT_PATH, type MountPlan, planSources } from "./plan.js";
+import { bwrapArgs, checkPlanPaths, INIT_PATH, initMaskArgs, type MountPlan, planSources } from "./plan.js";
 
 export interface LaunchRequest {
   plan: MountPlan;
@@ -105,7 +105,7 @@ function launchArgv(req: LaunchRequest): string[] {
   for (const [name, text] of Object.entries(req.homeFiles ?? {})) a.push("--home-file", `${name}=${text}`);
   for (const s of planSources(req.plan, helper)) a.push(s.writable ? "--source-rw" : "--source", `${s.name}=${s.path}`);
   a.push("--", requireTool("bwrap", "bubblewrap"), ...bwrapArgs(req.plan, req.scratch), "--info-fd", "3", "--");
-  a.push(INIT_PATH, "init", ...(req.seccomp ? [] : ["--no-seccomp"]), req.label);
+  a.push(INIT_PATH, "init", ...(req.seccomp ? [] : ["--no-seccomp"]), ...initMaskArgs(), req.label);
   return a;
 }
 

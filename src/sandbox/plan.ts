@@ -98,9 +98,8 @@ export function planSources(plan: MountPlan, initBinary: string): PlanSource[] {
 
 /**
  * The bwrap arguments for a plan. `scratch` is the private, size-limited tmpfs prepared by the launch: `root` (the
- * sandbox's `/`), `tmp`, `shm`, `home`, `empty` (a directory) and `void` (a file) to mask paths with, and `m/<i>`
- * for the i-th overlay, `b/<name>` for the sources of planSources(). Every writable place lives there, so one size
- * bounds them all.
+ * sandbox's `/`), `tmp`, `shm`, `home`, `m/<i>` for the i-th overlay, `b/<name>` for the sources of planSources().
+ * Every writable place lives there, so one size bounds them all.
  */
 export function bwrapArgs(plan: MountPlan, scratch: string): string[] {
   const a: string[] = [
@@ -117,13 +116,8 @@ export function bwrapArgs(plan: MountPlan, scratch: string): string[] {
     if (e.symlinkTo) a.push("--symlink", e.symlinkTo, e.path);
     else a.push("--ro-bind", e.path, e.path);
   }
-  // Docker shows masked files as empty: an empty read-only file (a device node would not open on a nodev mount).
-  const mask = (m: MaskedPath): string[] => ["--ro-bind", `${scratch}/${m.kind === "dir" ? "empty" : "void"}`, m.path];
-  for (const m of etcSecrets()) a.push(...mask(m));
-  const proc = procCover();
+  // /etc's secrets and /proc's knobs are masked by pid 1 (initMaskArgs), before anything runs.
   a.push("--proc", "/proc");
-  for (const p of proc.readOnly) a.push("--ro-bind", p, p);
-  for (const m of proc.masked) a.push(...mask(m));
   // /dev is bwrap's own small tmpfs: read-only, with /dev/shm on the sized scratch instead.
   a.push("--dev", "/dev", "--bind", `${scratch}/shm`, "/dev/shm", "--remount-ro", "/dev");
   a.push("--bind", `${scratch}/tmp`, "/tmp");
@@ -143,6 +137,21 @@ export function bwrapArgs(plan: MountPlan, scratch: string): string[] {
   a.push("--cap-add", "CAP_SYS_ADMIN");
   a.push("--clearenv", "--setenv", "PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
   return a;
+}
+
+/**
+ * Docker's masks as arguments of pid 1 (msb-helper init), which makes them before anything else runs: /proc's knobs
+ * read-only, /proc's sensitive files and /etc's secrets empty (files read as /dev/null, directories as an empty
+ * read-only tmpfs).
+ */
+export function initMaskArgs(): string[] {
+  const proc = procCover();
+  const mask = (m: MaskedPath): string[] => [m.kind === "dir" ? "--mask-dir" : "--mask-file", m.path];
+  return [
+    ...proc.readOnly.flatMap((p) => ["--read-only", p]),
+    ...proc.masked.flatMap(mask),
+    ...etcSecrets().flatMap(mask),
+  ];
 }
 
 /** The default plan for a workspace directory at /testbed. */

@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { join, resolve } from "node:path";
@@ -6,7 +6,7 @@ import { homeLayout, resolveHome } from "../util/home.js";
 import { InvalidInputError, SandboxError } from "../errors.js";
 import { BashSession, type RunOptions, type RunResult, type SessionProcess } from "../session/bash-session.js";
 import { sessionExists, sessionMissing } from "../session/errors.js";
-import { enterArgv } from "./enter.js";
+import { enterArgv, type EnterSpec, WaitingHelper } from "./enter.js";
 import { defaultCommandEnv, HOME_DOTFILES } from "./home.js";
 import { DEFAULT_OUTPUT_LIMIT, runCommand, type ExecOptions, type ExecResult, type LimitHit } from "./exec.js";
 import { SandboxFiles, type StreamedCommand } from "./files.js";
@@ -33,6 +33,33 @@ import { commandName, descendants, killQuietly, parentPid, processStartTime } fr
 import { reapLeftovers } from "./reaper.js";
 import { reapSnapshots, Snapshot } from "./snapshot.js";
 import { makeSandboxDirs, removeSandboxDirs, sandboxPaths, type SandboxPaths, writeState } from "./state.js";
+
+/** The cgroups a command joins: the sandbox's memory and freezer groups, and its own pids group. */
+function commandCgroups(cgroups: SandboxCgroups, group: string | undefined): string[] {
+  return [cgroups.memory, cgroups.freezer, group].filter((d): d is string => Boolean(d));
+}
+
+/** A helper waiting, in a new pids group of its own, for a command of the sandbox. */
+function waitingHelper(cgroups: SandboxCgroups, name: string): WaitingHelper {
+  const group = createCommandCgroup(cgroups, name);
+  return new WaitingHelper(commandCgroups(cgroups, group), group);
+}
+
+/** A helper not needed after all leaves; its pids group goes with it (a group with a process in it stays). */
+async function dropHelper(helper: WaitingHelper): Promise<void> {
+  await helper.drop();
+  if (helper.group) removeCgroupTree(helper.group);
+}
+
+/** How one command runs inside (besides its argv). */
+export interface CommandOptions {
+  cwd?: string;
+  env?: Record<string, string>;
+  uid?: number;
+  gid?: number;
+  mergeOutput?: boolean;
+  keepTerminal?: boolean;
+}
 
 export interface SandboxOptions {
   /** Data directory (default: MINISANDBOX_HOME or the per-user default). */
@@ -151,6 +178,8 @@ export class Sandbox implements AsyncDisposable {
   private closed = false;
   private closing: Promise<void> | undefined;
   private execCounter = 0;
+  /** Started ahead of the next command, waiting in its cgroups (see WaitingHelper). */
+  private spare: WaitingHelper | undefined;
   private timer: NodeJS.Timeout | undefined;
   private readonly closeListeners: (() => void)[] = [];
 
@@ -164,6 +193,7 @@ export class Sandbox implements AsyncDisposable {
     private readonly env: Record<string, string>,
     readonly cwd: string,
     notices: string[],
+    spare: WaitingHelper,
   ) {
     const opts = inputs.opts;
     this.opts = opts;
@@ -181,6 +211,7 @@ export class Sandbox implements AsyncDisposable {
     });
     this.sessions = new SessionManager(this);
     this.commands = { run: (cmd, o) => this.exec(cmd, o) };
+    this.spare = spare;
     holder.on("exit", () => void this.close());
     if (opts.timeoutMs) {
       this.timer = setTimeout(() => void this.close(), opts.timeoutMs);
@@ -240,9 +271,12 @@ export class Sandbox implements AsyncDisposable {
     };
     const limits = opts.limits!;
     let cgroups: SandboxCgroups = {};
+    let spare: WaitingHelper | undefined;
     try {
       makeSandboxDirs(paths);
       cgroups = createCgroups(id, limits);
+      // The first command's helper joins its cgroups while the sandbox starts.
+      spare = waitingHelper(cgroups, "c0");
       const rlimits = rlimitArgs(limits);
       const launched = await launch({
         plan,
@@ -272,8 +306,9 @@ export class Sandbox implements AsyncDisposable {
       });
       const env = sandboxEnv(opts, uid, home, plan.hostname);
       const notices = [...launched.notices, ...enforcementNotices(mode)];
-      return new Sandbox(inputs, paths, launched.child, launched.pid1, cgroups, rlimits, env, plan.cwd, notices);
+      return new Sandbox(inputs, paths, launched.child, launched.pid1, cgroups, rlimits, env, plan.cwd, notices, spare);
     } catch (e) {
+      if (spare) await dropHelper(spare);
       await killSandboxCgroups(cgroups);
       removeSandboxDirs(paths);
       inputs.dir?.release();
@@ -364,36 +399,69 @@ export class Sandbox implements AsyncDisposable {
     return this.opts.limits ?? {};
   }
 
-  /** argv running `command` inside, in its own pids cgroup; cleanup removes that cgroup. */
-  commandArgv(
-    command: string[],
-    o: {
-      cwd?: string;
-      env?: Record<string, string>;
-      uid?: number;
-      gid?: number;
-      mergeOutput?: boolean;
-      keepTerminal?: boolean;
-    },
-  ): { argv: string[]; group?: string; cleanup: () => void } {
+  private commandSpec(o: CommandOptions, group: string | undefined): EnterSpec {
+    return {
+      pid1: this.pid1,
+      cgroupDirs: commandCgroups(this.cgroups, group),
+      rlimits: this.rlimits,
+      uid: o.uid ?? this.uid,
+      gid: o.gid ?? this.gid,
+      cwd: o.cwd ?? this.cwd,
+      env: { ...this.env, ...o.env },
+      mergeStderr: o.mergeOutput ?? false,
+      seccomp: this.opts.seccomp ?? true,
+      keepTerminal: o.keepTerminal,
+    };
+  }
+
+  private nextGroupName(): string {
     if (this.closed) throw new SandboxError(`sandbox ${this.id} is closed`);
-    const group = createCommandCgroup(this.cgroups, `c${++this.execCounter}`);
-    const argv = enterArgv(
-      {
-        pid1: this.pid1,
-        cgroupDirs: [this.cgroups.memory, this.cgroups.freezer, group].filter((d): d is string => Boolean(d)),
-        rlimits: this.rlimits,
-        uid: o.uid ?? this.uid,
-        gid: o.gid ?? this.gid,
-        cwd: o.cwd ?? this.cwd,
-        env: { ...this.env, ...o.env },
-        mergeStderr: o.mergeOutput ?? false,
-        seccomp: this.opts.seccomp ?? true,
-        keepTerminal: o.keepTerminal,
-      },
-      command,
-    );
-    return { argv, group, cleanup: () => group && removeCgroupTree(group) };
+    return `c${++this.execCounter}`;
+  }
+
+  /** argv running `command` inside, in its own pids cgroup, for a caller that spawns it itself (a terminal). */
+  commandArgv(command: string[], o: CommandOptions): { argv: string[]; cleanup: () => void } {
+    const group = createCommandCgroup(this.cgroups, this.nextGroupName());
+    const argv = enterArgv(this.commandSpec(o, group), command);
+    return { argv, cleanup: () => group && removeCgroupTree(group) };
+  }
+
+  /**
+   * `command` started inside, in its own pids cgroup (cleanup removes it): handed to the helper waiting in its
+   * cgroups when there is one, else to a new one.
+   */
+  /** The next command's helper, started once a command ended (not while one starts: a spawn costs the event loop). */
+  private startSpare(): void {
+    if (this.closed || this.spare) return;
+    try {
+      this.spare = waitingHelper(this.cgroups, this.nextGroupName());
+    } catch {
+      /* the next command's helper starts with it */
+    }
+  }
+
+  private startCommand(
+    command: string[],
+    o: CommandOptions,
+  ): { child: ChildProcess; group?: string; cleanup: () => void } {
+    if (this.closed) throw new SandboxError(`sandbox ${this.id} is closed`);
+    let helper = this.spare;
+    this.spare = undefined;
+    if (!helper?.ready) {
+      if (helper) void dropHelper(helper);
+      helper = waitingHelper(this.cgroups, this.nextGroupName());
+    }
+    const { group } = helper;
+    const cleanup = (): void => {
+      if (group) removeCgroupTree(group);
+      this.startSpare();
+    };
+    try {
+      return { child: helper.run(this.commandSpec(o, group), command), group, cleanup };
+    } catch (e) {
+      void dropHelper(helper);
+      throw e;
+    }
   }
 
   /**
@@ -404,10 +472,10 @@ export class Sandbox implements AsyncDisposable {
     const command = typeof cmd === "string" ? ["/bin/bash", "-c", cmd] : cmd;
     if (command.length === 0) throw new InvalidInputError("empty command");
     const before = readCounters(this.cgroups);
-    const { argv, group, cleanup } = this.commandArgv(command, opts);
+    const { child, group, cleanup } = this.startCommand(command, opts);
     return runCommand(
       {
-        argv,
+        child,
         killTree: async (rootPid) => {
           // With cgroups the whole tree (double forks too) is found; without, the /proc tree of the command.
           if (group) return killCgroup(group, false, [rootPid]);
@@ -449,8 +517,7 @@ export class Sandbox implements AsyncDisposable {
 
   /** A command inside with piped stdio, and a way to kill its whole process tree (cgroup, else /proc tree). */
   stream(argv: string[], env: Record<string, string> = {}): StreamedCommand {
-    const { argv: full, group, cleanup } = this.commandArgv(argv, { env });
-    const child = spawn(full[0]!, full.slice(1), { stdio: ["pipe", "pipe", "pipe"], env: {} });
+    const { child, group, cleanup } = this.startCommand(argv, { env });
     return {
       child,
       cleanup,
@@ -477,6 +544,9 @@ export class Sandbox implements AsyncDisposable {
     this.closed = true;
     if (this.timer) clearTimeout(this.timer);
     await this.sessions.closeAll();
+    const spare = this.spare;
+    this.spare = undefined;
+    if (spare) await dropHelper(spare);
     // Killing pid 1 ends the pid namespace: the kernel kills every process in it. bwrap then reaps it and exits;
     // killing bwrap first would orphan pid 1 to the host's init.
     killQuietly(this.pid1);
