@@ -118,7 +118,7 @@ test("with the native helper: pid 1 is its init carrying the sandbox id; start e
   assert.equal(notExec.exitCode, 126);
 });
 
-test("a NUL byte in a command, its environment or its directory is refused, never read as an extra option", async () => {
+test("a NUL byte in a command, its environment or its directory is refused, never read as another option", async () => {
   await using sb = await Sandbox.create({ home });
   for (const attempt of [
     () => sb.exec(["echo", "a\0--no-seccomp"]),

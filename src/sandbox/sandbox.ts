@@ -426,10 +426,6 @@ export class Sandbox implements AsyncDisposable {
     return { argv, cleanup: () => group && removeCgroupTree(group) };
   }
 
-  /**
-   * `command` started inside, in its own pids cgroup (cleanup removes it): handed to the helper waiting in its
-   * cgroups when there is one, else to a new one.
-   */
   /** The next command's helper, started once a command ended (not while one starts: a spawn costs the event loop). */
   private startSpare(): void {
     if (this.closed || this.spare) return;
@@ -440,6 +436,10 @@ export class Sandbox implements AsyncDisposable {
     }
   }
 
+  /**
+   * `command` started inside, in its own pids cgroup (cleanup removes it): handed to the helper waiting in its
+   * cgroups when there is one, else to a new one.
+   */
   private startCommand(
     command: string[],
     o: CommandOptions,
