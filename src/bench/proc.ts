@@ -125,3 +125,36 @@ export function sandboxProcesses(pid1: number, table: ProcessTable): number[] {
   }
   return [...set];
 }
+
+/** Processes whose command line mentions `text` (podman's cleanup of a removed container runs on after `rm`). */
+export function processesMentioning(text: string): number[] {
+  const found: number[] = [];
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      if (readFileSync(`/proc/${name}/cmdline`, "utf8").includes(text)) found.push(Number(name));
+    } catch {
+      /* gone */
+    }
+  }
+  return found;
+}
+
+function cpuTimes(): { busy: number; total: number } {
+  const f = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number);
+  const total = f.reduce((a, b) => a + b, 0);
+  return { busy: total - f[3]! - f[4]!, total };
+}
+
+/** Until the CPUs are nearly idle for a moment (the last run's teardown, e.g. namespaces freed), at most `maxMs`. */
+export async function untilQuiet(maxMs = 3000, windowMs = 100, idleShare = 0.9): Promise<void> {
+  const until = performance.now() + maxMs;
+  let last = cpuTimes();
+  while (performance.now() < until) {
+    await new Promise((r) => setTimeout(r, windowMs));
+    const now = cpuTimes();
+    const total = now.total - last.total;
+    if (total > 0 && 1 - (now.busy - last.busy) / total >= idleShare) return;
+    last = now;
+  }
+}

@@ -426,7 +426,10 @@ export class Sandbox implements AsyncDisposable {
     return { argv, cleanup: () => group && removeCgroupTree(group) };
   }
 
-  /** The next command's helper, started once a command ended (not while one starts: a spawn costs the event loop). */
+  /**
+   * The next command's helper, started once a command ended and its result was handed over (not while a command
+   * starts or ends: a spawn holds the event loop for a millisecond or two).
+   */
   private startSpare(): void {
     if (this.closed || this.spare) return;
     try {
@@ -454,7 +457,7 @@ export class Sandbox implements AsyncDisposable {
     const { group } = helper;
     const cleanup = (): void => {
       if (group) removeCgroupTree(group);
-      this.startSpare();
+      setImmediate(() => this.startSpare());
     };
     try {
       return { child: helper.run(this.commandSpec(o, group), command), group, cleanup };
