@@ -1,3 +1,4 @@
+import { mkdir, writeFile } from "node:fs/promises";
 import {
   accessSync,
   constants,
@@ -114,33 +115,47 @@ export interface SandboxCgroups {
   freezer?: string;
 }
 
-function write(file: string, value: string | number): void {
-  writeFileSync(file, String(value));
-}
-
-export function createCgroups(id: string, limits: Limits): SandboxCgroups {
+/**
+ * The sandbox's groups, made off the event loop (a memory group's mkdir costs the kernel a millisecond or more, and
+ * a group start makes many at once). On failure, what was made is removed.
+ */
+export async function createCgroups(id: string, limits: Limits): Promise<SandboxCgroups> {
   const support = cgroupSupport();
   const groups: SandboxCgroups = {};
+  const made: Promise<unknown>[] = [];
   if (support.memory && limits.memoryBytes) {
     const dir = join(CGROUP_ROOT, "memory", GROUP, id);
-    mkdirSync(dir, { recursive: true });
-    write(join(dir, "memory.limit_in_bytes"), limits.memoryBytes);
-    // Without a swap limit a hog would spill into swap instead of being stopped.
-    const memsw = join(dir, "memory.memsw.limit_in_bytes");
-    if (existsSync(memsw)) write(memsw, limits.memoryBytes);
     groups.memory = dir;
+    made.push(
+      (async () => {
+        await mkdir(dir, { recursive: true });
+        await writeFile(join(dir, "memory.limit_in_bytes"), String(limits.memoryBytes));
+        // Without a swap limit a hog would spill into swap instead of being stopped.
+        const memsw = join(dir, "memory.memsw.limit_in_bytes");
+        if (existsSync(memsw)) await writeFile(memsw, String(limits.memoryBytes));
+      })(),
+    );
   }
   if (support.pids) {
     // Always created (even without a limit): it is how a timeout finds and kills a whole process tree.
     const dir = join(CGROUP_ROOT, "pids", GROUP, id);
-    mkdirSync(dir, { recursive: true });
-    if (limits.pids) write(join(dir, "pids.max"), limits.pids);
     groups.pids = dir;
+    made.push(
+      (async () => {
+        await mkdir(dir, { recursive: true });
+        if (limits.pids) await writeFile(join(dir, "pids.max"), String(limits.pids));
+      })(),
+    );
   }
   if (support.freezer) {
     const dir = join(CGROUP_ROOT, "freezer", GROUP, id);
-    mkdirSync(dir, { recursive: true });
     groups.freezer = dir;
+    made.push(mkdir(dir, { recursive: true }));
+  }
+  const failed = (await Promise.allSettled(made)).find((r): r is PromiseRejectedResult => r.status === "rejected");
+  if (failed) {
+    await killSandboxCgroups(groups);
+    throw failed.reason;
   }
   return groups;
 }

@@ -1,6 +1,7 @@
 import type { ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
+import { mkdir } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { homeLayout, resolveHome } from "../util/home.js";
 import { InvalidInputError, SandboxError } from "../errors.js";
@@ -45,11 +46,21 @@ function waitingHelper(cgroups: SandboxCgroups, name: string): WaitingHelper {
   return new WaitingHelper(commandCgroups(cgroups, group), group);
 }
 
+/** The first command's helper, its group made off the event loop. */
+async function firstWaitingHelper(cgroups: SandboxCgroups): Promise<WaitingHelper> {
+  const group = cgroups.pids ? join(cgroups.pids, "c0") : undefined;
+  if (group) await mkdir(group);
+  return new WaitingHelper(commandCgroups(cgroups, group), group);
+}
+
 /** A helper not needed after all leaves; its pids group goes with it (a group with a process in it stays). */
 async function dropHelper(helper: WaitingHelper): Promise<void> {
   await helper.drop();
   if (helper.group) removeCgroupTree(helper.group);
 }
+
+/** How long after a command ended the next command's helper is started (see startSpareSoon). */
+const SPARE_DELAY_MS = 50;
 
 /** How one command runs inside (besides its argv). */
 export interface CommandOptions {
@@ -180,6 +191,7 @@ export class Sandbox implements AsyncDisposable {
   private execCounter = 0;
   /** Started ahead of the next command, waiting in its cgroups (see WaitingHelper). */
   private spare: WaitingHelper | undefined;
+  private spareTimer: NodeJS.Timeout | undefined;
   private timer: NodeJS.Timeout | undefined;
   private readonly closeListeners: (() => void)[] = [];
 
@@ -273,10 +285,12 @@ export class Sandbox implements AsyncDisposable {
     let cgroups: SandboxCgroups = {};
     let spare: WaitingHelper | undefined;
     try {
-      makeSandboxDirs(paths);
-      cgroups = createCgroups(id, limits);
+      const [dirs, groups] = await Promise.allSettled([makeSandboxDirs(paths), createCgroups(id, limits)]);
+      if (groups.status === "fulfilled") cgroups = groups.value;
+      if (dirs.status === "rejected") throw dirs.reason;
+      if (groups.status === "rejected") throw groups.reason;
       // The first command's helper joins its cgroups while the sandbox starts.
-      spare = waitingHelper(cgroups, "c0");
+      spare = await firstWaitingHelper(cgroups);
       const rlimits = rlimitArgs(limits);
       const launched = await launch({
         plan,
@@ -294,7 +308,7 @@ export class Sandbox implements AsyncDisposable {
         seed: inputs.seed,
         homeFiles: HOME_DOTFILES,
       });
-      writeState(paths, {
+      await writeState(paths, {
         id,
         ownerPid: process.pid,
         ownerStart: processStartTime(process.pid),
@@ -427,16 +441,22 @@ export class Sandbox implements AsyncDisposable {
   }
 
   /**
-   * The next command's helper, started once a command ended and its result was handed over (not while a command
-   * starts or ends: a spawn holds the event loop for a millisecond or two).
+   * The next command's helper, started a little after a command ended: an agent's next command comes after a model
+   * call, and a spawn holds the event loop for a millisecond or two, better spent on commands still running (here
+   * or in other sandboxes) than on a helper nobody waits for yet.
    */
-  private startSpare(): void {
-    if (this.closed || this.spare) return;
-    try {
-      this.spare = waitingHelper(this.cgroups, this.nextGroupName());
-    } catch {
-      /* the next command's helper starts with it */
-    }
+  private startSpareSoon(): void {
+    if (this.spareTimer || this.spare || this.closed) return;
+    this.spareTimer = setTimeout(() => {
+      this.spareTimer = undefined;
+      if (this.closed || this.spare) return;
+      try {
+        this.spare = waitingHelper(this.cgroups, this.nextGroupName());
+      } catch {
+        /* the next command's helper starts with it */
+      }
+    }, SPARE_DELAY_MS);
+    this.spareTimer.unref();
   }
 
   /**
@@ -457,7 +477,7 @@ export class Sandbox implements AsyncDisposable {
     const { group } = helper;
     const cleanup = (): void => {
       if (group) removeCgroupTree(group);
-      setImmediate(() => this.startSpare());
+      this.startSpareSoon();
     };
     try {
       return { child: helper.run(this.commandSpec(o, group), command), group, cleanup };
@@ -547,6 +567,7 @@ export class Sandbox implements AsyncDisposable {
     this.closed = true;
     if (this.timer) clearTimeout(this.timer);
     await this.sessions.closeAll();
+    if (this.spareTimer) clearTimeout(this.spareTimer);
     const spare = this.spare;
     this.spare = undefined;
     if (spare) await dropHelper(spare);

@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
-import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { readFileSync, rmSync } from "node:fs";
+import { mkdir, rename, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { SandboxCgroups } from "./limits.js";
 
@@ -41,13 +42,13 @@ export function sandboxPaths(sandboxesDir: string, id: string): SandboxPaths {
   return { dir, control: join(dir, "ctl"), scratch, state: join(dir, "state.json") };
 }
 
-export function makeSandboxDirs(p: SandboxPaths): void {
-  mkdirSync(p.control, { recursive: true, mode: 0o755 });
+export async function makeSandboxDirs(p: SandboxPaths): Promise<void> {
+  await mkdir(p.control, { recursive: true, mode: 0o755 });
   if (!p.scratch.startsWith(`${p.dir}/`)) {
-    mkdirSync(RUNTIME_DIR, { recursive: true, mode: 0o711 });
-    mkdirSync(dirname(p.scratch), { recursive: true, mode: 0o711 });
+    await mkdir(RUNTIME_DIR, { recursive: true, mode: 0o711 });
+    await mkdir(dirname(p.scratch), { recursive: true, mode: 0o711 });
   }
-  mkdirSync(p.scratch, { recursive: true, mode: 0o755 });
+  await mkdir(p.scratch, { recursive: true, mode: 0o755 });
 }
 
 /** Remove a sandbox's directories (state, control files, scratch mount point). */
@@ -56,10 +57,10 @@ export function removeSandboxDirs(p: SandboxPaths): void {
   rmSync(p.scratch, { recursive: true, force: true });
 }
 
-export function writeState(p: SandboxPaths, state: SandboxState): void {
+export async function writeState(p: SandboxPaths, state: SandboxState): Promise<void> {
   const tmp = `${p.state}.tmp`;
-  writeFileSync(tmp, JSON.stringify(state, null, 2));
-  renameSync(tmp, p.state);
+  await writeFile(tmp, JSON.stringify(state, null, 2));
+  await rename(tmp, p.state);
 }
 
 export function readState(p: SandboxPaths): SandboxState | undefined {
