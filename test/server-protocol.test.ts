@@ -900,7 +900,7 @@ test("serve --dir: the SWE-ReX routes answer at the root for the default sandbox
   }
 });
 
-test("SIGTERM to a real `serve` process closes every sandbox: no process, scratch dir or cgroup left", async () => {
+test("SIGTERM to a real `serve` process closes every sandbox: no process, scratch dir or cgroup left", async (t) => {
   const h = tempHome("msb-serve-");
   const dir = tempDir();
   const serveJs = pathToFileURL(join(import.meta.dirname, "..", "src", "cli", "serve.js")).href;
@@ -933,6 +933,8 @@ test("SIGTERM to a real `serve` process closes every sandbox: no process, scratc
       env: { ...process.env, MINISANDBOX_AUTH_TOKEN: TOKEN },
     },
   );
+  // A failed check must not leave the server running (it would keep this file's test process alive).
+  t.after(() => void (child.exitCode === null && child.signalCode === null && child.kill("SIGKILL")));
   let stderr = "";
   const url = await new Promise<string>((resolve, reject) => {
     child.stderr!.on("data", (b: Buffer) => {
@@ -957,6 +959,9 @@ test("SIGTERM to a real `serve` process closes every sandbox: no process, scratc
   const root = (await call("GET", "/sandboxes", undefined, o)).json.sandboxes.find((s: Json) => s.default).id;
   ids.push(root);
   await post("/create_session", {}, o);
+  // The background jobs exec their `sleep` a moment after the session's command returned.
+  for (let i = 0; i < 250 && processesMatching("msb-sigterm-marker").length < 3; i++)
+    await new Promise((r) => setTimeout(r, 20));
   assert.equal(processesMatching("msb-sigterm-marker").length, 3);
   const exited = new Promise<number | null>((r) => child.once("exit", (c) => r(c)));
   child.kill("SIGTERM");

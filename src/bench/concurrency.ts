@@ -1,9 +1,10 @@
 /**
  * Workload 3: K sandboxes on one (warm) environment created at once. Per sandbox: create -> first output of `echo`;
  * wall time to all ready; failures; then one session opened in each and the memory of an idle sandbox measured as
- * the sum over its processes (pid namespace + the host-side bwrap monitor and enter helper), RSS and PSS.
+ * the sum over its processes (pid namespace + the host-side bwrap monitor and enter helpers), RSS and PSS.
  */
 import { Sandbox } from "../index.js";
+import { readState } from "../sandbox/state.js";
 import { memoryOf, processTable, sandboxProcesses } from "./proc.js";
 import { evictLayer } from "./ready.js";
 import type { BenchEnvironment } from "./setup.js";
@@ -58,7 +59,7 @@ export async function benchConcurrency(opts: {
         let sumPss = 0;
         let sumProcs = 0;
         for (const sb of live) {
-          for (const pid of sandboxProcesses(sb.pid1, table)) {
+          for (const pid of sandboxProcesses(sb.pid1, table, readState(sb.paths)?.cgroups.pids)) {
             const m = memoryOf(pid);
             if (!m) continue;
             sumRss += m.rss;

@@ -112,9 +112,10 @@ export function processTable(): ProcessTable {
 
 /**
  * The processes that make up one sandbox: everything in its pid namespace (pid 1, sessions' shells) plus the host-side
- * parents holding them (the bwrap monitor, each session's enter helper), never the bench process itself.
+ * parents holding them (the bwrap monitor, each session's enter helper) and the host-side processes in its pids
+ * cgroup, never the bench process itself.
  */
-export function sandboxProcesses(pid1: number, table: ProcessTable): number[] {
+export function sandboxProcesses(pid1: number, table: ProcessTable, pidsCgroup?: string): number[] {
   const ns = pidNs(pid1);
   if (!ns) return [];
   const inside = table.pids.filter((p) => table.ns.get(p) === ns);
@@ -123,7 +124,19 @@ export function sandboxProcesses(pid1: number, table: ProcessTable): number[] {
     const parent = table.ppid.get(p);
     if (parent && parent !== process.pid && table.ns.get(parent) !== ns) set.add(parent);
   }
+  // Host-side processes in the sandbox's groups, e.g. the next command's helper, waiting in them.
+  if (pidsCgroup) for (const p of cgroupTreeProcs(pidsCgroup)) if (p !== process.pid) set.add(p);
   return [...set];
+}
+
+function cgroupTreeProcs(dir: string): number[] {
+  try {
+    const own = readFileSync(`${dir}/cgroup.procs`, "utf8").split("\n").filter(Boolean).map(Number);
+    const subs = readdirSync(dir, { withFileTypes: true }).filter((e) => e.isDirectory());
+    return [...own, ...subs.flatMap((e) => cgroupTreeProcs(`${dir}/${e.name}`))];
+  } catch {
+    return [];
+  }
 }
 
 /** Processes whose command line mentions `text` (podman's cleanup of a removed container runs on after `rm`). */
