@@ -1,6 +1,7 @@
 /** Host processes for the baselines: timed runs and memory of a sandbox's processes. */
 import { spawn } from "node:child_process";
 import { readdirSync, readFileSync, readlinkSync } from "node:fs";
+import { cgroupTreePids } from "../sandbox/limits.js";
 import { parentPid } from "../sandbox/procfs.js";
 
 export interface TimedRun {
@@ -125,27 +126,21 @@ export function sandboxProcesses(pid1: number, table: ProcessTable, pidsCgroup?:
     if (parent && parent !== process.pid && table.ns.get(parent) !== ns) set.add(parent);
   }
   // Host-side processes in the sandbox's groups, e.g. the next command's helper, waiting in them.
-  if (pidsCgroup) for (const p of cgroupTreeProcs(pidsCgroup)) if (p !== process.pid) set.add(p);
+  if (pidsCgroup) for (const p of cgroupTreePids(pidsCgroup)) if (p !== process.pid) set.add(p);
   return [...set];
 }
 
-function cgroupTreeProcs(dir: string): number[] {
-  try {
-    const own = readFileSync(`${dir}/cgroup.procs`, "utf8").split("\n").filter(Boolean).map(Number);
-    const subs = readdirSync(dir, { withFileTypes: true }).filter((e) => e.isDirectory());
-    return [...own, ...subs.flatMap((e) => cgroupTreeProcs(`${dir}/${e.name}`))];
-  } catch {
-    return [];
-  }
-}
-
-/** Processes whose command line mentions `text` (podman's cleanup of a removed container runs on after `rm`). */
-export function processesMentioning(text: string): number[] {
+/**
+ * Processes whose command line mentions any of `texts` (podman's cleanup of a removed container runs on after `rm`;
+ * a server's leftovers name its home or a sandbox id).
+ */
+export function processesMentioning(...texts: string[]): number[] {
   const found: number[] = [];
   for (const name of readdirSync("/proc")) {
     if (!/^\d+$/.test(name)) continue;
     try {
-      if (readFileSync(`/proc/${name}/cmdline`, "utf8").includes(text)) found.push(Number(name));
+      const cmd = readFileSync(`/proc/${name}/cmdline`, "utf8");
+      if (texts.some((t) => cmd.includes(t))) found.push(Number(name));
     } catch {
       /* gone */
     }

@@ -114,11 +114,12 @@ async function groupReady(
     }
   };
   const podOk = pod && !("available" in pod) ? pod : undefined;
-  const variants: [keyof typeof samples, () => Promise<number>][] = [
+  type Timed = [keyof typeof samples, () => Promise<number>];
+  const variants: Timed[] = [
     ["minisandbox", () => ours(false)],
     ["pool", () => ours(true)],
-    ...(podOk ? [["podman", () => podmanGroup(podOk, n)] as [keyof typeof samples, () => Promise<number>]] : []),
   ];
+  if (podOk) variants.push(["podman", () => podmanGroup(podOk, n)]);
   // One warm-up each (page cache, first podman start), not counted.
   for (const [, run] of variants) await run().catch(() => 0);
   for (let round = 0; round < o.rounds; round++) {

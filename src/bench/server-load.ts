@@ -10,6 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { summarize, type Dist } from "../util/stats.js";
+import { processesMentioning } from "./proc.js";
 
 export interface ServerLoadOptions {
   sandboxes: number;
@@ -99,16 +100,8 @@ export function leftovers(home: string, ids: readonly string[], serverPid?: numb
       return 0;
     }
   };
-  let processes = 0;
   const skip = new Set([process.pid, serverPid]);
-  for (const pid of readdirSync("/proc").filter((n) => /^\d+$/.test(n) && !skip.has(Number(n)))) {
-    try {
-      const cmd = readFileSync(`/proc/${pid}/cmdline`, "utf8");
-      if (cmd.includes(home) || ids.some((id) => cmd.includes(id))) processes++;
-    } catch {
-      /* gone */
-    }
-  }
+  const processes = processesMentioning(home, ...ids).filter((pid) => !skip.has(pid)).length;
   const mounts = readFileSync("/proc/self/mountinfo", "utf8")
     .split("\n")
     .filter((l) => (l.split(" ")[4] ?? "").startsWith(home)).length;

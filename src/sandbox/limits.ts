@@ -240,7 +240,7 @@ export async function killSandboxCgroups(groups: SandboxCgroups): Promise<void> 
 }
 
 /** Processes of a cgroup and of all its subgroups. */
-function cgroupTreePids(dir: string): number[] {
+export function cgroupTreePids(dir: string): number[] {
   const out = cgroupPids(dir);
   try {
     for (const e of readdirSync(dir, { withFileTypes: true }))

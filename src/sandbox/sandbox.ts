@@ -1,7 +1,6 @@
 import type { ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
-import { mkdir } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { homeLayout, resolveHome } from "../util/home.js";
 import { InvalidInputError, SandboxError } from "../errors.js";
@@ -43,13 +42,6 @@ function commandCgroups(cgroups: SandboxCgroups, group: string | undefined): str
 /** A helper waiting, in a new pids group of its own, for a command of the sandbox. */
 function waitingHelper(cgroups: SandboxCgroups, name: string): WaitingHelper {
   const group = createCommandCgroup(cgroups, name);
-  return new WaitingHelper(commandCgroups(cgroups, group), group);
-}
-
-/** The first command's helper, its group made off the event loop. */
-async function firstWaitingHelper(cgroups: SandboxCgroups): Promise<WaitingHelper> {
-  const group = cgroups.pids ? join(cgroups.pids, "c0") : undefined;
-  if (group) await mkdir(group);
   return new WaitingHelper(commandCgroups(cgroups, group), group);
 }
 
@@ -290,7 +282,7 @@ export class Sandbox implements AsyncDisposable {
       if (dirs.status === "rejected") throw dirs.reason;
       if (groups.status === "rejected") throw groups.reason;
       // The first command's helper joins its cgroups while the sandbox starts.
-      spare = await firstWaitingHelper(cgroups);
+      spare = waitingHelper(cgroups, "c0");
       const rlimits = rlimitArgs(limits);
       const launched = await launch({
         plan,
