@@ -46,7 +46,12 @@ export async function startServe(home: string, args: string[], env: NodeJS.Proce
     if (child.exitCode === null && child.signalCode === null) child.kill(signal);
     return exited;
   };
-  after(() => stop("SIGKILL").then(() => undefined));
+  // Stopped as a user would (its sandboxes closed, nothing left on the host); killed if that does not end it.
+  after(async () => {
+    const killer = setTimeout(() => child.kill("SIGKILL"), 10_000);
+    await stop("SIGTERM");
+    clearTimeout(killer);
+  });
   killAtExit(child);
   return { url, child, pid: child.pid!, stderr: () => stderr, stop };
 }
