@@ -4,6 +4,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { join } from "node:path";
 import { test } from "node:test";
 import { Sandbox } from "../src/sandbox/sandbox.js";
+import { reapLeftovers } from "../src/sandbox/reaper.js";
 import { reapSnapshots } from "../src/sandbox/snapshot.js";
 import { cgroupsLeft, processesMatching, scratchDirs, tempDir, tempHome } from "./helpers.js";
 
@@ -91,7 +92,7 @@ test("bad input and closed sandboxes are clear errors; nothing leaks", async () 
   );
 });
 
-test("snapshots of a process killed with SIGKILL are removed by the next start's reaper", async () => {
+test("snapshots and sandboxes of a process killed with SIGKILL are removed by the next start's reapers", async () => {
   const h = tempHome("msb-fork-kill-");
   const script = join(import.meta.dirname, "fixtures", "hold-fork.js");
   const child = spawn(process.execPath, [script, h], { stdio: ["ignore", "pipe", "inherit"] });
@@ -104,4 +105,7 @@ test("snapshots of a process killed with SIGKILL are removed by the next start's
   await new Promise((r) => child.once("exit", r));
   assert.ok(reapSnapshots(join(h, "snapshots")).length >= 1);
   assert.deepEqual(readdirSync(join(h, "snapshots")), []);
+  // The sandboxes it held (parent and children) go too, their scratch mount points included.
+  await reapLeftovers(join(h, "sandboxes"));
+  assert.deepEqual(scratchDirs(h), []);
 });
