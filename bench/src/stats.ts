@@ -1,4 +1,4 @@
-export { percentile, summarize } from "../util/stats.js";
+export { percentile, summarize } from "../../src/util/stats.js";
 
 /** a / b rounded to 2 decimals, null when either is missing or b is 0. */
 export function ratio(a: number | null | undefined, b: number | null | undefined): number | null {

@@ -1,5 +1,5 @@
 /** Ratios, targets, and the Markdown table and SVG chart written next to the results JSON. */
-import { formatBytes } from "../util/size.js";
+import { formatBytes } from "../../src/util/size.js";
 import { ROLLOUT_RATIO_MEANINGS, rolloutLines, rolloutRatios, rolloutTargets } from "./report-rollout.js";
 import { ratio } from "./stats.js";
 import type { Leftovers, ServerLoadResult } from "./server-load.js";

@@ -1,17 +1,24 @@
 #!/usr/bin/env node
-/** `npm run bench` (node dist/src/cli/bench-main.js [options]): `minisandbox bench [options]`, then exit. */
+/** `npm run bench [-- options]` (node dist/bench/src/main.js): parse the options, run the bench, exit. */
 process.env.PIP_RETRIES ??= "0"; // an unreachable default pip index must fail fast, not after retries
 
 import { Command } from "commander";
-import { benchMain } from "../bench/index.js";
-import { addBenchOptions, benchOptionsFrom, type BenchCliOptions } from "./bench.js";
+import { benchMain } from "./index.js";
+import { addBenchOptions, benchOptionsFrom, type BenchCliOptions } from "./cli.js";
 
 const program = addBenchOptions(new Command("bench"))
   .description("minisandbox benchmarks, side by side with extract-per-task and podman")
   .showHelpAfterError();
 program.action(async (o: BenchCliOptions) => {
+  let options: ReturnType<typeof benchOptionsFrom>;
   try {
-    await benchMain(benchOptionsFrom(o));
+    options = benchOptionsFrom(o);
+  } catch (e) {
+    process.stderr.write(`bench: ${(e as Error).message}\n`);
+    process.exit(2);
+  }
+  try {
+    await benchMain(options);
     process.exit(0);
   } catch (e) {
     process.stderr.write(`bench: ${(e as Error).message}\n`);

@@ -4,12 +4,12 @@
  *   - minisandbox steps: Sandbox.create({instance}) + the harness's steps (git apply, eval.sh), graded here;
  *   - podman: the very same script in `podman run -i` of the environment's image, graded the same way.
  */
-import { Sandbox } from "../index.js";
-import { pipSettings } from "../env/pip-config.js";
-import { nodeCacheFor } from "../env/environments.js";
-import { gradeInstance, heredocDelimiter, makeEvalScript } from "../eval/index.js";
-import type { Instance } from "../tasks/types.js";
-import { pool } from "../util/progress.js";
+import { Sandbox } from "../../src/index.js";
+import { pipSettings } from "../../src/env/pip-config.js";
+import { nodeCacheFor } from "../../src/env/environments.js";
+import { gradeInstance, heredocDelimiter, makeEvalScript } from "../../src/eval/index.js";
+import type { Instance } from "../../src/tasks/types.js";
+import { pool } from "../../src/util/progress.js";
 import type { Podman } from "./podman.js";
 import { ensureEnvImageFor } from "./ready.js";
 import { benchEvaluation } from "./eval-engine.js";

@@ -1,7 +1,7 @@
 import type { Command } from "commander";
-import { benchMain, type BenchOptions } from "../bench/index.js";
-import { ALL_WORKLOADS, DEFAULT_HISTORY_MIB, type Workload } from "../bench/run.js";
-import { fail, parsePositive } from "./common.js";
+import type { BenchOptions } from "./index.js";
+import { ALL_WORKLOADS, DEFAULT_HISTORY_MIB, type Workload } from "./run.js";
+import { parsePositive } from "../../src/cli/common.js";
 
 export interface BenchCliOptions {
   quick?: boolean;
@@ -71,23 +71,4 @@ export function benchOptionsFrom(o: BenchCliOptions): BenchOptions & { outDir?: 
     rayPython: o.rayPython,
     json: o.json,
   };
-}
-
-/**
- * `minisandbox bench`: side-by-side benchmarks. The bench keeps its own minisandbox home under --work (it evicts
- * layers from its node cache to measure cold starts, which must never touch the user's cache), so `getHome` is
- * not used for environments.
- */
-export function registerBenchCommand(program: Command, _getHome: () => string): void {
-  addBenchOptions(program.command("bench"))
-    .description(
-      "benchmark minisandbox side by side with extract-per-task and podman; writes bench/results/<date>.{json,md,svg}",
-    )
-    .action(async (o: BenchCliOptions) => {
-      try {
-        await benchMain(benchOptionsFrom(o));
-      } catch (e) {
-        fail(e);
-      }
-    });
 }

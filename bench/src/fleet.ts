@@ -12,7 +12,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { cpus, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { NodeCache } from "../env/cache/index.js";
+import { NodeCache } from "../../src/env/cache/index.js";
 import {
   fetchPackHttp,
   openStore,
@@ -21,16 +21,16 @@ import {
   readManifest,
   summarizeManifest,
   type Store,
-} from "../env/store/index.js";
-import { homeLayout } from "../util/home.js";
-import { run, runOk } from "../util/run.js";
+} from "../../src/env/store/index.js";
+import { homeLayout } from "../../src/util/home.js";
+import { run, runOk } from "../../src/util/run.js";
 import type { BenchEnvironment } from "./setup.js";
 import type { FleetResult, LayerTransfer, Unavailable } from "./types.js";
 
-const CLI = fileURLToPath(new URL("../cli/index.js", import.meta.url));
+const CLI = fileURLToPath(new URL("../../src/cli/index.js", import.meta.url));
 const here = dirname(fileURLToPath(import.meta.url));
-/** The driver ships as source next to this module's source (a checkout), or next to it. */
-const DRIVER = [join(here, "fleet-driver.py"), join(here, "..", "..", "..", "src", "bench", "fleet-driver.py")].find(
+/** The driver is source next to this module's source: bench/src, from dist/bench/src. */
+const DRIVER = [join(here, "fleet-driver.py"), join(here, "..", "..", "..", "bench", "src", "fleet-driver.py")].find(
   existsSync,
 );
 const PYTHON_PACKAGE = join(here, "..", "..", "..", "integrations", "python");

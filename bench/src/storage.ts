@@ -3,11 +3,11 @@
  * cache's directories when all N are materialized: its files are hard links to the objects), one tar.gz pair per task,
  * and podman's overlay layers for N images. All figures are allocated disk bytes (du), inodes counted once.
  */
-import { homeLayout } from "../util/home.js";
-import { nodeCacheFor } from "../env/environments.js";
-import { manifestPath, objectPath, openStore, type Store } from "../env/store/layout.js";
-import { readManifest, referencedObjects } from "../env/store/manifest.js";
-import type { CacheLease, NodeCache } from "../env/cache/index.js";
+import { homeLayout } from "../../src/util/home.js";
+import { nodeCacheFor } from "../../src/env/environments.js";
+import { manifestPath, objectPath, openStore, type Store } from "../../src/env/store/layout.js";
+import { readManifest, referencedObjects } from "../../src/env/store/manifest.js";
+import type { CacheLease, NodeCache } from "../../src/env/cache/index.js";
 import { DiskUsage } from "./du.js";
 import { ensureTarballs } from "./extract.js";
 import { Podman } from "./podman.js";

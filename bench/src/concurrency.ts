@@ -3,14 +3,14 @@
  * wall time to all ready; failures; then one session opened in each and the memory of an idle sandbox measured as
  * the sum over its processes (pid namespace + the host-side bwrap monitor and enter helpers), RSS and PSS.
  */
-import { Sandbox } from "../index.js";
-import { readState } from "../sandbox/state.js";
+import { Sandbox } from "../../src/index.js";
+import { readState } from "../../src/sandbox/state.js";
 import { memoryOf, processTable, sandboxProcesses } from "./proc.js";
 import { evictLayer } from "./ready.js";
 import type { BenchEnvironment } from "./setup.js";
 import { summarize } from "./stats.js";
 import type { ConcurrencyLevel } from "./types.js";
-import { nodeCacheFor } from "../env/environments.js";
+import { nodeCacheFor } from "../../src/env/environments.js";
 
 export async function benchConcurrency(opts: {
   env: BenchEnvironment;

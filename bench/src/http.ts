@@ -2,9 +2,9 @@
  * Server benchmark: `run_in_session` round trips over real HTTP (one session, sequential), then N concurrent
  * sessions × M commands (throughput, latency, errors). Starts its own server on 127.0.0.1 unless given a URL.
  */
-import { Sandbox } from "../sandbox/sandbox.js";
-import { startServer } from "../server/server.js";
-import { summarize, type Dist } from "../util/stats.js";
+import { Sandbox } from "../../src/sandbox/sandbox.js";
+import { startServer } from "../../src/server/server.js";
+import { summarize, type Dist } from "../../src/util/stats.js";
 
 export interface ServerBenchOptions {
   /** minisandbox home for the sandboxes (default: MINISANDBOX_HOME / per-user default). */

@@ -1,8 +1,8 @@
 /** Host processes for the baselines: timed runs and memory of a sandbox's processes. */
 import { spawn } from "node:child_process";
 import { readdirSync, readFileSync, readlinkSync } from "node:fs";
-import { cgroupTreePids } from "../sandbox/limits.js";
-import { parentPid } from "../sandbox/procfs.js";
+import { cgroupTreePids } from "../../src/sandbox/limits.js";
+import { parentPid } from "../../src/sandbox/procfs.js";
 
 export interface TimedRun {
   /** Spawn -> first byte on stdout (NaN when nothing came). */

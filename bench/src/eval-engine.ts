@@ -2,9 +2,9 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { loadDataset, selectInstances } from "../tasks/index.js";
-import { prepareInstances } from "../env/prepare.js";
-import { runEvaluation, type RunTimings } from "../eval/run.js";
+import { loadDataset, selectInstances } from "../../src/tasks/index.js";
+import { prepareInstances } from "../../src/env/prepare.js";
+import { runEvaluation, type RunTimings } from "../../src/eval/run.js";
 
 export interface BenchEvaluationOptions {
   home: string;

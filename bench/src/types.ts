@@ -1,6 +1,6 @@
 /** The results file's shape (bench/results/<date>.json, `--out DIR` -> DIR/results.json). See README.md. */
 
-import type { Dist } from "../util/stats.js";
+import type { Dist } from "../../src/util/stats.js";
 import type { ServerLoadResult } from "./server-load.js";
 export type { Dist, ServerLoadResult };
 

@@ -5,7 +5,7 @@
  */
 import { existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { findTool } from "../sandbox/host.js";
+import { findTool } from "../../src/sandbox/host.js";
 import { DiskUsage } from "./du.js";
 import { mustRun, timedRun, type TimedRun } from "./proc.js";
 

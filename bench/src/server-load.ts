@@ -9,7 +9,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "n
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { summarize, type Dist } from "../util/stats.js";
+import { summarize, type Dist } from "../../src/util/stats.js";
 import { processesMentioning } from "./proc.js";
 
 export interface ServerLoadOptions {
@@ -48,7 +48,7 @@ export interface ServerLoadResult {
   disconnects: { uploadsAborted: number; commandsAborted: number; leftovers: Leftovers };
 }
 
-const CLI = fileURLToPath(new URL("../cli/index.js", import.meta.url));
+const CLI = fileURLToPath(new URL("../../src/cli/index.js", import.meta.url));
 
 interface Serve {
   url: string;

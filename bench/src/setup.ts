@@ -6,13 +6,13 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
-import { makeFixtureDataset, MAX_FIXTURE_INSTANCES } from "../fixtures/generate.js";
-import { envFor, nodeCacheFor } from "../env/environments.js";
-import { builtInstances, prepareInstances } from "../env/prepare.js";
-import { findToolchain, type Toolchain } from "../env/toolchains.js";
-import type { EnvSpec, LayerKey } from "../env/types.js";
-import { loadDataset } from "../tasks/index.js";
-import type { Instance } from "../tasks/types.js";
+import { makeFixtureDataset, MAX_FIXTURE_INSTANCES } from "../../src/fixtures/generate.js";
+import { envFor, nodeCacheFor } from "../../src/env/environments.js";
+import { builtInstances, prepareInstances } from "../../src/env/prepare.js";
+import { findToolchain, type Toolchain } from "../../src/env/toolchains.js";
+import type { EnvSpec, LayerKey } from "../../src/env/types.js";
+import { loadDataset } from "../../src/tasks/index.js";
+import type { Instance } from "../../src/tasks/types.js";
 import { diskUsage } from "./du.js";
 
 export interface BenchEnvironment {

@@ -9,10 +9,10 @@
  *   - fork latency of a live rollout on the measured workspace (podman: commit the container, run the image).
  */
 import { randomBytes } from "node:crypto";
-import { gradeInstance, heredocDelimiter, makeEvalScript } from "../eval/index.js";
-import { pipSettings } from "../env/pip-config.js";
-import { RolloutEngine } from "../rollout/index.js";
-import type { Instance } from "../tasks/types.js";
+import { gradeInstance, heredocDelimiter, makeEvalScript } from "../../src/eval/index.js";
+import { pipSettings } from "../../src/env/pip-config.js";
+import { RolloutEngine } from "../../src/rollout/index.js";
+import type { Instance } from "../../src/tasks/types.js";
 import type { Podman } from "./podman.js";
 import { mustRun, processesMentioning, timedRun, untilQuiet } from "./proc.js";
 import { ensureEnvImageFor } from "./ready.js";

@@ -45,7 +45,7 @@ export function writeResults(results: BenchResults, opts: { outDir?: string; res
   return files;
 }
 
-/** What `npm run bench` and `minisandbox bench` do. */
+/** What `npm run bench` does. */
 export async function benchMain(opts: BenchOptions & { outDir?: string; json?: boolean }): Promise<BenchResults> {
   process.env.PIP_RETRIES ??= "0";
   const results = await runBench(opts);

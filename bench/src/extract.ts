@@ -5,9 +5,9 @@
  */
 import { existsSync, mkdirSync, renameSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { systemEntries } from "../sandbox/host.js";
-import { TESTBED_PATH, VENV_PATH } from "../env/types.js";
-import { shellQuote as q } from "../util/shell.js";
+import { systemEntries } from "../../src/sandbox/host.js";
+import { TESTBED_PATH, VENV_PATH } from "../../src/env/types.js";
+import { shellQuote as q } from "../../src/util/shell.js";
 import { mustRun, timedRun, type TimedRun } from "./proc.js";
 
 export interface Tarballs {

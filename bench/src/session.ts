@@ -2,7 +2,7 @@
  * Workload 4: session round trip. In process: one sandbox, one persistent session, `echo` commands back to back.
  * Over HTTP: http.ts (`benchServerRoundTrip`).
  */
-import { Sandbox } from "../index.js";
+import { Sandbox } from "../../src/index.js";
 import { benchServerRoundTrip } from "./http.js";
 import type { BenchEnvironment } from "./setup.js";
 import { summarize } from "./stats.js";

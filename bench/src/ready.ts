@@ -3,11 +3,11 @@
  * noise hits all variants alike. Each round runs, per variant, the trivial first command (`echo`) in a fresh
  * workspace and the real first command (`python -c "import <pkg>"`) in another fresh workspace.
  */
-import { Sandbox } from "../index.js";
-import { systemEntries, requireTool } from "../sandbox/host.js";
-import { nodeCacheFor } from "../env/environments.js";
-import { resolveWorkspace } from "../env/workspace.js";
-import { TESTBED_PATH, VENV_PATH } from "../env/types.js";
+import { Sandbox } from "../../src/index.js";
+import { systemEntries, requireTool } from "../../src/sandbox/host.js";
+import { nodeCacheFor } from "../../src/env/environments.js";
+import { resolveWorkspace } from "../../src/env/workspace.js";
+import { TESTBED_PATH, VENV_PATH } from "../../src/env/types.js";
 import { ensureTarballs, extractRun, type Tarballs } from "./extract.js";
 import { Podman } from "./podman.js";
 import { parsePycProbe, pycNewerCommand, pycProbe } from "./pyc.js";

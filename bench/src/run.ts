@@ -2,7 +2,7 @@
 import { readFileSync } from "node:fs";
 import { basename } from "node:path";
 import { cpus, hostname, loadavg, release, totalmem } from "node:os";
-import { findTool } from "../sandbox/host.js";
+import { findTool } from "../../src/sandbox/host.js";
 import { benchConcurrency, coldStampede } from "./concurrency.js";
 import { benchEvalEngine, benchEvalPodman, benchEvalSteps, prepareNode } from "./evaluation.js";
 import { Podman } from "./podman.js";
