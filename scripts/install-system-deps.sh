@@ -16,3 +16,6 @@ SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 for f in /etc/subuid /etc/subgid; do
   grep -q '^minisandbox:' "$f" 2>/dev/null || echo "minisandbox:1879048192:65536" | $SUDO tee -a "$f" >/dev/null
 done
+
+# The Python package's lint, type-check and test tools, in a project-local venv (.tools/venv) from the pip index.
+"$(dirname "$0")/install-python-tools.sh" >/dev/null
