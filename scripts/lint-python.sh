@@ -12,6 +12,8 @@ while IFS= read -r -d '' f; do [ -e "$f" ] && files+=("$f"); done < <(git ls-fil
 "$bin/ruff" check --quiet -- "${files[@]}"
 "$bin/ruff" format --check --quiet -- "${files[@]}"
 # The package and its tests, strictly; the test and bench drivers (scripts run by TypeScript tests) as scripts.
-(cd integrations/python && "$bin/mypy" --no-error-summary)
-MYPYPATH=integrations/python "$bin/mypy" --no-error-summary --check-untyped-defs --ignore-missing-imports \
-  --python-version 3.10 test/fixtures/rl_driver.py test/fleet/checks.py bench/src/fleet-driver.py
+cache="$root/.tools/mypy-cache"
+(cd integrations/python && "$bin/mypy" --no-error-summary --cache-dir "$cache")
+MYPYPATH=integrations/python "$bin/mypy" --no-error-summary --cache-dir "$cache" --python-version 3.10 \
+  --check-untyped-defs --allow-untyped-globals --ignore-missing-imports \
+  test/fixtures/rl_driver.py test/fleet/checks.py bench/src/fleet-driver.py

@@ -28,7 +28,7 @@ from .errors import (
     SessionError,
     StoreCorruptError,
     TaskInvalidError,
-    TimeoutError,
+    TimeoutError,  # noqa: A004 - the server's class of the "timeout" code
     UnauthorizedError,
     UnavailableError,
     UploadTooLargeError,

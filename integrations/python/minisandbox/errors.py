@@ -137,8 +137,9 @@ def _subclasses(cls: type[MinisandboxError]) -> list[type[MinisandboxError]]:
 
 
 #: The classes of the tree, by name (ServerUnreachableError is the client's own).
-CLASSES: dict[str, type[MinisandboxError]] = {c.__name__: c for c in _subclasses(MinisandboxError)
-                                              if c.__name__ in ERROR_PARENTS}
+CLASSES: dict[str, type[MinisandboxError]] = {
+    c.__name__: c for c in _subclasses(MinisandboxError) if c.__name__ in ERROR_PARENTS
+}
 
 
 def _by_status(status: int) -> tuple[str, type[MinisandboxError]]:

@@ -124,7 +124,7 @@ def _down(ray: Any) -> int:
             continue
         try:
             ray.get(sup.stop.remote(), timeout=60)
-        except Exception:
+        except Exception:  # noqa: BLE001 - a supervisor that cannot stop its server is killed below
             pass
         ray.kill(sup)
         stopped += 1

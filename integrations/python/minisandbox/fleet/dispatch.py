@@ -28,7 +28,7 @@ from .config import IO, SLOT
 from .fleet import Fleet
 from .placement import NodeState
 
-__all__ = ["Item", "Outcome", "run_items", "ServerUnavailable", "LayerUnavailable", "NODE_LOST"]
+__all__ = ["NODE_LOST", "Item", "LayerUnavailable", "Outcome", "ServerUnavailable", "run_items"]
 
 # The attempt died with its node (or never got there).
 NODE_LOST = (ray.exceptions.NodeDiedError, ray.exceptions.WorkerCrashedError, ray.exceptions.TaskUnschedulableError,
@@ -145,7 +145,8 @@ class Outcome:
 Event = Callable[..., None]
 
 
-def run_items(fleet: Fleet, kind: str, items: list[Item], *, on_result: Callable[[Item, dict], None] | None = None,
+def run_items(fleet: Fleet, kind: str, items: list[Item], *,
+              on_result: Callable[[Item, dict[str, Any]], None] | None = None,
               on_event: Event | None = None, progress: Any = None) -> Outcome:
     """Run every item once, somewhere; returns the first result of each (or its error)."""
     out = Outcome(job=uuid.uuid4().hex[:12])
@@ -191,10 +192,10 @@ def run_items(fleet: Fleet, kind: str, items: list[Item], *, on_result: Callable
     return out
 
 
-def _submit(fleet: Fleet, node: NodeState, kind: str, item: Item, labels: dict[str, str], stats: dict) -> Any:
+def _submit(fleet: Fleet, node: NodeState, kind: str, item: Item, labels: dict[str, str], stats: dict[str, Any]) -> Any:
     pin = NodeAffinitySchedulingStrategy(node.node_id, soft=False)
     here = item.key is None or node.holds(item.key)
-    sources = [] if here else fleet.placement.sources(item.key, exclude=node.node_id)
+    sources = [] if here or item.key is None else fleet.placement.sources(item.key, exclude=node.node_id)
     fetched = None
     budget = fleet.io_budget(node.node_id)
     if sources and (budget or kind == "group"):
@@ -210,12 +211,12 @@ def _submit(fleet: Fleet, node: NodeState, kind: str, item: Item, labels: dict[s
         node.url, node.token, kind, item.payload, sources, labels, fetched)
 
 
-def _collect(fleet: Fleet, ref: Any, item: Item, attempt: int, nid: str, pending: deque, out: Outcome,
-             losses: dict[str, int], emit: Event, on_result: Callable[[Item, dict], None] | None) -> None:
+def _collect(fleet: Fleet, ref: Any, item: Item, attempt: int, nid: str, pending: deque[tuple[Item, int]], out: Outcome,
+             losses: dict[str, int], emit: Event, on_result: Callable[[Item, dict[str, Any]], None] | None) -> None:
     cfg = fleet.config
     try:
         result = ray.get(ref)
-    except NODE_LOST + (LayerUnavailable, ServerUnavailable, Busy, PeersOutdated) as e:
+    except (*NODE_LOST, LayerUnavailable, ServerUnavailable, Busy, PeersOutdated) as e:
         cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) else e
         fleet.placement.done(nid, item.key, ok=False, need=item.slots)
         node_died = isinstance(e, NODE_LOST) and not isinstance(e, ray.exceptions.RayTaskError)
@@ -236,7 +237,7 @@ def _collect(fleet: Fleet, ref: Any, item: Item, attempt: int, nid: str, pending
             out.errors[item.id] = f"{type(cause).__name__}: {cause}"
             emit("error", id=item.id, error=out.errors[item.id])
         return
-    except Exception as e:  # the item's own failure
+    except Exception as e:  # noqa: BLE001 - the item's own failure, reported as its error
         fleet.placement.done(nid, item.key, ok=False, need=item.slots)
         cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) else e
         where = fleet.placement.nodes[nid].name if nid in fleet.placement.nodes else nid[:8]
@@ -260,6 +261,4 @@ def _holds_after(result: dict[str, Any]) -> bool:
     """Does the node hold the item's layer now? (A failed build or a missing environment leaves nothing.)"""
     if result.get("status") == "failed":
         return False
-    if result.get("status") == "error" and not result.get("manifest_sha256"):
-        return False
-    return True
+    return not (result.get("status") == "error" and not result.get("manifest_sha256"))

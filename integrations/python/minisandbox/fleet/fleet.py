@@ -6,7 +6,8 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Iterator
+from typing import Any, Callable
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -46,7 +47,7 @@ class Fleet:
         self._last_refresh = 0.0
         self._peer_urls: tuple[str, ...] = ()
 
-    def __enter__(self) -> "Fleet":
+    def __enter__(self) -> Fleet:
         self.refresh(force=True)
         return self
 
@@ -68,12 +69,12 @@ class Fleet:
             return ray.get_actor(name, namespace=NAMESPACE)
         except ValueError:
             pass
-        opts: dict[str, Any] = dict(name=name, namespace=NAMESPACE, get_if_exists=True,
-                                    scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False))
+        opts: dict[str, Any] = {"name": name, "namespace": NAMESPACE, "get_if_exists": True,
+                                "scheduling_strategy": NodeAffinitySchedulingStrategy(nid, soft=False)}
         if self.config.detached:
             opts["lifetime"] = "detached"
         self.created.add(nid)
-        return NodeSupervisor.options(**opts).remote(
+        return NodeSupervisor.options(**opts).remote(  # type: ignore[attr-defined]  # an actor class (ray.remote)
             home=(node.get("Labels") or {}).get(HOME_LABEL), token=secrets.token_urlsafe(24),
             command=self.config.command, slots=int(node["Resources"][SLOT]), host=node["NodeManagerAddress"],
             repos_dir=self.config.repos_dir, dataset=self.config.dataset, shared_stores=self.config.shared_stores,
@@ -102,7 +103,7 @@ class Fleet:
             try:
                 info = ray.get(ref, timeout=180)
                 layers = Client(info["url"], info["token"], timeout=60).store_layers()
-            except Exception as e:  # died while joining: tried again at the next refresh
+            except Exception as e:  # noqa: BLE001 - died while joining: tried again at the next refresh
                 self.log(f"node {node_name(new[nid])} could not join: {type(e).__name__}: {str(e)[:300]}")
                 self.created.discard(nid)
                 self._retry_at[nid] = time.monotonic() + 10.0
@@ -125,7 +126,7 @@ class Fleet:
         for n in list(self.placement.nodes.values()):
             try:
                 self.client(n).set_peers([u for u in urls if u != n.url])
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - that node is refreshed (or dropped) like any other
                 self.log(f"node {n.name}: could not register peers: {type(e).__name__}")
                 self.suspect(n.node_id)
         self._peer_urls = urls
@@ -170,7 +171,7 @@ class Fleet:
                 info = ray.get(ref)
             except ray.exceptions.RayActorError:
                 continue  # the supervisor went with its node: out until Ray declares it dead
-            except Exception as e:  # its server cannot be started again: this fleet stops using the node
+            except Exception as e:  # noqa: BLE001 - its server cannot be started again: the node is left out
                 self.log(f"node {n.name if n else nid[:8]} left out: its server does not start: {str(e)[:300]}")
                 self._dead.add(nid)
                 self.placement.drop(nid)
@@ -189,7 +190,7 @@ class Fleet:
         for n in self.placement.usable():
             try:
                 out[n.name] = self.client(n).delete_sandboxes(**{label: value})
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - a sweep is best effort: the servers' idle timeouts remain
                 self.log(f"node {n.name}: sweep failed: {type(e).__name__}")
         return out
 
@@ -201,7 +202,7 @@ class Fleet:
         for name, ref in refs.items():
             try:
                 out[name] = ray.get(ref, timeout=60)
-            except Exception:
+            except Exception:  # noqa: BLE001 - a node that does not answer has nothing to report
                 pass
         return out
 
@@ -246,6 +247,6 @@ class Fleet:
             try:
                 ray.get(sup.stop.remote(), timeout=60)
                 ray.kill(sup)
-            except Exception:
+            except Exception:  # noqa: BLE001 - already gone
                 pass
         self.created.clear()

@@ -21,7 +21,7 @@ from .dispatch import Item, run_items
 from .fleet import Fleet
 from .progress import Progress
 
-__all__ = ["prepare", "evaluate", "rollout_groups", "FleetJobError", "JOB_FILES"]
+__all__ = ["JOB_FILES", "FleetJobError", "evaluate", "prepare", "rollout_groups"]
 
 #: What an evaluation job may leave in its instance directory (the harness's five files and timings.json).
 JOB_FILES = ("patch.diff", "eval.sh", "test_output.txt", "report.json", "run_instance.log", "timings.json")
@@ -33,7 +33,7 @@ class FleetJobError(RuntimeError):
 
 def _cli_json(fleet: Fleet, args: list[str]) -> dict[str, Any]:
     argv = [*fleet.config.command, *args]
-    r = subprocess.run(argv, capture_output=True, text=True)
+    r = subprocess.run(argv, capture_output=True, text=True, check=False)
     if r.returncode != 0:
         raise FleetJobError(f"`minisandbox {' '.join(args[:1])}` failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
     lines = [line for line in r.stdout.splitlines() if line.strip()]

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["Child"]
 
@@ -25,7 +25,7 @@ _PR_SET_PDEATHSIG = 1
 _forker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="minisandbox-forker")
 
 
-def _die_with_parent(parent_pid: int):
+def _die_with_parent(parent_pid: int) -> Callable[[], None]:
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
 
     def pre() -> None:
