@@ -68,7 +68,8 @@ class OpenAIPolicy:
                     break
             except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError, KeyError) as e:
                 last = PolicyError(f"policy endpoint {self.base_url}: {getattr(e, 'reason', e)}")
-            time.sleep(min(2.0**attempt, 10.0))
+            if attempt < self.retries:
+                time.sleep(min(2.0**attempt, 10.0))
         raise last or PolicyError("policy endpoint failed")
 
 
