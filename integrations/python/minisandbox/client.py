@@ -24,7 +24,7 @@ from typing import Any
 from .errors import LimitError, MinisandboxError, ServerUnreachableError, error_for
 from .token import default_token
 
-__all__ = ["DEFAULT_URL", "Client"]
+__all__ = ["DEFAULT_URL", "Client", "exec_body"]
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -133,19 +133,9 @@ class Client:
     ) -> dict[str, Any]:
         """One command in a fresh process (a string runs under ``bash -c``). ``timeout`` in seconds: on expiry the
         whole process tree is killed and the answer has ``timed_out`` and the output so far."""
-        body: dict[str, Any] = {
-            "command": command,
-            "cwd": cwd,
-            "env": env,
-            "stdin": stdin,
-            "merge_output": merge_output,
-        }
-        if timeout is not None:
-            body["timeout_ms"] = timeout * 1000
+        body = exec_body(command, timeout, cwd, env, stdin, merge_output)
         wait = None if timeout is None else timeout + 60
-        return self.request(
-            "POST", f"/sandboxes/{_q(sandbox_id)}/exec", {k: v for k, v in body.items() if v is not None}, timeout=wait
-        )
+        return self.request("POST", f"/sandboxes/{_q(sandbox_id)}/exec", body, timeout=wait)
 
     def read_file(self, sandbox_id: str, path: str) -> bytes:
         return self.request("GET", f"/sandboxes/{_q(sandbox_id)}/files?path={_q(path)}", raw=True)
@@ -210,3 +200,23 @@ def _q(text: str) -> str:
 
 def _labels(labels: dict[str, str]) -> str:
     return "?" + "&".join(f"label={_q(f'{k}={v}')}" for k, v in labels.items()) if labels else ""
+
+
+def exec_body(
+    command: str | list[str],
+    timeout: float | None = None,
+    cwd: str | None = None,
+    env: dict[str, str] | None = None,
+    stdin: str | None = None,
+    merge_output: bool = False,
+) -> dict[str, Any]:
+    """The body of an exec (the contract's ``ExecRequest``), for a sandbox or a rollout; ``timeout`` in seconds."""
+    body = {
+        "command": command,
+        "timeout_ms": None if timeout is None else timeout * 1000,
+        "cwd": cwd,
+        "env": env,
+        "stdin": stdin,
+        "merge_output": merge_output,
+    }
+    return {k: v for k, v in body.items() if v is not None}

@@ -23,10 +23,18 @@ def test_each_command_is_a_fresh_bash_with_merged_output_cwd_env_and_timeout(
     monkeypatch.setenv("FORWARDED", "fwd")
     monkeypatch.delenv("UNSET", raising=False)
     env = MinisandboxEnvironment(
-        url=server.url, api_key=server.token, dir=str(workdir), env={"MY_VAR": "42"},
-        forward_env=["FORWARDED", "UNSET"], timeout=10, interpreter=["bash", "-c"],
-        executable="docker", run_args=["--rm"], container_timeout="2h", pull_timeout=120,
-    )  # fmt: skip
+        url=server.url,
+        api_key=server.token,
+        dir=str(workdir),
+        env={"MY_VAR": "42"},
+        forward_env=["FORWARDED", "UNSET"],
+        timeout=10,
+        interpreter=["bash", "-c"],
+        executable="docker",
+        run_args=["--rm"],
+        container_timeout="2h",
+        pull_timeout=120,
+    )
     r = env.execute("python3 main.py; echo err >&2; echo $MY_VAR $FORWARDED; pwd")
     assert r == {"output": "hi\nerr\n42 fwd\n/testbed\n", "returncode": 0, "exception_info": ""}
     assert env.execute({"command": "cd /tmp && export X=1"})["returncode"] == 0

@@ -59,10 +59,18 @@ class CountingTokenizer(CharTokenizer):
 
 def trajectory(messages: list[dict[str, Any]], **fields: Any) -> Trajectory:
     base: dict[str, Any] = {
-        "trajectory_id": "t@0", "instance_id": "t", "repetition": 0, "group_id": "g", "rollout_id": "g.0",
-        "status": "scored", "reward": 1.0, "resolved": True, "exit_status": "Submitted", "messages": messages,
+        "trajectory_id": "t@0",
+        "instance_id": "t",
+        "repetition": 0,
+        "group_id": "g",
+        "rollout_id": "g.0",
+        "status": "scored",
+        "reward": 1.0,
+        "resolved": True,
+        "exit_status": "Submitted",
+        "messages": messages,
         "turns": [],
-    }  # fmt: skip
+    }
     return Trajectory(**{**base, **fields})
 
 
@@ -220,8 +228,12 @@ def test_the_policy_sends_the_chat_and_retries_server_errors(endpoint: Endpoint)
     assert (c.content, c.finish_reason) == ("THOUGHT: hi", "length")
     headers, body = endpoint.requests[-1]
     assert headers["authorization"] == "Bearer k"
-    assert body == {"model": "my-model", "messages": [{"role": "user", "content": "hello"}], "temperature": 0.5,
-                    "user": "t@3"}  # fmt: skip
+    assert body == {
+        "model": "my-model",
+        "messages": [{"role": "user", "content": "hello"}],
+        "temperature": 0.5,
+        "user": "t@3",
+    }
     assert len(endpoint.requests) == 2
 
 

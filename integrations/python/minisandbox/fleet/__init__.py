@@ -33,8 +33,14 @@ __all__ = [
     "rollout_groups",
 ]
 
-_LAZY = {"Fleet": "fleet", "evaluate": "jobs", "prepare": "jobs", "rollout_groups": "jobs", "FleetJobError": "jobs",
-         "Progress": "progress"}
+_LAZY = {
+    "Fleet": "fleet",
+    "evaluate": "jobs",
+    "prepare": "jobs",
+    "rollout_groups": "jobs",
+    "FleetJobError": "jobs",
+    "Progress": "progress",
+}
 
 
 def __getattr__(name: str) -> Any:  # Ray is imported on first use, not with the package

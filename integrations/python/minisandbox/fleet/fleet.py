@@ -58,9 +58,14 @@ class Fleet:
 
     def _alive(self) -> dict[str, dict[str, Any]]:
         only = self.config.only
-        return {n["NodeID"]: n for n in ray.nodes()
-                if n.get("Alive") and n.get("Resources", {}).get(SLOT, 0) > 0 and n["NodeID"] not in self._dead
-                and (only is None or node_name(n) in only)}
+        return {
+            n["NodeID"]: n
+            for n in ray.nodes()
+            if n.get("Alive")
+            and n.get("Resources", {}).get(SLOT, 0) > 0
+            and n["NodeID"] not in self._dead
+            and (only is None or node_name(n) in only)
+        }
 
     def _supervisor(self, node: dict[str, Any]) -> Any:
         nid = node["NodeID"]
@@ -69,16 +74,26 @@ class Fleet:
             return ray.get_actor(name, namespace=NAMESPACE)
         except ValueError:
             pass
-        opts: dict[str, Any] = {"name": name, "namespace": NAMESPACE, "get_if_exists": True,
-                                "scheduling_strategy": NodeAffinitySchedulingStrategy(nid, soft=False)}
+        opts: dict[str, Any] = {
+            "name": name,
+            "namespace": NAMESPACE,
+            "get_if_exists": True,
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(nid, soft=False),
+        }
         if self.config.detached:
             opts["lifetime"] = "detached"
         self.created.add(nid)
         return NodeSupervisor.options(**opts).remote(  # type: ignore[attr-defined]  # an actor class (ray.remote)
-            home=(node.get("Labels") or {}).get(HOME_LABEL), token=secrets.token_urlsafe(24),
-            command=self.config.command, slots=int(node["Resources"][SLOT]), host=node["NodeManagerAddress"],
-            repos_dir=self.config.repos_dir, dataset=self.config.dataset, shared_stores=self.config.shared_stores,
-            serve_args=self.config.serve_args)
+            home=(node.get("Labels") or {}).get(HOME_LABEL),
+            token=secrets.token_urlsafe(24),
+            command=self.config.command,
+            slots=int(node["Resources"][SLOT]),
+            host=node["NodeManagerAddress"],
+            repos_dir=self.config.repos_dir,
+            dataset=self.config.dataset,
+            shared_stores=self.config.shared_stores,
+            serve_args=self.config.serve_args,
+        )
 
     def refresh(self, force: bool = False) -> None:
         """Drop nodes Ray declared dead; start (or find) a supervisor on every new node and learn its layers."""
@@ -95,8 +110,11 @@ class Fleet:
                 self.supervisors.pop(nid, None)
                 self._checks.pop(nid, None)
         now = time.monotonic()
-        new = {nid: n for nid, n in alive.items()
-               if nid not in self.placement.nodes and self._retry_at.get(nid, 0.0) <= now}
+        new = {
+            nid: n
+            for nid, n in alive.items()
+            if nid not in self.placement.nodes and self._retry_at.get(nid, 0.0) <= now
+        }
         started = {nid: self._supervisor(n) for nid, n in new.items()}
         infos = {nid: sup.info.remote() for nid, sup in started.items()}
         for nid, ref in infos.items():
@@ -111,8 +129,16 @@ class Fleet:
             n = new[nid]
             self.supervisors[nid] = started[nid]
             self._io[nid] = n["Resources"].get(IO, 0) >= 1
-            self.placement.add(NodeState(nid, node_name(n), info["url"], info["token"], int(n["Resources"][SLOT]),
-                                         layers={x["key"]: x["manifest_sha256"] for x in layers}))
+            self.placement.add(
+                NodeState(
+                    nid,
+                    node_name(n),
+                    info["url"],
+                    info["token"],
+                    int(n["Resources"][SLOT]),
+                    layers={x["key"]: x["manifest_sha256"] for x in layers},
+                )
+            )
             if self.joined or self.lost:
                 self.log(f"node {node_name(n)} joined with {len(layers)} layers")
             self.joined.append(nid)
@@ -196,8 +222,11 @@ class Fleet:
 
     def pulls(self) -> dict[str, list[dict[str, Any]]]:
         """Per node, the layers it brought in from elsewhere (from its ``cache/pulls.jsonl``)."""
-        refs = {self.placement.nodes[nid].name: sup.pulls.remote() for nid, sup in self.supervisors.items()
-                if nid in self.placement.nodes}
+        refs = {
+            self.placement.nodes[nid].name: sup.pulls.remote()
+            for nid, sup in self.supervisors.items()
+            if nid in self.placement.nodes
+        }
         out = {}
         for name, ref in refs.items():
             try:
@@ -207,8 +236,7 @@ class Fleet:
         return out
 
     @contextlib.contextmanager
-    def sandbox(self, env_key: str, *, labels: dict[str, str] | None = None,
-                **create: Any) -> Iterator[dict[str, Any]]:
+    def sandbox(self, env_key: str, *, labels: dict[str, str] | None = None, **create: Any) -> Iterator[dict[str, Any]]:
         """A sandbox of environment ``env_key`` on the node placement picks (warm first), for work driven from here
         (e.g. one agent rollout): yields the server's answer plus ``url`` and ``token`` of that node's server (give
         ``runtime_url`` and the token to a SWE-ReX client). Deleted on exit, whatever happens inside."""
@@ -233,8 +261,18 @@ class Fleet:
                 self.placement.done(node.node_id, env_key, ok=True)
 
     def status(self) -> list[dict[str, Any]]:
-        return [{"node": n.name, "node_id": n.node_id, "url": n.url, "slots": n.slots, "running": n.running,
-                 "layers": len(n.layers), "usable": n.usable} for n in self.placement.nodes.values()]
+        return [
+            {
+                "node": n.name,
+                "node_id": n.node_id,
+                "url": n.url,
+                "slots": n.slots,
+                "running": n.running,
+                "layers": len(n.layers),
+                "usable": n.usable,
+            }
+            for n in self.placement.nodes.values()
+        ]
 
     def stop(self) -> None:
         """Stop the servers of the supervisors this fleet started (unless detached), closing their sandboxes."""

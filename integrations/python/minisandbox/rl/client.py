@@ -15,7 +15,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..client import Client
+from ..client import Client, exec_body
 
 __all__ = ["Group", "Rollout", "RolloutClient", "exec_body", "group_body", "reward_body"]
 
@@ -36,25 +36,6 @@ def group_body(
 ) -> dict[str, Any]:
     """``POST /rollouts/groups`` (the contract's ``CreateGroupRequest``)."""
     return _given(instance_id=instance_id, n=n, gold_check=gold_check, ttl_seconds=ttl_seconds)
-
-
-def exec_body(
-    command: str | list[str],
-    timeout: float | None = None,
-    cwd: str | None = None,
-    env: dict[str, str] | None = None,
-    stdin: str | None = None,
-    merge_output: bool = False,
-) -> dict[str, Any]:
-    """``POST /rollouts/<id>/exec`` (the native ``ExecRequest``)."""
-    return _given(
-        command=command,
-        timeout_ms=None if timeout is None else timeout * 1000,
-        cwd=cwd,
-        env=env,
-        stdin=stdin,
-        merge_output=merge_output,
-    )
 
 
 def reward_body(mode: str | None = None, timeout: float | None = None, reward: str | None = None) -> dict[str, Any]:

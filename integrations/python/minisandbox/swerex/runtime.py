@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import importlib
+import importlib.util
 import logging
 import random
 import shutil
@@ -62,8 +63,9 @@ __all__ = [
 ]
 
 # swe-rex's own exception classes and models when it is installed (objects from both sides then mix), else the
-# stand-ins of .models; the type checker sees the stand-ins.
-if TYPE_CHECKING:
+# stand-ins of .models, which are also what the type checker sees.
+_HAVE_SWEREX = importlib.util.find_spec("swerex") is not None
+if TYPE_CHECKING or not _HAVE_SWEREX:
     from .models import (
         BashAction,
         BashIncorrectSyntaxError,
@@ -93,75 +95,38 @@ if TYPE_CHECKING:
         WriteFileRequest,
         WriteFileResponse,
     )
-
-    _HAVE_SWEREX = False
 else:
-    try:
-        from swerex.exceptions import (
-            BashIncorrectSyntaxError,
-            CommandTimeoutError,
-            DeploymentNotStartedError,
-            DeploymentStartupError,
-            NoExitCodeError,
-            NonZeroExitCodeError,
-            SessionDoesNotExistError,
-            SessionExistsError,
-            SessionNotInitializedError,
-            SwerexException,
-        )
-        from swerex.runtime.abstract import (
-            BashAction,
-            BashInterruptAction,
-            BashObservation,
-            CloseBashSessionRequest,
-            CloseBashSessionResponse,
-            CloseResponse,
-            Command,
-            CommandResponse,
-            CreateBashSessionRequest,
-            CreateBashSessionResponse,
-            IsAliveResponse,
-            ReadFileRequest,
-            ReadFileResponse,
-            UploadRequest,
-            UploadResponse,
-            WriteFileRequest,
-            WriteFileResponse,
-        )
-
-        _HAVE_SWEREX = True
-    except ImportError:
-        from .models import (
-            BashAction,
-            BashIncorrectSyntaxError,
-            BashInterruptAction,
-            BashObservation,
-            CloseBashSessionRequest,
-            CloseBashSessionResponse,
-            CloseResponse,
-            Command,
-            CommandResponse,
-            CommandTimeoutError,
-            CreateBashSessionRequest,
-            CreateBashSessionResponse,
-            DeploymentNotStartedError,
-            DeploymentStartupError,
-            IsAliveResponse,
-            NoExitCodeError,
-            NonZeroExitCodeError,
-            ReadFileRequest,
-            ReadFileResponse,
-            SessionDoesNotExistError,
-            SessionExistsError,
-            SessionNotInitializedError,
-            SwerexException,
-            UploadRequest,
-            UploadResponse,
-            WriteFileRequest,
-            WriteFileResponse,
-        )
-
-        _HAVE_SWEREX = False
+    from swerex.exceptions import (
+        BashIncorrectSyntaxError,
+        CommandTimeoutError,
+        DeploymentNotStartedError,
+        DeploymentStartupError,
+        NoExitCodeError,
+        NonZeroExitCodeError,
+        SessionDoesNotExistError,
+        SessionExistsError,
+        SessionNotInitializedError,
+        SwerexException,
+    )
+    from swerex.runtime.abstract import (
+        BashAction,
+        BashInterruptAction,
+        BashObservation,
+        CloseBashSessionRequest,
+        CloseBashSessionResponse,
+        CloseResponse,
+        Command,
+        CommandResponse,
+        CreateBashSessionRequest,
+        CreateBashSessionResponse,
+        IsAliveResponse,
+        ReadFileRequest,
+        ReadFileResponse,
+        UploadRequest,
+        UploadResponse,
+        WriteFileRequest,
+        WriteFileResponse,
+    )
 
 _MIRRORS = {
     cls.__name__: cls
