@@ -1,6 +1,6 @@
-"""The package's shape, as test/import-graph.test.ts checks src/: every import inside the package goes to the
-importer's own part or to a lower layer (type-only imports and imports inside functions included), and what must
-work with the standard library alone imports nothing else."""
+"""The package's shape, as test/import-graph.test.ts and biome check src/: every import inside the package goes to
+the importer's own part or to a lower layer (type-only imports and imports inside functions included), what must work
+with the standard library alone imports nothing else, and functions are at most 60 lines."""
 
 from __future__ import annotations
 
@@ -104,3 +104,19 @@ def test_the_checks_see_what_they_must() -> None:
     assert "minisandbox.fleet.jobs" in found, "imports inside functions and `from . import x` are seen"
     assert "minisandbox.token" in {t for _, t in imports(PACKAGE / "swerex" / "runtime.py")}, "`..` resolves"
     assert layer_of("fleet") > layer_of("client") > layer_of("errors")
+
+
+#: Functions over the limit today, to be split (the fleet's jobs and CLI, which its plan moving into the library
+#: reshapes); a new one fails.
+LONG_FUNCTIONS = {"fleet/cli.py:main", "fleet/jobs.py:evaluate"}
+
+
+def test_functions_are_at_most_60_lines_as_in_typescript() -> None:
+    long = set()
+    for path in modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.end_lineno is None:
+                continue
+            if node.end_lineno - node.lineno + 1 > 60:
+                long.add(f"{path.relative_to(PACKAGE)}:{node.name}")
+    assert long <= LONG_FUNCTIONS, f"functions over 60 lines: {sorted(long - LONG_FUNCTIONS)}"
