@@ -1,6 +1,7 @@
-"""Errors of the Python client: the server's error tree (src/errors.ts), one class per class of it that an answer can
-carry, with the same names and parents (``_generated.py`` holds the tree; tests/test_errors.py checks these classes
-against it). An answer's ``code`` picks its class; an answer without one, its HTTP status."""
+"""Errors of the Python client: the server's error tree (src/errors.ts), a class for each of its classes a client
+tells apart, with the same names and parents (``_generated.py`` holds the tree; tests/test_errors.py checks these
+classes against it). An answer's ``code`` picks its class (or that of its nearest ancestor here); an answer without
+one, its HTTP status."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ __all__ = [
     "UnauthorizedError",
     "UnavailableError",
     "UploadTooLargeError",
+    "class_of",
     "error_for",
 ]
 
@@ -142,11 +144,22 @@ CLASSES: dict[str, type[MinisandboxError]] = {
 }
 
 
+def class_of(name: str) -> type[MinisandboxError]:
+    """The class of the tree called ``name``, else that of its nearest ancestor the package defines (a server may know
+    classes a client does not: they still raise their family's class)."""
+    current: str | None = name
+    while current is not None:
+        if current in CLASSES:
+            return CLASSES[current]
+        current = ERROR_PARENTS.get(current)
+    return MinisandboxError
+
+
 def _by_status(status: int) -> tuple[str, type[MinisandboxError]]:
     """The code and class of an answer without a known code: the first code declared for its status (what such an
     answer means, e.g. a 422 validation answer), else ``http_<status>`` and the root class."""
     code = next((c for c, s in HTTP_STATUS.items() if s == status), None)
-    return (code, CLASSES[CODE_CLASSES[code]]) if code else (f"http_{status}", MinisandboxError)
+    return (code, class_of(CODE_CLASSES[code])) if code else (f"http_{status}", MinisandboxError)
 
 
 def error_for(status: int, body: Any, what: str) -> MinisandboxError:
@@ -154,7 +167,7 @@ def error_for(status: int, body: Any, what: str) -> MinisandboxError:
     detail = body.get("detail") if isinstance(body, dict) else body
     code = body.get("code") if isinstance(body, dict) else None
     if isinstance(code, str) and code in CODE_CLASSES:
-        cls = CLASSES[CODE_CLASSES[code]]
+        cls = class_of(CODE_CLASSES[code])
     else:
         fallback, cls = _by_status(status)
         code = code if isinstance(code, str) and code else fallback

@@ -9,7 +9,7 @@ import minisandbox
 import pytest
 from minisandbox import errors
 from minisandbox._generated import CODE_CLASSES, ERROR_PARENTS, HTTP_STATUS
-from minisandbox.errors import CLASSES, MinisandboxError, error_for
+from minisandbox.errors import CLASSES, MinisandboxError, class_of, error_for
 
 PACKAGE = Path(minisandbox.__file__).parent
 
@@ -22,12 +22,21 @@ def _tree_parent(cls: type[MinisandboxError]) -> str | None:
     return None
 
 
-def test_every_class_a_code_needs_exists_with_the_tree_s_parent() -> None:
-    assert set(CODE_CLASSES.values()) <= set(CLASSES), "a code whose class the package lacks"
+def test_every_class_of_the_package_has_the_tree_s_name_and_parent() -> None:
+    assert set(CLASSES) <= set(ERROR_PARENTS)
     for name, cls in CLASSES.items():
         assert _tree_parent(cls) == ERROR_PARENTS[name], name
-    assert set(CLASSES) <= set(ERROR_PARENTS)
+    assert len(CLASSES) >= 20, "the package tells the server's error classes apart"
     assert all(issubclass(c, MinisandboxError) for c in CLASSES.values())
+
+
+def test_a_class_the_package_lacks_raises_its_nearest_ancestor_s() -> None:
+    parents = {**ERROR_PARENTS, "ImageNotFoundError": "NotFoundError", "OddError": "ImageNotFoundError"}
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(errors, "ERROR_PARENTS", parents)
+        assert class_of("OddError") is errors.NotFoundError
+        assert class_of("SandboxNotFoundError") is errors.SandboxNotFoundError
+        assert class_of("NoSuchClass") is MinisandboxError
 
 
 def test_the_package_exports_every_class_of_the_tree_it_defines() -> None:
@@ -41,7 +50,8 @@ def test_the_package_exports_every_class_of_the_tree_it_defines() -> None:
 def test_an_answer_with_a_code_raises_that_code_s_class(code: str) -> None:
     status = HTTP_STATUS[code]
     e = error_for(status, {"detail": "what happened", "code": code}, "POST /x")
-    assert type(e).__name__ == CODE_CLASSES[code]
+    assert type(e) is class_of(CODE_CLASSES[code])
+    assert CODE_CLASSES[code] not in CLASSES or type(e).__name__ == CODE_CLASSES[code]
     assert (e.code, e.status, e.detail) == (code, status, "what happened")
     assert str(e) == f"POST /x: what happened (HTTP {status})"
 
