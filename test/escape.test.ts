@@ -11,18 +11,18 @@ import { chmodSync, chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, readd
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { idRange } from "../src/sandbox/host.js";
+import { idPool } from "../src/sandbox/host.js";
 import { cgroupSupport, killCgroup } from "../src/sandbox/limits.js";
 import { registerEscapeSuite } from "./escape/attacks.js";
 import { tempHome } from "./helpers.js";
 
 const cg = cgroupSupport();
-const range = idRange();
+const pool = idPool();
 registerEscapeSuite({
   mode: "root",
   home: tempHome("msb-escape-"),
-  hostUid: range.base,
-  idCount: range.count,
+  idPool: pool,
+  idCount: pool.size,
   limitsEnforced: cg.memory && cg.pids,
 });
 

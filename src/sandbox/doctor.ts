@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { run } from "../util/run.js";
-import { findTool, helperPath, idRange, launchMode, SUBID_USER } from "./host.js";
+import { DEFAULT_ID_POOL, findTool, helperPath, ID_LOCKS_DIR, idPool, launchMode, SUBID_USER } from "./host.js";
 import { enforcement } from "./limits.js";
 import { Sandbox } from "./sandbox.js";
 
@@ -73,23 +73,35 @@ async function userNamespaces(): Promise<DoctorCheck> {
   };
 }
 
-/** Root mode: whom root inside is on the host, and whether that range is reserved for us. */
+/** Root mode: whom root inside is on the host, whether each sandbox has a range of its own, and what is reserved. */
 function idRangeCheck(): DoctorCheck {
   if (launchMode() !== "root") {
     return { name: "user ids", status: "ok", detail: "root inside is you (one id mapped: unprivileged mode)" };
   }
   try {
-    const r = idRange();
-    const ids = `${r.base}-${r.base + r.count - 1}`;
-    const detail = `root inside is host uid ${r.base}, never 0 (ids ${ids}, from ${r.source})`;
-    if (r.source !== "default") return { name: "user ids", status: "ok", detail };
+    const p = idPool();
+    const end = p.base + p.size * p.slots - 1;
+    const reserved = `${p.base}-${end}, from ${p.source}`;
+    const reserve = `"${SUBID_USER}:${DEFAULT_ID_POOL.base}:${DEFAULT_ID_POOL.size * DEFAULT_ID_POOL.slots}"`;
+    const fix = `reserve ${reserve} in /etc/subuid and /etc/subgid (scripts/install-system-deps.sh does)`;
+    if (p.slots === 1)
+      return {
+        name: "user ids",
+        status: "warn",
+        detail:
+          `root inside is host uid ${p.base}, never 0, but every sandbox shares that one range (ids ${reserved}): ` +
+          "their per-user kernel quotas (inotify, message queues, pipe buffers) are shared",
+        fix,
+      };
+    const detail =
+      `every sandbox (and fork) gets a range of its own: ${p.slots} ranges of ${p.size} ids reserved ` +
+      `(${reserved}), taken with a lock under ${ID_LOCKS_DIR} and freed when the sandbox ends; root inside is never 0`;
+    if (p.source !== "default") return { name: "user ids", status: "ok", detail };
     return {
       name: "user ids",
       status: "warn",
-      detail: `${detail}; the range is not reserved in /etc/subuid, so another tool could hand it out`,
-      fix:
-        `add "${SUBID_USER}:${r.base}:${r.count}" to /etc/subuid and /etc/subgid ` +
-        "(scripts/install-system-deps.sh does)",
+      detail: `${detail}; the ids are not reserved in /etc/subuid, so another tool could hand them out`,
+      fix,
     };
   } catch (e) {
     return { name: "user ids", status: "fail", detail: (e as Error).message, fix: "set MINISANDBOX_IDMAP=BASE:COUNT" };

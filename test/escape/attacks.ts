@@ -23,6 +23,7 @@ import { dirname, join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { ExecResult } from "../../src/sandbox/exec.js";
+import type { IdPool } from "../../src/sandbox/host.js";
 import { DEFAULT_DISK_BYTES, DEFAULT_MEMORY_BYTES, DEFAULT_PIDS } from "../../src/sandbox/limits.js";
 import { reapLeftovers } from "../../src/sandbox/reaper.js";
 import { Sandbox } from "../../src/sandbox/sandbox.js";
@@ -34,9 +35,11 @@ export interface EscapeTarget {
   mode: "root" | "userns";
   /** MINISANDBOX_HOME of every sandbox the suite starts (owned by the user running it). */
   home: string;
-  /** The host uid that root inside must be: the id range's base as root, the caller otherwise. */
-  hostUid: number;
-  /** The uid_map line root inside must see: `0 <hostUid> <count>`. */
+  /** Unprivileged: the host uid that root inside must be (the caller). */
+  hostUid?: number;
+  /** Root mode: the pool every sandbox's own id range comes from. */
+  idPool?: IdPool;
+  /** The uid_map line root inside must see: `0 <host uid> <count>`. */
   idCount: number;
   /** Memory and process limits are enforced here (root, or a cgroup delegated to the user). */
   limitsEnforced: boolean;
@@ -66,6 +69,19 @@ const HOST_PYTHON = "/usr/bin/python3";
 const OWNER_FIXTURE = join(import.meta.dirname, "..", "fixtures", "escape-owner.js");
 
 type Outcome = { ret: number | null; errno: string | null } | { signal: number } | { error: string };
+
+/** The host uid root inside `sb` must be: the caller, or (root mode) the first id of a range of the pool. */
+export function hostUidOf(sb: Sandbox, target: EscapeTarget): number {
+  const uid = sb.hostIds.uid;
+  if (target.mode === "userns") {
+    assert.equal(uid, target.hostUid);
+    return uid;
+  }
+  const pool = target.idPool!;
+  const slot = (uid - pool.base) / pool.size;
+  assert.ok(Number.isInteger(slot) && slot >= 0 && slot < pool.slots, `host uid ${uid} is not a range of the pool`);
+  return uid;
+}
 
 function refused(probe: Record<string, Outcome>, name: string, errno: string): void {
   assert.deepEqual(probe[name], { ret: -1, errno }, `${name}: ${JSON.stringify(probe[name])}`);
@@ -569,7 +585,8 @@ export function registerEscapeSuite(target: EscapeTarget): void {
       );
       const lines = r.stdout.trim().split("\n");
       const uidMap = lines[0]!.trim().split(/\s+/).map(Number);
-      assert.deepEqual(uidMap, [0, target.hostUid, target.idCount]);
+      const hostUid = hostUidOf(main, target);
+      assert.deepEqual(uidMap, [0, hostUid, target.idCount]);
       if (mode === "root") assert.notEqual(uidMap[1], 0);
       const field = (name: string): string => lines.find((l) => l.startsWith(`${name}:`))!.split(/\s+/)[1]!;
       assert.equal(BigInt(`0x${field("CapEff")}`), DOCKER_CAP_MASK, "CapEff");
@@ -580,7 +597,7 @@ export function registerEscapeSuite(target: EscapeTarget): void {
       assert.equal(field("NoNewPrivs"), "1");
       assert.equal(field("Seccomp"), "2");
       // The host's view: pid 1 and a command, found by a command line no other process has.
-      assert.equal(statusField(main.pid1, "Uid"), Array(4).fill(target.hostUid).join("\t"));
+      assert.equal(statusField(main.pid1, "Uid"), Array(4).fill(hostUid).join("\t"));
       assert.equal(statusField(main.pid1, "NoNewPrivs"), "1");
       assert.equal(statusField(main.pid1, "Seccomp"), "2");
       const marker = `sleep 77.${randomBytes(3).readUIntBE(0, 3)}`;
@@ -588,7 +605,7 @@ export function registerEscapeSuite(target: EscapeTarget): void {
       try {
         assert.ok(await until(() => hostProcesses(marker).length > 0), "the command did not show on the host");
         for (const pid of hostProcesses(marker)) {
-          assert.equal(statusField(pid, "Uid"), Array(4).fill(target.hostUid).join("\t"));
+          assert.equal(statusField(pid, "Uid"), Array(4).fill(hostUid).join("\t"));
           assert.equal(statusField(pid, "NoNewPrivs"), "1");
           assert.equal(statusField(pid, "NSpid").split(/\s+/).length, 2, "a pid namespace of its own");
         }
@@ -597,7 +614,7 @@ export function registerEscapeSuite(target: EscapeTarget): void {
         if (state.cgroups.pids) {
           const inside = cgroupTree(state.cgroups.pids).filter((pid) => statusField(pid, "NSpid").includes("\t"));
           assert.ok(inside.length >= 2, `pid 1 and the command in the pids cgroup: ${inside}`);
-          for (const pid of inside) assert.equal(statusField(pid, "Uid"), Array(4).fill(target.hostUid).join("\t"));
+          for (const pid of inside) assert.equal(statusField(pid, "Uid"), Array(4).fill(hostUid).join("\t"));
         }
       } finally {
         await main.exec(["pkill", "-f", marker]);
