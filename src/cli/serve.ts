@@ -184,11 +184,13 @@ function announce(s: RunningServer): void {
   if (!s.authenticated)
     auth = "; WARNING: no authentication (--no-auth): every local user and sandbox with network can use it";
   // Leftovers first: whoever waits for the "serving on" line has everything said before it.
-  if (s.reaped.sandboxes.length || s.reaped.cgroups.length)
+  const { sandboxes, cgroups, snapshots } = s.reaped;
+  if (sandboxes.length || cgroups.length || snapshots.length)
     process.stderr.write(
-      `minisandbox: removed leftovers of an earlier server: ${s.reaped.sandboxes.length} sandbox(es), ` +
-        `${s.reaped.cgroups.length} cgroup(s)\n`,
+      `minisandbox: removed leftovers of an earlier server: ${sandboxes.length} sandbox(es), ` +
+        `${cgroups.length} cgroup(s), ${snapshots.length} fork snapshot(s)\n`,
     );
+  for (const w of s.warnings) process.stderr.write(`minisandbox: warning: ${w}\n`);
   process.stderr.write(`minisandbox: serving on ${s.url}${root}${auth}\n`);
 }
 
