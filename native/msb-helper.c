@@ -11,8 +11,9 @@
  *                                                  cgroups)
  *   msb-helper init [options] LABEL                pid 1 of a sandbox: Docker's masks (--read-only, --mask-file,
  *                                                  --mask-dir PATH); not ptraceable; once in its cgroups (a byte
- *                                                  on stdin), its own cgroup namespace, then nothing inherited,
- *                                                  fresh keyring, seccomp; signals readiness on fd 4, then reaps
+ *                                                  on stdin), its own cgroup namespace, then nothing inherited but
+ *                                                  its id range's lock, fresh keyring, seccomp; signals readiness
+ *                                                  on fd 4, then reaps
  *   msb-helper enter [options] -- CMD ARGS...      a high OOM score, join cgroups, enter pid 1's namespaces and
  *                                                  root, rlimits, fork; the child drops to the sandbox's
  *                                                  capabilities and user, closes inherited descriptors, gets a
@@ -61,6 +62,8 @@
 #include "seccomp-profile.h"
 
 #define MAX_ITEMS 64
+/* Where pid 1 finds the lock of its sandbox's id range (the launch's first passed descriptor, 5, no longer needed). */
+#define RANGE_LOCK_FD 5
 /* Namespace flags `clone` may never carry inside a sandbox (CLONE_NEWTIME shares clone's exit-signal byte). */
 #define CLONE_NS_FLAGS \
   (CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWCGROUP)
@@ -371,10 +374,10 @@ static int make_userns(unsigned first, unsigned base, unsigned count) {
 
 /*
  * One sandbox, one id range: a free slot of the pool (base + k * size, k < slots), tried from a random one on. A
- * slot is taken with flock(2) on DIR/<its first id>, and the descriptor stays with this process, which becomes the
- * sandbox's holder (bwrap outside the sandbox, alive until its pid 1, and with it every process of the sandbox, has
- * exited): however the holder ends, even by SIGKILL, the kernel drops the lock and the range is free again. Every
- * launch on this host takes its range there, whichever server or process started it.
+ * slot is taken with flock(2) on DIR/<its first id>, and the descriptor goes to the sandbox's pid 1, which keeps it
+ * until it exits (and with it the sandbox: the kernel kills every process of its pid namespace): however pid 1 ends,
+ * even by SIGKILL, the kernel drops the lock and the range is free again. Every launch on this host takes its range
+ * there, whichever server or process started it.
  */
 static unsigned take_id_range(const char *dir, unsigned base, unsigned slots, unsigned size, int *lock) {
   if (mkdir(dir, 0700) != 0 && errno != EEXIST) die(1, "mkdir %s: %s", dir, strerror(errno));
@@ -809,8 +812,10 @@ static int cmd_launch(int argc, char **argv) {
   make_scratch(&o);
   for (int i = 0; i < o.nov; i++) mount_overlay(&o, i);
   apply_rlimits(&o.limits);
-  /* The range's lock goes on with us into bwrap, the holder (pid 1 closes its copy with every other descriptor). */
-  if (lock >= 0 && fcntl(lock, F_SETFD, 0) != 0) die(1, "keep the id range's lock: %s", strerror(errno));
+  /* The range's lock goes through bwrap (which keeps none of its descriptors, but passes them on) to pid 1, which
+     holds it for the sandbox's life (`init --holds-id-range`): when pid 1 ends, so does the lock. The descriptors
+     passed to the launch are done with: the lock takes the first of their numbers (dup2 leaves it open at exec). */
+  if (lock >= 0 && dup2(lock, RANGE_LOCK_FD) != RANGE_LOCK_FD) die(1, "keep the id range's lock: %s", strerror(errno));
   execv(o.bwrap[0], o.bwrap);
   die(1, "exec %s: %s", o.bwrap[0], strerror(errno));
   return 1;
@@ -881,20 +886,23 @@ static int cmd_init(int argc, char **argv) {
   prog = "minisandbox-init";
   /* Not ptraceable, its /proc entries closed to the sandbox's own root: commands cannot take over pid 1. */
   if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) die(1, "dumpable: %s", strerror(errno));
-  int seccomp = 1;
+  int seccomp = 1, keep_lock = 0;
   int i = 1;
   for (; i < argc - 1; i += 2) {
     const char *a = argv[i], *v = argv[i + 1];
     if (!strcmp(a, "--no-seccomp")) seccomp = 0, i--;
+    else if (!strcmp(a, "--holds-id-range")) keep_lock = 1, i--;
     else if (!strcmp(a, "--read-only")) read_only_in_place(v);
     else if (!strcmp(a, "--mask-file")) mask_file(v);
     else if (!strcmp(a, "--mask-dir")) mask_dir(v);
     else die(2, "init: unknown option %s", a);
   }
-  if (i != argc - 1) die(2, "usage: msb-helper init [--no-seccomp] [--read-only|--mask-file|--mask-dir PATH]... LABEL");
+  if (i != argc - 1) die(2, "usage: msb-helper init [--no-seccomp] [--holds-id-range] [--read-only|...] LABEL");
   own_cgroup_namespace();
   fresh_keyring();
-  close_from(5);
+  /* The id range's lock (RANGE_LOCK_FD, see cmd_launch) is held as long as pid 1 lives; nothing else is kept. */
+  if (keep_lock && fcntl(RANGE_LOCK_FD, F_GETFD) < 0) die(1, "the id range's lock is missing");
+  close_from(keep_lock ? RANGE_LOCK_FD + 1 : 5);
   lock_down(seccomp, 0);
   /* fd 3: bwrap's info pipe (not ours to keep); fd 4: the launcher waits for one byte there. */
   close(3);

@@ -63,7 +63,7 @@ export function helperFacts(): Record<string, string> {
   return facts;
 }
 
-/** Landlock scopes abstract unix sockets here (ABI 6, Linux 6.12): a sandbox with the network reaches none of the host's. */
+/** Landlock can keep a sandbox with the host's network from its abstract unix sockets (ABI 6, Linux 6.12). */
 export function abstractSocketsScoped(): boolean {
   return Number(helperFacts().landlock_abi ?? 0) >= 6;
 }

@@ -126,7 +126,15 @@ function launchArgv(req: LaunchRequest): string[] {
   for (const [name, text] of Object.entries(req.homeFiles ?? {})) a.push("--home-file", `${name}=${text}`);
   for (const s of planSources(req.plan, helper)) a.push(SOURCE_FLAGS[s.kind], `${s.name}=${s.path}`);
   a.push("--", requireTool("bwrap", "bubblewrap"), ...bwrapArgs(req.plan, req.scratch, helper), "--info-fd", "3");
-  a.push("--", INIT_PATH, "init", ...(req.seccomp ? [] : ["--no-seccomp"]), ...initMaskArgs(), req.label);
+  const holdsRange = req.mode === "root" && req.ids !== undefined && req.ids.slots > 1;
+  a.push(
+    "--",
+    INIT_PATH,
+    "init",
+    ...(req.seccomp ? [] : ["--no-seccomp"]),
+    ...(holdsRange ? ["--holds-id-range"] : []),
+  );
+  a.push(...initMaskArgs(), req.label);
   return a;
 }
 

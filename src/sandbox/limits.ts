@@ -78,6 +78,19 @@ export function validateLimits(limits: unknown): Limits {
   return limits as Limits;
 }
 
+/**
+ * The size of the tmpfs that holds every writable place (`diskBytes`). Its pages are memory, charged to the
+ * sandbox's memory group: where memory is limited it stops an eighth (at least 32 MiB) short of that limit, so that
+ * filling it ends in "No space left on device", never in the out-of-memory killer, which could only take processes
+ * (the pages are nobody's) until it takes pid 1.
+ */
+export function scratchBytes(limits: Limits, memoryEnforced: boolean): number {
+  const disk = limits.diskBytes ?? DEFAULT_DISK_BYTES;
+  if (!memoryEnforced || !limits.memoryBytes) return disk;
+  const headroom = Math.max(32 * 1024 ** 2, Math.floor(limits.memoryBytes / 8));
+  return Math.max(1024 ** 2, Math.min(disk, limits.memoryBytes - headroom));
+}
+
 /** The limits a sandbox runs with: the caller's, validated, over the defaults for disk, processes and memory. */
 export function withDefaults(limits: Limits | undefined): Limits {
   const given = Object.entries(validateLimits(limits)).filter(([, v]) => v !== undefined);

@@ -29,6 +29,8 @@ import { reapLeftovers } from "../../src/sandbox/reaper.js";
 import { Sandbox } from "../../src/sandbox/sandbox.js";
 import { InvalidInputError, LimitError, TimeoutError } from "../../src/errors.js";
 import { cgroupsLeft, mountsUnder, processesMatching, scratchDirs } from "../helpers.js";
+import { ABSTRACT_HOST } from "./neighbour-probes.js";
+import { registerNeighbourTests } from "./neighbours.js";
 import { PS, SYSCALL_PROBE, TAR_HIJACK, TERMINAL_OWNER } from "./probes.js";
 
 export interface EscapeTarget {
@@ -1017,13 +1019,14 @@ export function registerEscapeSuite(target: EscapeTarget): void {
 
     test("network off: only lo inside; the host's TCP and abstract unix sockets are unreachable", async () => {
       const tag = `msb-escape-${randomBytes(4).toString("hex")}`;
-      const servers = [createServer((c) => c.end("host")), createServer((c) => c.end("host"))];
-      await Promise.all([
-        new Promise((r) => servers[0]!.listen(0, "127.0.0.1", () => r(undefined))),
-        new Promise((r) => servers[1]!.listen(`\0${tag}`, () => r(undefined))),
-      ]);
+      const tcp = createServer((c) => c.end("host"));
+      await new Promise((r) => tcp.listen(0, "127.0.0.1", () => r(undefined)));
+      // Node names an abstract socket with all 108 bytes of sun_path: a Python listener is the usual exact name.
+      const abstract = spawn(HOST_PYTHON, ["-c", ABSTRACT_HOST, tag], { stdio: ["ignore", "pipe", "inherit"] });
+      await new Promise((r) => abstract.stdout.once("data", r));
+      const servers = [tcp, { close: () => abstract.kill("SIGKILL") }];
       try {
-        const port = (servers[0]!.address() as AddressInfo).port;
+        const port = (tcp.address() as AddressInfo).port;
         const script =
           "import json, socket\nseen = {}\n" +
           `for name, family, addr in (("tcp", socket.AF_INET, ("127.0.0.1", ${port})), ` +
@@ -1063,6 +1066,7 @@ export function registerEscapeSuite(target: EscapeTarget): void {
       );
     });
 
+    registerNeighbourTests(target, ids);
     registerLimitTests(target, ids);
   });
 }
