@@ -59,20 +59,19 @@ export function defaultAdmitted(budget: HostBudget = hostBudget()): number {
   );
 }
 
-export type Maxima = Required<Pick<Limits, "memoryBytes" | "pids" | "diskBytes" | "cpus">>;
+export type Maxima = Required<Pick<Limits, "memoryBytes" | "pids" | "diskBytes">>;
 
 /**
  * Per-sandbox maxima (and defaults) derived from the machine, so that `admitted` sandboxes at their maxima fit it:
  * memory × admitted within the memory budget (tmpfs pages, /dev/shm and /tmp included, count in a sandbox's memory),
- * pids × admitted within the process-id budget; disk at most the default budget; CPUs at most the host's.
+ * pids × admitted within the process-id budget; disk at most the default budget. (A CPU quota, when asked for, is
+ * at most the host's CPUs; without one each sandbox has its fair share.)
  */
-export function derivedMaxima(admitted: number, budget: HostBudget = hostBudget(), cpus = availableParallelism()) {
+export function derivedMaxima(admitted: number, budget: HostBudget = hostBudget()): Maxima {
   const n = Math.max(1, admitted);
-  const maxima: Maxima = {
+  return {
     memoryBytes: Math.max(16 * 1024 ** 2, Math.floor(budget.memoryBytes / n / 1024 ** 2) * 1024 ** 2),
     pids: Math.max(16, Math.min(DEFAULT_PIDS, Math.floor(budget.pids / n))),
     diskBytes: DEFAULT_DISK_BYTES,
-    cpus,
   };
-  return maxima;
 }

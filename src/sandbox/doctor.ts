@@ -1,6 +1,16 @@
 import { readFileSync } from "node:fs";
 import { run } from "../util/run.js";
-import { DEFAULT_ID_POOL, findTool, helperPath, ID_LOCKS_DIR, idPool, launchMode, SUBID_USER } from "./host.js";
+import { defaultAdmitted, derivedMaxima, hostBudget } from "./capacity.js";
+import {
+  DEFAULT_ID_POOL,
+  findTool,
+  helperFacts,
+  helperPath,
+  ID_LOCKS_DIR,
+  idPool,
+  launchMode,
+  SUBID_USER,
+} from "./host.js";
 import { enforcement } from "./limits.js";
 import { Sandbox } from "./sandbox.js";
 
@@ -108,7 +118,7 @@ function idRangeCheck(): DoctorCheck {
   }
 }
 
-/** The helper's own report: the seccomp profile compiled in, and id-mapped mount support. */
+/** The helper's own report: the seccomp profile compiled in, Landlock's scopes, the OOM score floor. */
 async function helperCheck(): Promise<DoctorCheck[]> {
   let helper: string;
   try {
@@ -117,7 +127,8 @@ async function helperCheck(): Promise<DoctorCheck[]> {
     return [{ name: "native helper", status: "fail", detail: (e as Error).message }];
   }
   const r = await run(helper, ["check"]);
-  const facts = Object.fromEntries(r.stdout.split("\n").map((l) => l.split(" ") as [string, string]));
+  const facts = helperFacts();
+  const abi = Number(facts.landlock_abi ?? 0);
   return [
     { name: "native helper", status: r.code === 0 ? "ok" : "fail", detail: helper },
     {
@@ -127,13 +138,67 @@ async function helperCheck(): Promise<DoctorCheck[]> {
         `${facts.seccomp_allowed} syscalls allowed, ${facts.seccomp_refused} refused (EPERM), the rest ENOSYS; ` +
         "no_new_privs; off only for sandboxes created with `seccomp: false` (reported by their security())",
     },
+    abi >= 6
+      ? {
+          name: "abstract sockets",
+          status: "ok",
+          detail: `a sandbox with network: true cannot reach the host's abstract unix sockets (Landlock ABI ${abi})`,
+        }
+      : {
+          name: "abstract sockets",
+          status: "warn",
+          detail: `Landlock ABI ${abi}: a sandbox with network: true can reach the host's abstract unix sockets`,
+          fix: "Linux 6.12 or later (Landlock ABI 6), with Landlock enabled (lsm=...,landlock)",
+        },
+    facts.oom_floor === "yes"
+      ? { name: "OOM scores", status: "ok", detail: "sandbox processes score 1000, a floor nothing inside can lower" }
+      : {
+          name: "OOM scores",
+          status: "warn",
+          detail:
+            "sandbox commands score 1000 but may lower themselves (no CAP_SYS_RESOURCE here); pid 1 keeps " +
+            "the caller's score, below any command's, and the server cannot lower its own",
+          fix: "run as root with CAP_SYS_RESOURCE",
+        },
+  ];
+}
+
+/** What sandboxes share read-only, how it is shown, and what a server here admits by default. */
+function sharingChecks(): DoctorCheck[] {
+  const budget = hostBudget();
+  const admitted = defaultAdmitted(budget);
+  const m = derivedMaxima(admitted, budget);
+  const gib = (n: number): string => `${(n / 1024 ** 3).toFixed(1)} GiB`;
+  return [
+    {
+      name: "shared trees",
+      status: "ok",
+      detail:
+        "/usr, /etc, toolchains and read-only binds are shown through an overlay of each sandbox's own: " +
+        "flock and inotify inside never meet the host's or a neighbour's (device nodes in /dev are the host's)",
+    },
+    {
+      name: "host capacity",
+      status: "ok",
+      detail:
+        `a server here admits ${admitted} sandboxes by default, each up to ${gib(m.memoryBytes)} of memory and ` +
+        `${m.pids} processes (together within ${gib(budget.memoryBytes)} and ${budget.pids} pids, what the host ` +
+        "keeps aside excluded); requests above a maximum are refused",
+    },
   ];
 }
 
 function cgroupCheck(): DoctorCheck {
   const e = enforcement();
   if (e.memory && e.pids) {
-    return { name: "cgroups", status: "ok", detail: "memory and processes limited per sandbox (cgroup v1)" };
+    const cpu = e.cpuShare
+      ? ", a fair CPU share each (and an optional `cpus` quota)"
+      : "; no cpu controller: no CPU share";
+    return {
+      name: "cgroups",
+      status: e.cpuShare ? "ok" : "warn",
+      detail: `memory and processes limited per sandbox${cpu}`,
+    };
   }
   const uid = process.getuid?.() ?? 0;
   const fix =
@@ -190,6 +255,7 @@ export async function runDoctor(
     await userNamespaces(),
     idRangeCheck(),
     cgroupCheck(),
+    ...sharingChecks(),
     await toolCheck("git", "git"),
     await toolCheck("tar", "tar"),
     await toolCheck("zstd", "zstd", "-V"),

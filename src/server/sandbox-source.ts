@@ -2,6 +2,7 @@
  * Where a new sandbox's workspace comes from: a host directory (only under the allowed roots, mounted through the
  * descriptor that was checked), a dataset instance or an environment key (through the provider), or nothing.
  */
+import { availableParallelism } from "node:os";
 import type { SandboxOptions } from "../sandbox/sandbox.js";
 import type { BindMount } from "../sandbox/plan.js";
 import { pythonOnPath } from "../env/python-on-path.js";
@@ -97,8 +98,10 @@ async function resolveWorkspaceSource(
 
 /** The request's limits under the server's maxima (which are also the defaults): above one, a 422 naming it. */
 export function limitsFor(asked: CreateSandboxRequest["limits"], max: Limits = {}): Limits {
-  const pick = (value: number | undefined, cap: number | undefined, name: string): number | undefined => {
+  /** `ceiling`: a maximum that is no default (a CPU quota is asked for, never imposed). */
+  const pick = (value: number | undefined, cap: number | undefined, name: string, ceiling?: number) => {
     if (value === undefined) return cap;
+    cap ??= ceiling;
     if (cap !== undefined && value > cap) {
       const msg = `limits.${name} ${value} is above this server's maximum ${cap}`;
       throw new RequestValidationError(
@@ -113,6 +116,6 @@ export function limitsFor(asked: CreateSandboxRequest["limits"], max: Limits = {
     pids: pick(asked?.pids, max.pids, "pids"),
     cpuSeconds: pick(asked?.cpu_seconds, max.cpuSeconds, "cpu_seconds"),
     diskBytes: pick(asked?.disk_bytes, max.diskBytes, "disk_bytes"),
-    cpus: pick(asked?.cpus, max.cpus, "cpus"),
+    cpus: pick(asked?.cpus, max.cpus, "cpus", availableParallelism()),
   };
 }

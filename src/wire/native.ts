@@ -65,7 +65,8 @@ export const SandboxLimits = model("SandboxLimits", {
   pids: t.int().nullable(),
   cpu_seconds: t.float().nullable(),
   disk_bytes: t.int().nullable(),
-  cpus: t.float().nullable(),
+  /** A CFS quota in CPUs (servers before it existed do not send it). */
+  cpus: t.float().nullable().default(null),
 });
 
 export const SandboxInfo = model("SandboxInfo", {
