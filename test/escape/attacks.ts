@@ -23,8 +23,8 @@ import { dirname, join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { ExecResult } from "../../src/sandbox/exec.js";
-import type { IdPool } from "../../src/sandbox/host.js";
-import { DEFAULT_DISK_BYTES, DEFAULT_MEMORY_BYTES, DEFAULT_PIDS } from "../../src/sandbox/limits.js";
+import { ID_LOCKS_DIR, type IdPool } from "../../src/sandbox/host.js";
+import { DEFAULT_DISK_BYTES, DEFAULT_MEMORY_BYTES, DEFAULT_PIDS, scratchBytes } from "../../src/sandbox/limits.js";
 import { reapLeftovers } from "../../src/sandbox/reaper.js";
 import { Sandbox } from "../../src/sandbox/sandbox.js";
 import { InvalidInputError, LimitError, TimeoutError } from "../../src/errors.js";
@@ -476,22 +476,26 @@ export function registerEscapeSuite(target: EscapeTarget): void {
       assert.deepEqual(r.stdout.trim().split("\n"), ["0", "0"], r.stderr);
     });
 
-    test("pid 1 out of reach: ptrace, pidfd_getfd (EPERM), /proc/1 refused; it holds only /dev/null", async () => {
+    test("pid 1 out of reach: ptrace, pidfd_getfd (EPERM), /proc/1 refused; it holds only /dev/null (and its range's lock)", async () => {
       refused(probe, "ptrace_attach_1", "EPERM");
       refused(probe, "ptrace_seize_1", "EPERM");
       refused(probe, "pidfd_getfd_1", "EPERM");
       refused(probe, "ptrace_suspend_seccomp", "EPERM");
       const r = await main.exec(
         "for f in mem environ maps; do head -c1 /proc/1/$f >/dev/null 2>&1 && echo READ-$f; done; " +
-          "for l in root cwd exe fd/0 fd/1 fd/2; do readlink /proc/1/$l && echo LINK-$l; done; echo done",
+          "for l in root cwd exe fd/0 fd/1 fd/2 fd/5; do readlink /proc/1/$l && echo LINK-$l; done; echo done",
       );
       assert.equal(r.stdout, "done\n", r.stdout);
       // pidfd_send_signal(SIGKILL) to pid 1 from inside had no effect.
       assert.ok(existsSync(`/proc/${main.pid1}`));
       assert.equal((await main.exec(["echo", "alive"])).stdout, "alive\n");
       const fds = readdirSync(`/proc/${main.pid1}/fd`).sort();
-      assert.deepEqual(fds, ["0", "1", "2"]);
-      if (mode === "root") for (const fd of fds) assert.equal(readlinkSync(`/proc/${main.pid1}/fd/${fd}`), "/dev/null");
+      // A sandbox with a range of its own: pid 1 also holds that range's lock, for as long as it lives.
+      const ownRange = mode === "root" && target.idPool!.slots > 1;
+      assert.deepEqual(fds, ownRange ? ["0", "1", "2", "5"] : ["0", "1", "2"]);
+      if (ownRange) assert.equal(readlinkSync(`/proc/${main.pid1}/fd/5`), join(ID_LOCKS_DIR, String(main.hostIds.uid)));
+      if (mode === "root")
+        for (const fd of ["0", "1", "2"]) assert.equal(readlinkSync(`/proc/${main.pid1}/fd/${fd}`), "/dev/null");
     });
 
     test("flooding pid 1's descriptors (the launcher's pipes) is refused; the host process does not grow", async () => {
@@ -664,7 +668,9 @@ export function registerEscapeSuite(target: EscapeTarget): void {
       test("inherited fds: a command sees only 0-2, none reaching the host; pid 1 and the launcher hold none", () => {
         assert.deepEqual(run.inside.fds, [0, 1, 2]);
         assert.ok(typeof run.inside.through_held_fd === "string", `listed: ${run.inside.through_held_fd}`);
-        assert.deepEqual(Object.keys(run.result.pid1Fds).sort(), ["0", "1", "2"]);
+        // pid 1's only other descriptor is its id range's lock (root mode, a range of its own).
+        const pid1Fds = Object.entries(run.result.pid1Fds).filter(([, to]) => !to.startsWith(`${ID_LOCKS_DIR}/`));
+        assert.deepEqual(pid1Fds.map(([fd]) => fd).sort(), ["0", "1", "2"]);
         for (const [fd, to] of Object.entries(run.result.holderFds))
           assert.notEqual(to, "/", `the launcher holds the host's / on fd ${fd}`);
       });
@@ -1081,7 +1087,12 @@ export function registerLimitTests(target: EscapeTarget, ids: string[] = []): vo
     assert.equal(sb.limits.memoryBytes, DEFAULT_MEMORY_BYTES);
     assert.equal(sb.limits.pids, DEFAULT_PIDS);
     const df = await sb.exec(["df", "-B1", "--output=size", "/tmp"]);
-    assert.equal(Number(df.stdout.trim().split("\n").pop()), DEFAULT_DISK_BYTES);
+    // The writable places' tmpfs: the disk budget, an eighth short of the memory limit where that is enforced.
+    const scratch = scratchBytes(
+      { memoryBytes: DEFAULT_MEMORY_BYTES, diskBytes: DEFAULT_DISK_BYTES },
+      target.limitsEnforced,
+    );
+    assert.equal(Number(df.stdout.trim().split("\n").pop()), scratch);
     const state = JSON.parse(readFileSync(sb.paths.state, "utf8")) as { cgroups: { memory?: string; pids?: string } };
     if (target.limitsEnforced) {
       assert.equal(readOr(join(state.cgroups.pids ?? "", "pids.max")).trim(), String(DEFAULT_PIDS));

@@ -31,9 +31,11 @@ function stateOf(sb: Sandbox): { holderPid: number; cgroups: SandboxCgroups } {
   return JSON.parse(readFileSync(sb.paths.state, "utf8")) as { holderPid: number; cgroups: SandboxCgroups };
 }
 
-/** `flock -n PATH true` on the host: "free" or "held". */
+/** `flock -n PATH true` on the host: "free" or "held" (a conflict is its exit code 75; anything else, an error). */
 function hostLock(path: string): string {
-  return spawnSync("flock", ["-n", path, "true"]).status === 0 ? "free" : "held";
+  const r = spawnSync("flock", ["-n", "-E", "75", path, "true"], { encoding: "utf8" });
+  if (r.status !== 0 && r.status !== 75) throw new Error(`flock ${path}: ${r.status} ${r.stderr}`);
+  return r.status === 0 ? "free" : "held";
 }
 
 function statusUid(pid: number): number {
@@ -132,17 +134,18 @@ export function registerNeighbourTests(target: EscapeTarget, ids: string[]): voi
       await a.exec(`${holdAll} sleep 0.3; echo held`);
       try {
         assert.ok(
-          await until(async () => (await a.exec(`flock -n ${files[0]} true; echo $?`)).stdout.trim() === "1"),
+          await until(async () => (await a.exec(`flock -n -E 75 ${files[0]} true; echo $?`)).stdout.trim() === "75"),
           "the locks are held inside",
         );
-        const inB = await b.exec(files.map((f) => `flock -n ${f} true && echo free || echo held`).join("; "));
-        assert.deepEqual(inB.stdout.trim().split("\n"), ["free", "free", "free"], "a neighbour");
+        const inB = await b.exec(files.map((f) => `flock -n -E 75 ${f} true; echo $?`).join("; "));
+        assert.deepEqual(inB.stdout.trim().split("\n"), ["0", "0", "0"], `a neighbour: ${inB.stderr}`);
         assert.deepEqual(files.map(hostLock), ["free", "free", "free"], "the host");
         // And the other way round: a lock the host holds is not the sandbox's.
-        const host = spawn("flock", [files[0]!, "sleep", "30"], { stdio: "ignore" });
+        const hold = "import fcntl, sys, time\nf = open(sys.argv[1])\nfcntl.flock(f, fcntl.LOCK_EX)\ntime.sleep(30)";
+        const host = spawn(HOST_PYTHON, ["-c", hold, files[0]!], { stdio: "ignore" });
         try {
           assert.ok(await until(() => hostLock(files[0]!) === "held"));
-          assert.equal((await b.exec(`flock -n ${files[0]} true && echo free`)).stdout.trim(), "free");
+          assert.equal((await b.exec(`flock -n -E 75 ${files[0]} true; echo $?`)).stdout.trim(), "0");
         } finally {
           host.kill("SIGKILL");
         }
