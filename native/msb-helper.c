@@ -597,10 +597,13 @@ static int owner_userns(struct launch_opts *o, unsigned owner) {
   return o->owner_ns[o->nowners++] = make_userns(owner, o->id_base, o->id_count);
 }
 
-/* How a tree is mapped: through our namespace, through its owner's onto ours, or not at all (-1). */
+/*
+ * How a tree is mapped: through our namespace (host ids shown as they are inside), through its owner's namespace onto
+ * ours (a tree written by another range), or not at all (-1: written in our own range already, or never mapped).
+ */
 static int mapping_for(struct launch_opts *o, enum source_kind kind, unsigned owner, int userns) {
   if (userns < 0) return -1;
-  if (owner) return owner == o->id_base ? userns : owner_userns(o, owner);
+  if (owner) return owner == o->id_base ? -1 : owner_userns(o, owner);
   return kind == SHARED || kind == LIVE ? userns : -1;
 }
 

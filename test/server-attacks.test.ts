@@ -443,7 +443,7 @@ test("validation errors are 422 naming the field, never a 500", async () => {
   assert.equal((await call(s.url, "POST", `/sandboxes/${id}/exec`, { key: ALICE, body: huge })).status, 400);
 });
 
-test("the host cannot be overcommitted: limits above the server's maxima are 422s naming the field and the maximum", async () => {
+test("the host cannot be overcommitted: limits above the maxima are 422s naming field and maximum", async () => {
   const home = tempHome("msb-atk-max-");
   const carol = {
     name: "carol",
@@ -488,7 +488,7 @@ test("the host cannot be overcommitted: limits above the server's maxima are 422
   assert.deepEqual([cl.memory_bytes, cl.cpus], [256 * MiB, 0.5]);
 });
 
-test("network: true only for principals the operator allows: a 403 for others, admins and allowed ones get it", async () => {
+test("network: true only for principals the operator allows (403 for others), admins included", async () => {
   const home = tempHome("msb-atk-netperm-");
   const dave = { name: "dave", token: "dave-token-0123456789abcdef", network: true };
   const s = await startServe(home, ["--tokens-file", tokensFile(home, [...TOKENS, dave])]);

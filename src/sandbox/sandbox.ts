@@ -215,7 +215,6 @@ export class Sandbox implements AsyncDisposable {
     this.holder = started.holder;
     this.pid1 = started.pid1;
     this.hostIds = started.hostIds;
-    const holder = this.holder;
     this.opts = opts;
     this.mode = inputs.mode;
     this.uid = inputs.uid;
@@ -232,7 +231,7 @@ export class Sandbox implements AsyncDisposable {
     this.sessions = new SessionManager(this);
     this.commands = { run: (cmd, o) => this.exec(cmd, o) };
     this.spare = spare;
-    holder.on("exit", () => void this.close());
+    this.holder.on("exit", () => void this.close());
     if (opts.timeoutMs) {
       this.timer = setTimeout(() => void this.close(), opts.timeoutMs);
       this.timer.unref();

@@ -476,7 +476,7 @@ export function registerEscapeSuite(target: EscapeTarget): void {
       assert.deepEqual(r.stdout.trim().split("\n"), ["0", "0"], r.stderr);
     });
 
-    test("pid 1 out of reach: ptrace, pidfd_getfd (EPERM), /proc/1 refused; it holds only /dev/null (and its range's lock)", async () => {
+    test("pid 1 out of reach: ptrace, pidfd_getfd (EPERM), /proc/1 refused; holds /dev/null, its lock", async () => {
       refused(probe, "ptrace_attach_1", "EPERM");
       refused(probe, "ptrace_seize_1", "EPERM");
       refused(probe, "pidfd_getfd_1", "EPERM");
