@@ -6,7 +6,7 @@
 import { Sandbox } from "../sandbox/sandbox.js";
 import type { Limits } from "../sandbox/limits.js";
 import type { BindMount } from "../sandbox/plan.js";
-import { LimitError } from "../errors.js";
+import { ForbiddenError, LimitError } from "../errors.js";
 import type { Principal } from "./auth.js";
 import type { DirRoots } from "./dir-roots.js";
 import { SandboxNotFoundError, UnavailableError } from "../errors.js";
@@ -173,6 +173,11 @@ export class SandboxRegistry {
 
   private async createCounted(req: CreateSandboxRequest, who: Principal, opts: CreateOptions): Promise<Entry> {
     if (this.closing) throw shuttingDown();
+    if (req.network === true && !who.admin && !who.network)
+      throw new ForbiddenError(
+        `network: principal ${who.name} may not give sandboxes the host's network; ` +
+          'the operator allows it with "network": true in its entry of the tokens file',
+      );
     this.checkCaps(who);
     this.starting.set(who.name, (this.starting.get(who.name) ?? 0) + 1);
     const started = performance.now();
@@ -208,7 +213,7 @@ export class SandboxRegistry {
     if (req.instance_id) labels.instance_id = req.instance_id;
     if (req.env_key) labels.env_key = req.env_key;
     const network = req.network ?? base.network ?? false;
-    const limits = limitsFor(req.limits, this.o.defaultLimits);
+    const limits = limitsFor(req.limits, maximaFor(who, this.o.defaultLimits));
     const sandbox = await Sandbox.create({
       ...base,
       home: this.o.home,
@@ -300,6 +305,18 @@ export class SandboxRegistry {
     await Promise.all([...this.inProgress]);
     await Promise.all([...this.entries.keys()].map((id) => this.delete(id, "shutdown").catch(() => undefined)));
   }
+}
+
+/** The lower of the server's and the principal's maxima, field by field. */
+function maximaFor(who: Principal, server: Limits = {}): Limits {
+  const own = who.limits ?? {};
+  const keys = new Set([...Object.keys(server), ...Object.keys(own)] as (keyof Limits)[]);
+  const out: Limits = {};
+  for (const k of keys) {
+    const values = [server[k], own[k]].filter((v): v is number => v !== undefined);
+    if (values.length) out[k] = Math.min(...values);
+  }
+  return out;
 }
 
 const released = new WeakSet<ResolvedSource>();
