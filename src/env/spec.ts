@@ -17,7 +17,7 @@ import { readFileSync, statSync, existsSync } from "node:fs";
 import { createHash } from "node:crypto";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import type { EnvSpec } from "./types.js";
+import type { EnvSpec, HistoryPolicy } from "./types.js";
 import { InvalidInputError, NotFoundError } from "../errors.js";
 import type { Instance } from "../tasks/types.js";
 
@@ -45,6 +45,8 @@ export interface SpecOptions {
   overrides?: SpecOverrides;
   /** Use this table instead of the built-in one. */
   table?: SpecTable;
+  /** The testbed's history when no spec layer says (`--full-history`); default "chronological". */
+  history?: HistoryPolicy;
 }
 
 /**
@@ -61,7 +63,9 @@ export const SWESMITH_DEFAULTS: Readonly<SpecFields> = Object.freeze({
 
 const TABLE_FILE = "data/swebench-python-specs.json";
 /** Bump when the meaning of a spec field for the builder changes, so old layers are not reused. */
-const KEY_SCHEMA = "minisandbox-env-v1";
+const KEY_SCHEMA = "minisandbox-env-v2";
+/** The schema of full-history layers: their keys stay what they were before testbeds became chronological. */
+const FULL_HISTORY_SCHEMA = "minisandbox-env-v1";
 const MAPPED = new Set([
   "repo",
   "commit",
@@ -75,6 +79,7 @@ const MAPPED = new Set([
   "env",
   "env_vars_test",
   "extra",
+  "history",
 ]);
 
 let builtinTable: SpecTable | undefined;
@@ -199,7 +204,7 @@ export function specForInstance(instance: Instance, opts: SpecOptions = {}): Env
   if (instance.spec) layers.push({ from: `row spec of ${id}`, fields: instance.spec });
 
   if (layers.length === 0) throw new NotFoundError(unknownSpecMessage(instance, table, overrides));
-  return toEnvSpec(instance, layers, table);
+  return toEnvSpec(instance, layers, table, opts.history ?? "chronological");
 }
 
 function unknownSpecMessage(instance: Instance, table: SpecTable, overrides: SpecOverrides[]): string {
@@ -220,7 +225,7 @@ function unknownSpecMessage(instance: Instance, table: SpecTable, overrides: Spe
   return `no environment spec for ${repo} (instance ${id}): ${table_}${hint}`;
 }
 
-function toEnvSpec(instance: Instance, layers: Layer[], table: SpecTable): EnvSpec {
+function toEnvSpec(instance: Instance, layers: Layer[], table: SpecTable, defaultHistory: HistoryPolicy): EnvSpec {
   const fields = new SpecFieldReader(instance, layers);
   const python = fields.str("python");
   if (!python) {
@@ -246,6 +251,9 @@ function toEnvSpec(instance: Instance, layers: Layer[], table: SpecTable): EnvSp
   const install = fields.command("install");
   if (install !== undefined) spec.install = install;
   if (Object.keys(extra).length > 0) spec.extra = extra;
+  const history = fields.str("history") ?? defaultHistory;
+  if (history !== "chronological" && history !== "full") throw fields.bad("history", '"chronological" or "full"');
+  if (history === "full") spec.history = "full";
   return spec;
 }
 
@@ -336,13 +344,16 @@ function extraFields(
 
 /**
  * Hex sha256 naming the layer a spec builds. Covers what changes the built trees: repo, commit, python,
- * packages, pip_packages, pre_install, install, env, extra. Not test_cmd or eval_commands: they run at
+ * packages, pip_packages, pre_install, install, env, extra, and the history policy (through the schema tag: a
+ * chronological testbed and a full-history one never share a key, and full-history keys are the ones layers had
+ * before chronological testbeds, so such stores stay valid). Not test_cmd or eval_commands: they run at
  * evaluation time, so specs differing only there share a layer. A builder that wants more in the key (e.g.
  * the exact interpreter patch version) can put it in `extra` before keying.
  */
 export function specKey(spec: EnvSpec): string {
+  const full = spec.history === "full";
   const keyed = {
-    schema: KEY_SCHEMA,
+    schema: full ? FULL_HISTORY_SCHEMA : KEY_SCHEMA,
     repo: spec.repo,
     commit: spec.commit,
     python: spec.python,

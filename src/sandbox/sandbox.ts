@@ -23,6 +23,7 @@ import {
   removeCgroupTree,
   rlimitArgs,
   type Enforcement,
+  type LimitCounters,
   type Limits,
   type SandboxCgroups,
   whileFrozen,
@@ -180,6 +181,7 @@ export class Sandbox implements AsyncDisposable {
   readonly notices: string[];
   private closed = false;
   private closing: Promise<void> | undefined;
+  private finalCounters: LimitCounters | undefined;
   private execCounter = 0;
   /** Started ahead of the next command, waiting in its cgroups (see WaitingHelper). */
   private spare: WaitingHelper | undefined;
@@ -397,6 +399,11 @@ export class Sandbox implements AsyncDisposable {
     return this.closed;
   }
 
+  /** OOM kills and refused forks so far in the sandbox's cgroups (kept from its end once closed): who ended it. */
+  limitCounters(): LimitCounters {
+    return this.finalCounters ?? readCounters(this.cgroups);
+  }
+
   get network(): boolean {
     return this.opts.network ?? false;
   }
@@ -577,6 +584,7 @@ export class Sandbox implements AsyncDisposable {
       });
     }
     if (!holderExited()) killQuietly(this.holder.pid!);
+    this.finalCounters = readCounters(this.cgroups);
     await killSandboxCgroups(this.cgroups);
     removeSandboxDirs(this.paths);
     this.inputs.dir?.release();

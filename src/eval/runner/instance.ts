@@ -18,6 +18,7 @@ import type { Instance } from "../../tasks/types.js";
 import { pyRepr } from "../../util/pyrepr.js";
 import { makeEvalScript } from "../eval-script.js";
 import { gradeInstance, type Grade, type ResolutionStatus } from "../grading.js";
+import { integrityFlags, type IntegrityFlag } from "../integrity.js";
 import { MARKERS } from "../parsers.js";
 import { LOG_FILES, timeoutNote, writeInstanceFiles } from "../report.js";
 import type { InstanceReportFile } from "../types.js";
@@ -41,6 +42,8 @@ export const DEFAULT_TIMEOUT_SECONDS = 1800;
 
 /** Per-instance side file next to report.json (report.json itself stays byte-compatible with the harness). */
 export const TIMINGS_FILE = "timings.json";
+/** Beside report.json too: the patch's integrity flags (written whenever a patch was graded). */
+export const INTEGRITY_FILE = "integrity.json";
 
 /** Why an instance has no grade. */
 export type EvalErrorKind =
@@ -53,9 +56,16 @@ export type EvalErrorKind =
   | "Unknown Instance"
   | "Grading Failed";
 
+/**
+ * Set when the failure is the attempt's own doing (its patch's code ran, or the agent's sandbox was in the way): a
+ * real grade of 0 for a trainer. Absent: something outside the attempt's reach failed (infrastructure).
+ */
+export type EvalCause = "eval_timeout" | "eval_crash" | "eval_oom" | "testbed_broken" | "grading_failed";
+
 export interface EvalFailure {
   kind: EvalErrorKind;
   message: string;
+  cause?: EvalCause;
 }
 
 export interface InstanceEvalInput {
@@ -109,6 +119,8 @@ export interface InstanceEvalResult {
   applyCommand: string | null;
   timings: PhaseTimings;
   warnings: string[];
+  /** What the patch touches that changes how tests run (`integrity.ts`); also in integrity.json beside report.json. */
+  flags: IntegrityFlag[];
   /** run_instance.log text. */
   log: string;
   logDir?: string;
@@ -137,12 +149,13 @@ export async function runInstanceEvaluation(input: InstanceEvalInput): Promise<I
 
 /** Remove a previous attempt's outputs before re-running an instance into the same directory. */
 export async function clearInstanceOutputs(dir: string): Promise<void> {
-  for (const f of [LOG_FILES.report, LOG_FILES.testOutput, LOG_FILES.patch, LOG_FILES.evalScript, TIMINGS_FILE]) {
+  const files = [LOG_FILES.report, LOG_FILES.testOutput, LOG_FILES.patch, LOG_FILES.evalScript, TIMINGS_FILE];
+  for (const f of [...files, INTEGRITY_FILE]) {
     await rm(join(dir, f), { force: true });
   }
 }
 
-type Outcome = Omit<InstanceEvalResult, "timings" | "warnings" | "log">;
+type Outcome = Omit<InstanceEvalResult, "timings" | "warnings" | "log" | "flags">;
 
 /** The state of one evaluation; each step returns false when the instance ends there (with its error). */
 class InstanceRun {
@@ -184,8 +197,8 @@ class InstanceRun {
     await writeFile(join(this.input.logDir, LOG_FILES.instanceLog), "");
   }
 
-  fail(kind: EvalErrorKind, message: string): false {
-    this.outcome = { ...this.outcome, status: "error", error: { kind, message } };
+  fail(kind: EvalErrorKind, message: string, cause?: EvalCause): false {
+    this.outcome = { ...this.outcome, status: "error", error: { kind, message, ...(cause ? { cause } : {}) } };
     this.log.error(`Error in evaluating model for ${this.id}: ${message}`);
     return false;
   }
@@ -332,12 +345,16 @@ class InstanceRun {
       });
     } catch (e) {
       this.timings.testsMs = performance.now() - t;
-      return this.fail("Tests Errored", `${MARKERS.testsError}: ${(e as Error).message}`);
+      // The tests ran the patch's code: a sandbox its memory use killed is its doing; any other end is not.
+      const oom = this.sandbox!.limitCounters().oomKills > 0;
+      return this.fail("Tests Errored", `${MARKERS.testsError}: ${(e as Error).message}`, oom ? "eval_oom" : undefined);
     }
     this.timings.testsMs = performance.now() - t;
     this.log.info(`Test runtime: ${fmtSeconds(this.timings.testsMs)} seconds`);
-    if (r.exitCode === SCRIPT_SETUP_FAILED && !r.stdout.includes(nonce))
-      return this.fail("Tests Errored", `${MARKERS.testsError}: ${r.stdout.trim()}`);
+    if (r.exitCode === SCRIPT_SETUP_FAILED && !r.stdout.includes(nonce)) {
+      const cause = input.inPlace ? "testbed_broken" : undefined;
+      return this.fail("Tests Errored", `${MARKERS.testsError}: ${r.stdout.trim()}`, cause);
+    }
     return this.readTestOutput(r, nonce);
   }
 
@@ -355,13 +372,16 @@ class InstanceRun {
       await writeInstanceFiles(input.logDir, { testOutput: this.testOutput });
       this.log.info(`Test output for ${id} written to ${join(input.logDir, LOG_FILES.testOutput)}`);
     }
+    const oom = r.limit === "memory" ? "eval_oom" : undefined;
     if (timedOut) {
       this.log.info(MARKERS.testsTimeout);
-      return this.fail("Tests Timed Out", `Test timed out after ${seconds(this.timeoutMs)} seconds.`);
+      const message = `Test timed out after ${seconds(this.timeoutMs)} seconds.`;
+      return this.fail("Tests Timed Out", message, oom ?? "eval_timeout");
     }
     if (!finished) {
-      const how = `exit ${r.exitCode}${r.signal ? `, ${r.signal}` : ""}`;
-      return this.fail("Tests Errored", `${MARKERS.testsError}: the eval script ended without completing (${how})`);
+      const how = `exit ${r.exitCode}${r.signal ? `, ${r.signal}` : ""}${r.limit ? `, ${r.limit} limit` : ""}`;
+      const message = `${MARKERS.testsError}: the eval script ended without completing (${how})`;
+      return this.fail("Tests Errored", message, oom ?? "eval_crash");
     }
     if (diffAfter !== undefined) {
       this.log.info(`Git diff after:\n${diffAfter}`);
@@ -386,7 +406,8 @@ class InstanceRun {
       });
     } catch (e) {
       this.timings.gradingMs = performance.now() - t;
-      return this.fail("Grading Failed", (e as Error).message);
+      // The log is the patch's tests' output: whatever makes grading fail came from the attempt.
+      return this.fail("Grading Failed", (e as Error).message, "grading_failed");
     }
     if (input.logDir) await writeInstanceFiles(input.logDir, { report: grade.report });
     this.timings.gradingMs = performance.now() - t;
@@ -408,12 +429,26 @@ class InstanceRun {
     timings.overheadMs = timings.totalMs - timings.testsMs;
     const rounded = roundTimings(timings);
     this.log.info(`Timings for ${id}: ${describeTimings(rounded)}`);
+    const flags = await this.integrity();
     if (input.logDir) {
       const status = outcome.status === "error" ? `error: ${outcome.error?.kind}` : outcome.status;
       const body = { instance_id: id, status, resolution: outcome.resolution, ...rounded };
       await writeFile(join(input.logDir, TIMINGS_FILE), `${JSON.stringify(body, null, 2)}\n`).catch(() => {});
     }
-    return { ...outcome, timings: rounded, warnings: this.warnings, log: await this.log.flush() };
+    return { ...outcome, timings: rounded, warnings: this.warnings, flags, log: await this.log.flush() };
+  }
+
+  /** The patch's integrity flags, logged and written beside report.json. */
+  private async integrity(): Promise<IntegrityFlag[]> {
+    const { input, id } = this;
+    if (input.patch === null) return [];
+    const flags = integrityFlags(String(input.patch), input.instance.test_patch ?? "", this.env?.spec.test_cmd);
+    for (const f of flags) this.log.warn(`Patch for ${id} touches test infrastructure: ${f.path} (${f.reason})`);
+    if (input.logDir) {
+      const body = `${JSON.stringify({ instance_id: id, flags }, null, 2)}\n`;
+      await writeFile(join(input.logDir, INTEGRITY_FILE), body).catch(() => {});
+    }
+    return flags;
   }
 }
 
