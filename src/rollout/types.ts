@@ -126,9 +126,22 @@ export interface RolloutEngineOptions {
   maxRollouts?: number;
 }
 
+/**
+ * Who starts rollouts: its groups, forks and warm pool sandboxes count against `maxSandboxes` (with what it holds
+ * elsewhere, e.g. a server's plain sandboxes), and its prewarmed batch and pool are its own.
+ */
+export interface RolloutOwner {
+  name: string;
+  maxSandboxes?: number;
+  /** Sandboxes it holds outside the engine. */
+  heldElsewhere?: () => number;
+}
+
 export interface GroupRequest {
   /** The task: an instance or its id in the engine's dataset. */
   instance: Instance | string;
+  /** Default: the engine's one anonymous owner (no cap of its own). */
+  owner?: RolloutOwner;
   /** Rollouts in the group (1 to 256). */
   n: number;
   /** Override the engine's gold pre-check for this group. */

@@ -128,6 +128,8 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
   const rollouts = opts.rollouts
     ? new RolloutEngine({ limits: opts.limits, maxRollouts: ctx.registry.maxSandboxes, ...opts.rollouts, home })
     : undefined;
+  if (rollouts)
+    ctx.registry.countAlso({ of: (name) => rollouts.sandboxesOf(name), total: () => rollouts.sandboxesOf(null) });
   registerRolloutRoutes(app, ctx, rollouts);
   registerRuntimeRoutes(
     app,
