@@ -71,3 +71,27 @@ export async function pipSettings(python: string, env: NodeJS.ProcessEnv = proce
   }).catch(() => undefined);
   return parsePipConfigList(r?.code === 0 ? r.stdout : "", env);
 }
+
+/** Settings that are credentials or hand them out: never given to an agent's or an evaluation's sandbox. */
+const SECRET_KEYS = new Set(["client-cert", "keyring-provider", "keyring"]);
+const URL_USERINFO = /\b([a-z][a-z0-9+.-]*:\/\/)[^\s/@]*@/gi;
+
+/**
+ * The user's pip configuration as agent, rollout and evaluation sandboxes get it: credentials stripped (the user
+ * and token of every URL — index, extra index, find-links, proxy —, client certificates, keyring), so a policy
+ * cannot read the operator's secrets; local `file://` indexes and their read-only mounts kept, so eval.sh's
+ * re-install still works offline. Build sandboxes get the settings as they are (`pipSettings`).
+ */
+export function withoutCredentials(settings: PipSettings): PipSettings {
+  const env: Record<string, string> = {};
+  const dropped = new Set<string>();
+  for (const [name, value] of Object.entries(settings.env)) {
+    const key = name.slice("PIP_".length).toLowerCase().replace(/_/g, "-");
+    if (SECRET_KEYS.has(key)) {
+      dropped.add(value);
+      continue;
+    }
+    env[name] = value.replace(URL_USERINFO, "$1");
+  }
+  return { env, mounts: settings.mounts.filter((m) => ![...dropped].some((d) => localPaths(d).includes(m))) };
+}

@@ -21,11 +21,14 @@ export GIT_AUTHOR_DATE="$(g log -1 --format=%aI "$old")" GIT_COMMITTER_DATE="$(g
 export GIT_COMMITTER_NAME="$GIT_AUTHOR_NAME" GIT_COMMITTER_EMAIL="$GIT_AUTHOR_EMAIL"
 new=$(g log -1 --format=%B "$old" | g commit-tree "$tree")
 objects=$(g rev-parse --path-format=absolute --git-path objects)
-g rev-list --objects "$old" --not "$new" | while read -r id _; do
+ids() { g rev-list --objects "$1" | cut -d' ' -f1 | sort; }
+ids "$old" > /tmp/.msb-old-objects
+ids "$new" | comm -23 /tmp/.msb-old-objects - | while read -r id; do
   f="$objects/\${id%"\${id#??}"}/\${id#??}"
   [ -f "$f" ] || { echo "object $id of the base is packed: it cannot be removed" >&2; exit 1; }
   rm -f "$f"
 done
+rm -f /tmp/.msb-old-objects
 g -c core.logAllRefUpdates=false update-ref --no-deref HEAD "$new"
 rm -rf "$(g rev-parse --git-path logs)" "$(g rev-parse --git-path ORIG_HEAD)"
 `;
