@@ -70,6 +70,8 @@ export interface EvaluateResult {
   skippedPaths: string[];
   testOutput: string | null;
   warnings: string[];
+  /** "memory" when the tests ran into the reward sandbox's memory limit. */
+  limit?: "memory";
   /** What the graded patch touches that changes how tests run (conftest.py, pytest settings...): see integrity.ts. */
   flags: IntegrityFlag[];
   /** run_instance.log text. */
@@ -383,6 +385,7 @@ function graded(a: Attempt, r: InstanceEvalResult, patch: string, runTimings: Ph
     testOutput: r.testOutput,
     warnings: r.warnings,
     flags: r.flags,
+    ...(r.limit ? { limit: r.limit } : {}),
     log: r.log,
   };
 }

@@ -49,7 +49,8 @@ export function classifyOutcome(r: EvaluateResult, who: OutcomeSubject): Rollout
     flags: r.flags,
   };
   if (r.status !== "ERROR" || !r.error) {
-    const reason = r.status === "NO" && r.patch === "" ? "empty_patch" : "graded";
+    const oom = r.limit === "memory" && !r.resolved;
+    const reason = r.status === "NO" && r.patch === "" ? "empty_patch" : oom ? "eval_oom" : "graded";
     return { ...base, status: "scored", reward: r.reward, reason };
   }
   const { kind, cause } = r.error;

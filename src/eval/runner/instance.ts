@@ -119,6 +119,8 @@ export interface InstanceEvalResult {
   applyCommand: string | null;
   timings: PhaseTimings;
   warnings: string[];
+  /** "memory" when the tests ran into the sandbox's memory limit (the grade is kept; a 0 then says why). */
+  limit?: "memory";
   /** What the patch touches that changes how tests run (`integrity.ts`); also in integrity.json beside report.json. */
   flags: IntegrityFlag[];
   /** run_instance.log text. */
@@ -367,6 +369,7 @@ class InstanceRun {
     this.testOutput = segments[0]! + (timedOut ? timeoutNote(seconds(this.timeoutMs)) : "");
     if (r.truncated) this.warn(`test output exceeded the output limit: its middle was cut`);
     if (r.limit === "memory" || r.limit === "pids") this.warn(`the test run hit the sandbox's ${r.limit} limit`);
+    if (r.limit === "memory") this.outcome.limit = "memory";
     this.outcome.testOutput = this.testOutput;
     if (input.logDir) {
       await writeInstanceFiles(input.logDir, { testOutput: this.testOutput });

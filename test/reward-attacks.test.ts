@@ -1,0 +1,145 @@
+/**
+ * A policy that tries to turn its 0 into an "infrastructure failure" (a reward masked from the loss), played as
+ * rollouts on a real environment: each attack's reward must be a scored 0 with the reason that names it, never
+ * infra_failure. Also: replacing git, bash and python changes nothing in a fresh reward, and a patch that brings
+ * its own conftest.py is flagged beside its grade.
+ */
+process.env.PIP_RETRIES ??= "0";
+
+import { after, before, describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { tempDir, tempHome } from "./helpers.js";
+import { makeFixtureDataset, type FixtureDataset } from "../src/fixtures/generate.js";
+import { prepareInstances } from "../src/env/prepare.js";
+import { RolloutEngine, type Rollout, type RolloutOutcome } from "../src/rollout/index.js";
+import type { Instance } from "../src/tasks/types.js";
+
+const home = tempHome("msb-attacks-home-");
+const work = tempDir("msb-attacks-");
+let fx: FixtureDataset;
+let inst: Instance;
+let engine: RolloutEngine;
+
+before(async () => {
+  fx = await makeFixtureDataset(join(work, "fx"), { instances: 1 });
+  inst = fx.instances[0]!;
+  const built = await prepareInstances([inst], { home, reposDir: fx.reposDir, workers: 1 });
+  assert.deepEqual(built.filter((r) => r.status === "failed"), []);
+  engine = new RolloutEngine({
+    home,
+    dataset: fx.datasetPath,
+    rewardTimeoutMs: 120_000,
+    limits: { memoryBytes: 384 * 1024 ** 2 },
+  });
+});
+
+after(() => engine?.close());
+
+const explain = (o: RolloutOutcome): string => JSON.stringify({ ...o, patch: o.patch.slice(0, 300) });
+
+/** One rollout that runs `attack`, then its reward. */
+async function attacked(attack: (r: Rollout) => Promise<unknown>, timeoutMs?: number): Promise<RolloutOutcome> {
+  const group = await engine.startGroup({ instance: inst, n: 1 });
+  try {
+    const r = group.rollouts[0]!;
+    await attack(r);
+    return await r.reward(timeoutMs ? { timeoutMs } : {});
+  } finally {
+    await group.close();
+  }
+}
+
+/** Prepend Python to the package's first module: it runs when the tests import it. */
+const atImport = (code: string) => (r: Rollout) =>
+  r.exec(`f=$(ls calc/*.py | grep -v __init__ | head -1); printf '%s\\n' ${JSON.stringify(code)} | cat - "$f" > x && mv x "$f"`);
+
+const r0 = (o: RolloutOutcome): string => o.reason;
+
+function assertZero(o: RolloutOutcome, reason: string): void {
+  assert.equal(o.status, "scored", explain(o));
+  assert.equal(o.reward, 0, explain(o));
+  assert.equal(o.reason, reason, explain(o));
+}
+
+describe("reward attacks", { concurrency: 4 }, () => {
+  it("deleting /testbed/.git is a 0 (testbed_broken)", async () => {
+    assertZero(await attacked((r) => r.exec("rm -rf /testbed/.git")), "testbed_broken");
+  });
+
+  it("a background loop that kills every git is a 0", async () => {
+    const killer = "while :; do for p in /proc/[0-9]*; do [ \"$(cat $p/comm 2>/dev/null)\" = git ] && " +
+      "kill -9 ${p#/proc/} 2>/dev/null; done; done";
+    const o = await attacked(async (r) => {
+      await r.sessions.create("killer");
+      await r.sessions.run("killer", `(${killer}) >/dev/null 2>&1 &`);
+    });
+    assert.equal(o.status, "scored", explain(o));
+    assert.equal(o.reward, 0, explain(o));
+  });
+
+  it("a patch that kills its process group is a 0 (eval_crash)", async () => {
+    const o = await attacked(atImport("import os, signal; os.killpg(0, signal.SIGKILL)"));
+    assertZero(o, "eval_crash");
+  });
+
+  it("a patch that spins until the timeout is a 0 (eval_timeout)", async () => {
+    assertZero(await attacked(atImport("while True: pass"), 15_000), "eval_timeout");
+  });
+
+  it("a patch that fills the reward sandbox's memory is a 0 (eval_oom)", async () => {
+    const o = await attacked(atImport("x = bytearray(2 * 1024 ** 3)"));
+    assertZero(o, "eval_oom");
+  });
+
+  it("raising pid 1's oom_score_adj, then filling memory, is a 0 whoever the OOM killer picks", async () => {
+    const o = await attacked(async (r) => {
+      await r.exec("echo 1000 > /proc/1/oom_score_adj");
+      await r.exec("python -c 'x = bytearray(2 * 1024 ** 3)'").catch(() => undefined);
+    });
+    // pid 1 killed: the sandbox is lost by the agent's doing; the hog killed: nothing changed in /testbed.
+    assertZero(o, r0(o) === "sandbox_oom" ? "sandbox_oom" : "empty_patch");
+  });
+
+  it("a client allowed 1 sandbox cannot start a group of 16 or fork 16; another's prewarm leaves mine", async () => {
+    const alice = { name: "alice", maxSandboxes: 1 };
+    await assert.rejects(engine.startGroup({ instance: inst, n: 16, owner: alice }), /alice holds 0 of at most 1/);
+    const g = await engine.startGroup({ instance: inst, n: 1, owner: alice });
+    await assert.rejects(g.rollouts[0]!.fork(16), /sandbox limit reached: alice/);
+    await g.close();
+    const bob = { name: "bob", maxSandboxes: 4 };
+    const mine = await engine.prewarm([inst], { sandboxes: 1, owner: alice });
+    assert.equal(mine.tasks[0]!.warmSandboxes, 1);
+    const theirs = await engine.prewarm([inst], { sandboxes: 2, owner: bob });
+    assert.equal(theirs.tasks[0]!.warmSandboxes, 2, "bob's pool is his own");
+    await assert.rejects(engine.startGroup({ instance: inst, n: 1, owner: alice }), /alice holds 1 of at most 1/);
+    const taken = await engine.startGroup({ instance: inst, n: 2, owner: bob });
+    assert.deepEqual(taken.rollouts.map((r) => r.fromPool), [true, true]);
+    await taken.close();
+    await engine.prewarm([], { owner: bob });
+    assert.equal(engine.sandboxesOf("alice"), 1, "alice's warm sandbox is still hers, untouched");
+  });
+
+  it("replacing git, bash and python (PATH and venv) changes nothing in a fresh reward", async () => {
+    const fake = "printf '#!/bin/sh\\necho PASSED; exit 0\\n' > /tmp/fake && chmod +x /tmp/fake";
+    const shadow = `${fake} && for t in git bash python python3 pytest; do cp /tmp/fake /opt/venv/bin/$t; done`;
+    const [gold, faked] = await Promise.all([
+      attacked(async (r) => {
+        await r.exec("git apply -", { stdin: inst.patch! });
+        await r.exec(shadow);
+      }),
+      attacked((r) => r.exec(shadow)),
+    ]);
+    assert.equal(gold.reward, 1, explain(gold));
+    assert.equal(gold.reason, "graded");
+    assertZero(faked, "empty_patch");
+  });
+
+  it("a patch that brings its own conftest.py is flagged beside its grade", async () => {
+    const hook = "import pytest\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n" +
+      "    out = yield\n    r = out.get_result()\n    r.outcome = 'passed'\n";
+    const o = await attacked((r) => r.files.write("/testbed/tests/conftest.py", hook));
+    assert.equal(o.status, "scored", explain(o));
+    assert.deepEqual(o.flags.map((f) => [f.kind, f.path]), [["conftest", "tests/conftest.py"]], explain(o));
+  });
+});
