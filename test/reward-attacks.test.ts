@@ -30,6 +30,7 @@ before(async () => {
     home,
     dataset: fx.datasetPath,
     rewardTimeoutMs: 120_000,
+    warmPool: { max: 4 },
     limits: { memoryBytes: 384 * 1024 ** 2 },
   });
 });
