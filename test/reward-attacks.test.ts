@@ -25,7 +25,10 @@ before(async () => {
   fx = await makeFixtureDataset(join(work, "fx"), { instances: 1 });
   inst = fx.instances[0]!;
   const built = await prepareInstances([inst], { home, reposDir: fx.reposDir, workers: 1 });
-  assert.deepEqual(built.filter((r) => r.status === "failed"), []);
+  assert.deepEqual(
+    built.filter((r) => r.status === "failed"),
+    [],
+  );
   engine = new RolloutEngine({
     home,
     dataset: fx.datasetPath,
@@ -53,7 +56,10 @@ async function attacked(attack: (r: Rollout) => Promise<unknown>, timeoutMs?: nu
 
 /** Prepend Python to the package's first module: it runs when the tests import it. */
 const atImport = (code: string) => (r: Rollout) =>
-  r.exec(`f=$(ls calc/*.py | grep -v __init__ | head -1); printf '%s\\n' ${JSON.stringify(code)} | cat - "$f" > x && mv x "$f"`);
+  r.exec(
+    "f=$(ls calc/*.py | grep -v __init__ | head -1); " +
+      `printf '%s\\n' ${JSON.stringify(code)} | cat - "$f" > x && mv x "$f"`,
+  );
 
 const r0 = (o: RolloutOutcome): string => o.reason;
 
@@ -69,8 +75,9 @@ describe("reward attacks", { concurrency: 4 }, () => {
   });
 
   it("a background loop that kills every git is a 0", async () => {
-    const killer = "while :; do for p in /proc/[0-9]*; do [ \"$(cat $p/comm 2>/dev/null)\" = git ] && " +
-      "kill -9 ${p#/proc/} 2>/dev/null; done; done";
+    const killer =
+      'while :; do for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = git ] && ' +
+      'kill -9 "$(basename "$p")" 2>/dev/null; done; done';
     const o = await attacked(async (r) => {
       await r.sessions.create("killer");
       await r.sessions.run("killer", `(${killer}) >/dev/null 2>&1 &`);
@@ -115,7 +122,10 @@ describe("reward attacks", { concurrency: 4 }, () => {
     assert.equal(theirs.tasks[0]!.warmSandboxes, 2, "bob's pool is his own");
     await assert.rejects(engine.startGroup({ instance: inst, n: 1, owner: alice }), /alice holds 1 of at most 1/);
     const taken = await engine.startGroup({ instance: inst, n: 2, owner: bob });
-    assert.deepEqual(taken.rollouts.map((r) => r.fromPool), [true, true]);
+    assert.deepEqual(
+      taken.rollouts.map((r) => r.fromPool),
+      [true, true],
+    );
     await taken.close();
     await engine.prewarm([], { owner: bob });
     assert.equal(engine.sandboxesOf("alice"), 1, "alice's warm sandbox is still hers, untouched");
@@ -137,10 +147,15 @@ describe("reward attacks", { concurrency: 4 }, () => {
   });
 
   it("a patch that brings its own conftest.py is flagged beside its grade", async () => {
-    const hook = "import pytest\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n" +
+    const hook =
+      "import pytest\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n" +
       "    out = yield\n    r = out.get_result()\n    r.outcome = 'passed'\n";
     const o = await attacked((r) => r.files.write("/testbed/tests/conftest.py", hook));
     assert.equal(o.status, "scored", explain(o));
-    assert.deepEqual(o.flags.map((f) => [f.kind, f.path]), [["conftest", "tests/conftest.py"]], explain(o));
+    assert.deepEqual(
+      o.flags.map((f) => [f.kind, f.path]),
+      [["conftest", "tests/conftest.py"]],
+      explain(o),
+    );
   });
 });

@@ -114,8 +114,16 @@ describe("chronological testbeds", { concurrency: 2 }, () => {
   });
 
   it("the spec key changes with the history policy; full-history keys are the old ones", () => {
-    const spec = { repo: "o/n", commit: "abc", python: "3.11", pip_packages: [], pre_install: [], eval_commands: [],
-      test_cmd: "", env: {} };
+    const spec = {
+      repo: "o/n",
+      commit: "abc",
+      python: "3.11",
+      pip_packages: [],
+      pre_install: [],
+      eval_commands: [],
+      test_cmd: "",
+      env: {},
+    };
     assert.notEqual(specKey(spec), specKey({ ...spec, history: "full" }));
     const row = { instance_id: "o__n-1", repo: "o/n", base_commit: "abc", spec: { python: "3.11" } };
     const inst = row as unknown as Parameters<typeof envFor>[0];
@@ -130,7 +138,10 @@ describe("SWE-smith: the bug is the testbed's only commit", () => {
     const sm = await makeSweSmithDataset(join(work, "smith"), { tasks: 1 });
     const [task] = await loadDataset(sm.datasetPath);
     const built = await prepareInstances([task!], { home, reposDir: sm.reposDir, workers: 1 });
-    assert.deepEqual(built.filter((r) => r.status === "failed"), []);
+    assert.deepEqual(
+      built.filter((r) => r.status === "failed"),
+      [],
+    );
     // The bug's preimage (the fix) as blobs: every file the bug patch changes, as the snapshot has it.
     const changed = [...task!.bug_patch!.matchAll(/^diff --git a\/(\S+) /gm)].map((m) => m[1]!);
     const fixBlobs = changed.map((p) => git(sm.snapshotPath, "rev-parse", `${sm.snapshotCommit}:${p}`));

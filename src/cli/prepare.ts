@@ -35,7 +35,10 @@ export function registerPrepareCommand(program: Command, getHome: () => string):
   const cmd = addDatasetOptions(program.command("prepare"))
     .description("build every instance's environment once, deduplicated in the store (resumable)")
     .option("--workers <N>", "parallel builds", "2")
-    .option("--full-history", 'keep the source\'s whole git history in testbeds (gameable; spec field "history": "full")');
+    .option(
+      "--full-history",
+      'keep the source\'s whole git history in testbeds (gameable; spec field "history": "full")',
+    );
   addHarnessFlags(cmd, ["dataset_name", "instance_ids", "max_workers"])
     .option("--validate", "check each environment with the gold patch and without it")
     .option("--json", "machine-readable output")

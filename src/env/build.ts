@@ -134,7 +134,9 @@ class Build {
     const history = spec.history ?? "chronological";
     // SWE-smith's bug is committed over the base at sandbox start: the base's objects must be deletable then.
     const looseObjects = isSweSmithMirror(spec.repo);
-    await this.step("checkout", () => checkoutTestbed(source, spec.commit, this.trees.testbed, { history, looseObjects }));
+    await this.step("checkout", () =>
+      checkoutTestbed(source, spec.commit, this.trees.testbed, { history, looseObjects }),
+    );
     const requirements = await this.step("requirements", () => requirementsFile(spec, source, this.work));
     return { toolchain, requirements };
   }

@@ -92,10 +92,13 @@ async function packAncestry(source: string, commit: string, packDir: string): Pr
 async function yearAnchors(source: string, commit: string): Promise<string[]> {
   const args = ["-C", source, "rev-list", "--first-parent", "--format=%H %ct", "--no-commit-header", commit];
   const out = await runOk("git", args, GIT_ENV);
-  const chain = out.split("\n").filter(Boolean).map((l) => {
-    const [sha, ct] = l.split(" ");
-    return { sha: sha!, time: Number(ct) };
-  });
+  const chain = out
+    .split("\n")
+    .filter(Boolean)
+    .map((l) => {
+      const [sha, ct] = l.split(" ");
+      return { sha: sha!, time: Number(ct) };
+    });
   const anchors: string[] = [];
   let boundary = yearStart(chain[0]!.time);
   for (const c of chain.slice(1)) {

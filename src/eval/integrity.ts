@@ -46,11 +46,7 @@ export function integrityFlags(patch: string, testPatch: string, testCmd = ""): 
   return flags;
 }
 
-function flagFor(
-  path: string,
-  chunk: () => string,
-  runners: Set<string>,
-): Omit<IntegrityFlag, "path"> | undefined {
+function flagFor(path: string, chunk: () => string, runners: Set<string>): Omit<IntegrityFlag, "path"> | undefined {
   const name = path.slice(path.lastIndexOf("/") + 1);
   if (name === "conftest.py") return { kind: "conftest", reason: "pytest loads conftest.py before the tests" };
   if (name === "pytest.ini" || name === ".pytest.ini" || name === "tox.ini")

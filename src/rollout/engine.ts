@@ -15,13 +15,7 @@ import { GoldChecks, type GoldVerdict } from "./gold.js";
 import { MAX_GROUP_SIZE, RolloutGroup, type GroupSettings } from "./group.js";
 import type { Rollout } from "./rollout.js";
 import { SharedWorkspace } from "./shared-workspace.js";
-import type {
-  GroupRequest,
-  PrewarmReport,
-  PrewarmTask,
-  RolloutEngineOptions,
-  RolloutOwner,
-} from "./types.js";
+import type { GroupRequest, PrewarmReport, PrewarmTask, RolloutEngineOptions, RolloutOwner } from "./types.js";
 import { REWARD_MODES } from "./types.js";
 import { WarmPool } from "./warm-pool.js";
 
