@@ -56,7 +56,7 @@ export function classifyOutcome(r: EvaluateResult, who: OutcomeSubject): Rollout
   const { kind, cause } = r.error;
   if (kind === "Patch Apply Failed" || cause) {
     const reason = cause ?? "patch_apply_failed";
-    return { ...base, status: "scored", reward: r.reward, reason, note: firstLine(r.error.message) };
+    return { ...base, status: "scored", reward: r.reward, reason, note: noteOf(r.error.message) };
   }
   const failure = { kind: INFRA_KINDS[kind], ...msg(r) };
   return { ...base, status: "infra_failure", reward: null, reason: failure.kind, failure };
@@ -72,7 +72,14 @@ export function scoredZero(
   return { ...unGraded(who, patch), status: "scored", reward: 0, reason, note: message };
 }
 
-const firstLine = (s: string): string => s.split("\n").find((l) => l.trim() !== "") ?? s;
+const TELLING = /error|fail|can't|cannot|garbage|exist|malformed|corrupt|timed out|limit/i;
+
+/** The line of an error message that says why (not a bare harness marker such as ">>>>> Patch Apply Failed:"). */
+function noteOf(message: string): string {
+  const lines = message.split("\n").map((l) => l.trim());
+  const told = lines.filter((l) => l !== "" && !/^>>>>> [^:]*:$/.test(l));
+  return (told.find((l) => TELLING.test(l)) ?? told[0] ?? message).slice(0, 500);
+}
 
 function msg(r: EvaluateResult): { message: string } {
   return { message: `${r.error!.kind}: ${r.error!.message}`.slice(0, 4000) };

@@ -291,25 +291,46 @@ class InstanceRun {
       this.timings.applyMs = performance.now() - t;
       return this.fail("Sandbox Failed", `the sandbox failed while applying the patch: ${(e as Error).message}`);
     }
-    const lastOutput = this.readApplyOutput(r.stdout, nonce);
+    const { lastOutput, attempts } = this.readApplyOutput(r.stdout, nonce);
     this.timings.applyMs = performance.now() - t;
-    if (this.outcome.applyCommand === null) {
-      const why = r.timedOut
-        ? `timed out after ${seconds(this.timeoutMs)} seconds`
-        : r.exitCode === SCRIPT_SETUP_FAILED
-          ? r.stdout.trim()
-          : lastOutput;
-      this.log.info(`${MARKERS.applyPatchFail}:\n${why}`);
-      return this.fail("Patch Apply Failed", `${MARKERS.applyPatchFail}:\n${why}`);
-    }
+    if (this.outcome.applyCommand === null) return this.applyFailed(r, attempts, lastOutput);
     this.log.info(`Git diff before:\n${this.diffBefore ?? ""}`);
     return true;
   }
 
-  /** Log each apply attempt; remember the command that worked and `git diff`; return the last attempt's output. */
-  private readApplyOutput(stdout: string, nonce: string): string {
+  /**
+   * No apply command worked. The patch's failure (a real 0): every command refused it, or it is too large for the
+   * time, memory or disk given (the script could not even write it). A script that ended otherwise is our own step
+   * that broke, which says nothing about the patch.
+   */
+  private applyFailed(r: ExecResult, attempts: number, lastOutput: string): false {
+    const refused = attempts === GIT_APPLY_CMDS.length && r.exitCode === 1;
+    const tooLarge = r.timedOut || r.limit !== undefined || r.exitCode === SCRIPT_SETUP_FAILED;
+    if (!refused && !tooLarge) {
+      const how = `exit ${r.exitCode}${r.signal ? `, ${r.signal}` : ""}`;
+      const output = r.stdout.trim().slice(-2000) || "no output";
+      return this.fail(
+        "Sandbox Failed",
+        `the apply script ended after ${attempts} of ${GIT_APPLY_CMDS.length} attempts (${how}): ${output}`,
+      );
+    }
+    const why = r.timedOut
+      ? `timed out after ${seconds(this.timeoutMs)} seconds`
+      : r.exitCode === SCRIPT_SETUP_FAILED
+        ? r.stdout.trim()
+        : lastOutput;
+    this.log.info(`${MARKERS.applyPatchFail}:\n${why}`);
+    return this.fail("Patch Apply Failed", `${MARKERS.applyPatchFail}:\n${why}`);
+  }
+
+  /**
+   * Log each apply attempt; remember the command that worked and `git diff`. Returns the last attempt's output and
+   * how many attempts reported their status.
+   */
+  private readApplyOutput(stdout: string, nonce: string): { lastOutput: string; attempts: number } {
     const { segments, tags } = splitOnNonce(stdout, nonce);
     let lastOutput = segments[0] ?? "";
+    let attempts = 0;
     for (let i = 0; i < tags.length; i++) {
       const tag = tags[i]!;
       if (tag === "diff") {
@@ -318,12 +339,13 @@ class InstanceRun {
       }
       const command = GIT_APPLY_CMDS[i];
       lastOutput = segments[i]!;
+      attempts++;
       if (tag === "0") {
         this.outcome.applyCommand = command ?? null;
         this.log.info(`${MARKERS.applyPatchPass}:\n${lastOutput}`);
       } else this.log.info(`Failed to apply patch to sandbox: ${command}`);
     }
-    return lastOutput;
+    return { lastOutput, attempts };
   }
 
   /** 3. eval.sh under the timeout; test_output.txt. */
