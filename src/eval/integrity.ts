@@ -1,10 +1,14 @@
 /**
  * What a graded patch touches that decides how tests run rather than what they test: files the test patch does not
  * own but that pytest, the interpreter or the test runner load (conftest.py, pytest/tox settings, sitecustomize,
- * .pth files, pytest plugins, test helpers, the spec's test runner). The grade stays the harness's; these flags go
- * beside it (never in report.json) so a trainer can penalise or filter such attempts. Pure: reads text only.
+ * .pth files, pytest plugins, the spec's test runner), edits to tests and test helpers eval.sh does not reset, and
+ * new modules beside the tests (the test directory is first on their import path: a module there shadows the code
+ * under test). The grade stays the harness's; these flags go beside it (never in report.json) so a trainer can
+ * penalise or filter such attempts. Not flagged: what can only make tests fail or is never run — a deleted test
+ * module or helper, a new test module (eval.sh runs the test patch's files), anything the test patch owns (eval.sh
+ * resets and re-applies it). Pure: reads text only.
  */
-import { parseDiff } from "./diff.js";
+import { parseDiff, type DiffFile } from "./diff.js";
 
 export type IntegrityFlagKind =
   | "conftest"
@@ -22,12 +26,15 @@ export interface IntegrityFlag {
   reason: string;
 }
 
+/** How the patch changes a file. */
+type Change = "added" | "deleted" | "modified";
+
 /** Settings files that are also package metadata: flagged only when the patch's lines for them mention tests. */
 const SHARED_CONFIG = new Set(["setup.cfg", "pyproject.toml", "setup.py"]);
 const TEST_SETTING = /pytest|\btox\b|addopts|testpaths|python_files|python_classes|python_functions|filterwarnings/i;
 const PLUGIN_ENTRY = /pytest11|pytest_plugins|-p\s+\w/;
 const TEST_DIR = /(^|\/)(tests?|testing)\//;
-const TEST_NAME = /(^|\/)(test_[^/]*|[^/]*_tests?)\.py$/;
+const TEST_MODULE = /(^|\/)(test_[^/]*|[^/]*_tests?)\.py$/;
 
 /** Flags for `patch` against what `testPatch` owns (its files are reset and re-applied by eval.sh). */
 export function integrityFlags(patch: string, testPatch: string, testCmd = ""): IntegrityFlag[] {
@@ -35,18 +42,31 @@ export function integrityFlags(patch: string, testPatch: string, testCmd = ""): 
   const runners = runnerPaths(testCmd);
   const flags: IntegrityFlag[] = [];
   const seen = new Set<string>();
-  for (const f of parseDiff(patch)) {
-    for (const path of [f.newPath, f.oldPath]) {
-      if (path === null || owned.has(path) || seen.has(path)) continue;
-      seen.add(path);
-      const flag = flagFor(path, () => fileChunk(patch, path), runners);
-      if (flag) flags.push({ ...flag, path });
-    }
+  for (const [path, change] of parseDiff(patch).flatMap(changes)) {
+    if (owned.has(path) || seen.has(path)) continue;
+    seen.add(path);
+    const flag = runnerFlag(path, runners) ?? configFlag(path, () => fileChunk(patch, path)) ?? testFlag(path, change);
+    if (flag) flags.push({ ...flag, path });
   }
   return flags;
 }
 
-function flagFor(path: string, chunk: () => string, runners: Set<string>): Omit<IntegrityFlag, "path"> | undefined {
+/** The paths a diff entry changes, and how (a rename deletes its old path and adds its new one). */
+function changes(f: DiffFile): [string, Change][] {
+  if (f.oldPath === null) return f.newPath === null ? [] : [[f.newPath, "added"]];
+  if (f.newPath === null) return [[f.oldPath, "deleted"]];
+  if (f.oldPath !== f.newPath)
+    return [
+      [f.oldPath, "deleted"],
+      [f.newPath, "added"],
+    ];
+  return [[f.newPath, "modified"]];
+}
+
+type Flag = Omit<IntegrityFlag, "path">;
+
+/** What the test run loads whatever the tests are: flagged however it changes (a deletion included). */
+function configFlag(path: string, chunk: () => string): Flag | undefined {
   const name = path.slice(path.lastIndexOf("/") + 1);
   if (name === "conftest.py") return { kind: "conftest", reason: "pytest loads conftest.py before the tests" };
   if (name === "pytest.ini" || name === ".pytest.ini" || name === "tox.ini")
@@ -55,15 +75,28 @@ function flagFor(path: string, chunk: () => string, runners: Set<string>): Omit<
     return { kind: "interpreter_startup", reason: `${name} runs in every Python process at startup` };
   if (/^pytest_[^/]*\.py$/.test(name) || path.includes("_pytest/"))
     return { kind: "pytest_plugin", reason: "a pytest plugin module can change every test's result" };
-  if (runners.has(path)) return { kind: "test_runner", reason: "the environment's test command runs this file" };
-  if (SHARED_CONFIG.has(path)) {
-    const text = changedLines(chunk());
-    if (PLUGIN_ENTRY.test(text)) return { kind: "pytest_plugin", reason: `${name}: pytest plugin or entry point` };
-    if (TEST_SETTING.test(text)) return { kind: "test_config", reason: `${name}: changed lines are test settings` };
-    return undefined;
-  }
-  if (path.endsWith(".py") && (TEST_DIR.test(path) || TEST_NAME.test(path)))
-    return { kind: "test_file", reason: "a test module or helper the test patch does not own (not reset by eval.sh)" };
+  if (!SHARED_CONFIG.has(path)) return undefined;
+  const text = changedLines(chunk());
+  if (PLUGIN_ENTRY.test(text)) return { kind: "pytest_plugin", reason: `${name}: pytest plugin or entry point` };
+  if (TEST_SETTING.test(text)) return { kind: "test_config", reason: `${name}: changed lines are test settings` };
+  return undefined;
+}
+
+function runnerFlag(path: string, runners: Set<string>): Flag | undefined {
+  return runners.has(path)
+    ? { kind: "test_runner", reason: "the environment's test command runs this file" }
+    : undefined;
+}
+
+/** Tests and test helpers the test patch does not own: an edit stays in place when eval.sh runs the tests. */
+function testFlag(path: string, change: Change): Flag | undefined {
+  if (!path.endsWith(".py")) return undefined;
+  const inTests = TEST_DIR.test(path);
+  if (change === "deleted" || !(inTests || TEST_MODULE.test(path))) return undefined;
+  if (change === "modified")
+    return { kind: "test_file", reason: "edits a test module or helper the test patch does not own (not reset)" };
+  if (inTests && !TEST_MODULE.test(path))
+    return { kind: "test_file", reason: "a new module beside the tests: first on their import path, it can shadow" };
   return undefined;
 }
 
