@@ -13,6 +13,8 @@ import { tempDir, tempHome } from "./helpers.js";
 import { makeFixtureDataset, type FixtureDataset } from "../src/fixtures/generate.js";
 import { prepareInstances } from "../src/env/prepare.js";
 import { RolloutEngine, type Rollout, type RolloutOutcome } from "../src/rollout/index.js";
+import { SandboxLostError } from "../src/errors.js";
+import type { ExecResult } from "../src/sandbox/exec.js";
 import type { Instance } from "../src/tasks/types.js";
 
 const home = tempHome("msb-attacks-home-");
@@ -61,8 +63,6 @@ const atImport = (code: string) => (r: Rollout) =>
       `printf '%s\\n' ${JSON.stringify(code)} | cat - "$f" > x && mv x "$f"`,
   );
 
-const r0 = (o: RolloutOutcome): string => o.reason;
-
 function assertZero(o: RolloutOutcome, reason: string): void {
   assert.equal(o.status, "scored", explain(o));
   assert.equal(o.reward, 0, explain(o));
@@ -101,12 +101,23 @@ describe("reward attacks", { concurrency: 4 }, () => {
   });
 
   it("raising pid 1's oom_score_adj, then filling memory, is a 0 whoever the OOM killer picks", async () => {
+    let raised = "";
+    let hog: unknown;
     const o = await attacked(async (r) => {
-      await r.exec("echo 1000 > /proc/1/oom_score_adj");
-      await r.exec("python -c 'x = bytearray(2 * 1024 ** 3)'").catch(() => undefined);
+      await r.exec("git apply -", { stdin: fx.partialFix.patch });
+      raised = (await r.exec("echo 1000 > /proc/1/oom_score_adj; cat /proc/1/oom_score_adj")).stdout.trim();
+      hog = await r.exec("python -c 'x = bytearray(2 * 1024 ** 3)'").catch((e: Error) => e);
     });
-    // pid 1 killed: the sandbox is lost by the agent's doing; the hog killed: nothing changed in /testbed.
-    assertZero(o, r0(o) === "sandbox_oom" ? "sandbox_oom" : "empty_patch");
+    const said = `pid 1's oom_score_adj: ${raised}; the hog's command: ${JSON.stringify(hog)}`;
+    if (hog instanceof SandboxLostError) {
+      // The OOM killer took pid 1: the sandbox ended by the agent's doing, its patch with it.
+      assertZero(o, "sandbox_oom");
+    } else {
+      // It took the hog: the sandbox lives on and its patch (half a fix) is graded as it is.
+      assert.equal((hog as ExecResult).limit, "memory", said);
+      assertZero(o, "graded");
+      assert.equal(o.resolution, "PARTIAL", `${said}\n${explain(o)}`);
+    }
   });
 
   it("a client allowed 1 sandbox cannot start a group of 16 or fork 16; another's prewarm leaves mine", async () => {
@@ -120,7 +131,7 @@ describe("reward attacks", { concurrency: 4 }, () => {
     assert.equal(mine.tasks[0]!.warmSandboxes, 1);
     const theirs = await engine.prewarm([inst], { sandboxes: 2, owner: bob });
     assert.equal(theirs.tasks[0]!.warmSandboxes, 2, "bob's pool is his own");
-    await assert.rejects(engine.startGroup({ instance: inst, n: 1, owner: alice }), /alice holds 1 of at most 1/);
+    await assert.rejects(engine.startGroup({ instance: inst, n: 2, owner: alice }), /alice holds 1 of at most 1/);
     const taken = await engine.startGroup({ instance: inst, n: 2, owner: bob });
     assert.deepEqual(
       taken.rollouts.map((r) => r.fromPool),
@@ -129,6 +140,14 @@ describe("reward attacks", { concurrency: 4 }, () => {
     await taken.close();
     await engine.prewarm([], { owner: bob });
     assert.equal(engine.sandboxesOf("alice"), 1, "alice's warm sandbox is still hers, untouched");
+    // Her warm sandbox is part of her budget, not in its way: a group of 1 takes it.
+    const hers = await engine.startGroup({ instance: inst, n: 1, owner: alice });
+    assert.deepEqual(
+      hers.rollouts.map((r) => r.fromPool),
+      [true],
+    );
+    assert.equal(engine.sandboxesOf("alice"), 1);
+    await hers.close();
   });
 
   it("replacing git, bash and python (PATH and venv) changes nothing in a fresh reward", async () => {

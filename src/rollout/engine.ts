@@ -151,19 +151,23 @@ export class RolloutEngine {
     if (req.goldCheck ?? this.opts.goldCheck ?? false) await this.goldCheck(instance);
     const tGold = performance.now();
     const owner = req.owner ?? ANONYMOUS_OWNER;
-    this.reserve(req.n, owner);
+    // The owner's own warm sandboxes of this task are part of the group: reserved and taken in one step.
+    const slot = poolKey(owner, taskKey(instance, envFor(instance, { specsFile: this.opts.specsFile }).key));
+    this.reserve(req.n, owner, Math.min(req.n, this.pool.sizeFor(slot)));
+    const warm = this.pool.take(slot, req.n);
     let held: { share: SharedWorkspace; letGo: () => void };
     try {
       held = await this.holdWorkspace(instance);
     } catch (e) {
       this.unreserve(req.n, owner);
+      await Promise.all(warm.map((sb) => sb.close()));
       throw e;
     }
     const tWorkspace = performance.now();
     const group = new RolloutGroup(instance, held.share, this.groupSettings(ttlMs, owner));
     this.live.set(group.id, group);
     try {
-      await group.start(req.n, this.pool.take(poolKey(owner, taskKey(instance, group.envKey)), req.n));
+      await group.start(req.n, warm);
     } finally {
       held.letGo();
     }
@@ -224,11 +228,12 @@ export class RolloutEngine {
     }, FORGET_AFTER_MS).unref();
   }
 
-  private reserve(k: number, owner: RolloutOwner): void {
+  /** Reserve `k` rollouts for `owner`; `fromPool` of them are warm sandboxes it already holds (moved, not added). */
+  private reserve(k: number, owner: RolloutOwner, fromPool = 0): void {
     const max = this.opts.maxRollouts ?? 256;
     if (this.reserved + k > max)
       throw new LimitError(`${this.reserved} live rollouts: ${k} more would exceed the limit of ${max}`);
-    if (k > this.roomOf(owner)) {
+    if (k - fromPool > this.roomOf(owner)) {
       throw new LimitError(
         `sandbox limit reached: ${owner.name} holds ${this.heldBy(owner)} of at most ${owner.maxSandboxes} ` +
           `sandboxes, ${k} more asked; close rollouts or sandboxes first`,
