@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..errors import InvalidInputError
 from .policy import Completion
 
 SUBMIT_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
@@ -150,9 +151,18 @@ class RolloutEnvironment:
                     **(env or {})}
 
     def execute(self, command: str, timeout: float) -> dict:
-        r = self.rollout.exec(command, timeout=timeout, cwd=self.cwd, env=self.env, merge_output=True)
+        try:
+            r = self.rollout.exec(command, timeout=timeout, cwd=self.cwd, env=self.env, merge_output=True)
+        except InvalidInputError as e:
+            return refused(e)
         if r["timed_out"]:
             return {"output": r["stdout"], "returncode": -1,
                     "exception_info": f"An error occurred while executing the command: Command timed out after "
                                       f"{timeout:g} seconds"}
         return {"output": r["stdout"], "returncode": r["exit_code"], "exception_info": ""}
+
+
+def refused(e: InvalidInputError) -> dict:
+    """A command the server refused as given (a NUL byte, a bad directory...): the policy's own doing, so it is an
+    observation like a failed command, never an error that would end the trajectory as an infrastructure failure."""
+    return {"output": "", "returncode": -1, "exception_info": f"The command was refused: {e}"}

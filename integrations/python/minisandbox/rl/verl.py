@@ -58,7 +58,8 @@ class MinisandboxAgentLoop(_Base):  # type: ignore[misc, valid-type]
             "response_mask": mask,
             "reward_score": t.reward if t.status == "scored" else None,
             "num_turns": len(t.messages),
-            "extra_fields": {"minisandbox": {"status": t.status, "failure": t.failure, "trajectory_id": t.trajectory_id,
+            "extra_fields": {"minisandbox": {"status": t.status, "reason": t.reason, "flags": t.flags,
+                                             "failure": t.failure, "trajectory_id": t.trajectory_id,
                                              "exit_status": t.exit_status, "timings": t.timings}},
         }
         if AgentLoopOutput is None:
