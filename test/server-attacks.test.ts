@@ -442,3 +442,19 @@ test("validation errors are 422 naming the field, never a 500", async () => {
   const huge = { command: "true", output_limit_bytes: 2 ** 40 };
   assert.equal((await call(s.url, "POST", `/sandboxes/${id}/exec`, { key: ALICE, body: huge })).status, 400);
 });
+
+test("serve --specs: refused at start, one line, when it cannot apply", async () => {
+  const home = tempHome("msb-atk-specs-");
+  const alone = await runCli(home, ["serve", "--specs", join(home, "specs.json"), "--port", "0"]);
+  assert.equal(alone.code, 2, alone.stderr);
+  assert.match(alone.stderr, /--specs applies to the instances of --dataset: give --dataset FILE too/);
+  const dataset = join(home, "dataset.json");
+  writeFileSync(dataset, "[]");
+  const missing = await runCli(home, ["serve", "--dataset", dataset, "--specs", join(home, "no.json"), "--port", "0"]);
+  assert.equal(missing.code, 2, missing.stderr);
+  assert.match(missing.stderr, /specs file not found: .*no\.json/);
+  writeFileSync(join(home, "bad.json"), JSON.stringify({ "*": ["history"] }));
+  const bad = await runCli(home, ["serve", "--dataset", dataset, "--specs", join(home, "bad.json"), "--port", "0"]);
+  assert.equal(bad.code, 2, bad.stderr);
+  assert.match(bad.stderr, /"\*" must be an object of spec fields/);
+});

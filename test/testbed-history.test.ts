@@ -127,8 +127,27 @@ describe("chronological testbeds", { concurrency: 2 }, () => {
     assert.notEqual(specKey(spec), specKey({ ...spec, history: "full" }));
     const row = { instance_id: "o__n-1", repo: "o/n", base_commit: "abc", spec: { python: "3.11" } };
     const inst = row as unknown as Parameters<typeof envFor>[0];
-    assert.equal(envFor(inst, { history: "full" }).spec.history, "full");
-    assert.equal(envFor(inst, {}).spec.history, undefined);
+    assert.equal(envFor(inst, {}).spec.history, undefined, "chronological by default");
+    // One specs file for every command: "*" holds the policy for every instance, anything more specific wins.
+    const specsFile = join(work, "full-history.json");
+    writeFileSync(
+      specsFile,
+      JSON.stringify({ "*": { history: "full" }, "o/m": { "*": { history: "chronological" } } }),
+    );
+    const full = envFor(inst, { specsFile });
+    assert.equal(full.spec.history, "full");
+    assert.equal(full.key, specKey({ ...envFor(inst, {}).spec, history: "full" }));
+    const other = { ...row, instance_id: "o__m-1", repo: "o/m" } as unknown as Parameters<typeof envFor>[0];
+    assert.equal(envFor(other, { specsFile }).spec.history, undefined, "the repository's entry wins over *");
+    writeFileSync(specsFile, JSON.stringify({ "*": { history: "all" } }));
+    assert.throws(() => envFor(inst, { specsFile }), /history.*"chronological" or "full"/);
+    const unknown = { ...row, repo: "x/y", version: "1.0", spec: undefined } as unknown as Parameters<typeof envFor>[0];
+    writeFileSync(specsFile, JSON.stringify({ "*": { history: "full" } }));
+    assert.throws(
+      () => envFor(unknown, { specsFile }),
+      /no environment spec for x\/y \(instance o__n-1\)/,
+      "* alone is no spec",
+    );
   });
 });
 

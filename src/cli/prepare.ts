@@ -14,7 +14,6 @@ export interface PrepareCliOptions {
   workers: string;
   repos?: string;
   specs?: string;
-  fullHistory?: boolean;
   validate?: boolean;
   json?: boolean;
   plan?: boolean;
@@ -34,11 +33,7 @@ export function addDatasetOptions(cmd: Command): Command {
 export function registerPrepareCommand(program: Command, getHome: () => string): void {
   const cmd = addDatasetOptions(program.command("prepare"))
     .description("build every instance's environment once, deduplicated in the store (resumable)")
-    .option("--workers <N>", "parallel builds", "2")
-    .option(
-      "--full-history",
-      'keep the source\'s whole git history in testbeds (gameable; spec field "history": "full")',
-    );
+    .option("--workers <N>", "parallel builds", "2");
   addHarnessFlags(cmd, ["dataset_name", "instance_ids", "max_workers"])
     .option("--validate", "check each environment with the gold patch and without it")
     .option("--json", "machine-readable output")
@@ -63,7 +58,7 @@ async function printPlan(o: PrepareCliOptions, home: string): Promise<void> {
   for (const instance of instances) {
     let key: string;
     try {
-      key = envFor(instance, { specsFile: o.specs, history: historyOf(o) }).key;
+      key = envFor(instance, { specsFile: o.specs }).key;
     } catch (e) {
       errors.push({ instance_id: instance.instance_id, error: (e as Error).message });
       continue;
@@ -80,7 +75,7 @@ async function prepare(home: string, o: PrepareCliOptions): Promise<void> {
   const dataset = await resolveDatasetArg(o.dataset, o.split, home);
   const workers = parsePositive(o.workers, "--workers", { integer: true });
   const instances = await loadDataset(dataset, ids.length ? { instanceIds: ids } : {});
-  const env = { home, reposDir: o.repos, specsFile: o.specs, workers, history: historyOf(o) };
+  const env = { home, reposDir: o.repos, specsFile: o.specs, workers };
   const progress = new Progress(instances.length, "prepare");
   const results = await prepareInstances(instances, {
     ...env,
@@ -94,13 +89,11 @@ async function prepare(home: string, o: PrepareCliOptions): Promise<void> {
   process.exitCode = results.some((r) => r.status === "failed") ? 1 : 0;
 }
 
-const historyOf = (o: PrepareCliOptions) => (o.fullHistory ? ("full" as const) : undefined);
-
 /** `--validate`: every prepared environment with the gold patch and without it; the verdicts are stored. */
 async function validate(
   instances: Instance[],
   results: PrepareResult[],
-  env: { home: string; reposDir?: string; specsFile?: string; workers: number; history?: "full" },
+  env: { home: string; reposDir?: string; specsFile?: string; workers: number },
   json: boolean | undefined,
 ): Promise<ReturnType<typeof validationSummary>> {
   const report = await validateInstances(builtInstances(instances, results), env);

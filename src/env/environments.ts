@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { homeLayout } from "../util/home.js";
 import type { Instance } from "../tasks/types.js";
 import { specForInstance, specKey } from "./spec.js";
-import type { EnvSpec, HistoryPolicy, LayerKey } from "./types.js";
+import type { EnvSpec, LayerKey } from "./types.js";
 import { buildEnvironment } from "./build.js";
 import { hasLayer, openStore } from "./store/index.js";
 import { NodeCache } from "./cache/index.js";
@@ -29,15 +29,10 @@ export interface EnvOptions {
   home: string;
   specsFile?: string;
   reposDir?: string;
-  /** The testbed history of specs that do not say (`--full-history`); default chronological. */
-  history?: HistoryPolicy;
 }
 
-export function envFor(
-  instance: Instance,
-  opts: Pick<EnvOptions, "specsFile" | "history">,
-): { spec: EnvSpec; key: LayerKey } {
-  const spec = specForInstance(instance, { specsFile: opts.specsFile, history: opts.history });
+export function envFor(instance: Instance, opts: Pick<EnvOptions, "specsFile">): { spec: EnvSpec; key: LayerKey } {
+  const spec = specForInstance(instance, { specsFile: opts.specsFile });
   return { spec, key: specKey(spec) };
 }
 

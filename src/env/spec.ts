@@ -4,8 +4,9 @@
  * Sources, merged field by field (later wins):
  *   1. the built-in table `data/swebench-python-specs.json` (SWE-bench harness constants), by repo and version;
  *      SWE-smith snapshots, which that table does not know, start from SWE-smith's Python profile defaults;
- *   2. a `--specs FILE` override: `{"<owner>/<name>": {"<version>" | "*": {fields}}}` ("*" = every version,
- *      applied before the exact version) and/or `{"<instance_id>": {fields}}` (applied after the repo entries);
+ *   2. a `--specs FILE` override: `{"*": {fields}}` (every instance, applied first),
+ *      `{"<owner>/<name>": {"<version>" | "*": {fields}}}` ("*" = every version, applied before the exact version)
+ *      and/or `{"<instance_id>": {fields}}` (applied after the repo entries);
  *   3. the dataset row's own `spec` object.
  * Field mapping onto EnvSpec: python, packages, pip_packages, pre_install, install, eval_commands, test_cmd
  * (a list is joined with " && "), env (plus the table's env_vars_test), repo/commit (default: the instance's
@@ -17,7 +18,7 @@ import { readFileSync, statSync, existsSync } from "node:fs";
 import { createHash } from "node:crypto";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import type { EnvSpec, HistoryPolicy } from "./types.js";
+import type { EnvSpec } from "./types.js";
 import { InvalidInputError, NotFoundError } from "../errors.js";
 import type { Instance } from "../tasks/types.js";
 
@@ -34,6 +35,8 @@ export interface SpecTable {
 export interface SpecOverrides {
   /** File name, for error messages. */
   source: string;
+  /** `"*"`: fields for every instance (e.g. `{"history": "full"}`), applied before the repo entries. */
+  all?: SpecFields;
   repos: Record<string, Record<string, SpecFields>>;
   instances: Record<string, SpecFields>;
 }
@@ -45,8 +48,6 @@ export interface SpecOptions {
   overrides?: SpecOverrides;
   /** Use this table instead of the built-in one. */
   table?: SpecTable;
-  /** The testbed's history when no spec layer says (`--full-history`); default "chronological". */
-  history?: HistoryPolicy;
 }
 
 /**
@@ -162,6 +163,9 @@ export function parseOverrides(data: unknown, source = "specs"): SpecOverrides {
     if (key === "specs" && isRecord(value)) {
       // The built-in table's own format: {"specs": {repo: {version: fields}}}.
       for (const [repo, versions] of Object.entries(value)) addRepo(repo, versions);
+    } else if (key === "*") {
+      if (!isRecord(value)) throw new InvalidInputError(`${source}: "*" must be an object of spec fields`);
+      out.all = { ...(out.all ?? {}), ...value };
     } else if (key.includes("/")) {
       addRepo(key, value);
     } else {
@@ -204,7 +208,11 @@ export function specForInstance(instance: Instance, opts: SpecOptions = {}): Env
   if (instance.spec) layers.push({ from: `row spec of ${id}`, fields: instance.spec });
 
   if (layers.length === 0) throw new NotFoundError(unknownSpecMessage(instance, table, overrides));
-  return toEnvSpec(instance, layers, table, opts.history ?? "chronological");
+  // Fields for every instance go right above the table or SWE-smith defaults: everything more specific wins.
+  const all = overrides.flatMap((o) => (o.all ? [{ from: `${o.source} *`, fields: o.all }] : []));
+  const base = tableEntry || instance.task_format === "swesmith" ? 1 : 0;
+  layers.splice(base, 0, ...all);
+  return toEnvSpec(instance, layers, table);
 }
 
 function unknownSpecMessage(instance: Instance, table: SpecTable, overrides: SpecOverrides[]): string {
@@ -225,7 +233,7 @@ function unknownSpecMessage(instance: Instance, table: SpecTable, overrides: Spe
   return `no environment spec for ${repo} (instance ${id}): ${table_}${hint}`;
 }
 
-function toEnvSpec(instance: Instance, layers: Layer[], table: SpecTable, defaultHistory: HistoryPolicy): EnvSpec {
+function toEnvSpec(instance: Instance, layers: Layer[], table: SpecTable): EnvSpec {
   const fields = new SpecFieldReader(instance, layers);
   const python = fields.str("python");
   if (!python) {
@@ -251,7 +259,7 @@ function toEnvSpec(instance: Instance, layers: Layer[], table: SpecTable, defaul
   const install = fields.command("install");
   if (install !== undefined) spec.install = install;
   if (Object.keys(extra).length > 0) spec.extra = extra;
-  const history = fields.str("history") ?? defaultHistory;
+  const history = fields.str("history") ?? "chronological";
   if (history !== "chronological" && history !== "full") throw fields.bad("history", '"chronological" or "full"');
   if (history === "full") spec.history = "full";
   return spec;

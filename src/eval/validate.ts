@@ -20,8 +20,6 @@ import { evalPipSettings } from "./runner/sandbox.js";
 export interface ValidateOptions {
   home: string;
   specsFile?: string;
-  /** The testbed history of specs that do not say (`prepare --full-history`). */
-  history?: "full";
   reposDir?: string;
   /** Test runs at once (each instance needs two; default 2). */
   workers?: number;
@@ -148,7 +146,7 @@ async function checkable(
     const instanceId = instance.instance_id;
     let env: InstanceEnv;
     try {
-      env = envFor(instance, { specsFile: opts.specsFile, history: opts.history });
+      env = envFor(instance, { specsFile: opts.specsFile });
     } catch (e) {
       results.set(instanceId, { instanceId, key: "", valid: false, skipped: (e as Error).message, problems: [] });
       continue;
