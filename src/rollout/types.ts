@@ -29,19 +29,6 @@ export type ScoredReason =
   | "sandbox_oom"
   | "rollout_expired";
 
-export const SCORED_REASONS: readonly ScoredReason[] = [
-  "graded",
-  "empty_patch",
-  "patch_apply_failed",
-  "eval_timeout",
-  "eval_crash",
-  "eval_oom",
-  "grading_failed",
-  "testbed_broken",
-  "sandbox_oom",
-  "rollout_expired",
-];
-
 /** A scored outcome's reason, or an infrastructure failure's kind. */
 export type OutcomeReason = ScoredReason | InfraFailureKind;
 
