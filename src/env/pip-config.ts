@@ -74,24 +74,27 @@ export async function pipSettings(python: string, env: NodeJS.ProcessEnv = proce
 
 /** Settings that are credentials or hand them out: never given to an agent's or an evaluation's sandbox. */
 const SECRET_KEYS = new Set(["client-cert", "keyring-provider", "keyring"]);
-const URL_USERINFO = /\b([a-z][a-z0-9+.-]*:\/\/)[^\s/@]*@/gi;
+/** A URL that leaves the machine (anything but file://): its token may be anywhere in it (user, path, query). */
+const REMOTE_URL = /^[a-z][a-z0-9+.-]*:\/\//i;
 
 /**
- * The user's pip configuration as agent, rollout and evaluation sandboxes get it: credentials stripped (the user
- * and token of every URL — index, extra index, find-links, proxy —, client certificates, keyring), so a policy
- * cannot read the operator's secrets; local `file://` indexes and their read-only mounts kept, so eval.sh's
- * re-install still works offline. Build sandboxes get the settings as they are (`pipSettings`).
+ * The user's pip configuration as agent, rollout and evaluation sandboxes get it: local indexes and paths only.
+ * A remote index, find-links page or proxy can carry a token anywhere (user:token@, a path segment, a query), so
+ * no remote URL is given at all, nor client certificates or keyrings; `file://` indexes and their read-only mounts
+ * stay, so eval.sh's re-install still works offline. Build steps get the settings as they are (`pipSettings`).
  */
 export function withoutCredentials(settings: PipSettings): PipSettings {
   const env: Record<string, string> = {};
   const dropped = new Set<string>();
   for (const [name, value] of Object.entries(settings.env)) {
     const key = name.slice("PIP_".length).toLowerCase().replace(/_/g, "-");
-    if (SECRET_KEYS.has(key)) {
+    const words = value.split(/\s+/).filter(Boolean);
+    const kept = words.filter((w) => !REMOTE_URL.test(w) || w.toLowerCase().startsWith("file://"));
+    if (SECRET_KEYS.has(key) || (words.length > 0 && kept.length === 0)) {
       dropped.add(value);
       continue;
     }
-    env[name] = value.replace(URL_USERINFO, "$1");
+    env[name] = kept.length === words.length ? value : kept.join(" ");
   }
   return { env, mounts: settings.mounts.filter((m) => ![...dropped].some((d) => localPaths(d).includes(m))) };
 }
