@@ -8,6 +8,7 @@ process.env.PIP_RETRIES ??= "0";
 
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { join } from "node:path";
 import { tempDir, tempHome } from "./helpers.js";
 import { makeFixtureDataset, type FixtureDataset } from "../src/fixtures/generate.js";
@@ -70,6 +71,39 @@ function assertZero(o: RolloutOutcome, reason: string): void {
 }
 
 describe("reward attacks", { concurrency: 4 }, () => {
+  it("the fix is nowhere in a rollout: no later commit or fixed blob, no test patch, no dataset row", async () => {
+    const src = join(fx.reposDir, "fixture", "calc");
+    const later = execFileSync("git", ["-C", src, "rev-list", "--all", "--not", inst.base_commit], { encoding: "utf8" })
+      .split("\n")
+      .filter(Boolean);
+    assert.ok(later.length > 0, "the source repository has commits after the base (the fix among them)");
+    const group = await engine.startGroup({ instance: inst, n: 1 });
+    try {
+      const r = group.rollouts[0]!;
+      const sh = async (cmd: string, stdin?: string) => (await r.exec(cmd, stdin ? { stdin } : {})).stdout.trim();
+      assert.equal(await sh("git rev-parse HEAD"), inst.base_commit);
+      assert.equal(await sh("git rev-list --all | wc -l"), await sh("git rev-list HEAD | wc -l"), "no ref beyond HEAD");
+      const found = await sh("while read -r c; do git cat-file -e $c 2>/dev/null && echo $c; done", later.join("\n"));
+      assert.equal(found, "", "no commit after the base, in any form");
+      // What the fixed files would hash to, worked out in a copy: none of those blobs is in the object store.
+      const fixed = await sh(
+        "rm -rf /tmp/probe && cp -a /testbed /tmp/probe && cd /tmp/probe && git apply && " +
+          "git hash-object $(git diff --name-only) && rm -rf /tmp/probe",
+        inst.patch! + inst.test_patch!,
+      );
+      assert.equal(fixed.split("\n").length, 2, fixed);
+      assert.equal(await sh("while read -r b; do git cat-file -e $b 2>/dev/null && echo $b; done", fixed), "");
+      const [test] = inst.FAIL_TO_PASS!.map((t) => t.split("::").pop()!);
+      const places = '/testbed /tmp "$HOME" /home /opt /etc/environment';
+      const seen = () => sh(`{ env; grep -rhoF -- ${test} ${places}; } 2>/dev/null | grep -cF -- ${test}`);
+      assert.equal(await seen(), "0", `a FAIL_TO_PASS test's name (${test}) is in the sandbox`);
+      await r.files.write("/tmp/planted", `${test}\n`);
+      assert.equal(await seen(), "1", "the search finds what is there");
+    } finally {
+      await group.close();
+    }
+  });
+
   it("deleting /testbed/.git is a 0 (testbed_broken)", async () => {
     assertZero(await attacked((r) => r.exec("rm -rf /testbed/.git")), "testbed_broken");
   });
