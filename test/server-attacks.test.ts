@@ -529,3 +529,19 @@ test("output written a byte at a time keeps the server's memory bounded, and a s
   const grown = (rssBytes(s.pid) - rss0) / MiB;
   assert.ok(grown < 64, `the server grew by ${grown.toFixed(0)} MiB for 2 MiB of output`);
 });
+
+test("serve --specs: refused at start, one line, when it cannot apply", async () => {
+  const home = tempHome("msb-atk-specs-");
+  const alone = await runCli(home, ["serve", "--specs", join(home, "specs.json"), "--port", "0"]);
+  assert.equal(alone.code, 2, alone.stderr);
+  assert.match(alone.stderr, /--specs applies to the instances of --dataset: give --dataset FILE too/);
+  const dataset = join(home, "dataset.json");
+  writeFileSync(dataset, "[]");
+  const missing = await runCli(home, ["serve", "--dataset", dataset, "--specs", join(home, "no.json"), "--port", "0"]);
+  assert.equal(missing.code, 2, missing.stderr);
+  assert.match(missing.stderr, /specs file not found: .*no\.json/);
+  writeFileSync(join(home, "bad.json"), JSON.stringify({ "*": ["history"] }));
+  const bad = await runCli(home, ["serve", "--dataset", dataset, "--specs", join(home, "bad.json"), "--port", "0"]);
+  assert.equal(bad.code, 2, bad.stderr);
+  assert.match(bad.stderr, /"\*" must be an object of spec fields/);
+});

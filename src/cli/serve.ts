@@ -3,6 +3,7 @@ import type { Command } from "commander";
 import { startServer, type RunningServer, type ServerOptions } from "../server/server.js";
 import { loadTokensFile } from "../server/auth.js";
 import type { ProviderFactory, WorkspaceProvider } from "../server/provider.js";
+import { loadSpecOverrides } from "../env/spec.js";
 import { parseSize } from "../util/size.js";
 import { InvalidInputError } from "../errors.js";
 import { collect, fail, parseBind } from "./common.js";
@@ -19,6 +20,7 @@ interface ServeOptions extends NodeServeOptions {
   maxRead?: string;
   fileTimeout: string;
   dataset?: string;
+  specs?: string;
   maxSandboxes?: string;
   dir?: string;
   python?: string;
@@ -73,6 +75,7 @@ export function registerServeCommand(program: Command, getHome: () => string, pr
     .option("--no-auth", "no authentication at all (loopback only; anyone on this host can then use the server)")
     .option("--rate-limit <N>", "requests per second per token, bursts of 2N (0: none)", "200")
     .option("--dataset <FILE>", "SWE-bench / SWE-smith dataset: create sandboxes from instance ids, evaluate, diff")
+    .option("--specs <FILE>", "environment spec overrides (JSON), as given to prepare and evaluate")
     .option("--max-sandboxes <N>", "live sandboxes at most, then HTTP 429 (default: 1 GiB and 512 processes each)")
     .option("--dir <DIR>", "also serve one default sandbox of DIR at the root (like swerex-remote)")
     .option("--python <VERSION>", "the default sandbox gets this host Python first on PATH (python, python3, pip)")
@@ -117,13 +120,16 @@ export function registerServeCommand(program: Command, getHome: () => string, pr
 async function serverOptions(o: ServeOptions, home: string, providerFactory?: ProviderFactory) {
   const authToken = o.authToken ?? (process.env.MINISANDBOX_AUTH_TOKEN || undefined);
   let provider: WorkspaceProvider | undefined;
+  if (o.specs && !o.dataset)
+    throw new InvalidInputError("--specs applies to the instances of --dataset: give --dataset FILE too");
+  if (o.specs) loadSpecOverrides(o.specs); // a bad file is refused at start, not at the first request
   if (o.dataset) {
     if (!providerFactory)
       throw new InvalidInputError(
         "--dataset: this build has no workspace provider wired in " +
           "(serve directories with --dir or POST /sandboxes {dir})",
       );
-    provider = await providerFactory({ home, dataset: o.dataset, reposDir: o.repos });
+    provider = await providerFactory({ home, dataset: o.dataset, reposDir: o.repos, specsFile: o.specs });
   } else if (providerFactory) {
     provider = await providerFactory({ home, reposDir: o.repos });
   }
@@ -169,6 +175,7 @@ function rolloutOptions(o: ServeOptions, dataset: string): ServerOptions["rollou
   const max = integer(o.maxRollouts, "--max-rollouts");
   return {
     dataset,
+    ...(o.specs ? { specsFile: o.specs } : {}),
     build: true,
     rewardMode: mode,
     warmPool: { max: integer(o.warmPool, "--warm-pool", true) ?? 0 },

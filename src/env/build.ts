@@ -10,6 +10,7 @@ import { TESTBED_PATH, VENV_PATH, type EnvSpec, type LayerKey } from "./types.js
 import { findToolchain, type Toolchain } from "./toolchains.js";
 import { pipSettings } from "./pip-config.js";
 import { checkoutTestbed, repoSource } from "./repos.js";
+import { isSweSmithMirror } from "../tasks/swesmith.js";
 import { DepsCache, depsKey } from "./deps-cache.js";
 import { openStore, ingestLayer, normalizeMtimes } from "./store/index.js";
 
@@ -129,7 +130,12 @@ class Build {
     const toolchain = await this.step("toolchain", () => findToolchain(spec.python, { home }));
     this.log(`python ${toolchain.version} at ${toolchain.python}`);
     const source = await this.step("fetch", () => repoSource(spec.repo, { reposDir, home }));
-    await this.step("checkout", () => checkoutTestbed(source, spec.commit, this.trees.testbed));
+    const history = spec.history ?? "chronological";
+    // SWE-smith's bug is committed over the base at sandbox start: the base's objects must be deletable then.
+    const looseObjects = isSweSmithMirror(spec.repo);
+    await this.step("checkout", () =>
+      checkoutTestbed(source, spec.commit, this.trees.testbed, { history, looseObjects }),
+    );
     const requirements = await this.step("requirements", () => requirementsFile(spec, source, this.work));
     return { toolchain, requirements };
   }

@@ -24,6 +24,7 @@ import {
   rlimitArgs,
   scratchBytes,
   type Enforcement,
+  type LimitCounters,
   type Limits,
   type SandboxCgroups,
   whileFrozen,
@@ -193,6 +194,7 @@ export class Sandbox implements AsyncDisposable {
   readonly notices: string[];
   private closed = false;
   private closing: Promise<void> | undefined;
+  private finalCounters: LimitCounters | undefined;
   private execCounter = 0;
   /** Started ahead of the next command, waiting in its cgroups (see WaitingHelper). */
   private spare: WaitingHelper | undefined;
@@ -423,6 +425,11 @@ export class Sandbox implements AsyncDisposable {
     return this.closed;
   }
 
+  /** OOM kills and refused forks so far in the sandbox's cgroups (kept from its end once closed): who ended it. */
+  limitCounters(): LimitCounters {
+    return this.finalCounters ?? readCounters(this.cgroups);
+  }
+
   get network(): boolean {
     return this.opts.network ?? false;
   }
@@ -604,6 +611,7 @@ export class Sandbox implements AsyncDisposable {
       });
     }
     if (!holderExited()) killQuietly(this.holder.pid!);
+    this.finalCounters = readCounters(this.cgroups);
     await killSandboxCgroups(this.cgroups);
     removeSandboxDirs(this.paths);
     this.inputs.dir?.release();

@@ -71,6 +71,12 @@ export interface RegistryOptions {
   reapIntervalMs?: number;
 }
 
+/** Sandboxes another part of the server holds: per principal, and all of them. */
+export interface SandboxHoldings {
+  of(name: string): number;
+  total(): number;
+}
+
 export interface CreateOptions {
   isDefault?: boolean;
   /** The operator's own directory (serve --dir), mounted without the root check. */
@@ -89,6 +95,8 @@ export class SandboxRegistry {
   private readonly inProgress = new Set<Promise<unknown>>();
   private closing = false;
   private readonly timer: NodeJS.Timeout;
+  /** Sandboxes held outside the registry (the rollout engine's), counted against the same caps. */
+  private elsewhere: SandboxHoldings = { of: () => 0, total: () => 0 };
 
   constructor(private readonly o: RegistryOptions) {
     this.timer = setInterval(() => this.reap(), o.reapIntervalMs ?? 250);
@@ -150,14 +158,24 @@ export class SandboxRegistry {
     return p;
   }
 
-  private owned(name: string): number {
+  /** Count `holdings` (e.g. rollouts) against the server's and each principal's caps too. */
+  countAlso(holdings: SandboxHoldings): void {
+    this.elsewhere = holdings;
+  }
+
+  /** The registry's sandboxes of `name`, starting ones included (not those held elsewhere). */
+  ownedHere(name: string): number {
     let n = this.starting.get(name) ?? 0;
     for (const e of this.entries.values()) if (e.owner === name) n++;
     return n;
   }
 
+  private owned(name: string): number {
+    return this.ownedHere(name) + this.elsewhere.of(name);
+  }
+
   private checkCaps(who: Principal): void {
-    const live = this.entries.size + this.pendingCreations;
+    const live = this.entries.size + this.pendingCreations + this.elsewhere.total();
     let msg: string | undefined;
     if (live >= this.o.maxSandboxes)
       msg =

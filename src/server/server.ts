@@ -149,6 +149,8 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
   registerSdkRoutes(app, ctx);
   registerManyNodeRoutes(app, ctx);
   const rollouts = rolloutEngine(opts, home);
+  if (rollouts)
+    ctx.registry.countAlso({ of: (name) => rollouts.sandboxesOf(name), total: () => rollouts.sandboxesOf(null) });
   registerRolloutRoutes(app, ctx, rollouts);
   registerRuntimeRoutes(
     app,
