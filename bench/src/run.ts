@@ -15,6 +15,7 @@ import { benchSessionHttp, benchSessionInProcess } from "./session.js";
 import { defaultWorkDir, setupEnvironment, type BenchEnvironment } from "./setup.js";
 import { benchStorage } from "./storage.js";
 import { benchFleet } from "./fleet.js";
+import { benchCliStart } from "./cli-start.js";
 import type { BenchResults, Unavailable } from "./types.js";
 
 const PODMAN_STORAGE_METHOD =
@@ -22,7 +23,16 @@ const PODMAN_STORAGE_METHOD =
   "what podman really keeps on disk for these images (storage_vs_podman) — and the env layers alone " +
   "(storage_vs_podman_env_layers)";
 
-export type Workload = "ready" | "storage" | "concurrency" | "session" | "evaluation" | "server" | "rollout" | "fleet";
+export type Workload =
+  | "ready"
+  | "storage"
+  | "concurrency"
+  | "session"
+  | "evaluation"
+  | "server"
+  | "rollout"
+  | "fleet"
+  | "cli";
 export const ALL_WORKLOADS: Workload[] = [
   "ready",
   "storage",
@@ -32,6 +42,7 @@ export const ALL_WORKLOADS: Workload[] = [
   "server",
   "rollout",
   "fleet",
+  "cli",
 ];
 /** What `--dataset` runs (workloads 1, 2, 5 and 7); the others do not depend on the environment. */
 export const DATASET_WORKLOADS: Workload[] = ["ready", "storage", "evaluation", "rollout"];
@@ -75,6 +86,8 @@ export interface BenchOptions {
   evalEngine?: boolean;
   /** Fleet: instances of the 1-vs-3-node run (default 6, quick 4); a Python with Ray (default: python3). */
   fleetInstances?: number;
+  /** Rounds of the command-line workload (default 15, --quick 5). */
+  cliRuns?: number;
   rayPython?: string;
   /** false: skip the fleet's simulated Ray cluster (the layer transfer still runs). */
   fleetCluster?: boolean;
@@ -240,7 +253,7 @@ async function openPodman(
   notes: string[],
   log: (msg: string) => void,
 ): Promise<Podman | Unavailable> {
-  const needsPodman = ["ready", "storage", "evaluation", "rollout"].some((w) => workloads.has(w as Workload));
+  const needsPodman = ["ready", "storage", "evaluation", "rollout", "cli"].some((w) => workloads.has(w as Workload));
   if (o.podman === false || !needsPodman) return na("disabled for this run");
   const podman = await Podman.open(work, log).catch((e: unknown) =>
     na(`podman setup failed: ${(e as Error).message.split("\n")[0]}`),
@@ -282,6 +295,7 @@ async function skeleton(x: {
     session: { inProcess: notRun("session round trip"), http: notRun("HTTP round trip") },
     serverLoad: notRun("server load"),
     fleet: notRun("many nodes"),
+    cli: notRun("command line"),
     evaluation: {
       minisandbox_engine: notRun("evaluation"),
       minisandbox_steps: notRun("evaluation"),
@@ -402,6 +416,13 @@ const WORKLOADS: Record<Workload, (run: BenchRun) => Promise<void>> = {
         `fleet: the 3 simulated nodes share this machine's ${results.fleet.cpus} CPUs, so 1 vs 3 nodes shows the ` +
           "fleet's overhead (placement, Ray tasks, HTTP), not a speed-up; on real machines each node brings its own",
       );
+  },
+  async cli({ o, results, work, podman, log }) {
+    const runs = o.cliRuns ?? (o.quick ? 5 : 15);
+    log(`workload 9: command line, ${runs} rounds`);
+    results.cli = await benchCliStart({ work, runs, podman }).catch((e: unknown) =>
+      na(`command line failed: ${(e as Error).message.split("\n")[0]}`),
+    );
   },
   async evaluation({ o, results, env, size, podman, log }) {
     const instances = env.instances.slice(0, size.evalInstances);
