@@ -131,6 +131,18 @@ test("every import goes to the importer's own part of src/ or to a lower layer",
   assert.deepEqual(wrong, [], `imports against the layer order ${LAYERS.map((l) => l.join("/")).join(" → ")}`);
 });
 
+/** What the SDK may import: the wire contract, errors, util, and the in-process sandbox and session shapes. */
+const SDK_MAY_IMPORT = new Set(["client", "wire", "errors.ts", "util", "sandbox", "session"]);
+
+test("the SDK imports nothing of the engine: its types come from the wire contract", () => {
+  const wrong: string[] = [];
+  for (const [file, targets] of importGraph())
+    if (partOf(file) === "client")
+      for (const target of targets)
+        if (!SDK_MAY_IMPORT.has(partOf(target))) wrong.push(`${show(file)} -> ${show(target)}`);
+  assert.deepEqual(wrong, [], "src/client imports the engine (take the type from src/wire instead)");
+});
+
 test("the checks see what they must: a planted cycle and a planted upward import are found", () => {
   const a = join(SRC, "util", "a.ts");
   const b = join(SRC, "util", "b.ts");

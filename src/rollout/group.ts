@@ -137,6 +137,7 @@ export class RolloutGroup {
       instanceId: this.instanceId,
       envKey: this.envKey,
       createdAt: this.createdAt.toISOString(),
+      problemStatement: this.instance.problem_statement ?? "",
       timings: { ...this.timings },
       rollouts: this.rollouts.map((r) => r.info()),
     };

@@ -46,8 +46,10 @@ export function classifyOutcome(r: EvaluateResult, who: OutcomeSubject): Rollout
     timings: r.timings,
   };
   if (r.status !== "ERROR" || !r.error) return { ...base, status: "scored", reward: r.reward };
-  if (r.error.kind === "Patch Apply Failed")
-    return { ...base, status: "scored", reward: r.reward, note: firstLine(r.error.message) };
+  if (r.error.kind === "Patch Apply Failed") {
+    const note = firstLine(r.error.message);
+    return { ...base, status: "scored", reward: r.reward, ...(note ? { note } : {}) };
+  }
   return { ...base, status: "infra_failure", reward: null, failure: { kind: INFRA_KINDS[r.error.kind], ...msg(r) } };
 }
 

@@ -8,6 +8,7 @@ export * as native from "./native.js";
 export * as rollout from "./rollout.js";
 export {
   model,
+  row,
   Model,
   Tagged,
   type Out,
