@@ -6,8 +6,8 @@
  */
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { errMessage, LayerUnavailableError, LimitError, MinisandboxError } from "../errors.js";
-import { envFor, ensureBuilt, isBuilt, nodeCacheFor } from "../env/environments.js";
+import { errMessage, LayerUnavailableError, LimitError, MinisandboxError, NotFoundError } from "../errors.js";
+import { ensurePresent, envFor } from "../env/environments.js";
 import type { HttpSource } from "../env/store/index.js";
 import type { InstanceEnv } from "../env/workspace.js";
 import type { Limits } from "../sandbox/limits.js";
@@ -100,24 +100,15 @@ export async function runEvalJob(input: EvalJobInput): Promise<EvalJobResult> {
       return failed(input, "Environment Missing", errMessage(e));
     }
   }
-  let layer: EvalJobResult["layer"] = "present";
-  if (!(await isBuilt(input.home, env.key))) {
-    if (input.sources?.length) {
-      try {
-        await nodeCacheFor(input.home).fetch(env.key, { sources: input.sources });
-        layer = "fetched";
-      } catch (e) {
-        if (e instanceof LayerUnavailableError && !input.build) throw e;
-      }
-    }
-    if (layer !== "fetched" && input.build) {
-      try {
-        await ensureBuilt({ home: input.home, ...env, specsFile: input.specsFile, reposDir: input.reposDir });
-        layer = "built";
-      } catch (e) {
-        return failed(input, "Environment Build Failed", `environment build failed: ${errMessage(e)}`, env.key);
-      }
-    }
+  let layer: EvalJobResult["layer"];
+  try {
+    layer = await ensurePresent(env, { ...input, build: input.build ?? false });
+  } catch (e) {
+    // No source had it: another node may (run the job there). Nothing has it and it may not be built: the
+    // evaluation records "Environment Missing" itself, with its log and timings, as it does for a missing layer.
+    if (e instanceof LayerUnavailableError) throw e;
+    if (!(e instanceof NotFoundError))
+      return failed(input, "Environment Build Failed", `environment build failed: ${errMessage(e)}`, env.key);
   }
   await clearInstanceOutputs(input.logDir);
   let notHere: unknown;
@@ -155,7 +146,7 @@ export async function runEvalJob(input: EvalJobInput): Promise<EvalJobResult> {
     timings: r.timings,
     warnings: r.warnings,
     envKey: env.key,
-    layer,
+    ...(layer ? { layer } : {}),
   };
 }
 

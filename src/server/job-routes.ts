@@ -121,15 +121,15 @@ class JobSandbox {
     if (sb && !sb.isClosed) void this.ctx.registry.delete(sb.id, "delete").catch(() => undefined);
   }
 
-  async open(workspace: ProvidedWorkspace): Promise<Sandbox> {
+  async open(provided: ProvidedWorkspace): Promise<Sandbox> {
     const wentAway = (): UnavailableError => new UnavailableError("the client went away; evaluation abandoned");
     if (this.gone) {
-      workspace.release();
+      provided.workspace.release();
       throw wentAway();
     }
     const { registry } = this.ctx;
     const req = { instance_id: this.instanceId, labels: this.labels };
-    const e = await registry.create(req, this.who, { provided: workspace });
+    const e = await registry.create(req, this.who, { provided });
     this.sandbox = e.sandbox;
     if (this.gone) {
       this.drop();

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { NotFoundError } from "../../errors.js";
 import { envFor, readEnvRecord } from "../../env/environments.js";
 import { TESTBED_PATH } from "../../env/types.js";
-import { openWorkspace, type InstanceEnv } from "../../env/workspace.js";
+import { openSandbox, type InstanceEnv } from "../../env/workspace.js";
 import type { ExecResult } from "../../sandbox/exec.js";
 import type { Limits } from "../../sandbox/limits.js";
 import type { Sandbox } from "../../sandbox/sandbox.js";
@@ -21,7 +21,7 @@ import { gradeInstance, type Grade, type ResolutionStatus } from "../grading.js"
 import { MARKERS } from "../parsers.js";
 import { LOG_FILES, timeoutNote, writeInstanceFiles } from "../report.js";
 import type { InstanceReportFile } from "../types.js";
-import { evalSandboxSettings } from "./sandbox.js";
+import { evalSandboxRequest } from "./sandbox.js";
 import {
   applyScript,
   evalRunScript,
@@ -78,7 +78,7 @@ export interface InstanceEvalInput {
   logDir?: string;
   /** A fresh sandbox of the instance's environment to use (it is closed afterwards); default: one is created. */
   sandbox?: Sandbox;
-  /** Or how to create it (timed as the sandbox phase); default: `openWorkspace` with the evaluation's settings. */
+  /** Or how to create it (timed as the sandbox phase); default: `openSandbox(evalSandboxRequest(...))`. */
   openSandbox?: () => Promise<Sandbox>;
   /**
    * `sandbox` is the agent's own, graded in place: `patch` is already in its /testbed (it is graded, not applied
@@ -225,13 +225,7 @@ class InstanceRun {
       try {
         this.sandbox = input.openSandbox
           ? await input.openSandbox()
-          : await openWorkspace({
-              home: input.home,
-              instance: input.instance,
-              environment: env,
-              limits: input.limits,
-              ...(await evalSandboxSettings(input.home, env.spec, { network: input.network })),
-            });
+          : await openSandbox(await evalSandboxRequest({ ...input, env }));
       } catch (e) {
         this.timings.sandboxMs = performance.now() - t;
         return this.fail(e instanceof NotFoundError ? "Environment Missing" : "Sandbox Failed", (e as Error).message);
