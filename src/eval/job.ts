@@ -10,39 +10,29 @@ import { errMessage, LayerUnavailableError, LimitError, MinisandboxError, NotFou
 import { ensurePresent, envFor } from "../env/environments.js";
 import type { HttpSource } from "../env/store/index.js";
 import type { InstanceEnv } from "../env/workspace.js";
-import type { Limits } from "../sandbox/limits.js";
 import type { Sandbox } from "../sandbox/sandbox.js";
-import type { Instance } from "../tasks/types.js";
 import { appendInstanceLog, LOG_FILES } from "./report.js";
 import {
   clearInstanceOutputs,
   runInstanceEvaluation,
   TIMINGS_FILE,
   type EvalErrorKind,
+  type InstanceEvalInput,
   type InstanceEvalResult,
 } from "./runner/instance.js";
 import type { PhaseTimings } from "./runner/timings.js";
 
-export interface EvalJobInput {
-  home: string;
-  instance: Instance;
-  /** The instance's environment when already computed (else from `specsFile`). */
-  env?: InstanceEnv;
+/** One job: an instance evaluation (`InstanceEvalInput`, the run's settings in it unchanged) whose files go to
+ * `logDir`, on an environment made present first. */
+export interface EvalJobInput extends Omit<InstanceEvalInput, "logDir" | "sandbox" | "inPlace"> {
   patch: string;
   model: string;
   /** Where the harness's files go. */
   logDir: string;
-  timeoutMs?: number;
-  specsFile?: string;
-  reposDir?: string;
-  limits?: Limits;
   /** Build the environment when neither this node nor a source has it (default false: "Environment Missing"). */
   build?: boolean;
   /** Peers to fetch the environment's layer from when this node lacks it. */
   sources?: readonly HttpSource[];
-  /** Make the fresh sandbox the instance is evaluated in (default: the runner opens one). */
-  openSandbox?: (env: InstanceEnv) => Promise<Sandbox>;
-  onWarning?: (message: string) => void;
 }
 
 export interface EvalJobResult {
@@ -114,29 +104,16 @@ export async function runEvalJob(input: EvalJobInput): Promise<EvalJobResult> {
   let notHere: unknown;
   const open = input.openSandbox;
   const openSandbox = open
-    ? async (): Promise<Sandbox> => {
+    ? async (e: InstanceEnv): Promise<Sandbox> => {
         try {
-          return await open(env);
-        } catch (e) {
-          if (isRetryable(e)) notHere = e;
-          throw e;
+          return await open(e);
+        } catch (err) {
+          if (isRetryable(err)) notHere = err;
+          throw err;
         }
       }
     : undefined;
-  const r = await runInstanceEvaluation({
-    home: input.home,
-    instance: input.instance,
-    env,
-    patch: input.patch,
-    model: input.model,
-    timeoutMs: input.timeoutMs,
-    specsFile: input.specsFile,
-    reposDir: input.reposDir,
-    limits: input.limits,
-    logDir: input.logDir,
-    ...(openSandbox ? { openSandbox } : {}),
-    onWarning: input.onWarning,
-  });
+  const r = await runInstanceEvaluation({ ...input, env, ...(openSandbox ? { openSandbox } : {}) });
   if (notHere !== undefined) throw notHere;
   return {
     instanceId: r.instanceId,

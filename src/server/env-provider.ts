@@ -120,9 +120,10 @@ function evaluateJobHere(
   openSandbox: (env: InstanceEnv) => Promise<Sandbox>,
 ) {
   const { home, specsFile, reposDir } = opts;
-  const { instance, patch, model, timeoutMs, build, sources } = job;
-  const input = { home, instance, patch, model, timeoutMs, specsFile, reposDir, build, sources, openSandbox };
-  return runEvalJobToFiles(input, join(homeLayout(home).root, "server", "jobs"));
+  return runEvalJobToFiles(
+    { home, specsFile, reposDir, ...job, openSandbox },
+    join(homeLayout(home).root, "server", "jobs"),
+  );
 }
 
 /** Promises still running, awaited together at the end. */

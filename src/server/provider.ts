@@ -1,7 +1,7 @@
 import type { Sandbox } from "../sandbox/sandbox.js";
 import type { HttpSource } from "../env/store/index.js";
 import type { Workspace } from "../env/workspace.js";
-import type { EvalJobResult } from "../eval/job.js";
+import type { EvalJobInput, EvalJobResult } from "../eval/job.js";
 import type { Instance } from "../tasks/index.js";
 
 /** What a provider hands the server for one new sandbox. */
@@ -28,15 +28,11 @@ export interface PrepareOutcome {
   error: string | null;
 }
 
-/** One job of a run planned elsewhere: an instance (a dataset row) and its prediction. */
-export interface EvaluationJob extends LayerSources {
-  instance: Instance;
-  patch: string;
-  model: string;
-  timeoutMs?: number;
+/** One job of a run planned elsewhere: an instance and its prediction, as the job runner takes them. */
+export type EvaluationJob = Pick<EvalJobInput, "instance" | "patch" | "model" | "timeoutMs" | "sources"> & {
   /** Build the environment when neither this node nor a source has it. */
   build: boolean;
-}
+};
 
 /**
  * How the server turns dataset instances and environment keys into sandboxes, and how it evaluates and diffs them.

@@ -58,8 +58,24 @@ export interface EvalFailure {
   message: string;
 }
 
-export interface InstanceEvalInput {
+/**
+ * What every evaluation of a run shares. It goes down unchanged, field for field: `RunEvaluationOptions` extends it,
+ * each job's `EvalJobInput` (which is an `InstanceEvalInput`) carries it, and `evalSandboxRequest` makes the fresh
+ * sandbox's request from it.
+ */
+export interface EvalSettings {
   home: string;
+  specsFile?: string;
+  reposDir?: string;
+  /** Whole-instance timeout (default 1800 s, as the harness). */
+  timeoutMs?: number;
+  limits?: Limits;
+  /** Network in the evaluation's sandbox (default false: verdicts must not depend on it). */
+  network?: boolean;
+  onWarning?: (message: string) => void;
+}
+
+export interface InstanceEvalInput extends EvalSettings {
   instance: Instance;
   /** The instance's environment (computed from specsFile when absent). */
   env?: InstanceEnv;
@@ -67,19 +83,12 @@ export interface InstanceEvalInput {
   patch: string | Buffer | null;
   /** Model name, for log lines only. */
   model?: string;
-  /** Whole-instance timeout (default 1800 s). */
-  timeoutMs?: number;
-  specsFile?: string;
-  reposDir?: string;
-  limits?: Limits;
-  /** Default false. */
-  network?: boolean;
   /** Write the harness's files (patch.diff, eval.sh, test_output.txt, report.json, run_instance.log) here. */
   logDir?: string;
   /** A fresh sandbox of the instance's environment to use (it is closed afterwards); default: one is created. */
   sandbox?: Sandbox;
-  /** Or how to create it (timed as the sandbox phase); default: `openSandbox(evalSandboxRequest(...))`. */
-  openSandbox?: () => Promise<Sandbox>;
+  /** Or how to create it (timed as the sandbox phase); default: `openSandbox(await evalSandboxRequest(input))`. */
+  openSandbox?: (env: InstanceEnv) => Promise<Sandbox>;
   /**
    * `sandbox` is the agent's own, graded in place: `patch` is already in its /testbed (it is graded, not applied
    * again), and the sandbox stays open afterwards.
@@ -91,7 +100,6 @@ export interface InstanceEvalInput {
   preamble?: string[];
   /** Warn when the environment's stored validation verdict is invalid (default true). */
   checkValidation?: boolean;
-  onWarning?: (message: string) => void;
 }
 
 export interface InstanceEvalResult {
@@ -224,7 +232,7 @@ class InstanceRun {
     if (!this.sandbox) {
       try {
         this.sandbox = input.openSandbox
-          ? await input.openSandbox()
+          ? await input.openSandbox(env)
           : await openSandbox(await evalSandboxRequest({ ...input, env }));
       } catch (e) {
         this.timings.sandboxMs = performance.now() - t;
