@@ -1,6 +1,7 @@
 /**
  * The shape of src/: no import cycle (type-only imports and `import()` included), and every import points to the
- * importer's own folder or to a lower layer, so each layer can be read, tested and changed without those above it.
+ * importer's own folder or to a lower layer, so each layer can be read, tested and changed without those above it;
+ * one door to a sandbox (only src/env/workspace.ts starts one for a workspace); an SDK free of the engine.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -15,7 +16,8 @@ const SRC = fileURLToPath(new URL("../../src/", import.meta.url));
 const LAYERS: string[][] = [
   ["errors.ts"],
   ["util"],
-  ["session", "tasks", "wire"],
+  ["wire"],
+  ["session", "tasks"],
   ["sandbox"],
   ["env"],
   ["fixtures"],

@@ -7,9 +7,10 @@
 import { existsSync } from "node:fs";
 import { mkdir, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
-import { loadDataset, selectInstances } from "../tasks/index.js";
+import { asTaskInstance, loadDataset, selectInstances } from "../tasks/index.js";
 import type { Instance } from "../tasks/types.js";
 import type { LayerKey } from "../env/types.js";
+import type { CamelOf, plan } from "../wire/index.js";
 import type { InstanceEnv } from "../env/workspace.js";
 import { envFor, isBuilt } from "../env/environments.js";
 import { prepareInstances } from "../env/prepare.js";
@@ -58,7 +59,8 @@ export interface RunEvaluationOptions extends EvalSettings {
   onInstance?: (record: InstanceRunRecord) => void;
 }
 
-export type InstanceRunStatus = "resolved" | "unresolved" | "error" | "empty_patch" | "no_prediction" | "skipped";
+/** How an instance of a run ended (or why it needed no job). */
+export type InstanceRunStatus = (typeof plan.RUN_STATUSES)[number];
 
 export interface InstanceRunRecord {
   instanceId: string;
@@ -143,26 +145,10 @@ export async function runEvaluation(opts: RunEvaluationOptions): Promise<RunEval
   };
 }
 
-/** One job of a planned run: what to evaluate, on which environment, and where its files go. */
-export interface PlannedJob {
-  instance: Instance;
-  prediction: Prediction;
-  envKey: LayerKey;
-  logDir: string;
-}
-
-/** A run laid out, nothing evaluated: its jobs run elsewhere (a fleet), then `summarizeEvaluation` sums it up. */
-export interface EvaluationPlan {
-  runId: string;
-  model: string;
-  reportDir: string;
-  /** Every dataset instance of the run (after the instance-id filter), in order. */
-  order: string[];
-  jobs: PlannedJob[];
-  /** Instances that need no job: already run, no prediction, empty patch, or an error already recorded. */
-  records: InstanceRunRecord[];
-  unknownPredictionIds: string[];
-}
+/** A run laid out, nothing evaluated (the wire's `EvaluationPlan`, camelCase): its jobs run elsewhere (a fleet), then
+ * `summarizeEvaluation` sums it up. `plan.EvaluationPlan.fromCamel(p)` is what `evaluate --plan` prints. */
+export type EvaluationPlan = CamelOf<typeof plan.EvaluationPlan>;
+export type PlannedJob = EvaluationPlan["jobs"][number];
 
 /**
  * Everything `runEvaluation` does before building and evaluating: predictions for unknown ids and specs that cannot
@@ -180,20 +166,27 @@ export async function planEvaluation(opts: RunEvaluationOptions): Promise<Evalua
     reportDir: run.reportDir,
     order,
     jobs: runnable.map((j) => ({
-      instance: j.instance,
-      prediction: j.prediction,
+      instanceId: j.instance.instance_id,
       envKey: j.env!.key,
       logDir: j.logDir,
+      modelNameOrPath: j.prediction.model_name_or_path,
+      modelPatch: j.prediction.model_patch ?? "",
+      instance: asTaskInstance(j.instance),
     })),
-    records: [...run.records.values()].filter((r) => !planned.has(r.instanceId)),
+    records: [...run.records.values()]
+      .filter((r) => !planned.has(r.instanceId))
+      .map((r) => ({ instanceId: r.instanceId, status: r.status, error: r.error ?? null })),
     unknownPredictionIds: unknown,
   };
 }
 
-/** The run summary from the report.json files on disk (as `runEvaluation` ends), written next to them. */
+/**
+ * The run summary from the report.json files on disk (as `runEvaluation` ends), written next to them; what
+ * `evaluate --summary-only --json` prints is its `plan.EvaluationSummary` part.
+ */
 export async function summarizeEvaluation(
   opts: RunEvaluationOptions,
-): Promise<{ runId: string; model: string; summary: RunSummary; summaryPath: string }> {
+): Promise<CamelOf<typeof plan.EvaluationSummary> & { runId: string; model: string }> {
   const run = await startRun(opts);
   const { reportDir, runId, model } = run;
   const datasetIds = run.instances.map((i) => i.instance_id);

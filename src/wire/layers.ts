@@ -4,6 +4,7 @@
  * evaluate an instance) with its files returned.
  */
 import { model, type Out } from "./model.js";
+import { TaskInstance } from "./plan.js";
 import { t } from "./types.js";
 
 /** A peer's server to fetch a layer from; `manifest_sha256` is what that peer's manifest must hash to. */
@@ -50,7 +51,7 @@ export const PeersResponse = model("PeersResponse", {
 
 export const PrepareRequest = model(
   "PrepareRequest",
-  { instance: t.dict(t.any()), sources: t.list(PeerSource).default([]), build: t.bool().default(true) },
+  { instance: TaskInstance, sources: t.list(PeerSource).default([]), build: t.bool().default(true) },
   { extra: "forbid", objectError: "dict" },
 );
 export const PrepareResponse = model("PrepareResponse", {
@@ -66,7 +67,7 @@ export const PrepareResponse = model("PrepareResponse", {
 export const EvaluationRequest = model(
   "EvaluationRequest",
   {
-    instance: t.dict(t.any()),
+    instance: TaskInstance,
     model_patch: t.str(),
     model_name_or_path: t.str(),
     timeout_seconds: t.float().gt(0).optional(),

@@ -155,13 +155,15 @@ class Client:
 
     def prepare_environment(self, instance: dict[str, Any], *, sources: list[dict[str, Any]] = (),
                             build: bool = True) -> dict[str, Any]:
-        """Make a dataset row's environment present on this node: already here, fetched, or built."""
+        """Make an instance's environment present on this node: already here, fetched, or built. ``instance`` is
+        normalized, as a plan gives it (``task_format`` set: the contract's ``TaskInstance``)."""
         return self.request("POST", "/environments", {"instance": instance, "sources": list(sources), "build": build})
 
     def evaluate_job(self, instance: dict[str, Any], model_patch: str, model_name_or_path: str, *,
                      timeout_seconds: float | None = None, labels: dict[str, str] | None = None,
                      sources: list[dict[str, Any]] = (), build: bool = True) -> dict[str, Any]:
-        """Evaluate one instance as the SWE-bench harness does; the answer carries its files (base64)."""
+        """Evaluate one instance (normalized, as a plan gives it) as the SWE-bench harness does; the answer carries
+        its files (base64)."""
         body: dict[str, Any] = {"instance": instance, "model_patch": model_patch,
                                 "model_name_or_path": model_name_or_path, "sources": list(sources), "build": build}
         if timeout_seconds is not None:

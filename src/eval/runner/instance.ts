@@ -15,6 +15,7 @@ import type { ExecResult } from "../../sandbox/exec.js";
 import type { Limits } from "../../sandbox/limits.js";
 import type { Sandbox } from "../../sandbox/sandbox.js";
 import type { Instance } from "../../tasks/types.js";
+import type { CamelOf, plan } from "../../wire/index.js";
 import { pyRepr } from "../../util/pyrepr.js";
 import { makeEvalScript } from "../eval-script.js";
 import { gradeInstance, type Grade, type ResolutionStatus } from "../grading.js";
@@ -42,21 +43,10 @@ export const DEFAULT_TIMEOUT_SECONDS = 1800;
 /** Per-instance side file next to report.json (report.json itself stays byte-compatible with the harness). */
 export const TIMINGS_FILE = "timings.json";
 
-/** Why an instance has no grade. */
-export type EvalErrorKind =
-  | "Patch Apply Failed"
-  | "Tests Timed Out"
-  | "Tests Errored"
-  | "Environment Build Failed"
-  | "Environment Missing"
-  | "Sandbox Failed"
-  | "Unknown Instance"
-  | "Grading Failed";
+/** Why an instance has no grade: the harness's error kinds (declared with the fleet's plans, src/wire/plan.ts). */
+export type EvalErrorKind = EvalFailure["kind"];
 
-export interface EvalFailure {
-  kind: EvalErrorKind;
-  message: string;
-}
+export type EvalFailure = CamelOf<typeof plan.EvalFailure>;
 
 /**
  * What every evaluation of a run shares. It goes down unchanged, field for field: `RunEvaluationOptions` extends it,
