@@ -169,8 +169,8 @@ export class Workspace {
 
 /**
  * The one merge of options, wherever a workspace meets a request: what the caller gives wins field by field (what it
- * leaves undefined does not count); env, labels and limits merge key by key; mounts, toolchains and PATH entries add
- * up, the environment's first.
+ * leaves undefined does not count, here or inside env, labels and limits, which merge key by key); mounts,
+ * toolchains and PATH entries add up, the environment's first.
  */
 export function withOwn(base: SandboxOptions, own: SandboxOptions): SandboxOptions {
   const out: Record<string, unknown> = { ...base };
@@ -191,8 +191,11 @@ export function withOwn(base: SandboxOptions, own: SandboxOptions): SandboxOptio
 const addUp = <T>(a: T[] | undefined, b: T[] | undefined): T[] | undefined =>
   a === undefined ? b : b === undefined ? a : [...a, ...b];
 
-const keyByKey = <T extends object>(a: T | undefined, b: T | undefined): T | undefined =>
-  a === undefined ? b : b === undefined ? a : { ...a, ...b };
+function keyByKey<T extends object>(a: T | undefined, b: T | undefined): T | undefined {
+  if (a === undefined || b === undefined) return a ?? b;
+  const given = Object.entries(b).filter(([, v]) => v !== undefined);
+  return { ...a, ...Object.fromEntries(given) };
+}
 
 /** The kind of workspace a request asks for; more than one source is bad input. */
 export function kindOf(req: SandboxRequest): WorkspaceKind {

@@ -29,20 +29,9 @@ export function envProvider(opts: {
   reposDir?: string;
   specsFile?: string;
 }): WorkspaceProvider {
-  const byId = new Map(opts.instances.map((i) => [i.instance_id, i]));
+  const instance = instanceLookup(opts.instances);
   // Layer leases are given back asynchronously; a server shutting down waits for them (no lease file outlives it).
   const releasing = new Pending();
-  // Image-based runners lower-case ids (docker image names): a unique case-insensitive match is that instance.
-  const byLower = new Map<string, Instance | null>();
-  for (const i of opts.instances) {
-    const k = i.instance_id.toLowerCase();
-    byLower.set(k, byLower.has(k) ? null : i);
-  }
-  const instance = (id: string): Instance => {
-    const found = byId.get(id) ?? byLower.get(id.toLowerCase()) ?? undefined;
-    if (!found) throw new NotFoundError(`unknown instance ${id} (the server's dataset has ${byId.size} instances)`);
-    return found;
-  };
   /** A workspace whose release the server's shutdown waits for (no lease file outlives it). */
   const tracked = (workspace: Workspace, meta: Record<string, unknown>): ProvidedWorkspace => {
     workspace.onReleased((done) => releasing.track(done));
@@ -69,27 +58,13 @@ export function envProvider(opts: {
       const ws = await resolveWorkspace({ home: opts.home, envKey: key, sources: o.sources });
       return tracked(ws, { env_key: key, repo: ws.env!.spec.repo });
     },
-    evaluate: (sandbox: Sandbox, id: string) =>
-      evaluate(sandbox, {
-        instance: instance(id),
-        home: opts.home,
-        reposDir: opts.reposDir,
-        specsFile: opts.specsFile,
-      }).then((r) => ({
-        instance_id: r.instanceId,
-        resolved: r.resolved,
-        status: r.status,
-        reward: r.reward,
-        report: r.report,
-        timings: r.timings,
-        error: r.error ?? null,
-      })),
+    evaluate: (sandbox: Sandbox, id: string) => evaluateSandbox(opts, instance(id), sandbox),
     diff: (sandbox: Sandbox) => {
       const id = sandbox.labels["instance"];
       if (!id) throw new NotFoundError(`sandbox ${sandbox.id} was not created from a dataset instance`);
       return workspaceDiff(opts, instance(id), sandbox);
     },
-    listInstances: async () => [...byId.keys()],
+    listInstances: async () => opts.instances.map((i) => i.instance_id),
     settle: () => releasing.settle(),
     prepare: (inst, o) => prepareHere(opts, inst, o),
     evaluateJob: (job, open) =>
@@ -102,6 +77,29 @@ export function envProvider(opts: {
 }
 
 type ProviderOptions = { home: string; reposDir?: string; specsFile?: string };
+
+/** An instance by id; image-based runners lower-case ids (docker image names): a unique case-insensitive match too. */
+function instanceLookup(instances: readonly Instance[]): (id: string) => Instance {
+  const byId = new Map(instances.map((i) => [i.instance_id, i]));
+  const byLower = new Map<string, Instance | null>();
+  for (const i of instances) {
+    const k = i.instance_id.toLowerCase();
+    byLower.set(k, byLower.has(k) ? null : i);
+  }
+  return (id) => {
+    const found = byId.get(id) ?? byLower.get(id.toLowerCase()) ?? undefined;
+    if (!found) throw new NotFoundError(`unknown instance ${id} (the server's dataset has ${byId.size} instances)`);
+    return found;
+  };
+}
+
+/** A live sandbox graded in a fresh one of its task (the rewards API), as the evaluate route answers it. */
+async function evaluateSandbox(opts: ProviderOptions, instance: Instance, sandbox: Sandbox) {
+  const { home, reposDir, specsFile } = opts;
+  const r = await evaluate(sandbox, { instance, home, reposDir, specsFile });
+  const { instanceId, resolved, status, reward, report, timings } = r;
+  return { instance_id: instanceId, resolved, status, reward, report, timings, error: r.error ?? null };
+}
 
 /** The agent's changes: the base is a fresh sandbox of the same task (files its build left untracked are not). */
 async function workspaceDiff(opts: ProviderOptions, instance: Instance, sandbox: Sandbox): Promise<string> {
