@@ -45,7 +45,14 @@ export {
 } from "./errors.js";
 export { loadDataset, type Instance } from "./tasks/index.js";
 export { specForInstance, specKey } from "./env/spec.js";
-export { builtInstances, prepareInstances, renderPrepare, type PrepareResult } from "./env/prepare.js";
+export {
+  builtInstances,
+  planPrepare,
+  prepareInstances,
+  renderPrepare,
+  type PreparePlan,
+  type PrepareResult,
+} from "./env/prepare.js";
 export {
   openSandbox,
   resolveWorkspace,
@@ -60,14 +67,24 @@ export { runDoctor } from "./sandbox/doctor.js";
 export {
   evaluate,
   evaluateAttempt,
+  planEvaluation,
   renderRun,
   renderValidation,
   runEvaluation,
   runResultJson,
+  summarizeEvaluation,
   validateInstances,
   validationSummary,
 } from "./eval/index.js";
-export type { EvaluateOptions, EvaluateResult, EvaluateTarget } from "./eval/index.js";
+export type {
+  EvaluateOptions,
+  EvaluateResult,
+  EvaluateTarget,
+  EvaluationPlan,
+  EvalSettings,
+  RunEvaluationOptions,
+} from "./eval/index.js";
+export { plan as planContract } from "./wire/index.js";
 export {
   RemoteSandbox,
   RemoteSessions,
