@@ -10,7 +10,6 @@ import { registerDemoCommand } from "./demo.js";
 import { registerEvaluateCommand } from "./evaluate.js";
 import { registerServeCommand } from "./serve.js";
 import { envProviderFactory } from "../server/env-provider.js";
-import { registerBenchCommand } from "./bench.js";
 import { fail, packageVersion, usageError } from "./common.js";
 
 const program = new Command();
@@ -34,7 +33,6 @@ registerEvaluateCommand(program, getHome);
 registerStoreCommand(program, getHome);
 registerDemoCommand(program, getHome);
 registerServeCommand(program, getHome, envProviderFactory);
-registerBenchCommand(program, getHome);
 
 try {
   await program.parseAsync(process.argv);

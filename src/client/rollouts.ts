@@ -173,7 +173,8 @@ export class RemoteRollout {
       reward: o.reward,
     };
     const r = await this.client.api.call("POST", `${this.path}/reward`, wire.RolloutOutcome, body, { what: "reward" });
-    return wire.RolloutOutcome.toCamel(r);
+    // A server before reasons: an infrastructure failure's kind, else a graded outcome.
+    return { ...wire.RolloutOutcome.toCamel(r), reason: r.reason ?? r.failure?.kind ?? "graded" };
   }
 
   /** `k` children from this rollout's current state: new rollouts of the same group. */

@@ -26,6 +26,18 @@ export type RewardMode = RolloutOutcome["mode"];
 
 export const REWARD_MODES: readonly RewardMode[] = ["fresh", "in_place"];
 
+/**
+ * Why a scored outcome has its reward: `graded` (the tests ran and were graded), or a 0 the attempt caused —
+ * `empty_patch`, `patch_apply_failed`, what its patch's code did in the reward sandbox (`eval_timeout`,
+ * `eval_crash`, `eval_oom`, `grading_failed`), what the agent did to its own sandbox (`testbed_broken`: no diff
+ * could be taken; `sandbox_oom`: its memory use ended the sandbox), or `rollout_expired` (past its time limit after
+ * the agent's first command). The wire's `OUTCOME_REASONS` is the one list.
+ */
+export type ScoredReason = Exclude<OutcomeReason, InfraFailureKind>;
+
+/** A scored outcome's reason, or an infrastructure failure's kind. */
+export type OutcomeReason = NonNullable<RolloutOutcome["reason"]>;
+
 export interface RewardOptions {
   mode?: RewardMode;
   /** Whole-evaluation timeout (default: the engine's). */
@@ -74,9 +86,22 @@ export interface RolloutEngineOptions {
   maxRollouts?: number;
 }
 
+/**
+ * Who starts rollouts: its groups, forks and warm pool sandboxes count against `maxSandboxes` (with what it holds
+ * elsewhere, e.g. a server's plain sandboxes), and its prewarmed batch and pool are its own.
+ */
+export interface RolloutOwner {
+  name: string;
+  maxSandboxes?: number;
+  /** Sandboxes it holds outside the engine. */
+  heldElsewhere?: () => number;
+}
+
 export interface GroupRequest {
   /** The task: an instance or its id in the engine's dataset. */
   instance: Instance | string;
+  /** Default: the engine's one anonymous owner (no cap of its own). */
+  owner?: RolloutOwner;
   /** Rollouts in the group (1 to 256). */
   n: number;
   /** Override the engine's gold pre-check for this group. */

@@ -5,7 +5,7 @@
  */
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { InvalidInputError, LimitError, NotFoundError, NotImplementedError } from "../errors.js";
-import type { Rollout, RolloutEngine, RolloutGroup } from "../rollout/index.js";
+import type { Rollout, RolloutEngine, RolloutGroup, RolloutOwner } from "../rollout/index.js";
 import { rollout as wire } from "../wire/index.js";
 import type { Principal } from "./auth.js";
 import { readBounded, writeBounded } from "./bounded-io.js";
@@ -22,6 +22,7 @@ export function registerRolloutRoutes(app: FastifyInstance, ctx: RouteContext, e
     const g = await access.engine().startGroup({
       instance: r.instance_id,
       n: r.n,
+      owner: ownerOf(ctx, principalOf(req)),
       ...(r.gold_check !== undefined ? { goldCheck: r.gold_check } : {}),
       ...(r.ttl_seconds !== undefined ? { ttlMs: r.ttl_seconds * 1000 } : {}),
     });
@@ -40,13 +41,24 @@ export function registerRolloutRoutes(app: FastifyInstance, ctx: RouteContext, e
   });
   app.post("/rollouts/prewarm", { config }, async (req) => {
     const r = wire.PrewarmRequest.parse(req.body);
-    return wire.PrewarmReport.fromCamel(await access.engine().prewarm(r.instance_ids, { sandboxes: r.sandboxes }));
+    const owner = ownerOf(ctx, principalOf(req));
+    const report = await access.engine().prewarm(r.instance_ids, { sandboxes: r.sandboxes, owner });
+    return wire.PrewarmReport.fromCamel(report);
   });
   app.post("/rollouts/gold-check", { config }, async (req) => {
     const v = await access.engine().goldCheck(wire.GoldCheckRequest.parse(req.body).instance_id);
     return wire.GoldVerdict.fromCamel(v);
   });
   registerRolloutWork(app, ctx, access);
+}
+
+/** A principal as the engine's owner: its token's cap covers its plain sandboxes and its rollouts together. */
+function ownerOf(ctx: RouteContext, who: Principal): RolloutOwner {
+  return {
+    name: who.name,
+    ...(who.maxSandboxes !== undefined ? { maxSandboxes: who.maxSandboxes } : {}),
+    heldElsewhere: () => ctx.registry.ownedHere(who.name),
+  };
 }
 
 /** Routes on one rollout: inspect, commands, files, reward, fork, close. */

@@ -3,10 +3,11 @@
  * descriptor that was checked), a dataset instance or an environment key (through the provider), or nothing. Each
  * becomes a workspace of the one door (src/env/workspace.ts), under its one rule for `python`.
  */
+import { availableParallelism } from "node:os";
 import { checkPython, kindOf, resolveWorkspace, type WorkspaceKind } from "../env/workspace.js";
 import type { BindMount } from "../sandbox/plan.js";
 import type { Limits } from "../sandbox/limits.js";
-import { InvalidInputError, NotImplementedError } from "../errors.js";
+import { NotImplementedError, RequestValidationError } from "../errors.js";
 import type { native } from "../wire/index.js";
 import type { DirRoots } from "./dir-roots.js";
 import type { ProvidedWorkspace, WorkspaceProvider } from "./provider.js";
@@ -76,12 +77,19 @@ async function provided(req: CreateSandboxRequest, ctx: SourceContext): Promise<
   return ctx.provider.forEnvKey(req.env_key!, { sources });
 }
 
-/** The request's limits under the server's maxima (which are also the defaults). */
+/** The request's limits under the server's maxima (which are also the defaults): above one, a 422 naming it. */
 export function limitsFor(asked: CreateSandboxRequest["limits"], max: Limits = {}): Limits {
-  const pick = (value: number | undefined, cap: number | undefined, name: string): number | undefined => {
+  /** `ceiling`: a maximum that is no default (a CPU quota is asked for, never imposed). */
+  const pick = (value: number | undefined, cap: number | undefined, name: string, ceiling?: number) => {
     if (value === undefined) return cap;
-    if (cap !== undefined && value > cap)
-      throw new InvalidInputError(`limits.${name} ${value} is above this server's maximum ${cap}`);
+    cap ??= ceiling;
+    if (cap !== undefined && value > cap) {
+      const msg = `limits.${name} ${value} is above this server's maximum ${cap}`;
+      throw new RequestValidationError(
+        [{ type: "less_than_equal", loc: ["body", "limits", name], msg, input: value, ctx: { le: cap } }],
+        msg,
+      );
+    }
     return value;
   };
   return {
@@ -89,5 +97,6 @@ export function limitsFor(asked: CreateSandboxRequest["limits"], max: Limits = {
     pids: pick(asked?.pids, max.pids, "pids"),
     cpuSeconds: pick(asked?.cpu_seconds, max.cpuSeconds, "cpu_seconds"),
     diskBytes: pick(asked?.disk_bytes, max.diskBytes, "disk_bytes"),
+    cpus: pick(asked?.cpus, max.cpus, "cpus", availableParallelism()),
   };
 }

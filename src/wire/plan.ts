@@ -44,7 +44,17 @@ export const EVAL_ERROR_KINDS = [
   "Grading Failed",
 ] as const;
 
-export const EvalFailure = model("EvalFailure", { kind: t.literal(...EVAL_ERROR_KINDS), message: t.str() });
+/**
+ * Set when a failure is the attempt's own doing (its patch's code ran, or the agent's sandbox was in the way): a real
+ * grade of 0 for a trainer. Absent: something outside the attempt's reach failed (infrastructure).
+ */
+export const EVAL_CAUSES = ["eval_timeout", "eval_crash", "eval_oom", "testbed_broken", "grading_failed"] as const;
+
+export const EvalFailure = model("EvalFailure", {
+  kind: t.literal(...EVAL_ERROR_KINDS),
+  message: t.str(),
+  cause: t.literal(...EVAL_CAUSES).optional(),
+});
 
 /** One environment to make present somewhere, with the first of its instances (what a node builds it from). */
 export const PlannedEnvironment = model("PlannedEnvironment", {
