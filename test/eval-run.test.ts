@@ -179,6 +179,7 @@ test("gold patches resolve; the harness's files, summary and timing side files",
     const dir = join(goldCwd, "logs", "run_evaluation", "gold-run", "gold", inst.instance_id);
     assert.deepEqual(readdirSync(dir).sort(), [
       "eval.sh",
+      "integrity.json",
       "patch.diff",
       "report.json",
       "run_instance.log",

@@ -14,6 +14,7 @@ import type { Sandbox } from "../sandbox/sandbox.js";
 import { appendInstanceLog, LOG_FILES } from "./report.js";
 import {
   clearInstanceOutputs,
+  INTEGRITY_FILE,
   runInstanceEvaluation,
   TIMINGS_FILE,
   type EvalErrorKind,
@@ -127,8 +128,8 @@ export async function runEvalJob(input: EvalJobInput): Promise<EvalJobResult> {
   };
 }
 
-/** The files a job may leave, by name (the harness's five and `timings.json`). */
-export const JOB_FILES = [...Object.values(LOG_FILES), TIMINGS_FILE] as const;
+/** The files a job may leave, by name (the harness's five, `timings.json` and `integrity.json`). */
+export const JOB_FILES = [...Object.values(LOG_FILES), TIMINGS_FILE, INTEGRITY_FILE] as const;
 
 /** Run one job in a scratch directory under `scratchRoot` and return its files' bytes (the directory is removed). */
 export async function runEvalJobToFiles(
