@@ -86,7 +86,8 @@ export const EvaluationResponse = model("EvaluationResponse", {
   error: t.dict(t.str()).nullable(),
   /** How the environment got to this node: present, fetched or built. */
   layer: t.str().nullable(),
-  /** The harness's files (and timings.json), base64: written as they are into the run's instance directory. */
+  /** The harness's files (and timings.json, integrity.json), base64: written as they are into the run's instance
+   * directory. */
   files: t.dict(t.str()),
   warnings: t.list(t.str()),
   /** sha256 of the layer's manifest on this node. */
