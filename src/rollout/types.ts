@@ -26,18 +26,6 @@ export type RewardMode = RolloutOutcome["mode"];
 
 export const REWARD_MODES: readonly RewardMode[] = ["fresh", "in_place"];
 
-/**
- * Why a scored outcome has its reward: `graded` (the tests ran and were graded), or a 0 the attempt caused —
- * `empty_patch`, `patch_apply_failed`, what its patch's code did in the reward sandbox (`eval_timeout`,
- * `eval_crash`, `eval_oom`, `grading_failed`), what the agent did to its own sandbox (`testbed_broken`: no diff
- * could be taken; `sandbox_oom`: its memory use ended the sandbox), or `rollout_expired` (past its time limit after
- * the agent's first command). The wire's `OUTCOME_REASONS` is the one list.
- */
-export type ScoredReason = Exclude<OutcomeReason, InfraFailureKind>;
-
-/** A scored outcome's reason, or an infrastructure failure's kind. */
-export type OutcomeReason = NonNullable<RolloutOutcome["reason"]>;
-
 export interface RewardOptions {
   mode?: RewardMode;
   /** Whole-evaluation timeout (default: the engine's). */

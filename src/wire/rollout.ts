@@ -13,7 +13,13 @@ export const RolloutFailure = model("RolloutFailure", {
   message: t.str(),
 });
 
-/** Why a scored outcome has its reward (a 0 the attempt caused names how), or an infrastructure failure's kind. */
+/**
+ * Why a scored outcome has its reward: `graded` (the tests ran and were graded), or a 0 the attempt caused —
+ * `empty_patch`, `patch_apply_failed`, what its patch's code did in the reward sandbox (`eval_timeout`,
+ * `eval_crash`, `eval_oom`, `grading_failed`), what the agent did to its own sandbox (`testbed_broken`: no diff
+ * could be taken; `sandbox_oom`: its memory use ended the sandbox), or `rollout_expired` (past its time limit after
+ * the agent's first command). Or an infrastructure failure's kind (the last five).
+ */
 export const OUTCOME_REASONS = [
   "graded",
   "empty_patch",
