@@ -47,7 +47,10 @@ after(async () => {
 });
 
 /** What each attempt of the group does (the test plays the policy). */
-const apply = (patch: string) => (r: Rollout) => r.exec("git apply -", { stdin: patch });
+const apply = (patch: string) => async (r: Rollout) => {
+  const res = await r.exec("git apply -", { stdin: patch });
+  assert.equal(res.exitCode, 0, `rollout ${r.repetition}: git apply: ${res.stdout}${res.stderr}`);
+};
 const explain = (o: RolloutOutcome): string => JSON.stringify({ ...o, patch: o.patch.slice(0, 300) });
 
 describe("rollouts", { concurrency: 1 }, () => {
