@@ -5,7 +5,7 @@ import { planEvaluation, runEvaluation, summarizeEvaluation, type RunEvaluationO
 import { InvalidInputError } from "../errors.js";
 import { loadPredictions, unknownPredictionIds } from "../eval/predictions.js";
 import { loadDataset } from "../tasks/index.js";
-import { fail, parsePositive } from "./common.js";
+import { fail, openInBrowser, parsePositive } from "./common.js";
 import { addHarnessFlags, applyHarnessFlags, resolveDatasetArg } from "./harness-flags.js";
 import { addDatasetOptions } from "./prepare.js";
 
@@ -25,6 +25,8 @@ interface EvaluateCliOptions {
   json?: boolean;
   plan?: boolean;
   summaryOnly?: boolean;
+  html?: boolean;
+  open?: boolean;
 }
 
 export function registerEvaluateCommand(program: Command, getHome: () => string): void {
@@ -44,6 +46,8 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
     .option("--json", "machine-readable output")
     .option("--plan", "evaluate nothing: print the run's jobs as JSON (for running them elsewhere, e.g. a fleet)")
     .option("--summary-only", "evaluate nothing: write the run summary from the report.json files on disk")
+    .option("--html", "also write <model>.<run_id>.html beside the summary: a self-contained report for a browser")
+    .option("--open", "open the HTML report in a browser (implies --html)")
     .action(async (opts: EvaluateCliOptions) => {
       try {
         const o = applyHarnessFlags(opts);
@@ -68,9 +72,11 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
           reportDir: o.reportDir,
           build: o.build,
           rerun: o.rerun ?? false,
+          html: o.html || o.open,
         });
         if (o.json) process.stdout.write(`${JSON.stringify(runResultJson(r), null, 2)}\n`);
         else process.stdout.write(renderRun(r));
+        if (o.open && r.htmlPath) openInBrowser(r.htmlPath);
         process.exitCode = 0;
       } catch (e) {
         fail(e);
@@ -106,6 +112,7 @@ function runOptions(o: EvaluateCliOptions, home: string): RunEvaluationOptions {
     reportDir: o.reportDir,
     rerun: o.rerun ?? false,
     progress: false,
+    html: o.html || o.open,
   };
 }
 
@@ -117,9 +124,12 @@ async function planOrSummary(o: EvaluateCliOptions, home: string): Promise<void>
   const opts = runOptions(o, home);
   if (o.summaryOnly) {
     const r = await summarizeEvaluation(opts);
+    const { summaryPath, summary, htmlPath } = r;
     if (o.json)
-      process.stdout.write(`${JSON.stringify({ summaryPath: r.summaryPath, summary: r.summary }, null, 2)}\n`);
-    else process.stdout.write(`${renderSummary(r.summary)}\nReport written to ${r.summaryPath}\n`);
+      process.stdout.write(`${JSON.stringify({ summaryPath, ...(htmlPath ? { htmlPath } : {}), summary }, null, 2)}\n`);
+    else process.stdout.write(`${renderSummary(summary)}\nReport written to ${summaryPath}\n`);
+    if (htmlPath && !o.json) process.stdout.write(`HTML report written to ${htmlPath}\n`);
+    if (o.open && htmlPath) openInBrowser(htmlPath);
     return;
   }
   const plan = await planEvaluation(opts);

@@ -29,6 +29,7 @@ import {
 import type { Prediction } from "./types.js";
 import { DEFAULT_TIMEOUT_SECONDS, type EvalFailure, type EvalErrorKind } from "./runner/instance.js";
 import { runEvalJob, writeErrorLog } from "./job.js";
+import { writeHtmlReport } from "./html-report.js";
 import { roundTimings, timingStats, type PhaseTimings } from "./runner/timings.js";
 import { evalPipSettings } from "./runner/sandbox.js";
 
@@ -57,6 +58,8 @@ export interface RunEvaluationOptions {
   /** Re-run instances that already have a report.json in this run (default false: skipped, as the harness). */
   rerun?: boolean;
   limits?: Limits;
+  /** Also write `<model>.<run_id>.html` beside the summary (a self-contained report; the harness's files unchanged). */
+  html?: boolean;
   /** Progress bars on stderr (default true). */
   progress?: boolean;
   /** Default: one line on stderr. */
@@ -103,6 +106,8 @@ export interface RunEvaluationResult {
   summary: RunSummary;
   summaryPath: string;
   timingsPath: string;
+  /** With `html`. */
+  htmlPath?: string;
   timings: RunTimings;
   /** One record per dataset instance (after the instance-id filter), then one per unknown prediction id. */
   instances: InstanceRunRecord[];
@@ -136,12 +141,14 @@ export async function runEvaluation(opts: RunEvaluationOptions): Promise<RunEval
   const timingsPath = join(reportDir, timingsFileName(model, runId));
   await mkdir(reportDir, { recursive: true });
   await writeFile(timingsPath, `${JSON.stringify(timings, null, 2)}\n`);
+  const htmlPath = opts.html ? await htmlReport(run, summary, timings) : undefined;
   return {
     runId,
     model,
     summary,
     summaryPath,
     timingsPath,
+    ...(htmlPath ? { htmlPath } : {}),
     timings,
     instances: [...order, ...unknown].map((id) => run.records.get(id)!).filter(Boolean),
     unknownPredictionIds: unknown,
@@ -199,13 +206,27 @@ export async function planEvaluation(opts: RunEvaluationOptions): Promise<Evalua
 /** The run summary from the report.json files on disk (as `runEvaluation` ends), written next to them. */
 export async function summarizeEvaluation(
   opts: RunEvaluationOptions,
-): Promise<{ runId: string; model: string; summary: RunSummary; summaryPath: string }> {
+): Promise<{ runId: string; model: string; summary: RunSummary; summaryPath: string; htmlPath?: string }> {
   const run = await startRun(opts);
   const { reportDir, runId, model } = run;
   const datasetIds = run.instances.map((i) => i.instance_id);
   const summary = await makeRunSummaryFromDisk({ baseDir: reportDir, runId, datasetIds, predictions: run.byId });
   const summaryPath = await writeRunSummary(reportDir, summary, model, runId);
-  return { runId, model, summary, summaryPath };
+  const htmlPath = opts.html ? await htmlReport(run, summary) : undefined;
+  return { runId, model, summary, summaryPath, ...(htmlPath ? { htmlPath } : {}) };
+}
+
+function htmlReport(run: Run, summary: RunSummary, timings?: RunTimings): Promise<string> {
+  return writeHtmlReport({
+    reportDir: run.reportDir,
+    runId: run.runId,
+    model: run.model,
+    summary,
+    instances: run.instances,
+    predictions: run.byId,
+    dataset: run.datasetName,
+    ...(timings ? { timings } : {}),
+  });
 }
 
 /** One evaluation run: its settings, its inputs, and the records so far. */

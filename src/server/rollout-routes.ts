@@ -16,7 +16,12 @@ import { principalOf, type RouteContext } from "./route-context.js";
 
 const config = LIFECYCLE;
 
-export function registerRolloutRoutes(app: FastifyInstance, ctx: RouteContext, engine: RolloutEngine | undefined) {
+/** Registers the routes; returns who may see which group (the dashboard shows each principal its own). */
+export function registerRolloutRoutes(
+  app: FastifyInstance,
+  ctx: RouteContext,
+  engine: RolloutEngine | undefined,
+): RolloutAccess {
   const access = new RolloutAccess(engine);
   app.post("/rollouts/groups", { config }, async (req, reply) => {
     const r = wire.CreateGroupRequest.parse(req.body);
@@ -68,6 +73,7 @@ export function registerRolloutRoutes(app: FastifyInstance, ctx: RouteContext, e
     };
   });
   registerRolloutWork(app, ctx, access);
+  return access;
 }
 
 /** Routes on one rollout: inspect, commands, files, reward, fork, close. */
@@ -124,7 +130,7 @@ function registerRolloutWork(app: FastifyInstance, ctx: RouteContext, access: Ro
 }
 
 /** The engine, and which principal may see which group. */
-class RolloutAccess {
+export class RolloutAccess {
   private readonly owners = new WeakMap<RolloutGroup, string>();
   constructor(private readonly rollouts: RolloutEngine | undefined) {}
 
@@ -136,6 +142,11 @@ class RolloutAccess {
 
   own(g: RolloutGroup, who: Principal): void {
     this.owners.set(g, who.name);
+  }
+
+  /** The principal that started a group. */
+  ownerOf(g: RolloutGroup): string | undefined {
+    return this.owners.get(g);
   }
 
   private sees(g: RolloutGroup, who: Principal): boolean {

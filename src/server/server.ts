@@ -30,6 +30,8 @@ import { principalOf, type RouteContext } from "./route-context.js";
 import { registerRuntimeRoutes } from "./runtime-routes.js";
 import { RolloutEngine } from "../rollout/index.js";
 import { registerRolloutRoutes } from "./rollout-routes.js";
+import { Dashboard } from "./dashboard.js";
+import { registerDashboardRoutes } from "./dashboard-routes.js";
 import { UploadScratch } from "./scratch.js";
 
 export { isLoopback, type ServerOptions } from "./options.js";
@@ -98,6 +100,22 @@ function registerManyNodeRoutes(app: FastifyInstance, ctx: RouteContext): void {
   registerJobRoutes(app, ctx);
 }
 
+/** The rollout API over an engine on the server's home (with `rollouts`); the dashboard counts its outcomes. */
+function registerRollouts(app: FastifyInstance, ctx: RouteContext, o: ServerOptions, dashboard: Dashboard) {
+  const engine = o.rollouts
+    ? new RolloutEngine({
+        limits: o.limits,
+        maxRollouts: ctx.registry.maxSandboxes,
+        ...o.rollouts,
+        home: ctx.home,
+        onOutcome: (outcome) => dashboard.outcome(outcome),
+      })
+    : undefined;
+  const access = registerRolloutRoutes(app, ctx, engine);
+  if (engine) dashboard.attachRollouts({ engine, access, poolMax: o.rollouts?.warmPool?.max ?? 0 });
+  return engine;
+}
+
 /** Layer leases of a server that was killed: their holder is gone. */
 async function pruneStaleLeases(home: string): Promise<void> {
   await nodeCacheFor(home)
@@ -125,10 +143,9 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
   registerTaskRoutes(app, ctx);
   registerSdkRoutes(app, ctx);
   registerManyNodeRoutes(app, ctx);
-  const rollouts = opts.rollouts
-    ? new RolloutEngine({ limits: opts.limits, maxRollouts: ctx.registry.maxSandboxes, ...opts.rollouts, home })
-    : undefined;
-  registerRolloutRoutes(app, ctx, rollouts);
+  const dashboard = new Dashboard(ctx);
+  const rollouts = registerRollouts(app, ctx, opts, dashboard);
+  registerDashboardRoutes(app, dashboard);
   registerRuntimeRoutes(
     app,
     "/sandboxes/:id",
@@ -137,6 +154,7 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
   );
   await registerKeyedRuntimes(app, ctx);
   const close = once(async () => {
+    dashboard.close();
     await rollouts?.close();
     await ctx.registry.closeAll();
     await ctx.registry.provider?.settle?.();
