@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # System packages minisandbox needs (Debian/Ubuntu). Safe to re-run.
 set -euo pipefail
-pkgs=(bubblewrap gcc libc6-dev libseccomp-dev util-linux bsdutils procps zstd tar git python3 python3-venv)
+# chromium: the tests open the dashboard and the HTML reports in a real headless browser.
+pkgs=(bubblewrap gcc libc6-dev libseccomp-dev util-linux bsdutils procps zstd tar git python3 python3-venv chromium)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -9,6 +9,8 @@ process.env.PIP_RETRIES ??= "0";
 
 import assert from "node:assert/strict";
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { get as httpGet } from "node:http";
+import { setTimeout as sleep } from "node:timers/promises";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { before, describe, it } from "node:test";
@@ -18,7 +20,7 @@ import { envFor } from "../src/env/environments.js";
 import { openStore, pullLayer } from "../src/env/store/index.js";
 import { run } from "../src/util/run.js";
 import { assertInert, launchBrowser, text, withPage } from "./browser.js";
-import { cachedFixtureStore, tempDir, tempHome } from "./helpers.js";
+import { cachedFixtureStore, CLI, tempDir, tempHome } from "./helpers.js";
 import { call, runCli, startServe, type ServeProcess } from "./serve-process.js";
 
 const ADMIN = "dashboard-admin-token-0123456789";
@@ -50,11 +52,32 @@ before(async () => {
   await pullLayer(openStore(join(home, "store")), await cachedFixtureStore(fx), envFor(inst, {}).key);
 });
 
-/** A dashboard page signed in with `token` (given in the fragment, as `minisandbox dashboard` prints it). */
+/** The address `minisandbox dashboard` prints for a principal (its token from the environment, as for the SDK). */
+async function dashboardUrl(token: string): Promise<string> {
+  const env = { ...process.env, MINISANDBOX_API_KEY: token };
+  const r = await run(process.execPath, [CLI, "--home", home, "dashboard", "--url", serve.url], { env });
+  assert.equal(r.code, 0, r.stderr);
+  return r.stdout.trim();
+}
+
+/** A dashboard page signed in with `token`, at the address `minisandbox dashboard` prints (token in the fragment). */
 async function openDashboard(page: Page, token: string): Promise<void> {
-  await page.goto(`${serve.url}/dashboard/#token=${encodeURIComponent(token)}`);
+  const url = await dashboardUrl(token);
+  assert.equal(url, `${serve.url}/dashboard/#token=${encodeURIComponent(token)}`);
+  await page.goto(url);
   await page.waitForSelector(".status.live", { timeout: 20_000 });
   assert.equal(new URL(page.url()).hash, "", "the token is taken out of the address");
+}
+
+/** `GET /dashboard/events` on a connection of its own (closed by `close`). */
+function openStream(key: string): Promise<{ status: number; body: () => Promise<string>; close: () => void }> {
+  return new Promise((resolve, reject) => {
+    const req = httpGet(`${serve.url}/dashboard/events`, { headers: { "X-API-Key": key } }, (res) => {
+      const body = () => new Promise<string>((done) => res.setEncoding("utf8").on("data", done));
+      resolve({ status: res.statusCode ?? 0, body, close: () => req.destroy() });
+    });
+    req.on("error", reject);
+  });
 }
 
 const row = (page: Page, id: string) => page.locator(`tr[data-key="${id}"]`);
@@ -72,6 +95,27 @@ describe("the dashboard of a real server, in Chromium", { concurrency: 1 }, () =
     assert.equal(page.text, (await call(serve.url, "GET", "/dashboard/", { key: ADMIN })).text, "same page for all");
     assert.match(page.headers.get("content-security-policy") ?? "", /script-src 'self'/);
     assert.equal(page.headers.get("set-cookie"), null, "no cookie");
+    // Streams are bounded per principal: the ninth is refused like any spent budget.
+    const opened = await Promise.all(Array.from({ length: 8 }, () => openStream(ALICE)));
+    assert.deepEqual(
+      opened.map((s) => s.status),
+      Array(8).fill(200),
+    );
+    const refused = await openStream(ALICE);
+    assert.deepEqual([refused.status, JSON.parse(await refused.body()).code], [429, "limit_reached"]);
+    for (const s of opened) s.close();
+    // Closed streams give their places back.
+    let again: Awaited<ReturnType<typeof openStream>>[] = [];
+    for (let i = 0; i < 50 && again.filter((s) => s.status === 200).length < 8; i++) {
+      for (const s of again) s.close();
+      await sleep(100);
+      again = await Promise.all(Array.from({ length: 8 }, () => openStream(ALICE)));
+    }
+    assert.deepEqual(
+      again.map((s) => s.status),
+      Array(8).fill(200),
+    );
+    for (const s of again) s.close();
     await withPage(browser, SUITE, "sign-in", { allow: [serve.url] }, async ({ page, errors }) => {
       await page.goto(`${serve.url}/dashboard/`);
       await page.fill("input[type=password]", "not-the-token-0123456789");
@@ -100,6 +144,10 @@ describe("the dashboard of a real server, in Chromium", { concurrency: 1 }, () =
       await row(alice, mine).waitFor();
       await alice.locator("tbody", { hasText: HOSTILE }).waitFor();
       assert.equal(await row(alice, theirs).count(), 0, "another principal's sandbox is not shown");
+      const state = async (key: string) => (await call(serve.url, "GET", "/dashboard/state", { key })).json;
+      const [forAlice, forAdmin] = [await state(ALICE), await state(ADMIN)];
+      assert.deepEqual([forAlice.commands, forAlice.store, forAlice.peers], [undefined, undefined, undefined]);
+      assert.ok(forAdmin.commands && forAdmin.store && forAdmin.peers, "what the API shows admins only");
       await assertInert(alice, "main");
       await withPage(browser, SUITE, "admin", opts, async ({ page: admin }) => {
         await openDashboard(admin, ADMIN);

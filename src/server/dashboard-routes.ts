@@ -40,13 +40,13 @@ export function registerDashboardRoutes(app: FastifyInstance, dashboard: Dashboa
       if (raw.destroyed || raw.writableNeedDrain) return false;
       return raw.write(`data: ${text}\n\n`);
     });
-    reply.hijack();
-    raw.writeHead(200, { ...DASHBOARD_HEADERS, "content-type": "text/event-stream; charset=utf-8" });
-    raw.write(": connected\n\n");
     const ping = setInterval(() => raw.destroyed || raw.write(": ping\n\n"), PING_MS);
     raw.once("close", () => {
       clearInterval(ping);
       stop();
     });
+    reply.hijack();
+    raw.writeHead(200, { ...DASHBOARD_HEADERS, "content-type": "text/event-stream; charset=utf-8" });
+    raw.write(": connected\n\n");
   });
 }

@@ -54,14 +54,14 @@ export class Dashboard {
     return this.snapshot(who);
   }
 
-  /** Receive a snapshot after every sample until the returned function is called. */
+  /** Receive a snapshot after every sample, from the next one on, until the returned function is called. */
   watch(who: Principal, send: (snapshot: string) => boolean): () => void {
     const mine = [...this.watchers].filter((w) => w.who.name === who.name).length;
     if (mine >= MAX_STREAMS_PER_PRINCIPAL || this.watchers.size >= MAX_STREAMS)
       throw new LimitError(`too many dashboard streams open (${mine} of ${who.name}, ${this.watchers.size} in all)`);
     const w = { who, send };
     this.watchers.add(w);
-    if (this.live.sampledAt > 0) send(JSON.stringify(this.snapshot(who)));
+    // Nothing is sent from here: the caller writes its headers first (the next sample comes within a second).
     if (!this.looping) void this.loop();
     return () => void this.watchers.delete(w);
   }

@@ -148,11 +148,14 @@ check("prepare_builds_missing_environments_once", by_status == {"present": cfg["
 t = time.monotonic()
 placed = collections.Counter()
 gold = evaluate(fleet, cfg["dataset"], "gold", run_id="fleet-gold", report_dir=cfg["out_dir"], progress=False,
-                on_event=lambda kind, **f: kind == "placed" and placed.update([f["node"]]))
+                html=True, on_event=lambda kind, **f: kind == "placed" and placed.update([f["node"]]))
 check("three_nodes_same_report_as_one", summary_of(gold) == read(cfg["ref_gold_summary"]) and not gold["errors"],
       seconds=round(time.monotonic() - t, 1), placed=dict(placed), stats=gold["stats"],
       resolved=gold["summary"]["resolved_instances"])
 check("three_nodes_same_instance_reports", same_reports(gold, "ref-gold") == [], differ=same_reports(gold, "ref-gold"))
+html_page = read(gold["html_path"]) if gold["html_path"] else ""
+check("html_report_beside_the_summary", gold["html_path"] == gold["summary_path"][: -len(".json")] + ".html"
+      and html_page.count('class="pill k-resolved"') == gold["summary"]["resolved_instances"], html=gold["html_path"])
 check("work_spread_over_all_nodes", len(placed) == 3 and gold["stats"]["placed_warm"] > 0, placed=dict(placed))
 f = fetches(fleet)
 check("each_layer_fetched_at_most_once_per_node", f and max(f.values()) == 1,

@@ -46,6 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--report-dir", default=".", help="where logs/run_evaluation/... and the summary go")
     ev.add_argument("--timeout", type=float, default=1800, help="whole-instance timeout in seconds")
     ev.add_argument("--rerun", action="store_true", help="re-run instances that already have a report.json")
+    ev.add_argument("--html", action="store_true", help="also write <model>.<run_id>.html beside the summary")
     return p
 
 
@@ -95,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{e['instance_id']}: {e['error']}")
             return 1 if out["failed"] else 0
         out = jobs.evaluate(fleet, a.dataset, a.predictions, run_id=a.run_id, report_dir=a.report_dir,
-                            instance_ids=a.instance_ids, timeout_s=a.timeout, rerun=a.rerun, progress=progress)
+                            instance_ids=a.instance_ids, timeout_s=a.timeout, rerun=a.rerun, html=a.html,
+                            progress=progress)
         if a.json:
             _emit(a, "result", out)
         else:
@@ -106,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             for iid, err in sorted(out["errors"].items()):
                 print(f"  {iid}: not evaluated: {err}", file=sys.stderr)
             print(f"Report written to {out['summary_path']}")
+            if out["html_path"]:
+                print(f"HTML report written to {out['html_path']}")
         return 0
     except jobs.FleetJobError as e:
         print(f"minisandbox fleet: {e}", file=sys.stderr)

@@ -107,10 +107,11 @@ def prepare(fleet: Fleet, dataset: str | list[dict[str, Any]], *, instance_ids: 
 
 def evaluate(fleet: Fleet, dataset: str | list[dict[str, Any]], predictions: str | list[dict[str, Any]], *,
              run_id: str | None = None, report_dir: str = ".", instance_ids: list[str] | tuple[str, ...] = (),
-             timeout_s: float = 1800, rerun: bool = False,
+             timeout_s: float = 1800, rerun: bool = False, html: bool = False,
              progress: bool | str = True, on_event: Callable[..., None] | None = None) -> dict[str, Any]:
     """Evaluate ``predictions`` (a file, ``"gold"``, ``"empty"`` or a list) on ``dataset`` over the whole fleet,
-    as ``minisandbox evaluate`` does on one node: same files, same summary (``<model>.<run_id>.json``)."""
+    as ``minisandbox evaluate`` does on one node: same files, same summary (``<model>.<run_id>.json``); with
+    ``html``, the same self-contained report beside it (``<model>.<run_id>.html``, written by the CLI)."""
     run_id = run_id or "minisandbox-" + datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
     report_dir = os.path.abspath(report_dir)
     with tempfile.TemporaryDirectory(prefix="minisandbox-fleet-") as scratch:
@@ -136,10 +137,11 @@ def evaluate(fleet: Fleet, dataset: str | list[dict[str, Any]], predictions: str
                                         "model_name_or_path": j["model_name_or_path"], "timeout_seconds": timeout_s})
                  for i, j in jobs.items()]
         out = run_items(fleet, "evaluate", items, on_result=write, on_event=events, progress=prog)
-        summary = _cli_json(fleet, ["evaluate", *run_args, "--summary-only", "--json"])
+        summary = _cli_json(fleet, ["evaluate", *run_args, "--summary-only", "--json", *(["--html"] if html else [])])
     statuses = {i: r.get("status") for i, r in out.results.items()}
     return {"run_id": plan["run_id"], "model": plan["model"], "summary": summary["summary"],
-            "summary_path": summary["summaryPath"], "statuses": statuses, "errors": out.errors,
+            "summary_path": summary["summaryPath"], "html_path": summary.get("htmlPath"),
+            "statuses": statuses, "errors": out.errors,
             "build": built, "stats": out.stats, "job": out.job}
 
 
