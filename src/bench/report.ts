@@ -1,5 +1,6 @@
 /** Ratios, targets, and the Markdown table and SVG chart written next to the results JSON. */
 import { formatBytes } from "../util/size.js";
+import type { Dist } from "../util/stats.js";
 import { ROLLOUT_RATIO_MEANINGS, rolloutLines, rolloutRatios, rolloutTargets } from "./report-rollout.js";
 import { ratio } from "./stats.js";
 import type { DashboardBenchResult } from "./dashboard.js";
@@ -490,6 +491,7 @@ function serverLoadLines(s: ServerLoadResult | Unavailable | undefined): string[
 function dashboardLines(d: DashboardBenchResult | Unavailable | undefined): string[] {
   if (!d) return ["Not run."];
   if (!d.available) return [`Not available — ${d.reason}`];
+  const row = (what: string, x: Dist, cpu: number): string => `| ${what} | ${ms(x.p50Ms)} | ${ms(x.p99Ms)} | ${cpu}% |`;
   const b = d.browser;
   const page = b.available
     ? `The page in headless Chromium: all ${d.sandboxes} rows shown ${ms(b.firstRenderMs)} after it was opened; ` +
@@ -502,9 +504,8 @@ function dashboardLines(d: DashboardBenchResult | Unavailable | undefined): stri
     "",
     "| | round trip p50 | p99 | server CPU |",
     "|---|---|---|---|",
-    `| nobody watching | ${ms(d.commandUnwatched.p50Ms)} | ${ms(d.commandUnwatched.p99Ms)} | ${d.serverCpuUnwatched}% |`,
-    `| two dashboard streams open | ${ms(d.commandWatched.p50Ms)} | ${ms(d.commandWatched.p99Ms)} | ` +
-      `${d.serverCpuWatched}% |`,
+    row("nobody watching", d.commandUnwatched, d.serverCpuUnwatched),
+    row("two dashboard streams open", d.commandWatched, d.serverCpuWatched),
     "",
     `A live sample of all ${d.sandboxes} sandboxes (memory, CPU, newest process) takes p50 ${ms(d.sampleMs.p50Ms)}, ` +
       `p99 ${ms(d.sampleMs.p99Ms)} of the server's time, in slices of 50 that leave its event loop free; an event ` +
