@@ -209,7 +209,7 @@ describe("the dashboard of a real server, in Chromium", { concurrency: 1 }, () =
     await assertInert(page, "body");
   }
 
-  it("shows a written trajectory's steps: as a file from disk, and in the dashboard", async () => {
+  it("shows a written trajectory's steps as a file from disk and in the dashboard; a fleet's status", async () => {
     assert.ok(existsSync(jsonl), "the trajectories of the previous test");
     const out = join(work, "trajectories.html");
     const r = await runCli(home, ["view", jsonl, "-o", out]);
@@ -227,6 +227,24 @@ describe("the dashboard of a real server, in Chromium", { concurrency: 1 }, () =
         assert.deepEqual([requests, errors], [[file], []], "nothing but the file itself, no error");
       },
     );
+    // A fleet's status (what `python -m minisandbox.fleet status --html` hands the same command).
+    const status = join(work, "fleet.json");
+    const nodes = [
+      { node: HOSTILE, url: "http://n0:8000", slots: 4, running: 1, usable: true, layer_keys: ["aaaa", "bbbb"] },
+      { node: "n1", url: "http://n1:8000", slots: 4, running: 0, usable: false, layer_keys: ["bbbb"] },
+    ];
+    writeFileSync(status, JSON.stringify({ nodes }));
+    const fleetPage = join(work, "fleet.html");
+    assert.equal((await runCli(home, ["view", status, "-o", fleetPage])).code, 0);
+    const fleetUrl = pathToFileURL(fleetPage).href;
+    await withPage(browser, SUITE, "fleet-file", { allow: [fleetUrl], offline: true }, async ({ page }) => {
+      await page.goto(fleetUrl);
+      const warm = async (key: string) => text(page.locator("tr", { has: page.locator(`td:text-is("${key}")`) }));
+      assert.match(await warm("aaaa"), /^aaaawarm1$/);
+      assert.match(await warm("bbbb"), /^bbbbwarmwarm2$/);
+      assert.ok((await text(page.locator("table").first())).includes(HOSTILE), "a node's name as text");
+      await assertInert(page, "body");
+    });
     await withPage(browser, SUITE, "viewer-dashboard", { allow: [serve.url] }, async ({ page }) => {
       await openDashboard(page, ADMIN);
       await page.click("nav.tabs button:text-is('Trajectories')");

@@ -8,6 +8,7 @@ import { createHash } from "node:crypto";
 import { test } from "node:test";
 import { bucketQuantile } from "../src/server/dashboard-history.js";
 import { evalReportHtml, reportCss } from "../src/view/eval-report.js";
+import { fleetHtml, parseFleetStatus } from "../src/view/fleet.js";
 import { escapeHtml, html, token } from "../src/view/html.js";
 import { pageHtml } from "../src/view/page.js";
 import { barChart, binCounts } from "../src/view/plot.js";
@@ -118,4 +119,26 @@ test("quantiles from cumulative buckets; bins take the top value in the last bin
   assert.ok(Math.abs(bucketQuantile(bounds, [5, 10, 10], 0.75) - 0.055) < 1e-9, "interpolated in the second");
   assert.equal(bucketQuantile(bounds, [0, 0, 4], 0.99), 0.1 + 0.9 * 0.99, "the top one");
   assert.deepEqual(binCounts([0, 0.05, 0.5, 1, 1, 2, Number.NaN], 2, 0, 1), [2, 3]);
+});
+
+test("a fleet's status: nodes and warm environments, read defensively and escaped", () => {
+  assert.equal(parseFleetStatus([1, 2]), undefined);
+  assert.equal(parseFleetStatus({ nodes: "x" }), undefined);
+  const nodes = parseFleetStatus({
+    nodes: [
+      { node: EVIL, url: EVIL, slots: 4, running: 1, usable: true, layer_keys: ["k1", EVIL] },
+      { node: "n2", slots: "x", usable: false, layer_keys: "nope" },
+      7,
+    ],
+  })!;
+  assert.deepEqual(
+    nodes.map((n) => [n.slots, n.usable, n.layerKeys.length]),
+    [
+      [4, true, 2],
+      [0, false, 0],
+    ],
+  );
+  const out = fleetHtml(nodes).text;
+  assertEscaped(out);
+  assert.equal(out.match(/<td>warm<\/td>/g)?.length, 2, "each environment warm where it is");
 });

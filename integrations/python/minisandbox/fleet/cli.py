@@ -36,7 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     data.add_argument("--instance-ids", nargs="+", action="extend", default=[],
                       help="only these instances (repeatable)")
     sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("status", parents=[common], help="nodes, slots and layers")
+    st = sub.add_parser("status", parents=[common], help="nodes, slots and layers")
+    st.add_argument("--html", metavar="FILE", help="also write the nodes and where each environment is warm as a page")
     sub.add_parser("up", parents=[common], help="start a server on every node, left running (detached)")
     sub.add_parser("down", parents=[common], help="stop the servers `up` started")
     sub.add_parser("prepare", parents=[common, data], help="every environment of a dataset present on some node")
@@ -78,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         fleet.refresh(force=True)
         if a.command in ("status", "up"):
             nodes = fleet.status()
+            if getattr(a, "html", None):
+                print(f"HTML status written to {jobs.status_html(fleet, a.html)}", file=sys.stderr)
             if a.json:
                 _emit(a, "result", {"nodes": nodes})
             else:

@@ -233,7 +233,8 @@ class Fleet:
 
     def status(self) -> list[dict[str, Any]]:
         return [{"node": n.name, "node_id": n.node_id, "url": n.url, "slots": n.slots, "running": n.running,
-                 "layers": len(n.layers), "usable": n.usable} for n in self.placement.nodes.values()]
+                 "layers": len(n.layers), "layer_keys": sorted(n.layers), "usable": n.usable}
+                for n in self.placement.nodes.values()]
 
     def stop(self) -> None:
         """Stop the servers of the supervisors this fleet started (unless detached), closing their sandboxes."""

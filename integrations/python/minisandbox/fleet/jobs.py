@@ -21,7 +21,7 @@ from .dispatch import Item, run_items
 from .fleet import Fleet
 from .progress import Progress
 
-__all__ = ["prepare", "evaluate", "rollout_groups", "FleetJobError", "JOB_FILES"]
+__all__ = ["prepare", "evaluate", "rollout_groups", "status_html", "FleetJobError", "JOB_FILES"]
 
 #: What an evaluation job may leave in its instance directory (the harness's five files and timings.json).
 JOB_FILES = ("patch.diff", "eval.sh", "test_output.txt", "report.json", "run_instance.log", "timings.json")
@@ -43,6 +43,18 @@ def _cli_json(fleet: Fleet, args: list[str]) -> dict[str, Any]:
         return json.loads(lines[-1]) if lines[-1].startswith("{") else json.loads(r.stdout)
     except ValueError as e:
         raise FleetJobError(f"`minisandbox {' '.join(args[:1])}` printed no JSON: {e}") from None
+
+
+def status_html(fleet: Fleet, path: str) -> str:
+    """The fleet's nodes and where each environment is warm, as one self-contained page (``minisandbox view``)."""
+    with tempfile.TemporaryDirectory(prefix="minisandbox-fleet-") as scratch:
+        status = os.path.join(scratch, "status.json")
+        with open(status, "w") as f:
+            json.dump({"nodes": fleet.status()}, f)
+        r = subprocess.run([*fleet.config.command, "view", status, "-o", path], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise FleetJobError(f"`minisandbox view` failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
+    return r.stdout.strip()
 
 
 def _as_file(value: str | list[dict[str, Any]], name: str, scratch: str) -> str:
