@@ -508,7 +508,7 @@ function dashboardLines(d: DashboardBenchResult | Unavailable | undefined): stri
     row("two dashboard streams open", d.commandWatched, d.serverCpuWatched),
     "",
     `A live sample of all ${d.sandboxes} sandboxes (memory, CPU, newest process) takes p50 ${ms(d.sampleMs.p50Ms)}, ` +
-      `p99 ${ms(d.sampleMs.p99Ms)} of the server's time, in slices of 50 that leave its event loop free; an event ` +
+      `p99 ${ms(d.sampleMs.p99Ms)} of the server's event loop (in slices of 50, the API's work in between); an event ` +
       `every ${ms(d.eventIntervalMs.p50Ms)} (p50), ${(d.eventBytes / 1024).toFixed(0)} KiB each.`,
     page,
   ];

@@ -34,14 +34,16 @@ class KeyedTable<T> {
       this.rows.delete(key);
       tds[0]!.parentElement!.remove();
     }
-    for (const { key, row } of items) {
+    for (const [at, { key, row }] of items.entries()) {
       const values = this.cells(row, now);
       const tds = this.rows.get(key) ?? this.add(key, values.length);
       for (const [i, v] of values.entries()) setText(tds[i]!, v);
       // The last column is the long one (a command line): all of it on hover.
       const last = tds[tds.length - 1]!;
       if (last.title !== values.at(-1)) last.title = values.at(-1)!;
-      this.body.append(tds[0]!.parentElement!);
+      // Rows move only when the order changed (moving all of them each time would lay the table out again).
+      const tr = tds[0]!.parentElement!;
+      if (this.body.children[at] !== tr) this.body.insertBefore(tr, this.body.children[at] ?? null);
     }
   }
 

@@ -23,13 +23,21 @@ interface Slow<T> {
   pending?: Promise<void>;
 }
 
+/** What is kept between samples of one sandbox: where its cgroups are, its CPU time when last seen. */
 interface Tracked {
-  sandbox: Sandbox;
   dirs: { memory?: string; pids?: string };
   ticks?: number;
   at?: number;
 }
 
+/** A row to fill, and the sandbox it is about. */
+interface Listed {
+  row: SandboxRow;
+  sandbox: Sandbox;
+}
+
+/** A row's figures before its first measurement. */
+const UNMEASURED = { memoryBytes: null, cpuPercent: 0, processes: 0, command: "" } as const;
 const SLICE = 50;
 const CACHE_EVERY_MS = 10_000;
 const STORE_EVERY_MS = 60_000;
@@ -45,6 +53,7 @@ export class LiveSampler {
   private rows: SandboxRow[] = [];
   private readonly cache: Slow<CacheLayerRow[]> = { at: 0 };
   private readonly store: Slow<StoreStats> = { at: 0 };
+  /** The event loop's time spent on the last sample (its slices, not the work that ran between them). */
   lastSampleMs = 0;
   sampledAt = 0;
 
@@ -56,56 +65,75 @@ export class LiveSampler {
 
   /** Every live sandbox with what it uses now; the cache and store when their period is over. */
   async sample(): Promise<void> {
-    const t0 = performance.now();
-    const rows = this.listRows();
-    for (let i = 0; i < rows.length; i += SLICE) {
-      for (const row of rows.slice(i, i + SLICE)) this.measure(row);
-      if (i + SLICE < rows.length) await yieldLoop();
+    let t0 = performance.now();
+    let busy = 0;
+    const listed = this.list();
+    for (let i = 0; i < listed.length; i += SLICE) {
+      for (const x of listed.slice(i, i + SLICE)) this.measure(x);
+      if (i + SLICE >= listed.length) break;
+      busy += performance.now() - t0;
+      await yieldLoop();
+      t0 = performance.now();
     }
-    const seen = new Set(rows.map((r) => r.id));
+    const seen = new Set(listed.map((x) => x.row.id));
     for (const id of this.tracked.keys()) if (!seen.has(id)) this.tracked.delete(id);
-    this.rows = rows;
+    this.rows = listed.map((x) => x.row);
     this.refresh(this.cache, CACHE_EVERY_MS, () => this.cacheLayers());
     this.refresh(this.store, STORE_EVERY_MS, () => storeStats(openStore(homeLayout(this.home).store)));
     this.sampledAt = Date.now();
-    this.lastSampleMs = performance.now() - t0;
+    this.lastSampleMs = busy + performance.now() - t0;
   }
 
-  private listRows(): (SandboxRow & { sandbox: Sandbox })[] {
+  /** The registry's sandboxes and the live rollouts', with their owners. */
+  private list(): Listed[] {
     const all = { name: "", admin: true };
-    const rows: (SandboxRow & { sandbox: Sandbox })[] = this.registry.list(all).map((e) => ({
-      ...blankRow(e.id, e.owner, e.sandbox),
-      kind: "sandbox",
-      instanceId: e.instanceId ?? null,
-      source: e.source,
-      createdAt: e.createdAt.getTime(),
-      state: e.inflight > 0 ? "busy" : "idle",
-      memoryLimit: e.limits.memoryBytes ?? null,
+    const listed: Listed[] = this.registry.list(all).map((e) => ({
+      sandbox: e.sandbox,
+      row: {
+        id: e.id,
+        owner: e.owner,
+        kind: "sandbox",
+        instanceId: e.instanceId ?? null,
+        source: e.source,
+        createdAt: e.createdAt.getTime(),
+        state: e.inflight > 0 ? "busy" : "idle",
+        memoryLimit: e.limits.memoryBytes ?? null,
+        ...UNMEASURED,
+      },
     }));
+    return [...listed, ...this.rolloutsListed()];
+  }
+
+  private rolloutsListed(): Listed[] {
     const side = this.rollouts();
+    const listed: Listed[] = [];
     for (const g of side?.engine.groups() ?? []) {
       const owner = side!.access.ownerOf(g) ?? "";
       for (const r of g.rollouts) {
-        if (!r.sandbox || r.sandbox.isClosed) continue;
-        rows.push({
-          ...blankRow(r.sandbox.id, owner, r.sandbox),
+        const sandbox = r.sandbox;
+        if (!sandbox || sandbox.isClosed) continue;
+        const row: SandboxRow = {
+          id: sandbox.id,
+          owner,
           kind: "rollout",
           instanceId: r.instanceId,
           source: "rollout",
           createdAt: r.createdAt.getTime(),
           state: r.state,
-          memoryLimit: r.sandbox.limits.memoryBytes ?? null,
+          memoryLimit: sandbox.limits.memoryBytes ?? null,
           groupId: g.id,
-        });
+          ...UNMEASURED,
+        };
+        listed.push({ sandbox, row });
       }
     }
-    return rows;
+    return listed;
   }
 
-  private measure(row: SandboxRow & { sandbox: Sandbox }): void {
+  private measure({ row, sandbox }: Listed): void {
     let t = this.tracked.get(row.id);
     if (!t) {
-      t = { sandbox: row.sandbox, dirs: cgroupDirsOf(row.sandbox.pid1) };
+      t = { dirs: cgroupDirsOf(sandbox.pid1) };
       this.tracked.set(row.id, t);
     }
     const u = sandboxUsage(t.dirs);
@@ -116,7 +144,6 @@ export class LiveSampler {
     }
     [t.ticks, t.at] = [u.cpuTicks, now];
     [row.memoryBytes, row.processes, row.command] = [u.memoryBytes, u.processes, u.command];
-    delete (row as { sandbox?: Sandbox }).sandbox;
   }
 
   private refresh<T>(slot: Slow<T>, everyMs: number, load: () => Promise<T>): void {
@@ -148,8 +175,4 @@ export class LiveSampler {
   storeState(): { stats?: StoreStats; error?: string } {
     return { stats: this.store.value, error: this.store.error };
   }
-}
-
-function blankRow(id: string, owner: string, sandbox: Sandbox) {
-  return { id, owner, sandbox, memoryBytes: null, cpuPercent: 0, processes: 0, command: "" };
 }
