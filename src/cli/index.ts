@@ -10,7 +10,6 @@ import { registerDemoCommand } from "./demo.js";
 import { registerEvaluateCommand } from "./evaluate.js";
 import { registerServeCommand } from "./serve.js";
 import { envProviderFactory } from "../server/env-provider.js";
-import { registerBenchCommand } from "./bench.js";
 import { registerDashboardCommand } from "./dashboard.js";
 import { registerViewCommand } from "./view.js";
 import { fail, packageVersion, usageError } from "./common.js";
@@ -36,7 +35,6 @@ registerEvaluateCommand(program, getHome);
 registerStoreCommand(program, getHome);
 registerDemoCommand(program, getHome);
 registerServeCommand(program, getHome, envProviderFactory);
-registerBenchCommand(program, getHome);
 registerDashboardCommand(program, getHome);
 registerViewCommand(program);
 

@@ -6,7 +6,14 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { InvalidInputError, LimitError, NotFoundError, NotImplementedError } from "../errors.js";
 import type { PhaseTimings } from "../eval/runner/timings.js";
-import type { Rollout, RolloutEngine, RolloutGroup, RolloutInfo, RolloutOutcome } from "../rollout/index.js";
+import type {
+  Rollout,
+  RolloutEngine,
+  RolloutGroup,
+  RolloutInfo,
+  RolloutOutcome,
+  RolloutOwner,
+} from "../rollout/index.js";
 import { rollout as wire } from "../wire/index.js";
 import type { Principal } from "./auth.js";
 import { readBounded, writeBounded } from "./bounded-io.js";
@@ -28,6 +35,7 @@ export function registerRolloutRoutes(
     const g = await access.engine().startGroup({
       instance: r.instance_id,
       n: r.n,
+      owner: ownerOf(ctx, principalOf(req)),
       ...(r.gold_check !== undefined ? { goldCheck: r.gold_check } : {}),
       ...(r.ttl_seconds !== undefined ? { ttlMs: r.ttl_seconds * 1000 } : {}),
     });
@@ -46,7 +54,8 @@ export function registerRolloutRoutes(
   });
   app.post("/rollouts/prewarm", { config }, async (req) => {
     const r = wire.PrewarmRequest.parse(req.body);
-    const report = await access.engine().prewarm(r.instance_ids, { sandboxes: r.sandboxes });
+    const owner = ownerOf(ctx, principalOf(req));
+    const report = await access.engine().prewarm(r.instance_ids, { sandboxes: r.sandboxes, owner });
     return {
       tasks: report.tasks.map((t) => ({
         instance_id: t.instanceId,
@@ -74,6 +83,15 @@ export function registerRolloutRoutes(
   });
   registerRolloutWork(app, ctx, access);
   return access;
+}
+
+/** A principal as the engine's owner: its token's cap covers its plain sandboxes and its rollouts together. */
+function ownerOf(ctx: RouteContext, who: Principal): RolloutOwner {
+  return {
+    name: who.name,
+    ...(who.maxSandboxes !== undefined ? { maxSandboxes: who.maxSandboxes } : {}),
+    heldElsewhere: () => ctx.registry.ownedHere(who.name),
+  };
 }
 
 /** Routes on one rollout: inspect, commands, files, reward, fork, close. */
@@ -253,7 +271,9 @@ export function outcomeToWire(o: RolloutOutcome): wire.RolloutOutcome {
     fail_to_pass: o.failToPass,
     pass_to_pass: o.passToPass,
     ...(o.failure ? { failure: o.failure } : {}),
+    reason: o.reason,
     ...(o.note ? { note: o.note } : {}),
+    flags: o.flags,
     mode: o.mode,
     patch: o.patch,
     timings: timingsToWire(o.timings),

@@ -21,11 +21,28 @@ from typing import Any
 from .config import FleetConfig
 from .placement import NodeState, Placement
 
-__all__ = ["Fleet", "FleetConfig", "NodeState", "Placement", "evaluate", "prepare", "rollout_groups", "status_html",
-           "FleetJobError", "Progress"]
+__all__ = [
+    "Fleet",
+    "FleetConfig",
+    "FleetJobError",
+    "NodeState",
+    "Placement",
+    "Progress",
+    "evaluate",
+    "prepare",
+    "rollout_groups",
+    "status_html",
+]
 
-_LAZY = {"Fleet": "fleet", "evaluate": "jobs", "prepare": "jobs", "rollout_groups": "jobs", "status_html": "jobs",
-         "FleetJobError": "jobs", "Progress": "progress"}
+_LAZY = {
+    "Fleet": "fleet",
+    "evaluate": "jobs",
+    "prepare": "jobs",
+    "rollout_groups": "jobs",
+    "status_html": "jobs",
+    "FleetJobError": "jobs",
+    "Progress": "progress",
+}
 
 
 def __getattr__(name: str) -> Any:  # Ray is imported on first use, not with the package
