@@ -10,6 +10,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# The browser tests run /usr/bin/chromium (MSB_CHROMIUM names another); without one they are skipped, loudly.
+[ -x /usr/bin/chromium ] || echo "install-system-deps: no /usr/bin/chromium; browser tests need MSB_CHROMIUM" >&2
 
 # Root-mode sandboxes map root inside to a subordinate id range, never to host uid 0, and each sandbox gets a range
 # of its own (65536 ids) from a pool: reserve that pool, so that no other tool hands it out (the same default as

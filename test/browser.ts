@@ -5,9 +5,9 @@
  * in `test-results/<suite>/` when a check fails.
  */
 import assert from "node:assert/strict";
-import { mkdirSync } from "node:fs";
+import { accessSync, constants, mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { after } from "node:test";
+import { after, test } from "node:test";
 import { chromium, type Browser, type Locator, type Page } from "playwright-core";
 
 export const CHROMIUM = process.env.MSB_CHROMIUM ?? "/usr/bin/chromium";
@@ -21,6 +21,35 @@ const ARGS = [
   "--disable-component-update",
   "--disable-sync",
 ];
+
+/** Why the browser suites cannot run here (undefined: they can). */
+export function chromiumMissing(): string | undefined {
+  try {
+    accessSync(CHROMIUM, constants.X_OK);
+    return undefined;
+  } catch {
+    return `no Chromium at ${CHROMIUM}: scripts/install-system-deps.sh installs it (MSB_CHROMIUM names another)`;
+  }
+}
+
+/**
+ * A test file's browser suite, loaded only where Chromium is. Without it the file reports one skipped test that
+ * says why, on stderr as well, so that a run without a browser never reads as a passing one; with
+ * MSB_REQUIRE_CHROMIUM=1 (CI, whose setup installs it) that test fails instead.
+ */
+export async function browserSuite(name: string, load: () => Promise<unknown>): Promise<void> {
+  const missing = chromiumMissing();
+  if (!missing) {
+    await load();
+    return;
+  }
+  if (process.env.MSB_REQUIRE_CHROMIUM === "1") {
+    test(name, () => assert.fail(`${missing} (MSB_REQUIRE_CHROMIUM=1)`));
+    return;
+  }
+  process.stderr.write(`\nSKIPPED, NOT RUN: ${name}: ${missing}\n\n`);
+  test(name, { skip: missing }, () => {});
+}
 
 /** One browser for a test file (closed after it); Playwright gives it a fresh temporary profile (--user-data-dir). */
 export async function launchBrowser(): Promise<Browser> {
