@@ -78,7 +78,7 @@ async function openReport(name: string, path: string, fn: (page: Page) => Promis
 const verdicts = async (page: Page): Promise<Record<string, string>> => {
   const out: Record<string, string> = {};
   for (const inst of await page.locator("details.inst").all())
-    out[await text(inst.locator("summary strong"))] = await text(inst.locator("summary .pill"));
+    out[await text(inst.locator("summary strong"))] = await text(inst.locator("summary .pill").first());
   return out;
 };
 
@@ -137,10 +137,13 @@ describe("HTML evaluation reports, in Chromium from disk", { concurrency: 1 }, (
     });
   });
 
-  it("a patch with markup that does not apply: an error, its patch shown as text", async () => {
+  it("a patch with markup that does not apply: an error, its patch shown as text, its conftest.py flagged", async () => {
     const patch = `diff --git a/calc/ops.py b/calc/ops.py\n--- a/calc/ops.py\n+++ b/calc/ops.py\n@@ -1,2 +1,2 @@\n`;
+    const conftest =
+      "diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n--- /dev/null\n+++ b/conftest.py\n" +
+      '@@ -0,0 +1 @@\n+collect_ignore = ["tests"]\n';
     const preds = join(work, "markup-preds.json");
-    const body = `${patch} not in the file\n-nor this\n${MARKUP_LINE}\n`;
+    const body = `${patch} not in the file\n-nor this\n${MARKUP_LINE}\n${conftest}`;
     writeFileSync(
       preds,
       JSON.stringify([{ instance_id: second.instance_id, model_name_or_path: "m", model_patch: body }]),
@@ -151,8 +154,11 @@ describe("HTML evaluation reports, in Chromium from disk", { concurrency: 1 }, (
       assert.deepEqual([v[second.instance_id], v[first.instance_id]], ["error", "incomplete"]);
       const inst = page.locator("details.inst", { hasText: second.instance_id });
       assert.equal(await text(inst.locator("summary .error")), "Patch Apply Failed");
+      assert.equal(await text(inst.locator("summary .pill.k-flag")), "flagged 1");
       await inst.locator("summary").click();
-      assert.equal(await text(inst.locator("pre.diff .add")), MARKUP_LINE);
+      assert.equal(await text(inst.locator("pre.diff .add").first()), MARKUP_LINE);
+      assert.match(await text(inst.locator("table", { hasText: "conftest.py" })), /conftest\s*conftest\.py\s*pytest/);
+      assert.match(await text(page.locator("dl.stats")), /flagged\s*1/);
     });
   });
 });

@@ -78,7 +78,7 @@ test("trajectory records of any shape are read without throwing, and shown escap
   assert.ok(out.includes("2 unreadable line(s)"));
 });
 
-test("an evaluation report escapes ids, repositories, test names, patches and outputs", () => {
+test("an evaluation report escapes ids, repositories, test names, patches, outputs and flags", () => {
   const out = evalReportHtml({
     runId: EVIL,
     model: EVIL,
@@ -90,6 +90,8 @@ test("an evaluation report escapes ids, repositories, test names, patches and ou
         repo: EVIL,
         verdict: "unresolved",
         errorKind: EVIL,
+        cause: EVIL,
+        flags: [{ kind: EVIL, path: EVIL, reason: EVIL }],
         patch: `+${EVIL}\n-${EVIL}`,
         testOutput: EVIL,
         failToPass: { success: [EVIL], failure: [EVIL] },
@@ -98,6 +100,7 @@ test("an evaluation report escapes ids, repositories, test names, patches and ou
     ],
   }).text;
   assertEscaped(out);
+  assert.ok(out.includes("Integrity flags") && out.includes("flagged 1"), "the patch's flags are shown");
   assert.ok(!/class="[^"]*[<>'][^"]*"/.test(out), "class names come from a fixed vocabulary");
   assert.equal(reportCss(2).match(/#fr-\d/g)?.length, 2, "one rule per repository index, none from a name");
 });

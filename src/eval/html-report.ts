@@ -1,16 +1,16 @@
 /**
  * The HTML report of a run, `<model>.<run_id>.html` beside the summary: gathered from the files the run left on disk
- * (the summary's verdicts, each instance's report.json, patch.diff, test_output.txt and timings.json, the run's
- * timings file) and rendered by `src/view/eval-report.ts`. It reads those files only and writes that one file: the
+ * (the summary's verdicts, each instance's report.json, patch.diff, test_output.txt, timings.json and
+ * integrity.json, the run's timings file) and rendered by `src/view/eval-report.ts`. It reads those files only and writes that one file: the
  * harness's files stay as they are.
  */
 import { open, readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { evalReportHtml, reportCss, type ReportInstance, type Verdict } from "../view/eval-report.js";
+import { evalReportHtml, reportCss, type ReportFlag, type ReportInstance, type Verdict } from "../view/eval-report.js";
 import { writePage } from "../view/page.js";
 import { instanceLogDir, instanceOutcomes, LOG_FILES, readInstanceReport, summaryFileName } from "./report.js";
 import type { RunSummary } from "./report.js";
-import { TIMINGS_FILE } from "./runner/instance.js";
+import { INTEGRITY_FILE, TIMINGS_FILE } from "./runner/instance.js";
 import type { EvalInstance, Prediction } from "./types.js";
 
 export interface HtmlReportInput {
@@ -64,6 +64,15 @@ async function readJson(path: string): Promise<Record<string, unknown> | undefin
   }
 }
 
+/** integrity.json's flags, each field a string (the file is ours, but read like any other). */
+function flagsOf(doc: Record<string, unknown> | undefined): ReportFlag[] | undefined {
+  if (!doc || !Array.isArray(doc.flags)) return undefined;
+  const str = (v: unknown): string => (typeof v === "string" ? v : "");
+  return doc.flags
+    .filter((f): f is Record<string, unknown> => typeof f === "object" && f !== null)
+    .map((f) => ({ kind: str(f.kind), path: str(f.path), reason: str(f.reason) }));
+}
+
 const VERDICT_OF: Record<string, Verdict> = {
   resolved: "resolved",
   unresolved: "unresolved",
@@ -83,14 +92,16 @@ async function instanceFacts(input: HtmlReportInput, inst: EvalInstance, verdict
   } catch {
     return out;
   }
-  const [report, patch, testOutput, timings] = await Promise.all([
+  const [report, patch, testOutput, timings, integrity] = await Promise.all([
     readInstanceReport(dir, id),
     readPart(join(dir, LOG_FILES.patch), MAX_PATCH_BYTES, "head"),
     readPart(join(dir, LOG_FILES.testOutput), MAX_OUTPUT_BYTES, "tail"),
     readJson(join(dir, TIMINGS_FILE)),
+    readJson(join(dir, INTEGRITY_FILE)),
   ]);
   out.patch = patch ?? pred.model_patch ?? undefined;
   out.testOutput = testOutput;
+  out.flags = flagsOf(integrity);
   const entry = report && report !== "invalid" ? report[id] : undefined;
   if (entry) {
     out.patchApplied = entry.patch_successfully_applied;
@@ -100,6 +111,7 @@ async function instanceFacts(input: HtmlReportInput, inst: EvalInstance, verdict
   if (timings) {
     const status = typeof timings.status === "string" ? timings.status : "";
     if (status.startsWith("error: ")) out.errorKind = status.slice("error: ".length);
+    if (typeof timings.cause === "string") out.cause = timings.cause;
     const phases = Object.entries(timings).filter((e): e is [string, number] => typeof e[1] === "number");
     out.timings = Object.fromEntries(phases);
   }

@@ -17,6 +17,7 @@ import { appendInstanceLog, LOG_FILES } from "./report.js";
 import {
   clearInstanceOutputs,
   runInstanceEvaluation,
+  INTEGRITY_FILE,
   TIMINGS_FILE,
   type EvalErrorKind,
   type InstanceEvalResult,
@@ -159,8 +160,8 @@ export async function runEvalJob(input: EvalJobInput): Promise<EvalJobResult> {
   };
 }
 
-/** The files a job may leave, by name (the harness's five and `timings.json`). */
-export const JOB_FILES = [...Object.values(LOG_FILES), TIMINGS_FILE] as const;
+/** The files a job may leave, by name (the harness's five, `timings.json` and the patch's `integrity.json`). */
+export const JOB_FILES = [...Object.values(LOG_FILES), TIMINGS_FILE, INTEGRITY_FILE] as const;
 
 /** Run one job in a scratch directory under `scratchRoot` and return its files' bytes (the directory is removed). */
 export async function runEvalJobToFiles(

@@ -1,6 +1,7 @@
 /**
  * An evaluation run as one page: the summary, resolve rate per repository, then every instance with its verdict,
- * its FAIL_TO_PASS and PASS_TO_PASS tests (which flipped), the model patch as a diff, the test output and timings.
+ * its FAIL_TO_PASS and PASS_TO_PASS tests (which flipped), its integrity flags, the model patch as a diff, the test
+ * output and timings.
  * Filters by verdict and repository are radio buttons and CSS (`:has`): the page needs no script.
  */
 import { clip, formatMs, html, percent, stats, token, type Content, type Html } from "./html.js";
@@ -20,6 +21,10 @@ export interface ReportInstance {
   verdict: Verdict;
   /** Why an errored instance has no grade (e.g. "Patch Apply Failed"). */
   errorKind?: string;
+  /** Set when that error is the attempt's own doing (e.g. "eval_timeout": its code ran too long), not ours. */
+  cause?: string;
+  /** What the patch touches that changes how tests run (the instance's integrity.json). */
+  flags?: readonly ReportFlag[];
   patch?: string;
   testOutput?: string;
   patchApplied?: boolean;
@@ -27,6 +32,12 @@ export interface ReportInstance {
   passToPass?: TestLists;
   /** Phase name → milliseconds (the instance's timings.json). */
   timings?: Readonly<Record<string, number>>;
+}
+
+export interface ReportFlag {
+  kind: string;
+  path: string;
+  reason: string;
 }
 
 export interface ReportInput {
@@ -51,6 +62,7 @@ function summary(input: ReportInput): Html {
     ["resolve rate", percent(count("resolved"), n)],
   ];
   for (const v of VERDICTS) items.push([v, count(v)]);
+  items.push(["flagged", input.instances.filter((i) => i.flags?.length).length]);
   if (input.instancesPerMinute !== undefined) items.push(["instances/min", input.instancesPerMinute]);
   return stats(items);
 }
@@ -129,13 +141,29 @@ function timingsTable(t: Readonly<Record<string, number>> | undefined): Html {
   return html`<h3>Timings</h3><table class="data"><tbody>${rows}</tbody></table>`;
 }
 
+function flagsTable(flags: readonly ReportFlag[] | undefined): Html {
+  if (!flags?.length) return html``;
+  const rows = flags.map(
+    (f) => html`<tr><td><span class="pill k-flag">${f.kind}</span></td><td class="mono">${f.path}</td>
+<td>${f.reason}</td></tr>`,
+  );
+  return html`<h3>Integrity flags: the patch changes how tests run</h3>
+<table class="data"><thead><tr><th>kind</th><th>path</th><th>why</th></tr></thead><tbody>${rows}</tbody></table>`;
+}
+
+function errorHtml(i: ReportInstance): Html {
+  if (!i.errorKind) return html``;
+  return html`<span class="error">${i.errorKind}${i.cause ? html` (${i.cause}: the attempt's own doing)` : ""}</span>`;
+}
+
 function instanceHtml(i: ReportInstance, repoIndex: number): Html {
   const total = i.timings?.totalMs;
   return html`<details class="inst v-${token(i.verdict)} r-${repoIndex}"><summary>
 <span class="pill k-${token(i.verdict)}">${i.verdict}</span><strong class="mono">${i.id}</strong>
-<span class="muted">${i.repo}</span>${i.errorKind ? html`<span class="error">${i.errorKind}</span>` : ""}
+<span class="muted">${i.repo}</span>${errorHtml(i)}
+${i.flags?.length ? html`<span class="pill k-flag">flagged ${i.flags.length}</span>` : ""}
 <span>FAIL_TO_PASS ${ratio(i.failToPass)}</span><span>PASS_TO_PASS ${ratio(i.passToPass)}</span>
-${total !== undefined ? html`<span class="muted">${formatMs(total)}</span>` : ""}</summary>
+${total !== undefined ? html`<span class="muted">${formatMs(total)}</span>` : ""}</summary>${flagsTable(i.flags)}
 ${testTable("FAIL_TO_PASS", "FAIL → PASS", i.failToPass)}${testTable("PASS_TO_PASS", "PASS → PASS", i.passToPass)}
 <h3>Model patch${i.patchApplied === false ? html` <span class="error">(did not apply)</span>` : ""}</h3>
 ${i.patch ? diffHtml(i.patch) : html`<p class="empty">no patch</p>`}

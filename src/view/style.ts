@@ -37,7 +37,7 @@ pre.diff .file { font-weight: 700; }
   color: #fff; background: var(--none); white-space: nowrap; }
 .pill.k-resolved, .pill.k-passed, .pill.k-scored, .pill.k-ready { background: var(--ok); }
 .pill.k-unresolved, .pill.k-failed, .pill.k-broke { background: var(--bad); }
-.pill.k-error, .pill.k-infra-failure, .pill.k-lost { background: var(--warn); }
+.pill.k-error, .pill.k-infra-failure, .pill.k-lost, .pill.k-flag { background: var(--warn); }
 .pill.k-empty-patch, .pill.k-incomplete, .pill.k-closed { background: var(--none); }
 .pill.k-busy, .pill.k-rewarding { background: var(--accent); }
 .muted { color: var(--muted); }

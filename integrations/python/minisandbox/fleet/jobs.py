@@ -23,8 +23,17 @@ from .progress import Progress
 
 __all__ = ["JOB_FILES", "FleetJobError", "evaluate", "prepare", "rollout_groups", "status_html"]
 
-#: What an evaluation job may leave in its instance directory (the harness's five files and timings.json).
-JOB_FILES = ("patch.diff", "eval.sh", "test_output.txt", "report.json", "run_instance.log", "timings.json")
+#: What an evaluation job may leave in its instance directory (the harness's five files, timings.json and the
+#: patch's integrity.json).
+JOB_FILES = (
+    "patch.diff",
+    "eval.sh",
+    "test_output.txt",
+    "report.json",
+    "run_instance.log",
+    "timings.json",
+    "integrity.json",
+)
 
 
 class FleetJobError(RuntimeError):
