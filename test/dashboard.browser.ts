@@ -189,6 +189,16 @@ describe("the dashboard of a real server, in Chromium", { concurrency: 1 }, () =
       const figure = (name: string) => text(page.locator(`dl.stats div:has(dt:text-is("${name}")) dd`));
       assert.equal(await figure("resolved"), "1");
       assert.equal(await figure("unresolved"), "1");
+      // Why each has its reward (the gold patch graded, the other left no diff), and no patch flagged.
+      assert.deepEqual(
+        [await figure("graded"), await figure("empty_patch"), await figure("flagged patches")],
+        ["1", "1", "0"],
+      );
+      const latest = page.locator("table.outcomes tbody tr");
+      assert.deepEqual((await latest.allTextContents()).map((t) => /(graded|empty_patch)/.exec(t)?.[1]).sort(), [
+        "empty_patch",
+        "graded",
+      ]);
       assert.ok((await page.locator("td", { hasText: /^rollout$/ }).count()) >= 2, "its rollouts' sandboxes");
     });
     assert.equal((await call(serve.url, "DELETE", `/rollouts/groups/${group}`, { key: ALICE })).status, 200);

@@ -2,15 +2,23 @@
  * The live tab: figures, charts and tables of one snapshot. Built once, then updated in place (rows keyed by id,
  * text set only when it changed), so that 500 sandboxes refreshing every second stay cheap for the browser.
  */
-import type { DashboardSnapshot, GroupRow, SandboxRow } from "../view/dashboard-data.js";
-import { html, stats } from "../view/html.js";
+import type { DashboardSnapshot, GroupRow, OutcomeSummary, SandboxRow } from "../view/dashboard-data.js";
+import { html, stats, token, type Html } from "../view/html.js";
 import { histogram, lineChart, stackedColumns } from "../view/plot.js";
 import { formatBytes } from "../util/size.js";
 import { ago, card, clock, el, setMarkup, setText } from "./dom.js";
 
 const SANDBOX_COLUMNS = ["sandbox", "owner", "kind", "instance", "state", "age", "memory", "CPU", "procs", "running"];
 const GROUP_COLUMNS = ["group", "instance", "owner", "age", "ready", "rollouts", "rewards"];
-const OUTCOME_ORDER = ["resolved", "unresolved", "timeout", "build_error", "sandbox_lost", "sandbox_failed"];
+const OUTCOME_ORDER = [
+  "resolved",
+  "unresolved",
+  "timeout",
+  "build_error",
+  "sandbox_lost",
+  "sandbox_failed",
+  "eval_error",
+];
 
 /** A table whose rows are kept by key and updated cell by cell. */
 class KeyedTable<T> {
@@ -93,6 +101,7 @@ export class LiveView {
   private readonly groups = new KeyedTable(GROUP_COLUMNS, groupCells, new Set([3, 4]));
   private readonly sandboxTitle = el("h2", { text: "Sandboxes" });
   private readonly groupTitle = el("h2", { text: "Rollout groups" });
+  private readonly latest = el("div");
   private readonly node = el("div", { class: "grid2" });
   private last: DashboardSnapshot | undefined;
 
@@ -116,6 +125,7 @@ export class LiveView {
         el("div", { class: "scroll" }, this.sandboxes.root),
       ),
       el("section", { class: "card" }, this.groupTitle, el("div", { class: "scroll" }, this.groups.root)),
+      card("Latest outcomes: why, and what the patch touches", this.latest),
       this.node,
     );
     this.filter.addEventListener("input", () => this.last && this.render(this.last));
@@ -139,6 +149,7 @@ export class LiveView {
       s.groups.map((g) => ({ key: g.id, row: g })),
       s.at,
     );
+    setMarkup(this.latest, latestOutcomes(s.outcomes, s.at));
     this.renderNode(s);
   }
 
@@ -163,6 +174,7 @@ export class LiveView {
         ),
       ],
     ];
+    figures.push(["flagged patches", String(s.outcomes.flagged)]);
     if (s.server.sessions !== undefined) figures.push(["sessions", String(s.server.sessions)]);
     if (rate !== undefined) figures.push(["commands/s", rate.toFixed(1)]);
     if (p50 !== undefined && p99 !== undefined) figures.push(["latency p50 / p99", `${ms(p50)} / ${ms(p99)}`]);
@@ -237,3 +249,17 @@ export class LiveView {
 }
 
 const ms = (seconds: number): string => (seconds >= 1 ? `${seconds.toFixed(2)} s` : `${Math.round(seconds * 1000)} ms`);
+
+/** The newest outcomes with their reasons and integrity flags, and the counts by reason. */
+function latestOutcomes(o: OutcomeSummary, now: number): Html {
+  if (o.latest.length === 0) return html`<p class="empty">none yet</p>`;
+  const rows = o.latest.map(
+    (r) => html`<tr><td>${ago(now - r.at)} ago</td><td class="mono">${r.instanceId}</td>
+<td><span class="pill k-${token(r.kind)}">${r.kind}</span></td><td>${r.reason}</td>
+<td class="num">${r.reward ?? "–"}</td><td>${r.flags.map((f) => html`<span class="pill k-flag">${f}</span> `)}</td></tr>`,
+  );
+  const reasons = Object.entries(o.reasons).sort(([a], [b]) => (a < b ? -1 : 1));
+  return html`${stats(reasons)}<div class="scroll"><table class="data outcomes"><thead><tr><th>decided</th>
+<th>instance</th><th>outcome</th><th>reason</th><th class="num">reward</th><th>integrity flags</th></tr></thead>
+<tbody>${rows}</tbody></table></div>`;
+}

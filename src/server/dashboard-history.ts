@@ -5,7 +5,7 @@
  */
 import type { RolloutOutcome } from "../rollout/index.js";
 import type { Principal } from "./auth.js";
-import type { CommandSeries, OutcomeSummary } from "../view/dashboard-data.js";
+import type { CommandSeries, OutcomeRow, OutcomeSummary } from "../view/dashboard-data.js";
 import type { HistogramTotals, ServerMetrics } from "./metrics.js";
 
 const TICK_MS = 5_000;
@@ -26,7 +26,23 @@ export interface OutcomeEntry {
   kind: string;
   reward: number | null;
   instanceId: string;
+  /** The outcome's reason: a scored one's (graded, empty_patch, eval_timeout...) or the failure's kind. */
+  reason: string;
+  /** Its integrity flags, as "kind path". */
+  flags: string[];
 }
+
+const LATEST_SHOWN = 20;
+
+interface OwnerTotals {
+  kinds: Record<string, number>;
+  reasons: Record<string, number>;
+  flagged: number;
+}
+
+const addCounts = (to: Record<string, number>, from: Readonly<Record<string, number>>): void => {
+  for (const [k, n] of Object.entries(from)) to[k] = (to[k] ?? 0) + n;
+};
 
 /** The value under which a fraction `q` of the observations fall, interpolated within its bucket. */
 export function bucketQuantile(buckets: readonly number[], counts: readonly number[], q: number): number {
@@ -48,7 +64,8 @@ export const outcomeKind = (o: RolloutOutcome): string =>
 export class DashboardHistory {
   private readonly samples: Sample[] = [];
   private readonly outcomes: OutcomeEntry[] = [];
-  private readonly totals = new Map<string, Record<string, number>>();
+  /** Per owner: counts by kind, by reason, and of flagged outcomes. */
+  private readonly totals = new Map<string, OwnerTotals>();
   private readonly timer: NodeJS.Timeout;
 
   constructor(private readonly metrics: ServerMetrics) {
@@ -64,10 +81,14 @@ export class DashboardHistory {
 
   record(o: RolloutOutcome, owner: string): void {
     const kind = outcomeKind(o);
-    this.outcomes.push({ at: Date.now(), owner, kind, reward: o.reward, instanceId: o.instanceId });
+    const flags = o.flags.map((f) => `${f.kind} ${f.path}`);
+    const entry = { at: Date.now(), owner, kind, reward: o.reward, instanceId: o.instanceId, reason: o.reason, flags };
+    this.outcomes.push(entry);
     if (this.outcomes.length > MAX_OUTCOMES) this.outcomes.shift();
-    const t = this.totals.get(owner) ?? {};
-    t[kind] = (t[kind] ?? 0) + 1;
+    const t = this.totals.get(owner) ?? { kinds: {}, reasons: {}, flagged: 0 };
+    t.kinds[kind] = (t.kinds[kind] ?? 0) + 1;
+    t.reasons[o.reason] = (t.reasons[o.reason] ?? 0) + 1;
+    if (flags.length) t.flagged++;
     this.totals.set(owner, t);
   }
 
@@ -96,21 +117,37 @@ export class DashboardHistory {
   outcomesFor(who: Principal, now = Date.now()): OutcomeSummary {
     const mine = (owner: string): boolean => who.admin || owner === who.name;
     const totals: Record<string, number> = {};
-    for (const [owner, t] of this.totals)
-      if (mine(owner)) for (const [k, n] of Object.entries(t)) totals[k] = (totals[k] ?? 0) + n;
+    const reasons: Record<string, number> = {};
+    let flagged = 0;
+    for (const [owner, t] of this.totals) {
+      if (!mine(owner)) continue;
+      addCounts(totals, t.kinds);
+      addCounts(reasons, t.reasons);
+      flagged += t.flagged;
+    }
     const start = Math.floor(now / MINUTE_MS) * MINUTE_MS - 29 * MINUTE_MS;
     const perMinute = Array.from({ length: 30 }, (_, i) => ({
       at: start + i * MINUTE_MS,
       kinds: {} as Record<string, number>,
     }));
     const rewards: number[] = [];
+    const latest: OutcomeRow[] = [];
     for (const e of this.outcomes) {
       if (!mine(e.owner)) continue;
+      latest.push({
+        at: e.at,
+        instanceId: e.instanceId,
+        kind: e.kind,
+        reason: e.reason,
+        reward: e.reward,
+        flags: e.flags,
+      });
       const slot = perMinute[Math.floor((e.at - start) / MINUTE_MS)];
       if (slot) slot.kinds[e.kind] = (slot.kinds[e.kind] ?? 0) + 1;
       if (e.reward !== null) rewards.push(e.reward);
     }
-    return { totals, perMinute, rewards: rewards.slice(-1000) };
+    const newest = latest.slice(-LATEST_SHOWN).reverse();
+    return { totals, reasons, flagged, perMinute, rewards: rewards.slice(-1000), latest: newest };
   }
 
   close(): void {

@@ -41,9 +41,27 @@ export interface CommandSeries {
   p99: Point[];
 }
 
+/** One decided outcome, as the dashboard lists the latest. */
+export interface OutcomeRow {
+  at: number;
+  instanceId: string;
+  kind: string;
+  /** Why: a scored outcome's reason (graded, empty_patch, eval_timeout...) or the failure's kind. */
+  reason: string;
+  reward: number | null;
+  /** Integrity flags of the graded patch, as "kind path". */
+  flags: string[];
+}
+
 export interface OutcomeSummary {
   /** By kind: "resolved", "unresolved", or an infrastructure failure's kind. */
   totals: Record<string, number>;
+  /** By reason (see OutcomeRow.reason). */
+  reasons: Record<string, number>;
+  /** Outcomes whose patch carries integrity flags. */
+  flagged: number;
+  /** The newest outcomes first (at most 20). */
+  latest: OutcomeRow[];
   /** Per minute of the last 30, counts by kind (oldest first). */
   perMinute: { at: number; kinds: Record<string, number> }[];
   /** Rewards of the latest scored outcomes. */
