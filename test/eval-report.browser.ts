@@ -137,7 +137,7 @@ describe("HTML evaluation reports, in Chromium from disk", { concurrency: 1 }, (
     });
   });
 
-  it("a patch with markup that does not apply: an error, its patch shown as text, its conftest.py flagged", async () => {
+  it("a patch with markup that does not apply: an error, its patch as text, its conftest.py flagged", async () => {
     const patch = `diff --git a/calc/ops.py b/calc/ops.py\n--- a/calc/ops.py\n+++ b/calc/ops.py\n@@ -1,2 +1,2 @@\n`;
     const conftest =
       "diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n--- /dev/null\n+++ b/conftest.py\n" +

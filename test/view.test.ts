@@ -5,14 +5,18 @@
  */
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { test } from "node:test";
 import { bucketQuantile } from "../src/server/dashboard-history.js";
 import { evalReportHtml, reportCss } from "../src/view/eval-report.js";
-import { fleetHtml, parseFleetStatus } from "../src/view/fleet.js";
+import { fleetHtml, fleetStatusOf, parseFleetStatus } from "../src/view/fleet.js";
 import { escapeHtml, html, token } from "../src/view/html.js";
 import { pageHtml } from "../src/view/page.js";
 import { barChart, binCounts } from "../src/view/plot.js";
 import { parseTrajectories, trajectoriesHtml } from "../src/view/trajectory.js";
+import { run } from "../src/util/run.js";
+import { CLI, tempDir } from "./helpers.js";
 
 const EVIL = `"><script>x()</script><img src=x onerror='y()'>&amp;`;
 
@@ -144,4 +148,42 @@ test("a fleet's status: nodes and warm environments, read defensively and escape
   const out = fleetHtml(nodes).text;
   assertEscaped(out);
   assert.equal(out.match(/<td>warm<\/td>/g)?.length, 2, "each environment warm where it is");
+});
+
+test("a fleet's status is found in its JSON document or in `fleet status --json` lines, never in trajectories", () => {
+  const nodes = [{ node: "n0", url: "http://n0:1", slots: 2, running: 0, usable: true, layer_keys: ["k"] }];
+  assert.deepEqual(fleetStatusOf(JSON.stringify({ nodes }, null, 2))?.[0]?.layerKeys, ["k"]);
+  const lines = [
+    { event: "log", message: "starting" },
+    { event: "result", nodes },
+  ].map((l) => JSON.stringify(l));
+  assert.deepEqual(fleetStatusOf(`${lines.join("\n")}\n`)?.[0]?.node, "n0", "the result event of --json");
+  const trajectory = JSON.stringify({ rollout_id: "r", group_id: "g", steps: [], reward: 1 });
+  assert.equal(fleetStatusOf(trajectory), undefined, "one trajectory line is not a status");
+  assert.equal(fleetStatusOf(`${trajectory}\n${trajectory}\n`), undefined);
+  assert.equal(fleetStatusOf(""), undefined);
+});
+
+test("minisandbox view: a fleet's --json output becomes its page; a file it cannot use is bad input", async () => {
+  const dir = tempDir("msb-view-cli-");
+  const status = join(dir, "status.jsonl");
+  const nodes = [{ node: "node-a", url: "http://a:1", slots: 2, running: 1, usable: true, layer_keys: ["k1"] }];
+  writeFileSync(
+    status,
+    `${JSON.stringify({ event: "log", message: "m" })}\n${JSON.stringify({ event: "result", nodes })}\n`,
+  );
+  const ok = await run(process.execPath, [CLI, "view", status]);
+  assert.equal(ok.code, 0, ok.stderr);
+  assert.equal(ok.stdout.trim(), join(dir, "status.html"));
+  assert.match(readFileSync(join(dir, "status.html"), "utf8"), /<h1>Fleet<\/h1>[\s\S]*node-a/);
+  writeFileSync(join(dir, "empty.jsonl"), "");
+  for (const [file, why] of [
+    ["missing.jsonl", /cannot be read \(ENOENT\); give a file that exists/],
+    ["empty.jsonl", /is neither a trajectories JSONL nor a fleet's status \(it is empty\); give /],
+  ] as const) {
+    const r = await run(process.execPath, [CLI, "view", join(dir, file)]);
+    assert.deepEqual([r.code, r.stdout], [2, ""], file);
+    assert.match(r.stderr, why);
+    assert.equal(r.stderr.trim().split("\n").length, 1, "one line");
+  }
 });

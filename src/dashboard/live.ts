@@ -250,13 +250,15 @@ export class LiveView {
 
 const ms = (seconds: number): string => (seconds >= 1 ? `${seconds.toFixed(2)} s` : `${Math.round(seconds * 1000)} ms`);
 
+const flagPill = (f: string): Html => html`<span class="pill k-flag">${f}</span> `;
+
 /** The newest outcomes with their reasons and integrity flags, and the counts by reason. */
 function latestOutcomes(o: OutcomeSummary, now: number): Html {
   if (o.latest.length === 0) return html`<p class="empty">none yet</p>`;
   const rows = o.latest.map(
     (r) => html`<tr><td>${ago(now - r.at)} ago</td><td class="mono">${r.instanceId}</td>
 <td><span class="pill k-${token(r.kind)}">${r.kind}</span></td><td>${r.reason}</td>
-<td class="num">${r.reward ?? "–"}</td><td>${r.flags.map((f) => html`<span class="pill k-flag">${f}</span> `)}</td></tr>`,
+<td class="num">${r.reward ?? "–"}</td><td>${r.flags.map(flagPill)}</td></tr>`,
   );
   const reasons = Object.entries(o.reasons).sort(([a], [b]) => (a < b ? -1 : 1));
   return html`${stats(reasons)}<div class="scroll"><table class="data outcomes"><thead><tr><th>decided</th>

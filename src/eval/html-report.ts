@@ -1,8 +1,8 @@
 /**
  * The HTML report of a run, `<model>.<run_id>.html` beside the summary: gathered from the files the run left on disk
  * (the summary's verdicts, each instance's report.json, patch.diff, test_output.txt, timings.json and
- * integrity.json, the run's timings file) and rendered by `src/view/eval-report.ts`. It reads those files only and writes that one file: the
- * harness's files stay as they are.
+ * integrity.json, the run's timings file) and rendered by `src/view/eval-report.ts`. It reads those files only and
+ * writes that one file: the harness's files stay as they are.
  */
 import { open, readFile } from "node:fs/promises";
 import { join } from "node:path";

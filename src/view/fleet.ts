@@ -31,6 +31,30 @@ export function parseFleetStatus(doc: unknown): FleetNode[] | undefined {
   }));
 }
 
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * The nodes of a fleet status file: one JSON document (`{"nodes": [...]}`, what `fleet status --html` hands
+ * `minisandbox view`), or the JSON lines `fleet status --json` prints (its last `result` event); undefined when
+ * the text is neither (a trajectories JSONL, say).
+ */
+export function fleetStatusOf(text: string): FleetNode[] | undefined {
+  const whole = parseJson(text);
+  if (whole !== undefined) return parseFleetStatus(whole);
+  const lines = text.split("\n").filter((l) => l.trim());
+  for (const line of lines.reverse()) {
+    const doc = parseJson(line);
+    if (isRec(doc) && doc.event === "result") return parseFleetStatus(doc);
+  }
+  return undefined;
+}
+
 export function fleetHtml(nodes: readonly FleetNode[]): Html {
   const keys = [...new Set(nodes.flatMap((n) => n.layerKeys))].sort();
   const holders = (k: string): number => nodes.filter((n) => n.layerKeys.includes(k)).length;
