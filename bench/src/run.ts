@@ -397,7 +397,7 @@ const WORKLOADS: Record<Workload, (run: BenchRun) => Promise<void>> = {
   },
   async dashboard({ o, results, work, log }) {
     const q = o.quick ?? false;
-    const sizes = { sandboxes: q ? 64 : 500, commands: q ? 50 : 200, watchSeconds: q ? 5 : 15 };
+    const sizes = { sandboxes: q ? 16 : 500, commands: q ? 20 : 200, watchSeconds: q ? 3 : 15 };
     log(`workload 9: the dashboard with ${sizes.sandboxes} live sandboxes`);
     results.dashboard = await benchDashboard({ ...sizes, workDir: work }).catch((e: unknown) =>
       na(`dashboard failed: ${(e as Error).message.split("\n")[0]}`),
