@@ -185,6 +185,7 @@ export class RolloutEngine {
       evaluateOptions: this.evaluateOptions(),
       rewardMode: this.opts.rewardMode ?? "fresh",
       ttlMs,
+      ...(this.opts.onOutcome ? { onOutcome: this.opts.onOutcome } : {}),
       onRolloutStart: (r) => this.byId.set(r.id, r),
       onRolloutEnd: (r) => {
         this.unreserve(1, owner);

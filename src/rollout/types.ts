@@ -72,6 +72,8 @@ export interface RolloutEngineOptions {
   warmPool?: WarmPoolOptions;
   /** Live rollouts at most (default 256); more is a LimitError. */
   maxRollouts?: number;
+  /** Told of every outcome as it is decided (e.g. a server's dashboard counts them); it cannot change one. */
+  onOutcome?: (outcome: RolloutOutcome) => void;
 }
 
 /**
