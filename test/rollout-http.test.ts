@@ -132,6 +132,12 @@ describe("rollouts over HTTP: the TypeScript SDK", { concurrency: 1 }, () => {
       [[inst.instance_id, 2, undefined]],
     );
     assert.deepEqual(report.pool, { size: 2, max: 2 });
+    await assert.rejects(client.prewarm([inst.instance_id], { sandboxes: 0 }), InvalidInputError);
+    const none = await call(serve.url, "POST", "/rollouts/prewarm", {
+      key: ADMIN,
+      body: { instance_ids: [inst.instance_id], sandboxes: -1 },
+    });
+    assert.deepEqual([none.status, none.json.detail.map((d: Json) => d.loc.join("."))], [422, ["body.sandboxes"]]);
     const group = await client.startGroup({ instanceId: inst.instance_id, n: 3, goldCheck: true });
     assert.deepEqual(
       group.rollouts.map((r) => r.fromPool),
