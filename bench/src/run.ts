@@ -227,7 +227,7 @@ async function setupFor(
   notes.push(...env.notes);
   if (env.built) {
     const s = (env.buildMs / 1000).toFixed(0);
-    notes.push(`this run built ${env.built} environment(s) first (${s} s); later runs reuse them from ${work}`);
+    notes.push(`this run built ${env.built} environment(s) first (${s} s); later runs reuse them (see --work)`);
   }
   return env;
 }

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..errors import InvalidInputError
 from ..mini_output import mini_output, submission
 from .policy import Completion
 
@@ -156,5 +157,14 @@ class RolloutEnvironment:
         }
 
     def execute(self, command: str, timeout: float) -> dict[str, Any]:
-        r = self.rollout.exec(command, timeout=timeout, cwd=self.cwd, env=self.env, merge_output=True)
+        try:
+            r = self.rollout.exec(command, timeout=timeout, cwd=self.cwd, env=self.env, merge_output=True)
+        except InvalidInputError as e:
+            return refused(e)
         return mini_output(r, command, timeout)
+
+
+def refused(e: InvalidInputError) -> dict[str, Any]:
+    """A command the server refused as given (a NUL byte, a bad directory...): the policy's own doing, so it is an
+    observation like a failed command, never an error that would end the trajectory as an infrastructure failure."""
+    return {"output": "", "returncode": -1, "exception_info": f"The command was refused: {e}"}

@@ -88,7 +88,9 @@ class Rollout:
         self, *, mode: str | None = None, timeout: float | None = None, reward: str | None = None
     ) -> dict[str, Any]:
         """The outcome: ``status`` "scored" (``reward`` is real, 0 included) or "infra_failure" (``reward`` None,
-        ``failure`` says why), ``resolved``, ``fail_to_pass`` / ``pass_to_pass`` counts, ``timings``, ``patch``."""
+        ``failure`` says why), ``reason`` (why, either way: "graded", "empty_patch", "patch_apply_failed",
+        "eval_timeout", "sandbox_oom"... or the failure's kind), ``flags`` (test infrastructure the patch touches),
+        ``resolved``, ``fail_to_pass`` / ``pass_to_pass`` counts, ``timings``, ``patch``."""
         return self.client.request(
             "POST", f"{self._path}/reward", reward_body(mode, timeout, reward), timeout=(timeout or 3600) + 120
         )

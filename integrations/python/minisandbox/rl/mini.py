@@ -8,8 +8,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..errors import InvalidInputError
 from ..mini_output import check_submitted, mini_output
-from .agent import AgentResult
+from .agent import AgentResult, refused
 from .policy import OpenAIPolicy
 
 try:  # import-guarded: mini-swe-agent is optional
@@ -110,9 +111,12 @@ class MiniRolloutEnvironment:
         command = action.get("command", "")
         t = time.perf_counter()
         limit: float = timeout or self.config["timeout"]
-        r = self.rollout.exec(
-            command, timeout=limit, cwd=cwd or self.config["cwd"], env=self.config["env"], merge_output=True
-        )
+        try:
+            r = self.rollout.exec(
+                command, timeout=limit, cwd=cwd or self.config["cwd"], env=self.config["env"], merge_output=True
+            )
+        except InvalidInputError as e:
+            return refused(e)
         if self.turns:
             self.turns[-1].update(exec_ms=round((time.perf_counter() - t) * 1000, 1), returncode=r["exit_code"])
         out = mini_output(r, command, limit)

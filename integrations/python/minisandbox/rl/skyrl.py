@@ -83,6 +83,7 @@ class MinisandboxGenerator(_Base):  # type: ignore[misc]
         scored = [t for t in trajectories if t.status == "scored"]
         out["rollout_metrics"] = {  # type: ignore[assignment]
             "minisandbox/infra_failures": len(trajectories) - len(scored),
+            "minisandbox/flagged": sum(bool(t.flags) for t in scored),
             "minisandbox/resolved": sum(t.resolved for t in scored),
             "minisandbox/mean_reward": sum(t.reward or 0 for t in scored) / len(scored) if scored else 0.0,
         }

@@ -1,7 +1,9 @@
 """One trajectory = an agent (the built-in loop or mini-swe-agent's) against a policy and a rollout, then its
 reward; groups of them with a concurrency limit. Every trajectory says whether its reward is real ("scored") or
-an infrastructure failure ("infra_failure": the sandbox was lost, the policy endpoint failed, the tests timed out...),
-so trainers drop or mask instead of learning from noise."""
+an infrastructure failure ("infra_failure": the policy endpoint failed, the sandbox was killed from outside...), so
+trainers drop or mask instead of learning from noise, and why (``reason``), with the test infrastructure its patch
+touches (``flags``). Who ended a lost sandbox is the server's to say: a rollout lost by the agent's own doing (its
+memory use, its time limit) is asked for its reward like any other and comes back a scored 0."""
 
 from __future__ import annotations
 
@@ -34,6 +36,11 @@ class Trajectory:
     prompt_messages: int = 2
     parent: str | None = None
     failure: dict[str, Any] | None = None
+    #: Why: the outcome's reason ("graded", "empty_patch", "patch_apply_failed", "eval_timeout", "sandbox_oom"...)
+    #: or, for an infrastructure failure, its kind.
+    reason: str = ""
+    #: Test infrastructure the graded patch touches (conftest.py, pytest settings...): penalise or filter.
+    flags: list[dict[str, Any]] = field(default_factory=list)
     outcome: dict[str, Any] | None = None
     timings: dict[str, Any] = field(default_factory=dict)
     agent: str = "minimal"
@@ -45,6 +52,15 @@ class Trajectory:
 
     def to_record(self) -> dict[str, Any]:
         return {**asdict(self), "loss_mask": self.loss_mask}
+
+
+def outcome_reason(outcome: dict[str, Any]) -> str:
+    """An outcome's reason; servers that predate reasons say only the status (and the failure's kind)."""
+    if outcome.get("reason"):
+        return outcome["reason"]
+    if outcome["status"] != "scored":
+        return (outcome.get("failure") or {}).get("kind", "eval_error")
+    return "empty_patch" if outcome.get("patch") == "" else "graded"
 
 
 class TrajectoryRunner:
@@ -109,8 +125,8 @@ class TrajectoryRunner:
         failure: dict[str, Any] | None = None
         try:
             self._agent(rollout, task, res)
-        except SandboxLostError as e:
-            res.exit_status, failure = "SandboxLost", {"kind": "sandbox_lost", "message": str(e)}
+        except SandboxLostError:
+            res.exit_status = "SandboxLost"  # the reward says whose doing it was
         except PolicyError as e:
             res.exit_status, failure = "PolicyError", {"kind": "policy_error", "message": str(e)}
         except MinisandboxError as e:
@@ -140,6 +156,8 @@ class TrajectoryRunner:
             messages=res.messages,
             turns=res.turns,
             failure=failure,
+            reason=outcome_reason(scored) if scored is not None else (failure or {}).get("kind", ""),
+            flags=list(outcome.get("flags") or []) if outcome is not None else [],
             outcome=outcome,
             timings={
                 "start_ms": rollout.info.get("start_ms"),

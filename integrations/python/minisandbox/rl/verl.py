@@ -63,6 +63,8 @@ class MinisandboxAgentLoop(_Base):  # type: ignore[misc]
             "extra_fields": {
                 "minisandbox": {
                     "status": t.status,
+                    "reason": t.reason,
+                    "flags": t.flags,
                     "failure": t.failure,
                     "trajectory_id": t.trajectory_id,
                     "exit_status": t.exit_status,
