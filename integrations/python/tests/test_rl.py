@@ -28,7 +28,7 @@ from minisandbox.rl import (
     tokenize_trajectory,
 )
 from minisandbox.rl.client import Group
-from minisandbox.rl.skyrl import MinisandboxGenerator, _instance_id
+from minisandbox.rl.skyrl import MinisandboxGenerator, TrajectoryID, task_of
 
 from .conftest import Server
 
@@ -259,7 +259,7 @@ def test_skyrl_masks_infrastructure_failures_alone_or_with_their_group() -> None
     assert masked["stop_reasons"] == ["Submitted", "Submitted", "infra_failure"]
     assert [sum(m) > 0 for m in masked["loss_masks"]] == [True, True, False]
     assert masked["rollout_metrics"]["minisandbox/infra_failures"] == 1
-    assert masked["trajectory_ids"][2] == {"instance_id": "t", "repetition_id": 2}
+    assert masked["trajectory_ids"][2] == TrajectoryID("t", 2)
     grouped = MinisandboxGenerator(runner, CharTokenizer(), on_infra_failure="mask_group")._output([ok, zero, lost])
     assert [sum(m) > 0 for m in grouped["loss_masks"]] == [True, False, False], "the whole GRPO group is masked"
     with pytest.raises(ValueError, match="mask_group"):
@@ -267,7 +267,9 @@ def test_skyrl_masks_infrastructure_failures_alone_or_with_their_group() -> None
 
 
 def test_skyrl_rows_name_their_instance() -> None:
-    assert _instance_id(0, {"trajectory_ids": [{"instance_id": "a"}]}) == "a"
-    assert _instance_id(1, {"env_extras": [{}, {"instance": {"instance_id": "b"}}]}) == "b"
+    assert task_of(0, {"trajectory_ids": [{"instance_id": "a"}]}) == "a"
+    assert task_of(1, {"env_extras": [{}, {"instance": {"instance_id": "b"}}]}) == "b"
+    rows = {"trajectory_ids": [TrajectoryID("0", 0)], "env_extras": [{"instance_id": "c"}]}
+    assert task_of(0, rows) == "c", "SkyRL's trajectory ids name the prompt's uid (a row index), not the task"
     with pytest.raises(ValueError, match="row 0: no instance id"):
-        _instance_id(0, {"env_extras": [{}]})
+        task_of(0, {"env_extras": [{}]})
