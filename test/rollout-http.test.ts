@@ -435,7 +435,7 @@ describe("rollouts over HTTP: the Python package (minisandbox.rl)", { concurrenc
       ]);
     const policy = await scriptedPolicy(
       new Map([
-        [0, ["git status --short", heredoc(inst.patch!)]],
+        [0, ["git status --short", null, heredoc(inst.patch!)]], // a malformed reply in the middle
         [1, [heredoc(fx.partialFix.patch)]],
       ]),
       () => {},
@@ -451,7 +451,11 @@ describe("rollouts over HTTP: the Python package (minisandbox.rl)", { concurrenc
       JSON.stringify(ts),
     );
     assert.match(ts[0].prompt_text, /mswea_bash_command/, "mini's own swebench templates");
+    // The malformed reply stays as the assistant turn it is (mask 1), followed by mini's format error.
+    const turn = ["assistant", "user"];
+    assert.deepEqual(ts[0].roles, ["system", "user", ...turn, ...turn, ...turn, "assistant"]);
     assert.equal(ts[0].mask_ones, ts[0].assistant_chars);
-    assert.ok(ts[0].turns.length === 3 && ts[0].turns[0].exec_ms > 0);
+    assert.ok(ts[0].turns.length === 4 && ts[0].turns[0].exec_ms > 0);
+    assert.equal(ts[0].turns[1].format_error, true);
   });
 });
