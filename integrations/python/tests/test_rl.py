@@ -176,6 +176,17 @@ def test_format_errors_step_limits_long_outputs_and_timeouts(group: Group) -> No
     assert res.turns[1]["returncode"] == -1
 
 
+def test_the_wall_time_limit_bounds_the_run_and_its_commands(group: Group) -> None:
+    env = RolloutEnvironment(group.rollouts[2])
+    res = MinimalAgent(ScriptedPolicy(["sleep 30", "ls"]), env, AgentConfig(wall_time_limit=2, command_timeout=60)).run(
+        "x"
+    )
+    assert res.exit_status == "TimeExceeded"
+    assert len(res.turns) == 1, "no turn starts after the wall time"
+    assert res.turns[0]["returncode"] == -1, "the command had what was left of the wall time, not its own 60 s"
+    assert "<returncode>-1</returncode>" in res.messages[3]["content"]
+
+
 def test_the_runner_refuses_an_unknown_agent(server: Server) -> None:
     with pytest.raises(ValueError, match="'minimal' or 'mini-swe-agent'"):
         TrajectoryRunner(RolloutClient(server.url, server.token), OpenAIPolicy("http://127.0.0.1:9/v1"), agent="x")

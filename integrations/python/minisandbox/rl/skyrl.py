@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .generation import SkyRLGeneration
@@ -76,8 +76,10 @@ def _group_of(row: int, batch: dict[str, Any]) -> tuple[str, str]:
 
 
 class MinisandboxGenerator(_Base):  # type: ignore[misc]
-    """`generate(input_batch) -> GeneratorOutput`. `use_prompts`: a row's prompt opens its trajectory (as SkyRL's
-    own generators do), else the agent's templates over the task's problem statement."""
+    """`generate(input_batch) -> GeneratorOutput`. From SkyRL's generator config: `max_turns`
+    (``generator.max_turns``), `chat_template_kwargs` (``generator.chat_template_kwargs``), `max_response_tokens`.
+    `use_prompts`: a row's prompt opens its trajectory, as in SkyRL's own generators (when it is empty, or False: the
+    agent's templates over the task's problem statement)."""
 
     def __init__(
         self,
@@ -87,6 +89,8 @@ class MinisandboxGenerator(_Base):  # type: ignore[misc]
         inference_engine_client: Any = None,
         model: str | None = None,
         max_response_tokens: int | None = None,
+        max_turns: int | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
         on_infra_failure: str = "mask",
         use_prompts: bool = True,
     ):
@@ -99,6 +103,8 @@ class MinisandboxGenerator(_Base):  # type: ignore[misc]
         )
         self.on_infra_failure = on_infra_failure
         self.max_response_tokens = max_response_tokens
+        self.agent_config = replace(runner.agent_config, step_limit=max_turns) if max_turns else None
+        self.template_kwargs = chat_template_kwargs
         self.use_prompts = use_prompts
 
     def _policy(self, sampling: dict[str, Any] | None) -> TokenPolicy | None:
@@ -109,6 +115,7 @@ class MinisandboxGenerator(_Base):  # type: ignore[misc]
             self.tokenizer,
             sampling=sampling,
             max_response_tokens=self.max_response_tokens,
+            template_kwargs=self.template_kwargs,
             loop=asyncio.get_running_loop(),
         )
 
@@ -121,7 +128,7 @@ class MinisandboxGenerator(_Base):  # type: ignore[misc]
         runs = []
         for (_, task), members in groups.items():
             prompt = list(input_batch["prompts"][members[0]]) if self.use_prompts else None
-            episode = Episode(policy=policy, prompt=prompt or None)
+            episode = Episode(policy=policy, prompt=prompt or None, agent_config=self.agent_config)
             runs.append(asyncio.to_thread(self.runner.run_group, task, len(members), episode=episode))
         done = await asyncio.gather(*runs)
         by_row: dict[int, Trajectory] = {}

@@ -45,7 +45,8 @@ def _get(config: Any, *path: str) -> Any:
 class MinisandboxAgentLoop(_Base):  # type: ignore[misc]
     """Settings come from `configure(...)` (once per worker) or the environment: MINISANDBOX_URL,
     MINISANDBOX_API_KEY (the sandbox server), and for the text fallback OPENAI_BASE_URL, MINISANDBOX_POLICY_MODEL.
-    `use_prompts`: the row's ``raw_prompt`` opens the trajectory (else the agent's templates over the task)."""
+    `use_prompts`: the row's ``raw_prompt`` opens the trajectory, as in verl's own loops (when it is empty, or
+    False: the agent's templates over the task's problem statement)."""
 
     runner: TrajectoryRunner | None = None
 
@@ -59,7 +60,7 @@ class MinisandboxAgentLoop(_Base):  # type: ignore[misc]
         server_manager: Any = None,
         tokenizer: Any = None,
         *args: Any,
-        use_prompts: bool = False,
+        use_prompts: bool = True,
         use_trainer_generation: bool = True,
         **kwargs: Any,
     ):
@@ -67,6 +68,8 @@ class MinisandboxAgentLoop(_Base):  # type: ignore[misc]
             super().__init__(trainer_config, server_manager, tokenizer, *args, **kwargs)
         self.server_manager = server_manager
         self.tokenizer = tokenizer
+        # verl's data.apply_chat_template_kwargs (enable_thinking...), as its own loops render with them.
+        self.template_kwargs = dict(getattr(self, "apply_chat_template_kwargs", None) or {})
         config = getattr(trainer_config, "config", trainer_config)
         self.response_length: int | None = _get(config, "actor_rollout_ref", "rollout", "response_length")
         self.max_turns: int | None = _get(config, "actor_rollout_ref", "rollout", "multi_turn", "max_assistant_turns")
@@ -90,6 +93,7 @@ class MinisandboxAgentLoop(_Base):  # type: ignore[misc]
                 self.tokenizer,
                 sampling=sampling_params,
                 max_response_tokens=self.response_length,
+                template_kwargs=self.template_kwargs,
                 loop=asyncio.get_running_loop(),
             )
         agent_config = replace(runner.agent_config, step_limit=self.max_turns) if self.max_turns else None
