@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from minisandbox.rl import AgentConfig, OpenAIPolicy, RolloutClient, Trajectory, TrajectoryRunner
+from minisandbox.rl import AgentConfig, RolloutClient, Trajectory, TrajectoryRunner
 from minisandbox.rl.agent import SYSTEM_TEMPLATE
 from minisandbox.rl.generation import SGLangGeneration, VLLMCompletions
 from minisandbox.rl.skyrl import MinisandboxGenerator, TrajectoryID
@@ -55,10 +55,9 @@ def qwen25() -> PreTrainedTokenizerFast:
 
 @pytest.fixture(scope="module")
 def runner(server: Server) -> Iterator[TrajectoryRunner]:
-    """Rollouts of the real server; its own (text) policy is unreachable, so nothing samples through it unnoticed."""
-    unused = OpenAIPolicy("http://127.0.0.1:9/v1", retries=0, timeout=2)
+    """Rollouts of the real server, with no policy of its own: every call brings the trainer's."""
     config = AgentConfig(step_limit=6, command_timeout=60)
-    with TrajectoryRunner(RolloutClient(server.url, server.token), unused, agent_config=config, concurrency=2) as r:
+    with TrajectoryRunner(RolloutClient(server.url, server.token), agent_config=config, concurrency=2) as r:
         yield r
 
 

@@ -52,10 +52,13 @@ def tokenizer(template: str = QWEN25_TEMPLATE) -> PreTrainedTokenizerFast:
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
+    # Neither library types these constructors.
     alphabet = pre_tokenizers.ByteLevel.alphabet()
-    trainer = trainers.BpeTrainer(vocab_size=700, special_tokens=SPECIAL, initial_alphabet=alphabet)  # type: ignore[no-untyped-call]
+    bpe_trainer: Any = trainers.BpeTrainer
+    trainer = bpe_trainer(vocab_size=700, special_tokens=SPECIAL, initial_alphabet=alphabet)
     bpe.train_from_iterator(CORPUS * 4, trainer)
-    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>")  # type: ignore[no-untyped-call]
+    fast: Any = PreTrainedTokenizerFast
+    tok: PreTrainedTokenizerFast = fast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     tok.chat_template = template
     return tok
 

@@ -84,12 +84,13 @@ def outcome_reason(outcome: dict[str, Any]) -> str:
 
 
 class TrajectoryRunner:
-    """Runs trajectories on one server with one policy, at most `concurrency` at a time (all groups together)."""
+    """Runs trajectories on one server, at most `concurrency` at a time (all groups together), with its policy or
+    the one each call's `Episode` brings (a trainer's generation: then the runner needs none)."""
 
     def __init__(
         self,
         client: RolloutClient,
-        policy: Policy,
+        policy: Policy | None = None,
         *,
         agent: str = "minimal",
         agent_config: AgentConfig | None = None,
@@ -123,6 +124,7 @@ class TrajectoryRunner:
         episode: Episode | None = None,
     ) -> list[Trajectory]:
         """Start a group of `n` rollouts of one task, run one trajectory in each, reward them, close the group."""
+        self._policy(episode)
         started = time.perf_counter()
         group = self.client.start_group(instance_id, n, gold_check=gold_check)
         try:
@@ -151,7 +153,7 @@ class TrajectoryRunner:
         started = time.perf_counter()
         started_at = time.time()
         res = AgentResult([], [], "Running")
-        session = (episode.policy or self.policy).session(rollout.trajectory_id)
+        session = self._policy(episode).session(rollout.trajectory_id)
         failure = self._run_agent(rollout, task, episode, session, res)
         r0 = time.perf_counter()
         outcome, failure = self._reward(rollout) if failure is None else (None, failure)
@@ -186,6 +188,12 @@ class TrajectoryRunner:
             agent=self.agent,
             tokens=session.record(),
         )
+
+    def _policy(self, episode: Episode | None) -> Policy:
+        policy = (episode.policy if episode else None) or self.policy
+        if policy is None:
+            raise ValueError("no policy to sample with: give the TrajectoryRunner one, or the call an Episode(policy=)")
+        return policy
 
     def _run_agent(
         self, rollout: Rollout, task: str, episode: Episode, session: Session, res: AgentResult
