@@ -20,7 +20,7 @@ from .policy import PolicyError, Session
 from .tokens import TemplateError, TokenRecord
 
 
-class Policy(Protocol):
+class TrajectoryPolicy(Protocol):
     """`OpenAIPolicy` (text) or `TokenPolicy` (token-in/token-out): a session per trajectory."""
 
     def session(self, trajectory_id: str) -> Session: ...
@@ -31,7 +31,7 @@ class Episode:
     """What one call runs its trajectories with, when not the runner's own: the policy (a trainer's generation with
     its sampling params and limits), the opening messages (a dataset's prompt), the agent's limits."""
 
-    policy: Policy | None = None
+    policy: TrajectoryPolicy | None = None
     prompt: list[dict[str, Any]] | None = None
     agent_config: AgentConfig | None = None
 
@@ -90,7 +90,7 @@ class TrajectoryRunner:
     def __init__(
         self,
         client: RolloutClient,
-        policy: Policy | None = None,
+        policy: TrajectoryPolicy | None = None,
         *,
         agent: str = "minimal",
         agent_config: AgentConfig | None = None,
@@ -189,7 +189,7 @@ class TrajectoryRunner:
             tokens=session.record(),
         )
 
-    def _policy(self, episode: Episode | None) -> Policy:
+    def _policy(self, episode: Episode | None) -> TrajectoryPolicy:
         policy = (episode.policy if episode else None) or self.policy
         if policy is None:
             raise ValueError("no policy to sample with: give the TrajectoryRunner one, or the call an Episode(policy=)")
