@@ -5,10 +5,8 @@ loop and mini-swe-agent's own agent are tested by test/rollout-http.test.ts."""
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +29,7 @@ from minisandbox.rl.client import Group
 from minisandbox.rl.skyrl import MinisandboxGenerator, TrajectoryID, task_of
 
 from .conftest import Server
+from .loopback import JSONServer
 
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
@@ -192,32 +191,18 @@ def test_the_runner_refuses_an_unknown_agent(server: Server) -> None:
         TrajectoryRunner(RolloutClient(server.url, server.token), OpenAIPolicy("http://127.0.0.1:9/v1"), agent="x")
 
 
-class Endpoint:
+class Endpoint(JSONServer):
     """An OpenAI-compatible chat endpoint on loopback that answers with its queue of (status, body)."""
 
     def __init__(self) -> None:
         self.answers: list[tuple[int, Any]] = []
         self.requests: list[tuple[dict[str, str], dict[str, Any]]] = []
-        outer = self
+        super().__init__(self._answer)
+        self.url = f"{self.url}/v1"
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                outer.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
-                status, answer = outer.answers.pop(0)
-                data = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+    def _answer(self, path: str, headers: dict[str, str], body: Any) -> tuple[int, Any]:
+        self.requests.append((headers, body))
+        return self.answers.pop(0)
 
 
 def chat(content: Any, finish: str = "stop") -> dict[str, Any]:
@@ -228,8 +213,7 @@ def chat(content: Any, finish: str = "stop") -> dict[str, Any]:
 def endpoint() -> Iterator[Endpoint]:
     e = Endpoint()
     yield e
-    e.httpd.shutdown()
-    e.httpd.server_close()
+    e.close()
 
 
 def test_the_policy_sends_the_chat_and_retries_server_errors(endpoint: Endpoint) -> None:

@@ -7,16 +7,16 @@ three doors that follow the frameworks' current interfaces: verl's ``AsyncLLMSer
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from minisandbox.rl.agent import FORMAT_ERROR, INSTANCE_TEMPLATE, SYSTEM_TEMPLATE
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
+
+from .loopback import JSONServer
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
@@ -185,26 +185,12 @@ class InferenceServer:
         self.requests: list[tuple[str, dict[str, Any]]] = []
         #: Answer as vLLM before ``return_token_ids``: the sampled ids only as ``token_id:N`` tokens.
         self.legacy = False
-        outer = self
+        self.http = JSONServer(self._answer)
+        self.url = self.http.url
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                outer.requests.append((self.path, body))
-                answer = outer.completions(body) if self.path == "/v1/completions" else outer.generate(body)
-                data = json.dumps(answer).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+    def _answer(self, path: str, headers: dict[str, str], body: Any) -> tuple[int, Any]:
+        self.requests.append((path, body))
+        return 200, self.completions(body) if path == "/v1/completions" else self.generate(body)
 
     def completions(self, body: dict[str, Any]) -> dict[str, Any]:
         prompt = body["prompt"]
@@ -245,5 +231,4 @@ class InferenceServer:
         return str(self.sampler.tok.convert_ids_to_tokens(i))
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.http.close()
