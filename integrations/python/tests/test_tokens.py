@@ -13,9 +13,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from minisandbox.rl import AgentConfig, RolloutClient, Trajectory, TrajectoryRunner
+from minisandbox.rl import AgentConfig, ResponseLengthExceeded, RolloutClient, Trajectory, TrajectoryRunner
 from minisandbox.rl.agent import SYSTEM_TEMPLATE
-from minisandbox.rl.generation import SGLangGeneration, VLLMCompletions
+from minisandbox.rl.generation import SGLangGeneration, VerlGeneration, VLLMCompletions
 from minisandbox.rl.skyrl import MinisandboxGenerator, TrajectoryID
 from minisandbox.rl.token_policy import TokenPolicy
 from minisandbox.rl.tokens import TokenRecord, render, retokenize, tokenize_trajectory
@@ -280,3 +280,26 @@ def test_one_trajectory_s_template_problem_masks_that_trajectory_only(qwen3: Pre
     assert out["loss_masks"][1] == tokenize_trajectory(batch[1], qwen3)["response_mask"], "re-tokenised, explicitly"
     grouped = MinisandboxGenerator(runner, qwen3, on_infra_failure="mask_group")._output(batch)
     assert [sum(m) for m in grouped["loss_masks"]] == [0, 0], "mask_group: its GRPO group goes with it"
+
+
+def test_a_session_s_limits_per_turn_and_per_response(qwen25: PreTrainedTokenizerFast) -> None:
+    sampler = ScriptedSampler(qwen25, {"*": [LOOK, LOOK, LOOK]})
+    sampling = {"max_tokens": 8, "logprobs": True}
+    policy = TokenPolicy(VerlGeneration(VerlServerManager(sampler)), qwen25, sampling=sampling, max_response_tokens=60)
+    chat = [{"role": "system", "content": "sys"}, {"role": "user", "content": "task"}]
+    s = policy.session("t@0")
+    chat.append({"role": "assistant", "content": s.complete(chat).content})
+    assert (len(s.response_ids), s.stop_reason) == (8, "length"), "a turn samples at most the sampling's max_tokens"
+    chat.append({"role": "user", "content": "<returncode>0</returncode>\n<output>\ncalc.py tests\n</output>"})
+    chat.append({"role": "assistant", "content": s.complete(chat).content})
+    observation = s.loss_mask[8:].index(1)
+    assert observation > 8, "an observation is not cut to a turn's max_tokens"
+    with pytest.raises(ValueError, match="keep the policy's last reply"):
+        s.complete([*chat[:-1], {"role": "assistant", "content": "rewritten"}])
+    chat.append({"role": "user", "content": "x" * 400})
+    with pytest.raises(ResponseLengthExceeded):
+        s.complete(chat)
+    record = s.record()
+    assert (len(record.response_ids), record.stop_reason) == (60, "length"), "the observation is cut at the limit"
+    assert record.loss_mask[-1] == 0
+    assert_sampled_exactly(record, sampler.calls)

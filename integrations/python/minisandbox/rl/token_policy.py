@@ -125,17 +125,20 @@ class TokenSession:
         except TemplateError as e:
             self.problem = str(e)
             raise
-        room = self._room()
-        if len(ids) > room:
-            ids = ids[: max(room, 0)]
+        left = self._left()
+        if left is not None and len(ids) > left:
+            ids = ids[: max(left, 0)]
             self.stop_reason = "length"
         self._append(ids, 0, None)
 
+    def _left(self) -> int | None:
+        """What is left of the response-length limit (None: no limit)."""
+        limit = self.policy.max_response_tokens
+        return None if limit is None else limit - len(self.response_ids)
+
     def _room(self) -> int:
         """Tokens the next turn may sample."""
-        limits = [self.policy.max_tokens_per_turn]
-        if self.policy.max_response_tokens is not None:
-            limits.append(self.policy.max_response_tokens - len(self.response_ids))
+        limits = [self.policy.max_tokens_per_turn, self._left()]
         return min(x for x in limits if x is not None)
 
     def _append(self, ids: list[int], mask: int, logprobs: list[float] | None) -> None:
