@@ -36,8 +36,8 @@ export interface RewardOptions {
 }
 
 export interface WarmPoolOptions {
-  /** Sandboxes held ready at most, over all tasks (default 0: no pool). */
-  max?: number;
+  /** Sandboxes held ready at most, over all tasks: at least 1 (no `warmPool`: no pool). */
+  max: number;
   /** A pool sandbox not taken within this time is closed (default 15 min). */
   ttlMs?: number;
 }
