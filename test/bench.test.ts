@@ -135,6 +135,11 @@ test("bench: a tiny run of every workload gives well-formed results and files", 
   assert.equal(typeof r.ratios.transfer_http_vs_copy, "number");
   for (const name of ["command line: minisandbox --version", "layer into a fresh node over HTTP (loopback)"])
     assert.equal(typeof r.targets.find((t) => t.name === name)?.met, "boolean", name);
+  const d = r.dashboard;
+  assert.ok(d.available, JSON.stringify(d));
+  assert.equal(d.sandboxes, 16);
+  assert.ok(d.commandUnwatched.n > 0 && d.commandWatched.n > 0 && d.eventIntervalMs.n > 0 && d.eventBytes > 0);
+  assert.ok(d.browser.available || d.browser.reason, JSON.stringify(d.browser));
 
   assert.ok(r.targets.length >= 8);
   for (const t of r.targets) assert.ok(t.met === null || typeof t.met === "boolean");
@@ -146,7 +151,7 @@ test("bench: a tiny run of every workload gives well-formed results and files", 
   assert.deepEqual(back.ratios, r.ratios);
   assert.match(readFileSync(files.markdown, "utf8"), /\| minisandbox warm \|/);
   assert.match(readFileSync(files.markdown, "utf8"), /## 7\. Rollouts for RL trainers/);
-  assert.match(readFileSync(files.markdown, "utf8"), /## 9\. Command line/);
+  assert.match(readFileSync(files.markdown, "utf8"), /## 10\. Command line/);
   assert.match(readFileSync(files.svg, "utf8"), /^<svg [^>]*xmlns="http:\/\/www.w3.org\/2000\/svg"/);
   assert.ok(existsSync(files.svg));
 });

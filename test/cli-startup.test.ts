@@ -1,8 +1,8 @@
 /**
  * The CLI loads only what the command needs: `--version` reads the package file and nothing else, declaring the
  * commands (help, usage errors) loads no product code beyond the parser, and a directory sandbox (`exec --dir`)
- * loads the sandbox, never the server, the environments, the evaluation or the dataset readers. Checked by the
- * modules the real process resolves (a loader hook), not by timing.
+ * loads the door and the sandbox, never the server, the evaluation, the rollouts or any package but the parser.
+ * Checked by the modules the real process resolves (a loader hook), not by timing.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -54,8 +54,9 @@ function loaded(args: string[]): { status: number | null; stdout: string; stderr
 /** What declaring every command may load: the parser and the CLI's own option helpers. */
 const DECLARING = [/^src\/cli\//, /^src\/util\//, /^src\/errors\.js$/, /^src\/env\/build-diagnosis\.js$/];
 const PARSER = /^node_modules\/commander\//;
-/** Never loaded for a directory sandbox. */
-const NOT_FOR_A_DIR_SANDBOX = /^(src\/(server|eval|rollout|client|fixtures|wire|tasks)\/|node_modules\/(?!commander))/;
+/** Never loaded for a directory sandbox (it goes through the door, src/env/workspace.ts, and no further). */
+const NOT_FOR_A_DIR_SANDBOX =
+  /^(src\/(server|eval|rollout|client|fixtures|wire|view|dashboard)\/|node_modules\/(?!commander))/;
 
 test("--version loads the entry and the version file only", () => {
   for (const flag of ["--version", "-V"]) {
@@ -78,16 +79,15 @@ test("help and usage errors load the parser and the command declarations, no pro
   assert.equal(loaded(["exec", "--no-such-flag"]).status, 2);
 });
 
-test("exec --dir runs a real sandbox and loads neither the server, the environments nor the dataset readers", () => {
+test("exec --dir runs a real sandbox and loads neither the server, the evaluation nor the parquet reader", () => {
   const dir = tempDir();
   writeFileSync(join(dir, "marker"), "here\n");
   const r = loaded(["exec", "--dir", dir, "--", "cat", "marker"]);
   assert.equal(r.status, 0, r.stderr);
   assert.equal(r.stdout, "here\n");
   assert.ok(r.modules.includes("src/sandbox/sandbox.js"));
-  const environments = (m: string): boolean => m.startsWith("src/env/") && !DECLARING.some((d) => d.test(m));
   assert.deepEqual(
-    r.modules.filter((m) => NOT_FOR_A_DIR_SANDBOX.test(m) || environments(m)),
+    r.modules.filter((m) => NOT_FOR_A_DIR_SANDBOX.test(m)),
     [],
   );
 });

@@ -1,5 +1,5 @@
 /**
- * Workload 9, the command line: `minisandbox --version` against node starting an empty script (the floor of any
+ * Workload 10, the command line: `minisandbox --version` against node starting an empty script (the floor of any
  * Node.js command), and `minisandbox exec --dir D -- true` end to end against `podman run --rm` of the base image
  * (when podman is there). Whole processes, wall time, rounds interleaved; medians.
  */

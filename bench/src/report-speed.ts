@@ -63,10 +63,11 @@ export function speedTargets(r: Partial): Target[] {
 }
 
 export function cliLines(r: BenchResults): string[] {
-  const L = ["", "## 9. Command line (whole processes, wall time)", ""];
+  const L = ["", "## 10. Command line (whole processes, wall time)", ""];
   const c = r.cli;
   if (!c.available) return [...L, `Not available — ${c.reason}`];
   const vs = (floor: number | null, ours: number): string => (floor === null ? "n/a" : `${(ours / floor).toFixed(2)}×`);
+  const podman = c.podmanRunMs === null ? `n/a (${c.podmanReason})` : `${c.podmanRunMs} ms`;
   L.push(
     `Median of ${c.runs} interleaved rounds.`,
     "",
@@ -74,8 +75,8 @@ export function cliLines(r: BenchResults): string[] {
     "|---|---:|---|---:|",
     `| minisandbox --version | ${c.versionMs} ms | node empty script ${c.nodeEmptyMs} ms | ` +
       `${vs(c.nodeEmptyMs, c.versionMs)} |`,
-    `| minisandbox exec --dir D -- true | ${c.execMs} ms | podman run --rm ` +
-      `${c.podmanRunMs === null ? `n/a (${c.podmanReason})` : `${c.podmanRunMs} ms`} | ${vs(c.podmanRunMs, c.execMs)} |`,
+    `| minisandbox exec --dir D -- true | ${c.execMs} ms | podman run --rm ${podman} | ` +
+      `${vs(c.podmanRunMs, c.execMs)} |`,
   );
   return L;
 }

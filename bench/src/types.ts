@@ -1,6 +1,7 @@
 /** The results file's shape (bench/results/<date>.json, `--out DIR` -> DIR/results.json). See README.md. */
 
 import type { Dist } from "../../src/util/stats.js";
+import type { DashboardBenchResult } from "./dashboard.js";
 import type { ServerLoadResult } from "./server-load.js";
 export type { Dist, ServerLoadResult };
 
@@ -261,7 +262,9 @@ export interface BenchResults {
   serverLoad: ServerLoadResult | Unavailable;
   /** Workload 8: many nodes (layer transfer; the fleet on a simulated Ray cluster). */
   fleet: FleetResult | Unavailable;
-  /** Workload 9: the command line's own start, beside node's empty script and podman run. */
+  /** Workload 9: the dashboard with hundreds of live sandboxes, and what watching costs the API. */
+  dashboard: DashboardBenchResult | Unavailable;
+  /** Workload 10: the command line's own start, beside node's empty script and podman run. */
   cli: CliStartResult | Unavailable;
   evaluation: {
     minisandbox_engine: EvalMeasurement | Unavailable;

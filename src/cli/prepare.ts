@@ -50,26 +50,14 @@ export function registerPrepareCommand(program: Command, getHome: () => string):
 async function printPlan(o: PrepareCliOptions, home: string): Promise<void> {
   const ids = o.instanceIds.flat();
   const dataset = await resolveDatasetArg(o.dataset, o.split, home);
-  const [{ loadDataset }, { envFor }] = await Promise.all([
+  const [{ loadDataset }, { planPrepare }, { plan }] = await Promise.all([
     import("../tasks/index.js"),
-    import("../env/environments.js"),
+    import("../env/prepare.js"),
+    import("../wire/index.js"),
   ]);
   const instances = await loadDataset(dataset, ids.length ? { instanceIds: ids } : {});
-  const environments = new Map<string, { env_key: string; instance_ids: string[]; instance: Instance }>();
-  const errors: { instance_id: string; error: string }[] = [];
-  for (const instance of instances) {
-    let key: string;
-    try {
-      key = envFor(instance, { specsFile: o.specs }).key;
-    } catch (e) {
-      errors.push({ instance_id: instance.instance_id, error: (e as Error).message });
-      continue;
-    }
-    const env = environments.get(key) ?? { env_key: key, instance_ids: [], instance };
-    env.instance_ids.push(instance.instance_id);
-    environments.set(key, env);
-  }
-  process.stdout.write(`${JSON.stringify({ environments: [...environments.values()], errors })}\n`);
+  const p = planPrepare(instances, { specsFile: o.specs });
+  process.stdout.write(`${JSON.stringify(plan.PreparePlan.fromCamel(p))}\n`);
 }
 
 async function prepare(home: string, o: PrepareCliOptions): Promise<void> {

@@ -12,6 +12,8 @@ import { registerPrepareCommand } from "./prepare.js";
 import { registerDemoCommand } from "./demo.js";
 import { registerEvaluateCommand } from "./evaluate.js";
 import { registerServeCommand } from "./serve.js";
+import { registerDashboardCommand } from "./dashboard.js";
+import { registerViewCommand } from "./view.js";
 import type { ProviderFactory } from "../server/provider.js";
 import { fail, usageError } from "./common.js";
 import { packageVersion } from "./version.js";
@@ -40,6 +42,8 @@ registerEvaluateCommand(program, getHome);
 registerStoreCommand(program, getHome);
 registerDemoCommand(program, getHome);
 registerServeCommand(program, getHome, envProviders);
+registerDashboardCommand(program, getHome);
+registerViewCommand(program);
 
 try {
   await program.parseAsync(process.argv);
