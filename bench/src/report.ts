@@ -2,6 +2,7 @@
 import { formatBytes } from "../../src/util/size.js";
 import type { Dist } from "../../src/util/stats.js";
 import { ROLLOUT_RATIO_MEANINGS, rolloutLines, rolloutRatios, rolloutTargets } from "./report-rollout.js";
+import { cliLines, SPEED_RATIO_MEANINGS, speedRatios, speedTargets } from "./report-speed.js";
 import { ratio } from "./stats.js";
 import type { DashboardBenchResult } from "./dashboard.js";
 import type { Leftovers, ServerLoadResult } from "./server-load.js";
@@ -72,6 +73,7 @@ export function computeRatios(
       eval_vs_podman: evalRatio,
       eval_steps_vs_podman: stepsRatio,
       ...rolloutRatios(r, reasons),
+      ...speedRatios(r, reasons),
     },
     ratio_reasons: reasons,
   };
@@ -94,6 +96,7 @@ export function computeTargets(r: Omit<BenchResults, "targets">): Target[] {
   evaluationTargets(r, at);
   t.push(...rolloutTargets(r));
   fleetTargets(r.fleet, at);
+  t.push(...speedTargets(r));
   return t;
 }
 
@@ -221,6 +224,7 @@ export function renderMarkdown(r: BenchResults): string {
     "## 9. The dashboard with many live sandboxes (a real serve process; event streams read as a browser does)",
     "",
     ...dashboardLines(r.dashboard),
+    ...cliLines(r),
   ];
   if (r.notes.length) L.push("", "## Notes", "", ...r.notes.map((n) => `- ${n}`));
   return `${L.join("\n")}\n`;
@@ -427,10 +431,12 @@ function fleetLines(f: FleetResult | Unavailable | undefined): string[] {
       `One layer (${mib(t.layerBytes)} in ${t.files} files; ${mib(t.packBytes)} as a pack) into a fresh store, ` +
         `median of ${t.rounds}:`,
       "",
-      "| method | time | rate |",
-      "|---|---:|---:|",
+      "| method | time | rate | rate ÷ cp -a |",
+      "|---|---:|---:|---:|",
       ...Object.entries(t.methods).map(
-        ([k, v]) => `| ${names[k as keyof typeof names]} | ${ms(v.ms)} | ${v.mbPerS} MB/s |`,
+        ([k, v]) =>
+          `| ${names[k as keyof typeof names]} | ${ms(v.ms)} | ${v.mbPerS} MB/s | ` +
+          `${x(ratio(v.mbPerS, t.methods.plain_copy.mbPerS), 2)} |`,
       ),
       "",
     );
@@ -526,6 +532,7 @@ const RATIO_MEANINGS: Record<keyof BenchResults["ratios"], string> = {
   eval_vs_podman: "evaluation throughput: minisandbox eval engine (else harness steps) ÷ podman",
   eval_steps_vs_podman: "evaluation throughput, the very same script: Sandbox API ÷ podman run -i",
   ...ROLLOUT_RATIO_MEANINGS,
+  ...SPEED_RATIO_MEANINGS,
 };
 
 /** Which environment: the fixture with its history size, or the dataset. */

@@ -16,6 +16,7 @@ import { benchSessionHttp, benchSessionInProcess } from "./session.js";
 import { defaultWorkDir, setupEnvironment, type BenchEnvironment } from "./setup.js";
 import { benchStorage } from "./storage.js";
 import { benchFleet } from "./fleet.js";
+import { benchCliStart } from "./cli-start.js";
 import type { BenchResults, Unavailable } from "./types.js";
 
 const PODMAN_STORAGE_METHOD =
@@ -32,7 +33,8 @@ export type Workload =
   | "server"
   | "rollout"
   | "fleet"
-  | "dashboard";
+  | "dashboard"
+  | "cli";
 export const ALL_WORKLOADS: Workload[] = [
   "ready",
   "storage",
@@ -43,6 +45,7 @@ export const ALL_WORKLOADS: Workload[] = [
   "rollout",
   "fleet",
   "dashboard",
+  "cli",
 ];
 /** What `--dataset` runs (workloads 1, 2, 5 and 7); the others do not depend on the environment. */
 export const DATASET_WORKLOADS: Workload[] = ["ready", "storage", "evaluation", "rollout"];
@@ -86,6 +89,8 @@ export interface BenchOptions {
   evalEngine?: boolean;
   /** Fleet: instances of the 1-vs-3-node run (default 6, quick 4); a Python with Ray (default: python3). */
   fleetInstances?: number;
+  /** Rounds of the command-line workload (default 15, --quick 5). */
+  cliRuns?: number;
   rayPython?: string;
   /** false: skip the fleet's simulated Ray cluster (the layer transfer still runs). */
   fleetCluster?: boolean;
@@ -251,7 +256,7 @@ async function openPodman(
   notes: string[],
   log: (msg: string) => void,
 ): Promise<Podman | Unavailable> {
-  const needsPodman = ["ready", "storage", "evaluation", "rollout"].some((w) => workloads.has(w as Workload));
+  const needsPodman = ["ready", "storage", "evaluation", "rollout", "cli"].some((w) => workloads.has(w as Workload));
   if (o.podman === false || !needsPodman) return na("disabled for this run");
   const podman = await Podman.open(work, log).catch((e: unknown) =>
     na(`podman setup failed: ${(e as Error).message.split("\n")[0]}`),
@@ -294,6 +299,7 @@ async function skeleton(x: {
     serverLoad: notRun("server load"),
     fleet: notRun("many nodes"),
     dashboard: notRun("dashboard"),
+    cli: notRun("command line"),
     evaluation: {
       minisandbox_engine: notRun("evaluation"),
       minisandbox_steps: notRun("evaluation"),
@@ -422,6 +428,13 @@ const WORKLOADS: Record<Workload, (run: BenchRun) => Promise<void>> = {
         `fleet: the 3 simulated nodes share this machine's ${results.fleet.cpus} CPUs, so 1 vs 3 nodes shows the ` +
           "fleet's overhead (placement, Ray tasks, HTTP), not a speed-up; on real machines each node brings its own",
       );
+  },
+  async cli({ o, results, work, podman, log }) {
+    const runs = o.cliRuns ?? (o.quick ? 5 : 15);
+    log(`workload 10: command line, ${runs} rounds`);
+    results.cli = await benchCliStart({ work, runs, podman }).catch((e: unknown) =>
+      na(`command line failed: ${(e as Error).message.split("\n")[0]}`),
+    );
   },
   async evaluation({ o, results, env, size, podman, log }) {
     const instances = env.instances.slice(0, size.evalInstances);

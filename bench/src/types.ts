@@ -264,6 +264,8 @@ export interface BenchResults {
   fleet: FleetResult | Unavailable;
   /** Workload 9: the dashboard with hundreds of live sandboxes, and what watching costs the API. */
   dashboard: DashboardBenchResult | Unavailable;
+  /** Workload 10: the command line's own start, beside node's empty script and podman run. */
+  cli: CliStartResult | Unavailable;
   evaluation: {
     minisandbox_engine: EvalMeasurement | Unavailable;
     /** The same with one worker (overhead is judged at 1 and 2), when the main run uses more. */
@@ -295,9 +297,30 @@ export interface BenchResults {
     rollout_overhead_vs_podman: number | null;
     /** Fork → child started, p50: podman commit + run ÷ Rollout.fork. */
     fork_vs_podman_commit: number | null;
+    /** node starting an empty script ÷ `minisandbox --version` (1 = the floor of any Node.js command). */
+    cli_version_vs_node_empty: number | null;
+    /** `podman run --rm IMAGE true` ÷ `minisandbox exec --dir D -- true`, whole processes. */
+    cli_exec_vs_podman_run: number | null;
+    /** Layer into a fresh node: HTTP (missing objects) MB/s ÷ `cp -a` of the materialized tree MB/s. */
+    transfer_http_vs_copy: number | null;
   };
   /** Why a ratio is null. */
   ratio_reasons: Record<string, string>;
   targets: Target[];
   notes: string[];
+}
+
+/** Workload 9: whole-process wall times, medians of `runs` interleaved rounds. */
+export interface CliStartResult {
+  available: true;
+  runs: number;
+  /** node starting an empty script: the floor of any command written for Node.js. */
+  nodeEmptyMs: number;
+  /** `minisandbox --version`. */
+  versionMs: number;
+  /** `minisandbox exec --dir D -- true`, end to end (start, sandbox, command, cleanup). */
+  execMs: number;
+  /** `podman run --rm --network none <base image> true`; null without podman (reason beside it). */
+  podmanRunMs: number | null;
+  podmanReason: string | null;
 }

@@ -1,12 +1,6 @@
 import { join } from "node:path";
 import type { Command } from "commander";
-import { prepareInstances } from "../env/prepare.js";
-import { renderRun } from "../eval/render.js";
-import { runEvaluation } from "../eval/run.js";
-import { fixtureDatasetIn } from "../fixtures/generate.js";
-import { Sandbox } from "../index.js";
-import { loadDataset, type Instance } from "../tasks/index.js";
-import { Progress, table } from "../util/progress.js";
+import type { Instance } from "../tasks/index.js";
 import { fail, parsePositive } from "./common.js";
 
 /** The main job on a small bundled example: a real git repo + SWE-bench-format dataset generated locally. */
@@ -25,6 +19,13 @@ export function registerDemoCommand(program: Command, getHome: () => string): vo
 }
 
 async function demo(home: string, n: number): Promise<void> {
+  const [{ fixtureDatasetIn }, { loadDataset }, { Sandbox }, { runEvaluation }, { renderRun }] = await Promise.all([
+    import("../fixtures/generate.js"),
+    import("../tasks/index.js"),
+    import("../index.js"),
+    import("../eval/run.js"),
+    import("../eval/render.js"),
+  ]);
   const fixture = await fixtureDatasetIn(join(home, "demo"), { instances: n });
   const instances = await loadDataset(fixture.datasetPath);
   process.stdout.write(`example dataset: ${fixture.datasetPath} (${instances.length} instances of fixture/calc)\n\n`);
@@ -51,6 +52,10 @@ async function demo(home: string, n: number): Promise<void> {
 }
 
 async function prepareAll(home: string, instances: Instance[], reposDir: string): Promise<void> {
+  const [{ prepareInstances }, { Progress, table }] = await Promise.all([
+    import("../env/prepare.js"),
+    import("../util/progress.js"),
+  ]);
   const progress = new Progress(instances.length, "prepare");
   const results = await prepareInstances(instances, {
     home,

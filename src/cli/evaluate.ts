@@ -1,11 +1,6 @@
 import type { Command } from "commander";
-import { renderRun, runResultJson } from "../eval/render.js";
-import { renderSummary } from "../eval/report.js";
-import { planEvaluation, runEvaluation, summarizeEvaluation, type RunEvaluationOptions } from "../eval/run.js";
+import type { RunEvaluationOptions } from "../eval/run.js";
 import { InvalidInputError } from "../errors.js";
-import { loadPredictions, unknownPredictionIds } from "../eval/predictions.js";
-import { loadDataset } from "../tasks/index.js";
-import { plan } from "../wire/index.js";
 import { fail, openInBrowser, parsePositive } from "./common.js";
 import { addHarnessFlags, applyHarnessFlags, resolveDatasetArg } from "./harness-flags.js";
 import { addDatasetOptions } from "./prepare.js";
@@ -60,6 +55,10 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
           await planOrSummary({ ...o, dataset }, home);
           return;
         }
+        const [{ runEvaluation }, { renderRun, runResultJson }] = await Promise.all([
+          import("../eval/run.js"),
+          import("../eval/render.js"),
+        ]);
         const r = await runEvaluation({
           home,
           dataset,
@@ -88,6 +87,10 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
 /** As the harness does: predictions for ids the dataset does not have stop the run before anything is evaluated. */
 async function refuseUnknownIds(dataset: string, predictions: string): Promise<void> {
   if (predictions === "gold" || predictions === "empty") return;
+  const [{ loadPredictions, unknownPredictionIds }, { loadDataset }] = await Promise.all([
+    import("../eval/predictions.js"),
+    import("../tasks/index.js"),
+  ]);
   const [preds, instances] = await Promise.all([loadPredictions(predictions), loadDataset(dataset)]);
   const unknown = unknownPredictionIds(
     preds,
@@ -123,6 +126,11 @@ async function planOrSummary(o: EvaluateCliOptions, home: string): Promise<void>
   if (o.plan && o.runId === undefined)
     throw new InvalidInputError("--plan needs --run-id (the summary is written later under the same id)");
   const opts = runOptions(o, home);
+  const [{ planEvaluation, summarizeEvaluation }, { renderSummary }, { plan }] = await Promise.all([
+    import("../eval/run.js"),
+    import("../eval/report.js"),
+    import("../wire/index.js"),
+  ]);
   if (o.summaryOnly) {
     const r = await summarizeEvaluation(opts);
     if (o.json) process.stdout.write(`${JSON.stringify(plan.EvaluationSummary.fromCamel(r), null, 2)}\n`);

@@ -1,9 +1,7 @@
 import type { Command } from "commander";
-import { builtInstances, planPrepare, prepareInstances, renderPrepare, type PrepareResult } from "../env/prepare.js";
-import { renderValidation, validateInstances, validationSummary } from "../eval/validate.js";
-import { loadDataset, type Instance } from "../tasks/index.js";
-import { plan } from "../wire/index.js";
-import { Progress } from "../util/progress.js";
+import type { PrepareResult } from "../env/prepare.js";
+import type { validationSummary } from "../eval/validate.js";
+import type { Instance } from "../tasks/index.js";
 import { collect, fail, parsePositive } from "./common.js";
 import { addHarnessFlags, applyHarnessFlags, resolveDatasetArg } from "./harness-flags.js";
 
@@ -52,6 +50,11 @@ export function registerPrepareCommand(program: Command, getHome: () => string):
 async function printPlan(o: PrepareCliOptions, home: string): Promise<void> {
   const ids = o.instanceIds.flat();
   const dataset = await resolveDatasetArg(o.dataset, o.split, home);
+  const [{ loadDataset }, { planPrepare }, { plan }] = await Promise.all([
+    import("../tasks/index.js"),
+    import("../env/prepare.js"),
+    import("../wire/index.js"),
+  ]);
   const instances = await loadDataset(dataset, ids.length ? { instanceIds: ids } : {});
   const p = planPrepare(instances, { specsFile: o.specs });
   process.stdout.write(`${JSON.stringify(plan.PreparePlan.fromCamel(p))}\n`);
@@ -61,6 +64,11 @@ async function prepare(home: string, o: PrepareCliOptions): Promise<void> {
   const ids = o.instanceIds.flat();
   const dataset = await resolveDatasetArg(o.dataset, o.split, home);
   const workers = parsePositive(o.workers, "--workers", { integer: true });
+  const [{ loadDataset }, { prepareInstances, renderPrepare }, { Progress }] = await Promise.all([
+    import("../tasks/index.js"),
+    import("../env/prepare.js"),
+    import("../util/progress.js"),
+  ]);
   const instances = await loadDataset(dataset, ids.length ? { instanceIds: ids } : {});
   const env = { home, reposDir: o.repos, specsFile: o.specs, workers };
   const progress = new Progress(instances.length, "prepare");
@@ -83,6 +91,10 @@ async function validate(
   env: { home: string; reposDir?: string; specsFile?: string; workers: number },
   json: boolean | undefined,
 ): Promise<ReturnType<typeof validationSummary>> {
+  const [{ builtInstances }, { renderValidation, validateInstances, validationSummary }] = await Promise.all([
+    import("../env/prepare.js"),
+    import("../eval/validate.js"),
+  ]);
   const report = await validateInstances(builtInstances(instances, results), env);
   if (!json) process.stdout.write(renderValidation(report));
   return validationSummary(report);

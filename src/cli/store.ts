@@ -2,26 +2,24 @@
 import type { Command } from "commander";
 import { homeLayout } from "../util/home.js";
 import { formatBytes } from "../util/size.js";
-import {
-  exportPack,
-  gcStore,
-  importPack,
-  openStore,
-  storeStats,
-  verifyStore,
-  type Store,
-  type VerifyReport,
-} from "../env/store/index.js";
+import type { Store, VerifyReport } from "../env/store/index.js";
 
 interface JsonFlag {
   json?: boolean;
 }
 
-type StoreOf = () => Store;
+/** The store's API, loaded when a store command runs (not when the program starts). */
+type StoreApi = typeof import("../env/store/index.js");
+
+/** The home's store and the API to work on it. */
+type StoreOf = () => Promise<{ api: StoreApi; store: Store }>;
 
 export function registerStoreCommand(program: Command, getHome: () => string): void {
   const cmd = program.command("store").description("content-addressed layer store: dedup stats, integrity, gc, packs");
-  const store: StoreOf = () => openStore(homeLayout(getHome()).store);
+  const store: StoreOf = async () => {
+    const api = await import("../env/store/index.js");
+    return { api, store: api.openStore(homeLayout(getHome()).store) };
+  };
   for (const register of [statsCommand, verifyCommand, gcCommand, exportCommand, importCommand]) register(cmd, store);
 }
 
@@ -32,7 +30,8 @@ function statsCommand(cmd: Command, store: StoreOf): void {
     .option("--json", "machine-readable output")
     .action(
       action("stats", async (opts: JsonFlag) => {
-        const s = await storeStats(store());
+        const { api, store: st } = await store();
+        const s = await api.storeStats(st);
         if (opts.json) return printJson(s);
         print(
           `layers:        ${s.layers}`,
@@ -54,7 +53,8 @@ function verifyCommand(cmd: Command, store: StoreOf): void {
     .action(
       action("verify", async (opts: JsonFlag) => {
         const progress = !opts.json && process.stderr.isTTY;
-        const report = await verifyStore(store(), {
+        const { api, store: st } = await store();
+        const report = await api.verifyStore(st, {
           onProgress: progress
             ? (done, total) => process.stderr.write(`\rverifying ${done}/${total} objects`)
             : undefined,
@@ -74,7 +74,8 @@ function gcCommand(cmd: Command, store: StoreOf): void {
     .option("--json", "machine-readable output")
     .action(
       action("gc", async (opts: JsonFlag) => {
-        const r = await gcStore(store());
+        const { api, store: st } = await store();
+        const r = await api.gcStore(st);
         if (opts.json) return printJson(r);
         const freed = formatBytes(r.freedBytes);
         print(`removed ${r.removedObjects} objects and ${r.removedTemp} scratch entries, freed ${freed}`);
@@ -91,7 +92,8 @@ function exportCommand(cmd: Command, store: StoreOf): void {
     .option("--json", "machine-readable output")
     .action(
       action("export", async (layers: string[], opts: JsonFlag & { output: string }) => {
-        const r = await exportPack(store(), layers, opts.output);
+        const { api, store: st } = await store();
+        const r = await api.exportPack(st, layers, opts.output);
         if (opts.json) return printJson(r);
         const bytes = `${formatBytes(r.objectBytes)} -> ${formatBytes(r.packBytes)}`;
         print(`wrote ${r.file}: ${r.layers.length} layer(s), ${r.objects} objects, ${bytes}`);
@@ -108,7 +110,8 @@ function importCommand(cmd: Command, store: StoreOf): void {
     .option("--json", "machine-readable output")
     .action(
       action("import", async (file: string, opts: JsonFlag & { replace?: boolean }) => {
-        const r = await importPack(store(), file, { replace: opts.replace });
+        const { api, store: st } = await store();
+        const r = await api.importPack(st, file, { replace: opts.replace });
         if (opts.json) return printJson(r);
         const added = `${r.objectsAdded} new objects (${formatBytes(r.bytesAdded)})`;
         print(`imported ${r.layers.join(", ")}: ${added}, ${r.objectsPresent} already present`);

@@ -35,6 +35,7 @@ export { pullLayer, type PullOptions, type PullResult } from "./remote.js";
 export {
   fetchPackHttp,
   MAX_OBJECTS_PER_REQUEST,
+  objectsAnswer,
   pullLayerHttp,
   sourceBase,
   type HttpPullOptions,
