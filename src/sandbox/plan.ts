@@ -122,11 +122,18 @@ export function planSources(plan: MountPlan, initBinary: string): PlanSource[] {
 }
 
 /**
- * The bwrap arguments for a plan. `scratch` is the private, size-limited tmpfs prepared by the launch: `root` (the
- * sandbox's `/`), `tmp`, `shm`, `home`, `m/<i>` for the i-th overlay, `b/<name>` for the sources of planSources().
- * Every writable place lives there, so one size bounds them all.
+ * The directory, under a sandbox's scratch, of its first generation of writable places: the size-limited tmpfs the
+ * launch makes (a restore makes the next ones, `g1`, `g2`...).
+ */
+export const FIRST_GENERATION = "g0";
+
+/**
+ * The bwrap arguments for a plan. `scratch` is the private directory prepared by the launch: its first generation
+ * (`g0`, one size-limited tmpfs: every writable place lives there, so one size bounds them all) holds `root` (the
+ * sandbox's `/`), `tmp`, `shm`, `home` and `m/<i>` for the i-th overlay; `b/<name>` are the sources of planSources().
  */
 export function bwrapArgs(plan: MountPlan, scratch: string, initBinary: string): string[] {
+  const gen = `${scratch}/${FIRST_GENERATION}`;
   const a: string[] = [
     "--new-session",
     "--die-with-parent",
@@ -136,7 +143,7 @@ export function bwrapArgs(plan: MountPlan, scratch: string, initBinary: string):
     "--unshare-uts",
   ];
   if (!plan.network) a.push("--unshare-net");
-  a.push("--hostname", plan.hostname, "--bind", `${scratch}/root`, "/");
+  a.push("--hostname", plan.hostname, "--bind", `${gen}/root`, "/");
   for (const [i, e] of systemEntries().entries()) {
     if (e.symlinkTo) a.push("--symlink", e.symlinkTo, e.path);
     else a.push("--ro-bind", `${scratch}/b/s${i}`, e.path);
@@ -144,14 +151,14 @@ export function bwrapArgs(plan: MountPlan, scratch: string, initBinary: string):
   // /etc's secrets and /proc's knobs are masked by pid 1 (initMaskArgs), before anything runs.
   a.push("--proc", "/proc");
   // /dev is bwrap's own small tmpfs: read-only, with /dev/shm on the sized scratch instead.
-  a.push("--dev", "/dev", "--bind", `${scratch}/shm`, "/dev/shm", "--remount-ro", "/dev");
-  a.push("--bind", `${scratch}/tmp`, "/tmp");
+  a.push("--dev", "/dev", "--bind", `${gen}/shm`, "/dev/shm", "--remount-ro", "/dev");
+  a.push("--bind", `${gen}/tmp`, "/tmp");
   // bwrap would create missing parents 0700, locking a non-root user out of its own home.
   const homeParent = plan.home.slice(0, plan.home.lastIndexOf("/"));
   if (homeParent && homeParent !== "/root") a.push("--perms", "0755", "--dir", homeParent);
-  a.push("--bind", `${scratch}/home`, plan.home);
+  a.push("--bind", `${gen}/home`, plan.home);
   for (const [i, t] of plan.toolchains.entries()) a.push("--ro-bind", `${scratch}/b/t${i}`, t);
-  for (const [i, o] of plan.overlays.entries()) a.push("--bind", `${scratch}/m/${i}`, o.target);
+  for (const [i, o] of plan.overlays.entries()) a.push("--bind", `${gen}/m/${i}`, o.target);
   for (const [i, b] of plan.binds.entries())
     a.push(b.readOnly ? "--ro-bind" : "--bind", `${scratch}/b/x${i}`, b.target);
   a.push(
@@ -162,7 +169,9 @@ export function bwrapArgs(plan: MountPlan, scratch: string, initBinary: string):
     `${scratch}/b/init/${basename(initBinary)}`,
     INIT_PATH,
   );
-  a.push("--chdir", plan.cwd);
+  // pid 1 stays at `/` (commands get their own directory): a restore's pivot moves it with the root, so that nothing
+  // of the previous generation is held.
+  a.push("--chdir", "/");
   a.push("--cap-drop", "ALL");
   for (const c of SANDBOX_CAPS) a.push("--cap-add", `CAP_${c.toUpperCase()}`);
   // pid 1 alone: it makes the cgroup namespace once in the sandbox's groups, then drops it (msb-helper init).

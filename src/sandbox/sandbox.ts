@@ -370,7 +370,7 @@ export class Sandbox implements AsyncDisposable {
     const name = `${this.id}-${++this.forkCounter}`;
     const owner = this.mode === "root" ? this.hostIds.uid : undefined;
     const take = (): Promise<Snapshot> =>
-      Snapshot.take(snapshotsDir(this.home), name, { holderPid: this.holder.pid!, scratch: this.paths.scratch, owner });
+      Snapshot.take(snapshotsDir(this.home), name, { holderPid: this.holder.pid!, places: this.generationDir, owner });
     if (this.cgroups.freezer) return whileFrozen(this.cgroups.freezer, take);
     // Copying a running root-mode sandbox without freezing it could race its writes (and its symlink swaps).
     if (this.mode === "root") throw new SandboxError("fork needs the cgroup freezer controller on this host");
@@ -407,6 +407,13 @@ export class Sandbox implements AsyncDisposable {
   private readonly opts: SandboxOptions;
   private readonly mode: LaunchMode;
   private forkCounter = 0;
+  /** Which generation of writable places the sandbox runs on (0 from its launch; each restore makes the next). */
+  private generation = 0;
+
+  /** Where the current generation of writable places is, in the launch's mount namespace. */
+  private get generationDir(): string {
+    return `${this.paths.scratch}/g${this.generation}`;
+  }
 
   /** How this sandbox is isolated: what is enforced, and what an explicit option turned off. */
   security(): SandboxSecurity {

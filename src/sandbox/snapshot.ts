@@ -22,9 +22,10 @@ export const WRITABLE_PLACES = ["upper", "root", "tmp", "home", "shm"] as const;
 
 /** Where a running sandbox's writable places are read from, and whose ids its files carry. */
 export interface SnapshotSource {
-  /** The launcher (holder) process: the scratch is read through its mount namespace. */
+  /** The launcher (holder) process: the writable places are read through its mount namespace. */
   holderPid: number;
-  scratch: string;
+  /** The directory of the sandbox's current generation of writable places, in that namespace. */
+  places: string;
   /** Root mode: the first host id of the sandbox's range, which owns every file copied. */
   owner?: number;
 }
@@ -54,7 +55,7 @@ export class Snapshot {
 
   /** Copy the writable places of a running (frozen) sandbox. */
   static async take(snapshotsDir: string, name: string, src: SnapshotSource): Promise<Snapshot> {
-    const from = `/proc/${src.holderPid}/root${src.scratch}`;
+    const from = `/proc/${src.holderPid}/root${src.places}`;
     // Owner-only all the way: nothing of a sandbox's is for other local users to walk, run or read.
     mkdirSync(snapshotsDir, { recursive: true, mode: 0o700 });
     chmodSync(snapshotsDir, 0o700);
