@@ -22,6 +22,11 @@
  *   msb-helper enter --args-fd N --cgroup DIR...   the same, started ahead of its command: once in its cgroups, the
  *                                                  rest (--pid, options, `-- CMD ARGS...`) is read from fd N
  *                                                  (NUL-separated, until EOF; nothing at all: exit 0, nothing run)
+ *                                                  (`restore ...` instead: the restore below, charged there)
+ *   msb-helper restore [options]                   a live sandbox given another's writable state, in place: its
+ *                                                  processes killed, a fresh tmpfs filled with a copy, its mount
+ *                                                  tree rebuilt and pivoted, new IPC/network namespaces for its
+ *                                                  commands, its pid counter set (see cmd_restore)
  *   msb-helper check                               prints what this kernel and build support (for `doctor`)
  *   msb-helper export-bpf                          the seccomp profile as C arrays (embedded at build time)
  *
@@ -340,12 +345,11 @@ static int cmd_export_bpf(void) {
 /* ---------------------------------------------------------------- launch */
 
 /*
- * A user namespace whose ids first..first+count-1 are host ids base..base+count-1, held by a descriptor. Only a
- * process outside may write such a map (the kernel requires CAP_SETUID over the parent namespace): a short-lived
- * child creates the namespace and we, still host root, write its maps. `first` 0 makes the sandbox's namespace; any
- * other `first` serves only to id-map a tree owned by another sandbox's range (a fork's snapshot) onto this one's.
+ * A user namespace whose ids 0..count-1 are host ids base..base+count-1, held by a descriptor. Only a process
+ * outside may write such a map (the kernel requires CAP_SETUID over the parent namespace): a short-lived child
+ * creates the namespace and we, still host root, write its maps.
  */
-static int make_userns(unsigned first, unsigned base, unsigned count) {
+static int make_userns(unsigned base, unsigned count) {
   int up[2], down[2];
   if (pipe2(up, O_CLOEXEC) != 0 || pipe2(down, O_CLOEXEC) != 0) die(1, "pipe: %s", strerror(errno));
   pid_t child = fork();
@@ -368,7 +372,7 @@ static int make_userns(unsigned first, unsigned base, unsigned count) {
   close(down[0]);
   char b, path[64], map[64];
   if (read(up[0], &b, 1) != 1) die(1, "create user namespace: %s", strerror(errno));
-  fmt(map, sizeof map, "%u %u %u\n", first, base, count);
+  fmt(map, sizeof map, "0 %u %u\n", base, count);
   fmt(path, sizeof path, "/proc/%d/uid_map", child);
   write_file(path, map);
   fmt(path, sizeof path, "/proc/%d/gid_map", child);
@@ -474,7 +478,7 @@ static void attach_tree(int tree, const char *target) {
 }
 
 /*
- * Bulk writes to the scratch (a fork's seed, the copy fallback) are charged to the memory cgroup of the process that
+ * Bulk writes to the scratch (the copy fallback) are charged to the memory cgroup of the process that
  * makes them: before the first, wait until the caller has moved us into the sandbox's groups (it then writes 'L' on
  * our stdin; pid 1 skips that byte when nobody read it).
  */
@@ -522,14 +526,12 @@ static void copy_layers(const char *lowers, const char *target) {
  *   SYSTEM  the same, never id-mapped (/usr, /etc...: host root's files stay nobody's inside, as without a map)
  *   LIVE    read-only, id-mapped, bound as is: the host writes it while the sandbox runs (control files)
  *   RW      writable, never id-mapped (root inside must not write as host root)
- *   SEED    a fork's snapshot, read once by the launch; id-mapped from the range that owns it (`owner`)
  */
-enum source_kind { SHARED, SYSTEM, LIVE, RW, SEED };
+enum source_kind { SHARED, SYSTEM, LIVE, RW };
 
 struct source {
   const char *path, *name;
   enum source_kind kind;
-  unsigned owner;
   int tree;
 };
 
@@ -537,36 +539,18 @@ struct launch_opts {
   const char *overlays[MAX_ITEMS], *home_files[MAX_ITEMS];
   struct source sources[MAX_ITEMS];
   int *lowers[MAX_ITEMS]; /* per overlay: cloned lower trees, -1 terminated */
-  int nov, nsrc, nhome, force_copy, seed; /* seed: index of the --seed source, or -1 */
+  int nov, nsrc, nhome, force_copy;
   const char *scratch, *disk, *owner, *idmap, *id_pool, *id_locks;
-  unsigned id_base, id_count; /* root mode: this sandbox's range */
-  unsigned owners[MAX_ITEMS]; /* ranges that own trees of ours, and the namespaces that map them onto ours */
-  int owner_ns[MAX_ITEMS], nowners;
   struct limits limits;
   char **bwrap;
 };
-
-/* "OWNER@PATH": a tree owned by the id range that starts at OWNER (a fork's snapshot); a plain path: no owner. */
-static const char *owned_path(const char *spec, unsigned *owner) {
-  const char *at = strchr(spec, '@');
-  *owner = 0;
-  if (!at || at == spec || strspn(spec, "0123456789") != (size_t)(at - spec)) return spec;
-  char num[16];
-  if ((size_t)(at - spec) >= sizeof num) die(2, "bad owner in %s", spec);
-  memcpy(num, spec, (size_t)(at - spec));
-  num[at - spec] = '\0';
-  *owner = parse_uint(num, "owner");
-  return at + 1;
-}
 
 static void add_source(struct launch_opts *o, const char *spec, enum source_kind kind) {
   if (o->nsrc >= MAX_ITEMS) die(2, "too many mounts");
   char *copy = strdup(spec), *eq = strchr(copy, '=');
   if (!eq || eq == copy || !eq[1] || strchr(copy, '/') < eq) die(2, "bad mount %s (want NAME=PATH)", spec);
   *eq = '\0';
-  unsigned owner = 0;
-  const char *path = kind == SEED ? owned_path(eq + 1, &owner) : eq + 1;
-  o->sources[o->nsrc++] = (struct source){.path = path, .name = copy, .kind = kind, .owner = owner, .tree = -1};
+  o->sources[o->nsrc++] = (struct source){.path = eq + 1, .name = copy, .kind = kind, .tree = -1};
 }
 
 static void parse_launch(int argc, char **argv, struct launch_opts *o) {
@@ -582,7 +566,6 @@ static void parse_launch(int argc, char **argv, struct launch_opts *o) {
     else if (!strcmp(a, "--system")) add_source(o, v, SYSTEM), i++;
     else if (!strcmp(a, "--source-live")) add_source(o, v, LIVE), i++;
     else if (!strcmp(a, "--source-rw")) add_source(o, v, RW), i++;
-    else if (!strcmp(a, "--seed")) add_source(o, v, SEED), o->seed = o->nsrc - 1, i++;
     else if (!strcmp(a, "--scratch")) o->scratch = v, i++;
     else if (!strcmp(a, "--disk")) o->disk = v, i++;
     else if (!strcmp(a, "--owner")) o->owner = v, i++;
@@ -599,25 +582,6 @@ static void parse_launch(int argc, char **argv, struct launch_opts *o) {
   o->bwrap = argv + i + 1;
 }
 
-/* The namespace that maps the range at `owner` onto ours (made once per owner). */
-static int owner_userns(struct launch_opts *o, unsigned owner) {
-  for (int i = 0; i < o->nowners; i++)
-    if (o->owners[i] == owner) return o->owner_ns[i];
-  if (o->nowners >= MAX_ITEMS) die(2, "too many owners");
-  o->owners[o->nowners] = owner;
-  return o->owner_ns[o->nowners++] = make_userns(owner, o->id_base, o->id_count);
-}
-
-/*
- * How a tree is mapped: through our namespace (host ids shown as they are inside), through its owner's namespace onto
- * ours (a tree written by another range), or not at all (-1: written in our own range already, or never mapped).
- */
-static int mapping_for(struct launch_opts *o, enum source_kind kind, unsigned owner, int userns) {
-  if (userns < 0) return -1;
-  if (owner) return owner == o->id_base ? -1 : owner_userns(o, owner);
-  return kind == SHARED || kind == LIVE ? userns : -1;
-}
-
 /*
  * Clone every host path the sandbox will see: lower layers and sources. In root mode this runs before entering the
  * user namespace: only host root can id-map, and the sandbox's root may not even traverse the directories above
@@ -626,7 +590,7 @@ static int mapping_for(struct launch_opts *o, enum source_kind kind, unsigned ow
 static void clone_sources(struct launch_opts *o, int userns) {
   for (int i = 0; i < o->nsrc; i++) {
     struct source *s = &o->sources[i];
-    s->tree = clone_tree(s->path, mapping_for(o, s->kind, s->owner, userns));
+    s->tree = clone_tree(s->path, s->kind == SHARED || s->kind == LIVE ? userns : -1);
   }
   for (int i = 0; i < o->nov; i++) {
     char buf[8192];
@@ -635,11 +599,7 @@ static void clone_sources(struct launch_opts *o, int userns) {
     int k = 0;
     for (char *save, *p = strtok_r(buf, ":", &save); p; p = strtok_r(NULL, ":", &save)) {
       if (k >= MAX_ITEMS) die(2, "too many lower layers");
-      /* "+[OWNER@]DIR": written by a sandbox (a fork's snapshot), owned by that sandbox's range: mapped from it. */
-      unsigned owner = 0;
-      const char *path = p[0] == '+' ? owned_path(p + 1, &owner) : p;
-      int ns = p[0] == '+' ? mapping_for(o, RW, owner, userns) : userns;
-      o->lowers[i][k++] = clone_tree(path, ns);
+      o->lowers[i][k++] = clone_tree(p, userns);
     }
     o->lowers[i][k] = -1;
   }
@@ -664,35 +624,6 @@ static void enter_userns(int userns) {
   write_file("/proc/self/uid_map", map);
   fmt(map, sizeof map, "0 %u 1\n", (unsigned)gid);
   write_file("/proc/self/gid_map", map);
-}
-
-static int is_empty_dir(const char *path) {
-  DIR *d = opendir(path);
-  if (!d) return 0;
-  struct dirent *e;
-  int empty = 1;
-  while (empty && (e = readdir(d)))
-    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) empty = 0;
-  closedir(d);
-  return empty;
-}
-
-/* A fork starts from its parent's writable places (--seed NAME=DIR: DIR/{root,tmp,home,shm} of a snapshot). */
-static void seed_scratch(const struct launch_opts *o) {
-  static const char *const places[] = {"root", "tmp", "home", "shm"};
-  const char *name = o->sources[o->seed].name;
-  char from[4096], to[4096];
-  for (size_t i = 0; i < sizeof places / sizeof places[0]; i++) {
-    fmt(from, sizeof from, "%s/b/%s/%s", o->scratch, name, places[i]);
-    fmt(to, sizeof to, "%s/" GEN0 "/%s", o->scratch, places[i]);
-    if (access(from, F_OK) != 0) {
-      if (errno == ENOENT) continue;
-      die(1, "seed %s: %s", from, strerror(errno));
-    }
-    if (is_empty_dir(from)) continue;
-    await_cgroups();
-    if (run_cp(from, to) != 0) die(1, "seeding %s from the snapshot failed", places[i]);
-  }
 }
 
 /*
@@ -789,9 +720,8 @@ static void make_scratch(const struct launch_opts *o) {
   fmt(path, sizeof path, "%s/" GEN0, o->scratch);
   make_generation(path, o->disk, ou, og);
   fmt(path, sizeof path, "%s/" GEN0 "/home", o->scratch);
-  if (o->seed < 0) write_home_files(o->home_files, o->nhome, path, ou, og); /* a fork's home is its parent's */
+  write_home_files(o->home_files, o->nhome, path, ou, og);
   for (int i = 0; i < o->nsrc; i++) attach_source(o, &o->sources[i]);
-  if (o->seed >= 0) seed_scratch(o);
 }
 
 /* One copy-on-write tree: overlayfs over the (id-mapped) lower layers, upper and work dirs on the scratch tmpfs. */
@@ -829,13 +759,12 @@ static int range_and_userns(struct launch_opts *o, int *lock) {
   } else if (sscanf(o->idmap, "%u:%u", &base, &count) != 2 || base == 0 || count == 0) {
     die(2, "bad --idmap %s", o->idmap);
   }
-  o->id_base = base, o->id_count = count;
-  return make_userns(0, base, count);
+  return make_userns(base, count);
 }
 
 static int cmd_launch(int argc, char **argv) {
   prog = "minisandbox-launch";
-  struct launch_opts o = {.owner = "0:0", .seed = -1};
+  struct launch_opts o = {.owner = "0:0"};
   parse_launch(argc, argv, &o);
   /* Descriptors above the launcher's pipes (3, 4) serve only to name host directories: gone at exec. */
   syscall(SYS_close_range, 5, ~0U, CLOSE_RANGE_CLOEXEC);
@@ -1175,7 +1104,7 @@ static int cmd_enter(int argc, char **argv) {
     int n = 0;
     char **late = read_late_args(args_fd, &n);
     if (!late) return 0; /* not needed after all */
-    /* Waiting in the sandbox's cgroups, the helper may be asked to restore it instead (its copies are charged there). */
+    /* Waiting in the sandbox's cgroups, the helper may be asked to restore it instead (its copies charged there). */
     if (!strcmp(late[0], "restore")) return cmd_restore(n - 1, late + 1);
     parse_enter(n, late, &o, 1);
   }
@@ -1241,6 +1170,7 @@ static void parse_restore(int argc, char **argv, struct restore_opts *o) {
     else if (!strcmp(a, "--disk")) o->disk = v;
     else if (!strcmp(a, "--owner")) o->owner = v;
     else if (!strcmp(a, "--kill-cgroup")) o->kill_cgroup = v;
+    else if (!strcmp(a, "--cgroup")) join_cgroup(v); /* a helper started for the restore: its copies charged there */
     else if (!strcmp(a, "--keep")) {
       if (o->nkeep >= MAX_ITEMS) die(2, "too many --keep");
       o->keep[o->nkeep++] = (pid_t)parse_uint(v, "pid");

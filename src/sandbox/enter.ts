@@ -24,6 +24,8 @@ export interface EnterCommand {
   keepTerminal?: boolean;
   /** Landlock: connect only to abstract unix sockets made by the command's own tree (a sandbox with the network). */
   scopeAbstractUnix?: boolean;
+  /** A restored sandbox's IPC and network namespaces, which its commands enter instead of pid 1's. */
+  nsDir?: string;
 }
 
 export type EnterSpec = EnterPlace & EnterCommand;
@@ -34,6 +36,7 @@ function placeArgs(place: EnterPlace): string[] {
 
 function commandArgs(spec: EnterCommand, command: readonly string[]): string[] {
   return [
+    ...(spec.nsDir ? ["--ns-dir", spec.nsDir] : []),
     ...spec.rlimits,
     "--caps",
     SANDBOX_CAPS.join(","),
@@ -101,6 +104,14 @@ export class WaitingHelper {
     // NUL separates the arguments on the wire: one inside a value would smuggle in an option of its own.
     if (args.some((a) => a.includes("\0")))
       throw new InvalidInputError("a command, its environment and its directory cannot contain NUL bytes");
+    this.used = true;
+    (this.child.stdio[ARGS_FD] as NodeJS.WritableStream).end(`${args.join("\0")}\0`);
+    return this.child;
+  }
+
+  /** Hands over another job of the helper's (`restore ...`): run as host root, in the cgroups it joined. */
+  runHelper(args: readonly string[]): ChildProcess {
+    if (this.used) throw new Error("a waiting helper runs one command");
     this.used = true;
     (this.child.stdio[ARGS_FD] as NodeJS.WritableStream).end(`${args.join("\0")}\0`);
     return this.child;
