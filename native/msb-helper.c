@@ -1548,6 +1548,21 @@ static int place_tree(const struct restore_opts *o, const char *gen, const char 
   return tree;
 }
 
+/* `name` in directory `dir` removed, whatever it is (a directory with all it holds); never follows a symlink. */
+static void remove_entry(int dir, const char *name, int depth) {
+  if (unlinkat(dir, name, 0) == 0 || errno == ENOENT) return;
+  if (errno != EISDIR && errno != EPERM) die(1, "remove %s: %s", name, strerror(errno));
+  if (depth > COPY_DEPTH) die(1, "remove %s: directories nest deeper than %d", name, COPY_DEPTH);
+  int fd = openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!d) die(1, "open %s: %s", name, strerror(errno));
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) remove_entry(dirfd(d), e->d_name, depth + 1);
+  closedir(d);
+  if (unlinkat(dir, name, AT_REMOVEDIR) != 0) die(1, "remove %s: %s", name, strerror(errno));
+}
+
 /*
  * `path` (absolute, as inside) under the directory `root`, made when missing, never through a symlink: a component
  * in the way (what a seed may hold there) is replaced by a directory; the last one is a directory or, for `file`,
@@ -1565,8 +1580,7 @@ static int make_mount_point(int root, const char *path, int file) {
     int fd = openat(cur, p, flags);
     struct stat st;
     if (fd >= 0 && leaf_file && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) close(fd), fd = -1, errno = EEXIST;
-    if (fd < 0 && errno != ENOENT && unlinkat(cur, p, 0) != 0 && unlinkat(cur, p, AT_REMOVEDIR) != 0)
-      die(1, "mount point %s: %s is in the way", path, p);
+    if (fd < 0 && errno != ENOENT) remove_entry(cur, p, 0);
     if (fd < 0) {
       int made = leaf_file ? openat(cur, p, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644)
                            : mkdirat(cur, p, 0755);
@@ -1610,8 +1624,7 @@ static void make_symlinks(const struct restore_opts *o, int root) {
     char to[4096];
     fmt(to, sizeof to, "%.*s", (int)(eq - o->symlinks[i]), o->symlinks[i]);
     const char *name = eq + 2;
-    if (unlinkat(root, name, 0) != 0 && errno != ENOENT && unlinkat(root, name, AT_REMOVEDIR) != 0)
-      die(1, "%s is in the way of the symlink", eq + 1);
+    remove_entry(root, name, 0);
     if (symlinkat(to, root, name) != 0) die(1, "symlink %s: %s", eq + 1, strerror(errno));
   }
 }

@@ -383,21 +383,31 @@ export class Sandbox implements AsyncDisposable {
   async restore(from: Sandbox): Promise<void> {
     this.checkSibling(from);
     if (from === this) throw new InvalidInputError("a sandbox cannot be restored from itself");
-    const release = await from.hold();
+    this.beginRestore();
     try {
-      await this.restoreFrom(from);
+      const release = await from.hold();
+      try {
+        await this.restoreFrom(from);
+      } finally {
+        release();
+      }
     } finally {
-      release();
+      this.restoring = false;
     }
   }
 
-  /** `seed` (held still by the caller) copied into this sandbox; see `restore`. */
-  private async restoreFrom(seed: Sandbox): Promise<void> {
+  /** From now until the restore is over, no command starts. */
+  private beginRestore(): void {
     if (this.closed) throw new SandboxError(`sandbox ${this.id} is closed`);
     if (this.restoring || this.holds > 0) throw new InvalidInputError(`sandbox ${this.id} is being restored or copied`);
     if (!this.cgroups.pids && this.ranCommands)
       throw new SandboxError("restoring a used sandbox needs the cgroup pids controller (see `minisandbox doctor`)");
     this.restoring = true;
+  }
+
+  /** `seed` (held still by the caller) copied into this sandbox; see `restore`. */
+  private async restoreFrom(seed: Sandbox): Promise<void> {
+    if (!this.restoring) this.beginRestore();
     try {
       await this.sessions.closeAll();
       if (this.spareTimer) clearTimeout(this.spareTimer);
