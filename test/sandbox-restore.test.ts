@@ -61,7 +61,7 @@ test("a restore discards every write, process, IPC object and socket: the sandbo
   void session.run("sleep 1000").catch(() => undefined);
   const before = await sb.exec(LOOK);
   // The leftovers are there: so the checks below can fail.
-  assert.match(before.stdout, /^changed\n[^]*mq True\n[1-9]\d*\n/m, before.stdout);
+  assert.match(before.stdout, /^changed\n[\s\S]*mq True\n[1-9]\d*\n/m, before.stdout);
   assert.match(before.stdout, /sleep sleep sleep/);
   await sb.restore(pristine);
   const after = await sb.exec(LOOK);
