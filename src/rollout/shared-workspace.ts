@@ -64,10 +64,13 @@ export class SharedWorkspace {
     return sb;
   }
 
-  /** `sandbox` (started on this workspace) forked into `k`; each child holds the workspace until it closes. */
-  async fork(sandbox: Sandbox, k: number): Promise<Sandbox[]> {
-    const children = await sandbox.fork(k);
-    for (const child of children) child.onClose(this.hold());
+  /**
+   * `sandbox` (started on this workspace) forked into `k`: `into` (sandboxes of `start`, which hold the workspace
+   * already) first, then new ones, each holding the workspace until it closes.
+   */
+  async fork(sandbox: Sandbox, k: number, into: Sandbox[] = []): Promise<Sandbox[]> {
+    const children = await sandbox.fork(k, { into });
+    for (const child of children.slice(into.length)) child.onClose(this.hold());
     return children;
   }
 }
