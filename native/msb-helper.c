@@ -1101,6 +1101,12 @@ static int cmd_enter(int argc, char **argv) {
      for an RCU grace period: joined ahead of the command (--args-fd), that wait is not in its latency. */
   for (int c = 0; c < o.ncg; c++) join_cgroup(o.cgroups[c]);
   if (args_fd >= 0) {
+    /* One byte on the descriptor above the arguments' (when the caller gave one): in the cgroups now. */
+    int joined = args_fd + 1;
+    if (fcntl(joined, F_GETFD) >= 0) {
+      if (write(joined, "J", 1) != 1) die(1, "tell the caller the cgroups are joined: %s", strerror(errno));
+      close(joined);
+    }
     int n = 0;
     char **late = read_late_args(args_fd, &n);
     if (!late) return 0; /* not needed after all */
@@ -1140,8 +1146,8 @@ static int cmd_enter(int argc, char **argv) {
  * filled with a copy of the seed's — a pristine sibling's, to go back to the start; a frozen one's, to fork it —
  * with new overlays over the same lower layers; the sandbox's mount tree is rebuilt on it and pivoted to, so that
  * pid 1's root follows; System V and POSIX IPC objects are removed and commands get new IPC (and, without the host's
- * network, network) namespaces; the pid namespace's counter is set to the seed's. Then "R" on stdout, and the
- * previous generation is let go.
+ * network, network) namespaces; the pid namespace's counter is set to the seed's (--last-pid: known already, or
+ * `keep` to leave it). Then "R <the seed's counter>" on stdout, and the previous generation is let go.
  */
 struct restore_opts {
   const char *pid1, *holder, *scratch, *gen, *old_gen, *disk, *owner, *kill_cgroup;
@@ -1151,6 +1157,7 @@ struct restore_opts {
   int nmove, nbind, nov, nsym, fresh_net, ro[MAX_ITEMS];
   pid_t keep[MAX_ITEMS];
   int nkeep;
+  long last_pid; /* the seed's pid counter when known (-1: read it), or -2: leave ours (a fork's child) */
 };
 
 static void parse_restore(int argc, char **argv, struct restore_opts *o) {
@@ -1177,6 +1184,7 @@ static void parse_restore(int argc, char **argv, struct restore_opts *o) {
     } else if (!strcmp(a, "--seed-holder")) o->seed_holder = v;
     else if (!strcmp(a, "--seed-dir")) o->seed_dir = v;
     else if (!strcmp(a, "--seed-pid1")) o->seed_pid1 = v;
+    else if (!strcmp(a, "--last-pid")) o->last_pid = !strcmp(v, "keep") ? -2 : (long)parse_uint(v, "last pid");
     else if (!strcmp(a, "--shift")) {
       if (sscanf(v, "%u:%u:%u", &o->shift_from, &o->shift_to, &o->shift_count) != 3 || !o->shift_count)
         die(2, "bad --shift %s (want FROM:TO:COUNT)", v);
@@ -1761,7 +1769,7 @@ static long pid_counter(int pidns, long set, int own) {
 
 static int cmd_restore(int argc, char **argv) {
   prog = "minisandbox-restore";
-  struct restore_opts o = {0};
+  struct restore_opts o = {.last_pid = -1};
   parse_restore(argc, argv, &o);
   umask(0);
   /* A deep tree keeps a few descriptors per level open while it is copied. */
@@ -1777,7 +1785,7 @@ static int cmd_restore(int argc, char **argv) {
   if (fstat(pidns, &pidns_st) != 0) die(1, "pid namespace: %s", strerror(errno));
   if (o.kill_cgroup) kill_all_but_kept(&o, &pidns_st);
   int own_pidns = open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
-  long last_pid = pid_counter(seed_pidns, -1, own_pidns);
+  long last_pid = o.last_pid == -1 ? pid_counter(seed_pidns, -1, own_pidns) : o.last_pid;
   fill_new_generation(&o, userns, launch_mnt);
   /* From here on as the sandbox's root, in its launch's mount namespace (where its scratch is). */
   become_sandbox_root(userns, launch_mnt);
@@ -1799,8 +1807,11 @@ static int cmd_restore(int argc, char **argv) {
   setns_or_die(sb_mnt, CLONE_NEWNS, "the sandbox's mount namespace");
   rebuild_tree(&o, new_root, trees);
   setns_or_die(launch_mnt, CLONE_NEWNS, "the launch's mount namespace");
-  pid_counter(pidns, last_pid, -1);
-  if (write(1, "R", 1) != 1) return 1;
+  if (last_pid >= 0) pid_counter(pidns, last_pid, -1);
+  /* Ready, and the seed's counter (which the caller may give next time: reading it costs a process). */
+  char ready[32];
+  fmt(ready, sizeof ready, "R %ld\n", last_pid);
+  if (write(1, ready, strlen(ready)) != (ssize_t)strlen(ready)) return 1;
   close(1);
   /* The previous generation: its files and pages go with its last mount. */
   if (o.old_gen) {

@@ -65,8 +65,9 @@ export function enterArgv(spec: EnterSpec, command: readonly string[]): string[]
   return [helperPath(), "enter", ...placeArgs(spec), ...commandArgs(spec, command)];
 }
 
-/** Descriptor of a waiting helper on which its command arrives. */
+/** Descriptor of a waiting helper on which its command arrives; on the next one it says it joined its cgroups. */
 const ARGS_FD = 3;
+const JOINED_FD = 4;
 
 /**
  * A helper started ahead of its command: it joins the command's cgroups, then waits. A cgroup v1 move waits for an
@@ -75,6 +76,9 @@ const ARGS_FD = 3;
  */
 export class WaitingHelper {
   readonly child: ChildProcess;
+  /** Settles once the helper is in its cgroups (or gone): a job handed over then waits for no move. */
+  readonly joined: Promise<void>;
+  private isJoined = false;
   private used = false;
   private failed = false;
 
@@ -84,9 +88,18 @@ export class WaitingHelper {
     readonly group: string | undefined,
   ) {
     const argv = [helperPath(), "enter", "--args-fd", String(ARGS_FD), ...cgroupDirs.flatMap((c) => ["--cgroup", c])];
-    this.child = spawn(argv[0]!, argv.slice(1), { stdio: ["pipe", "pipe", "pipe", "pipe"], env: {} });
+    this.child = spawn(argv[0]!, argv.slice(1), { stdio: ["pipe", "pipe", "pipe", "pipe", "pipe"], env: {} });
     this.child.on("error", () => {
       this.failed = true;
+    });
+    const said = this.child.stdio[JOINED_FD] as NodeJS.ReadableStream;
+    this.joined = new Promise((resolve) => {
+      said.once("data", () => {
+        this.isJoined = true;
+        resolve();
+      });
+      said.once("close", () => resolve());
+      said.once("error", () => resolve());
     });
     this.child.stdio[ARGS_FD]!.on("error", () => {});
     this.child.stdin!.on("error", () => {});
@@ -95,6 +108,11 @@ export class WaitingHelper {
   /** Still waiting for its command: not failed, used or dropped. */
   get ready(): boolean {
     return !this.used && !this.failed && this.child.exitCode === null && this.child.signalCode === null;
+  }
+
+  /** Waiting, and in its cgroups already. */
+  get inCgroups(): boolean {
+    return this.ready && this.isJoined;
   }
 
   /** Hands over the command: the helper enters pid 1's namespaces, runs it as `spec` says and mirrors its exit. */

@@ -22,6 +22,8 @@ export interface RestoreSide {
   generation: number;
   /** Root mode: the sandbox's id range. */
   hostIds?: HostIds;
+  /** Its pid namespace's counter when known (a seed that ran nothing since it was last read). */
+  lastPid?: number;
 }
 
 export interface RestoreTarget extends RestoreSide {
@@ -67,13 +69,15 @@ function mountArgs(m: SandboxMount): string[] {
 }
 
 /** `msb-helper restore` arguments: `target` given `seed`'s writable state. */
-export function restoreArgs(target: RestoreTarget, seed: RestoreSide): string[] {
+export function restoreArgs(target: RestoreTarget, seed: RestoreSide, keepPidCounter: boolean): string[] {
   const a = ["--pid1", String(target.pid1), "--holder", String(target.holderPid), "--scratch", target.scratch];
   a.push("--gen", `g${target.generation + 1}`, "--old-gen", `g${target.generation}`);
   a.push("--disk", String(target.diskBytes), "--owner", target.owner);
   if (target.pidsCgroup) a.push("--kill-cgroup", target.pidsCgroup, "--keep", String(target.pid1));
   a.push("--keep", String(target.holderPid));
   a.push("--seed-holder", String(seed.holderPid), "--seed-dir", generationDir(seed), "--seed-pid1", String(seed.pid1));
+  if (keepPidCounter) a.push("--last-pid", "keep");
+  else if (seed.lastPid !== undefined) a.push("--last-pid", String(seed.lastPid));
   if (target.hostIds && seed.hostIds)
     a.push("--shift", `${seed.hostIds.uid}:${target.hostIds.uid}:${target.hostIds.count}`);
   for (const [i, count] of target.lowers.entries()) a.push("--overlay", `${i}:0:${count}`);
@@ -83,24 +87,27 @@ export function restoreArgs(target: RestoreTarget, seed: RestoreSide): string[] 
 }
 
 /**
- * Run a restore: through `spare`, a helper waiting in the sandbox's cgroups (nothing to wait for; its copies are
- * charged to the sandbox's memory), else a helper started now that joins the memory group first. Resolves once the
- * sandbox is usable; `finished` runs when the helper is gone (it lets the previous generation go after that).
+ * Run a restore, its copies charged to the sandbox's memory: through `spare`, the next command's helper, in the
+ * sandbox's cgroups already (or about to be: a cgroup v1 move waits for an RCU grace period, which the time between
+ * an agent's commands hides), else through a helper started now that joins the memory group first.
  */
-export function runRestore(args: string[], o: { spare?: WaitingHelper; memoryCgroup?: string }): RestoreRun {
-  let child: ChildProcess;
-  if (o.spare?.ready) child = o.spare.runHelper(["restore", ...args]);
-  else {
-    const join = o.memoryCgroup ? ["--cgroup", o.memoryCgroup] : [];
-    child = spawn(helperPath(), ["restore", ...join, ...args], { stdio: ["ignore", "pipe", "pipe"], env: {} });
+export async function runRestore(
+  args: string[],
+  o: { spare?: WaitingHelper; memoryCgroup?: string },
+): Promise<RestoreRun> {
+  if (o.spare?.ready) {
+    await o.spare.joined;
+    if (o.spare.ready) return new RestoreRun(o.spare.runHelper(["restore", ...args]));
   }
+  const join = o.memoryCgroup ? ["--cgroup", o.memoryCgroup] : [];
+  const child = spawn(helperPath(), ["restore", ...join, ...args], { stdio: ["ignore", "pipe", "pipe"], env: {} });
   return new RestoreRun(child);
 }
 
 /** One restore in progress. */
 export class RestoreRun {
-  /** Settles once the sandbox is usable again (or the restore failed). */
-  readonly ready: Promise<void>;
+  /** Settles once the sandbox is usable again (or the restore failed), with the seed's pid counter. */
+  readonly ready: Promise<number | undefined>;
   /** Settles when the helper has exited. */
   readonly exited: Promise<void>;
 
@@ -116,7 +123,11 @@ export class RestoreRun {
       child.once("error", () => resolve());
     });
     this.ready = new Promise((resolve, reject) => {
-      child.stdout!.once("data", () => resolve());
+      child.stdout!.setEncoding("utf8");
+      child.stdout!.once("data", (said: string) => {
+        const n = Number(/^R (-?\d+)/.exec(said)?.[1]);
+        resolve(Number.isInteger(n) && n >= 0 ? n : undefined);
+      });
       child.once("error", (e) => reject(new SandboxError(`restore failed to start: ${e.message}`)));
       child.once("close", (code, sig) =>
         reject(new SandboxError(`restore failed: ${stderr.trim() || `the helper exited (${code ?? sig})`}`)),

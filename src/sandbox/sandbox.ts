@@ -54,6 +54,14 @@ async function dropHelper(helper: WaitingHelper): Promise<void> {
   if (helper.group) removeCgroupTree(helper.group);
 }
 
+/**
+ * A command's pids group: random, not counted. A command sees its group's name (/proc/self/cgroup), which must not
+ * tell how many ran before it (a restore forgets them), nor collide with a group still being removed.
+ */
+function commandGroupName(): string {
+  return `c${randomBytes(6).toString("hex")}`;
+}
+
 /** How long after a command ended the next command's helper is started (see startSpareSoon). */
 const SPARE_DELAY_MS = 50;
 
@@ -193,7 +201,6 @@ export class Sandbox implements AsyncDisposable {
   private closed = false;
   private closing: Promise<void> | undefined;
   private finalCounters: LimitCounters | undefined;
-  private execCounter = 0;
   /** Started ahead of the next command, waiting in its cgroups (see WaitingHelper). */
   private spare: WaitingHelper | undefined;
   private spareTimer: NodeJS.Timeout | undefined;
@@ -295,7 +302,7 @@ export class Sandbox implements AsyncDisposable {
       if (dirs.status === "rejected") throw dirs.reason;
       if (groups.status === "rejected") throw groups.reason;
       // The first command's helper joins its cgroups while the sandbox starts.
-      spare = waitingHelper(cgroups, "c0");
+      spare = waitingHelper(cgroups, commandGroupName());
       const rlimits = rlimitArgs(limits);
       const diskBytes = scratchBytes(limits, Boolean(cgroups.memory));
       const launched = await launch({
@@ -359,7 +366,8 @@ export class Sandbox implements AsyncDisposable {
       if (failed) throw failed.reason;
       const release = await this.hold();
       try {
-        const copied = await Promise.allSettled(children.map((c) => c.restoreFrom(this)));
+        // A child is a sandbox of its own: its pid counter is its own too.
+        const copied = await Promise.allSettled(children.map((c) => c.restoreFrom(this, true)));
         const bad = copied.find((r): r is PromiseRejectedResult => r.status === "rejected");
         if (bad) throw bad.reason;
       } finally {
@@ -406,7 +414,7 @@ export class Sandbox implements AsyncDisposable {
   }
 
   /** `seed` (held still by the caller) copied into this sandbox; see `restore`. */
-  private async restoreFrom(seed: Sandbox): Promise<void> {
+  private async restoreFrom(seed: Sandbox, keepPidCounter = false): Promise<void> {
     if (!this.restoring) this.beginRestore();
     try {
       await this.sessions.closeAll();
@@ -415,18 +423,18 @@ export class Sandbox implements AsyncDisposable {
       const spare = this.spare;
       this.spare = undefined;
       if (spare && !spare.ready) void dropHelper(spare);
-      const run = runRestore(restoreArgs(this.restoreTarget(), seed.restoreSide()), {
-        spare,
-        memoryCgroup: this.cgroups.memory,
-      });
+      const args = restoreArgs(this.restoreTarget(), seed.restoreSide(), keepPidCounter);
+      const run = await runRestore(args, { spare, memoryCgroup: this.cgroups.memory });
       void run.exited.then(() => spare?.group && removeCgroupTree(spare.group));
-      await run.ready.catch(async (e: unknown) => {
+      const seedPid = await run.ready.catch(async (e: unknown) => {
         await this.close();
         throw e;
       });
+      // Counters read or set now hold until a command runs (then `lastPid` is forgotten): reading one costs a process.
+      seed.lastPid = seedPid;
+      this.lastPid = keepPidCounter ? undefined : seedPid;
       this.generation++;
       this.nsDir = namespacesDir(this.restoreSide());
-      this.execCounter = seed.execCounter;
       this.ranCommands = false;
       this.pruneCommandGroups(spare?.group);
       this.spare = waitingHelper(this.cgroups, this.nextGroupName());
@@ -451,6 +459,7 @@ export class Sandbox implements AsyncDisposable {
       scratch: this.paths.scratch,
       generation: this.generation,
       ...(this.mode === "root" ? { hostIds: s.hostIds } : {}),
+      ...(this.lastPid !== undefined ? { lastPid: this.lastPid } : {}),
     };
   }
 
@@ -539,6 +548,8 @@ export class Sandbox implements AsyncDisposable {
   private nsDir: string | undefined;
   private restoring = false;
   private ranCommands = false;
+  /** The pid namespace's counter, when known and nothing ran since (see restoreFrom). */
+  private lastPid: number | undefined;
   /** Holders keeping the sandbox frozen (see `hold`), and the freeze they share. */
   private holds = 0;
   private freezing: Promise<void> | undefined;
@@ -592,7 +603,7 @@ export class Sandbox implements AsyncDisposable {
 
   private nextGroupName(): string {
     if (this.closed) throw new SandboxError(`sandbox ${this.id} is closed`);
-    return `c${++this.execCounter}`;
+    return commandGroupName();
   }
 
   /** Commands cannot start while the sandbox is restored (they would run in neither state). */
@@ -600,6 +611,7 @@ export class Sandbox implements AsyncDisposable {
     if (this.closed) throw new SandboxError(`sandbox ${this.id} is closed`);
     if (this.restoring) throw new SandboxError(`sandbox ${this.id} is being restored; retry once it is`);
     this.ranCommands = true;
+    this.lastPid = undefined;
   }
 
   /** argv running `command` inside, in its own pids cgroup, for a caller that spawns it itself (a terminal). */
