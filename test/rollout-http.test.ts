@@ -113,7 +113,7 @@ describe("rollouts over HTTP: the TypeScript SDK", { concurrency: 1 }, () => {
     assert.equal((await client.group(group.id)).rollouts.length, 3, "the fork is a rollout of the group");
   });
 
-  it("reset and checkpoints: back to the start or a checkpoint in place, forks from it; unknown ids are 404", async () => {
+  it("reset and checkpoints: back to the start or a checkpoint in place, forks from it; unknown ids 404", async () => {
     await using group = await client.startGroup({ instanceId: inst.instance_id, n: 1 });
     const [r] = group.rollouts;
     assert.equal((await r!.exec("git apply -", { stdin: inst.patch! })).exitCode, 0);
