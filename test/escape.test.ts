@@ -210,7 +210,7 @@ describe("escape attempts as an unprivileged user (user-namespace mode)", () => 
     assert.equal(r.status, 0, `the unprivileged suite failed:\n${failures(r.out)}`);
   });
 
-  test("a local user reaches nothing of a fork's copy (nothing on disk); its files lose their capabilities", async (t) => {
+  test("a local user reaches nothing of a fork's copy (nothing on disk); its files lose capabilities", async (t) => {
     const s = ready(t);
     if (!s) return;
     // The worst case: a home other users may walk.

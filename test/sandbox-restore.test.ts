@@ -51,7 +51,7 @@ const LOOK =
   "tail -n +2 /proc/net/tcp | wc -l; echo pid $$; touch /tmp/n; stat -c %i /tmp/n; rm /tmp/n; " +
   "awk '{print $5}' /proc/self/mountinfo | sort | tr '\\n' ' '";
 
-test("a restore discards every write, process, IPC object, socket: the sandbox looks like its pristine sibling", async () => {
+test("a restore discards every write, process, IPC object, socket: the sandbox is its pristine sibling", async () => {
   const dir = workspace();
   await using pristine = await Sandbox.create({ home, dir });
   await using sb = await Sandbox.create({ home, dir });
@@ -114,7 +114,7 @@ test("a fork of a hostile parent: mount points it moved or replaced are made aga
   await child!.close();
 });
 
-test("bad input: another workspace's sandbox, itself, a command meanwhile; restored again, forked; no leaks", async () => {
+test("bad input: another workspace's sandbox, itself, a command meanwhile; restored twice, forked; no leak", async () => {
   const dir = workspace();
   const pristine = await Sandbox.create({ home, dir });
   const sb = await Sandbox.create({ home, dir });
