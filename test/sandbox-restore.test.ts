@@ -114,7 +114,7 @@ test("a fork of a hostile parent: mount points it moved or replaced are made aga
   await child!.close();
 });
 
-test("bad input: another workspace's sandbox, itself, a command meanwhile; restored twice, forked; no leak", async () => {
+test("bad input: another workspace's sandbox, itself, a command meanwhile; twice, forked; no leak", async () => {
   const dir = workspace();
   const pristine = await Sandbox.create({ home, dir });
   const sb = await Sandbox.create({ home, dir });
