@@ -719,6 +719,9 @@ static void make_scratch(const struct launch_opts *o) {
   parse_owner(o->owner, &ou, &og);
   fmt(path, sizeof path, "%s/" GEN0, o->scratch);
   make_generation(path, o->disk, ou, og);
+  /* The next one, empty, for a restore (which then makes the one after it). */
+  fmt(path, sizeof path, "%s/g1", o->scratch);
+  make_generation(path, o->disk, ou, og);
   fmt(path, sizeof path, "%s/" GEN0 "/home", o->scratch);
   write_home_files(o->home_files, o->nhome, path, ou, og);
   for (int i = 0; i < o->nsrc; i++) attach_source(o, &o->sources[i]);
@@ -1150,7 +1153,7 @@ static int cmd_enter(int argc, char **argv) {
  * `keep` to leave it). Then "R <the seed's counter>" on stdout, and the previous generation is let go.
  */
 struct restore_opts {
-  const char *pid1, *holder, *scratch, *gen, *old_gen, *disk, *owner, *kill_cgroup;
+  const char *pid1, *holder, *scratch, *gen, *old_gen, *next_gen, *disk, *owner, *kill_cgroup;
   const char *seed_holder, *seed_dir, *seed_pid1; /* the seed: its launch process, its generation, its pid 1 */
   unsigned shift_from, shift_to, shift_count;     /* root mode: the seed's id range, ours, their size */
   const char *moves[MAX_ITEMS], *binds[MAX_ITEMS], *overlays[MAX_ITEMS], *symlinks[MAX_ITEMS];
@@ -1174,6 +1177,7 @@ static void parse_restore(int argc, char **argv, struct restore_opts *o) {
     else if (!strcmp(a, "--scratch")) o->scratch = v;
     else if (!strcmp(a, "--gen")) o->gen = v;
     else if (!strcmp(a, "--old-gen")) o->old_gen = v;
+    else if (!strcmp(a, "--next-gen")) o->next_gen = v;
     else if (!strcmp(a, "--disk")) o->disk = v;
     else if (!strcmp(a, "--owner")) o->owner = v;
     else if (!strcmp(a, "--kill-cgroup")) o->kill_cgroup = v;
@@ -1489,19 +1493,27 @@ static void wait_ok(pid_t child, const char *what) {
  * The new generation: its tmpfs made by a child as the sandbox's root (this process stays host root to copy), then
  * the seed's writable places copied into it through the launch processes' views of both scratches.
  */
+/* Whether `path` is a mount of its own (a generation made ahead: by the launch, or after the previous restore). */
+static int is_mount_root(const char *path) {
+  struct statx st;
+  return syscall(SYS_statx, AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS, &st) == 0 &&
+         (st.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) && (st.stx_attributes & STATX_ATTR_MOUNT_ROOT);
+}
+
 static void fill_new_generation(const struct restore_opts *o, int userns, int launch_mnt) {
-  char gen[4096];
+  char gen[4096], seen[4096];
   fmt(gen, sizeof gen, "%s/%s", o->scratch, o->gen);
-  pid_t child = fork();
+  fmt(seen, sizeof seen, "/proc/%s/root%s", o->holder, gen);
+  pid_t child = is_mount_root(seen) ? 0 : fork();
   if (child < 0) die(1, "fork: %s", strerror(errno));
-  if (child == 0) {
+  if (child == 0 && !is_mount_root(seen)) {
     unsigned ou = 0, og = 0;
     parse_owner(o->owner, &ou, &og);
     become_sandbox_root(userns, launch_mnt);
     make_generation(gen, o->disk, ou, og);
     _exit(0);
   }
-  wait_ok(child, "making the new generation");
+  if (child > 0) wait_ok(child, "making the new generation");
   /* Files are made by the sandbox's root on the host (the tmpfs refuses ids its namespace does not map), with the
      host root's capabilities still effective: to read whatever the seed holds and give each copy its owner. */
   if (o->shift_count) {
@@ -1716,27 +1728,51 @@ static void loopback_up(void) {
   close(s);
 }
 
-/*
- * New IPC (and network) namespaces for the sandbox's commands, owned by its user namespace, kept as nsfs binds at
- * the scratch's ns/ipc and ns/net (commands enter those: `enter --ns-dir`); pid 1 stays in its own, where nothing
- * of the sandbox's is left.
- */
-static void fresh_namespaces(const struct restore_opts *o) {
-  if (unshare(CLONE_NEWIPC | (o->fresh_net ? CLONE_NEWNET : 0)) != 0)
-    die(1, "new IPC/network namespace: %s", strerror(errno));
-  if (o->fresh_net) loopback_up();
+/* New IPC (and network) namespaces, owned by the user namespace we are in, kept as nsfs binds at `dir`/ipc (net). */
+static void keep_new_namespaces(const char *dir, int net) {
+  if (unshare(CLONE_NEWIPC | (net ? CLONE_NEWNET : 0)) != 0) die(1, "new IPC/network namespace: %s", strerror(errno));
+  if (net) loopback_up();
   static const char *const names[] = {"ipc", "net"};
-  for (int i = 0; i < 1 + o->fresh_net; i++) {
+  for (int i = 0; i < 1 + net; i++) {
     char src[64], at[4096];
     fmt(src, sizeof src, "/proc/self/ns/%s", names[i]);
-    fmt(at, sizeof at, "%s/ns/%s", o->scratch, names[i]);
-    if (umount2(at, MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT)
-      die(1, "umount %s: %s", at, strerror(errno));
+    fmt(at, sizeof at, "%s/%s", dir, names[i]);
+    mkdir_or_die(dir, 0700);
     int fd = open(at, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) die(1, "create %s: %s", at, strerror(errno));
     close(fd);
     if (mount(src, at, NULL, MS_BIND, NULL) != 0) die(1, "keep the new %s namespace: %s", names[i], strerror(errno));
   }
+}
+
+/*
+ * New IPC (and network) namespaces for the sandbox's commands, owned by its user namespace, kept as nsfs binds at
+ * the scratch's ns/ipc and ns/net (commands enter those: `enter --ns-dir`); pid 1 stays in its own, where nothing
+ * of the sandbox's is left. Those made ahead after the previous restore (ns/next: never entered) are taken when
+ * there (a network namespace costs milliseconds to make, more while the host makes and frees many).
+ */
+static void fresh_namespaces(const struct restore_opts *o) {
+  char ns[4096], next[4096];
+  fmt(ns, sizeof ns, "%s/ns", o->scratch);
+  fmt(next, sizeof next, "%s/ns/next", o->scratch);
+  static const char *const names[] = {"ipc", "net"};
+  char made[4096];
+  fmt(made, sizeof made, "%s/ipc", next);
+  int ahead = is_mount_root(made);
+  for (int i = 0; i < 1 + o->fresh_net; i++) {
+    char at[4096], from[4096];
+    fmt(at, sizeof at, "%s/%s", ns, names[i]);
+    if (umount2(at, MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT)
+      die(1, "umount %s: %s", at, strerror(errno));
+    if (!ahead) continue;
+    fmt(from, sizeof from, "%s/%s", next, names[i]);
+    int fd = open(at, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) die(1, "create %s: %s", at, strerror(errno));
+    close(fd);
+    if (syscall(SYS_move_mount, AT_FDCWD, from, AT_FDCWD, at, 0) != 0)
+      die(1, "take the %s namespace made ahead: %s", names[i], strerror(errno));
+  }
+  if (!ahead) keep_new_namespaces(ns, o->fresh_net);
 }
 
 /*
@@ -1813,11 +1849,19 @@ static int cmd_restore(int argc, char **argv) {
   fmt(ready, sizeof ready, "R %ld\n", last_pid);
   if (write(1, ready, strlen(ready)) != (ssize_t)strlen(ready)) return 1;
   close(1);
-  /* The previous generation: its files and pages go with its last mount. */
+  /* The previous generation: its files and pages go with its last mount. The next one is made for the next restore. */
+  char path[4096];
   if (o.old_gen) {
-    char old[4096];
-    fmt(old, sizeof old, "%s/%s", o.scratch, o.old_gen);
-    if (umount2(old, MNT_DETACH) == 0) rmdir(old);
+    fmt(path, sizeof path, "%s/%s", o.scratch, o.old_gen);
+    if (umount2(path, MNT_DETACH) == 0) rmdir(path);
+  }
+  if (o.next_gen) {
+    unsigned ou = 0, og = 0;
+    parse_owner(o.owner, &ou, &og);
+    fmt(path, sizeof path, "%s/%s", o.scratch, o.next_gen);
+    make_generation(path, o.disk, ou, og);
+    fmt(path, sizeof path, "%s/ns/next", o.scratch);
+    keep_new_namespaces(path, o.fresh_net);
   }
   return 0;
 }

@@ -71,7 +71,8 @@ function mountArgs(m: SandboxMount): string[] {
 /** `msb-helper restore` arguments: `target` given `seed`'s writable state. */
 export function restoreArgs(target: RestoreTarget, seed: RestoreSide, keepPidCounter: boolean): string[] {
   const a = ["--pid1", String(target.pid1), "--holder", String(target.holderPid), "--scratch", target.scratch];
-  a.push("--gen", `g${target.generation + 1}`, "--old-gen", `g${target.generation}`);
+  const g = target.generation;
+  a.push("--gen", `g${g + 1}`, "--old-gen", `g${g}`, "--next-gen", `g${g + 2}`);
   a.push("--disk", String(target.diskBytes), "--owner", target.owner);
   if (target.pidsCgroup) a.push("--kill-cgroup", target.pidsCgroup, "--keep", String(target.pid1));
   a.push("--keep", String(target.holderPid));

@@ -437,10 +437,11 @@ export class Sandbox implements AsyncDisposable {
       this.nsDir = namespacesDir(this.restoreSide());
       this.ranCommands = false;
       this.pruneCommandGroups(spare?.group);
-      this.spare = waitingHelper(this.cgroups, this.nextGroupName());
     } finally {
       this.restoring = false;
     }
+    // The next command's helper, started once the restore has answered (a spawn costs milliseconds).
+    setImmediate(() => this.startSpare());
   }
 
   /** Command groups left by commands the restore ended (all but `keep`, the restore's own helper's). */
@@ -631,14 +632,19 @@ export class Sandbox implements AsyncDisposable {
     if (this.spareTimer || this.spare || this.closed) return;
     this.spareTimer = setTimeout(() => {
       this.spareTimer = undefined;
-      if (this.closed || this.spare || this.restoring) return;
-      try {
-        this.spare = waitingHelper(this.cgroups, this.nextGroupName());
-      } catch {
-        /* the next command's helper starts with it */
-      }
+      this.startSpare();
     }, SPARE_DELAY_MS);
     this.spareTimer.unref();
+  }
+
+  /** The next command's helper, waiting in its cgroups (none while closed or restored, or when there is one). */
+  private startSpare(): void {
+    if (this.closed || this.spare || this.restoring) return;
+    try {
+      this.spare = waitingHelper(this.cgroups, this.nextGroupName());
+    } catch {
+      /* the next command's helper starts with it */
+    }
   }
 
   /**
