@@ -130,6 +130,12 @@ test("bench: a tiny run of every workload gives well-formed results and files", 
   assert.ok(ro.live.pssPerIdleBytes > 0 && ro.live.processes >= 2, JSON.stringify(ro.live));
   assert.ok(r.targets.some((t) => t.name.startsWith("reset of a rollout") && typeof t.met === "boolean"));
 
+  const d = r.dashboard;
+  assert.ok(d.available, JSON.stringify(d));
+  assert.equal(d.sandboxes, 16);
+  assert.ok(d.commandUnwatched.n > 0 && d.commandWatched.n > 0 && d.eventIntervalMs.n > 0 && d.eventBytes > 0);
+  assert.ok(d.browser.available || d.browser.reason, JSON.stringify(d.browser));
+
   assert.ok(r.targets.length >= 8);
   for (const t of r.targets) assert.ok(t.met === null || typeof t.met === "boolean");
 

@@ -5,7 +5,8 @@ import { planEvaluation, runEvaluation, summarizeEvaluation, type RunEvaluationO
 import { InvalidInputError } from "../errors.js";
 import { loadPredictions, unknownPredictionIds } from "../eval/predictions.js";
 import { loadDataset } from "../tasks/index.js";
-import { fail, parsePositive } from "./common.js";
+import { plan } from "../wire/index.js";
+import { fail, openInBrowser, parsePositive } from "./common.js";
 import { addHarnessFlags, applyHarnessFlags, resolveDatasetArg } from "./harness-flags.js";
 import { addDatasetOptions } from "./prepare.js";
 
@@ -25,6 +26,8 @@ interface EvaluateCliOptions {
   json?: boolean;
   plan?: boolean;
   summaryOnly?: boolean;
+  html?: boolean;
+  open?: boolean;
 }
 
 export function registerEvaluateCommand(program: Command, getHome: () => string): void {
@@ -44,6 +47,8 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
     .option("--json", "machine-readable output")
     .option("--plan", "evaluate nothing: print the run's jobs as JSON (for running them elsewhere, e.g. a fleet)")
     .option("--summary-only", "evaluate nothing: write the run summary from the report.json files on disk")
+    .option("--html", "also write <model>.<run_id>.html beside the summary: a self-contained report for a browser")
+    .option("--open", "open the HTML report in a browser (implies --html)")
     .action(async (opts: EvaluateCliOptions) => {
       try {
         const o = applyHarnessFlags(opts);
@@ -68,9 +73,11 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
           reportDir: o.reportDir,
           build: o.build,
           rerun: o.rerun ?? false,
+          html: o.html || o.open,
         });
         if (o.json) process.stdout.write(`${JSON.stringify(runResultJson(r), null, 2)}\n`);
         else process.stdout.write(renderRun(r));
+        if (o.open && r.htmlPath) openInBrowser(r.htmlPath);
         process.exitCode = 0;
       } catch (e) {
         fail(e);
@@ -106,6 +113,7 @@ function runOptions(o: EvaluateCliOptions, home: string): RunEvaluationOptions {
     reportDir: o.reportDir,
     rerun: o.rerun ?? false,
     progress: false,
+    html: o.html || o.open,
   };
 }
 
@@ -117,27 +125,11 @@ async function planOrSummary(o: EvaluateCliOptions, home: string): Promise<void>
   const opts = runOptions(o, home);
   if (o.summaryOnly) {
     const r = await summarizeEvaluation(opts);
-    if (o.json)
-      process.stdout.write(`${JSON.stringify({ summaryPath: r.summaryPath, summary: r.summary }, null, 2)}\n`);
+    if (o.json) process.stdout.write(`${JSON.stringify(plan.EvaluationSummary.fromCamel(r), null, 2)}\n`);
     else process.stdout.write(`${renderSummary(r.summary)}\nReport written to ${r.summaryPath}\n`);
+    if (r.htmlPath && !o.json) process.stdout.write(`HTML report written to ${r.htmlPath}\n`);
+    if (o.open && r.htmlPath) openInBrowser(r.htmlPath);
     return;
   }
-  const plan = await planEvaluation(opts);
-  const json = {
-    run_id: plan.runId,
-    model: plan.model,
-    report_dir: plan.reportDir,
-    order: plan.order,
-    jobs: plan.jobs.map((j) => ({
-      instance_id: j.instance.instance_id,
-      env_key: j.envKey,
-      log_dir: j.logDir,
-      model_name_or_path: j.prediction.model_name_or_path,
-      model_patch: j.prediction.model_patch ?? "",
-      instance: j.instance,
-    })),
-    records: plan.records.map((r) => ({ instance_id: r.instanceId, status: r.status, error: r.error ?? null })),
-    unknown_prediction_ids: plan.unknownPredictionIds,
-  };
-  process.stdout.write(`${JSON.stringify(json)}\n`);
+  process.stdout.write(`${JSON.stringify(plan.EvaluationPlan.fromCamel(await planEvaluation(opts)))}\n`);
 }

@@ -5,11 +5,11 @@
  */
 import { randomBytes } from "node:crypto";
 import { InvalidInputError, NotFoundError } from "../errors.js";
+import type { Workspace } from "../env/workspace.js";
 import type { Sandbox } from "../sandbox/sandbox.js";
 import type { Instance } from "../tasks/types.js";
 import { Rollout, type RolloutContext } from "./rollout.js";
-import type { SharedWorkspace } from "./shared-workspace.js";
-import { GroupSpares } from "./spares.js";
+import { forkInto, GroupSpares } from "./spares.js";
 import type { GroupInfo, GroupTimings } from "./types.js";
 
 export type GroupSettings = Omit<RolloutContext, "groupId" | "instance" | "fork" | "reset" | "checkpoint" | "onEnd"> & {
@@ -37,7 +37,7 @@ export class RolloutGroup {
   /** `workspace` must be held by the caller until `start` returns; then the group's sandboxes hold it. */
   constructor(
     readonly instance: Instance,
-    private readonly workspace: SharedWorkspace,
+    private readonly workspace: Workspace,
     private readonly settings: GroupSettings,
   ) {
     this.spares = new GroupSpares(workspace, settings.forkSpares, settings);
@@ -48,7 +48,7 @@ export class RolloutGroup {
   }
 
   get envKey(): string {
-    return this.workspace.envKey;
+    return this.workspace.env!.key;
   }
 
   get isClosed(): boolean {
@@ -133,7 +133,7 @@ export class RolloutGroup {
     }
     let children: Sandbox[];
     try {
-      children = await this.workspace.fork(seed, k, into);
+      children = await forkInto(this.workspace, seed, k, into);
     } catch (e) {
       this.settings.unreserve(k);
       throw e;
@@ -173,6 +173,7 @@ export class RolloutGroup {
       instanceId: this.instanceId,
       envKey: this.envKey,
       createdAt: this.createdAt.toISOString(),
+      problemStatement: this.instance.problem_statement ?? "",
       timings: { ...this.timings },
       rollouts: this.rollouts.map((r) => r.info()),
     };

@@ -38,6 +38,8 @@ export interface RolloutContext {
   checkpoint: (r: Rollout) => Promise<string>;
   /** Called once when the rollout is over (closed, lost or failed). */
   onEnd: (rollout: Rollout) => void;
+  /** Told of each outcome as it is decided. */
+  onOutcome?: (outcome: RolloutOutcome) => void;
 }
 
 export interface RolloutStart {
@@ -220,6 +222,11 @@ export class Rollout {
 
   private remember(o: RolloutOutcome): RolloutOutcome {
     this.lastOutcome = o;
+    try {
+      this.ctx.onOutcome?.(o);
+    } catch {
+      // a listener's failure changes no reward
+    }
     return o;
   }
 

@@ -8,7 +8,17 @@
  */
 import { InvalidInputError, LimitError, NotFoundError } from "../errors.js";
 import type { Sandbox } from "../sandbox/sandbox.js";
-import type { SharedWorkspace } from "./shared-workspace.js";
+import type { Workspace } from "../env/workspace.js";
+
+/**
+ * `seed` (a sandbox of `workspace`) forked into `k`: `into` (sandboxes `workspace` started, which hold it already)
+ * first, then new ones, each holding the workspace until it closes.
+ */
+export async function forkInto(workspace: Workspace, seed: Sandbox, k: number, into: Sandbox[]): Promise<Sandbox[]> {
+  const children = await seed.fork(k, { into });
+  for (const child of children.slice(into.length)) workspace.adopt(child);
+  return children;
+}
 
 /** Checkpoints a group holds at most. */
 export const MAX_CHECKPOINTS = 64;
@@ -30,7 +40,7 @@ export class GroupSpares {
   private closed = false;
 
   constructor(
-    private readonly workspace: SharedWorkspace,
+    private readonly workspace: Workspace,
     private readonly keep: number,
     private readonly accounting: SpareAccounting,
   ) {}
@@ -107,7 +117,7 @@ export class GroupSpares {
     if (into.length === 0) this.accounting.reserve(1);
     let copy: Sandbox;
     try {
-      [copy] = (await this.workspace.fork(sandbox, 1, into)) as [Sandbox];
+      [copy] = (await forkInto(this.workspace, sandbox, 1, into)) as [Sandbox];
     } catch (e) {
       this.accounting.unreserve(1);
       throw e;

@@ -14,9 +14,12 @@ import argparse
 import json
 import shlex
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import NAMESPACE, FleetConfig, default_command
+
+if TYPE_CHECKING:  # ray is imported by main, not when the module is
+    from .fleet import Fleet
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,7 +50,8 @@ def _parser() -> argparse.ArgumentParser:
         "--instance-ids", nargs="+", action="extend", default=[], help="only these instances (repeatable)"
     )
     sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("status", parents=[common], help="nodes, slots and layers")
+    st = sub.add_parser("status", parents=[common], help="nodes, slots and layers")
+    st.add_argument("--html", metavar="FILE", help="also write the nodes and where each environment is warm as a page")
     sub.add_parser("up", parents=[common], help="start a server on every node, left running (detached)")
     sub.add_parser("down", parents=[common], help="stop the servers `up` started")
     sub.add_parser("prepare", parents=[common, data], help="every environment of a dataset present on some node")
@@ -57,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--report-dir", default=".", help="where logs/run_evaluation/... and the summary go")
     ev.add_argument("--timeout", type=float, default=1800, help="whole-instance timeout in seconds")
     ev.add_argument("--rerun", action="store_true", help="re-run instances that already have a report.json")
+    ev.add_argument("--html", action="store_true", help="also write <model>.<run_id>.html beside the summary")
     return p
 
 
@@ -83,62 +88,88 @@ def main(argv: list[str] | None = None) -> int:
         if a.json
         else (lambda m: print(f"minisandbox fleet: {m}", file=sys.stderr))
     )
-    progress = "json" if a.json else True
     if a.command == "down":
         return _down(ray)
     fleet = Fleet(_config(a, detached=a.command == "up"), log=log)
     try:
         fleet.refresh(force=True)
         if a.command in ("status", "up"):
-            nodes = fleet.status()
-            if a.json:
-                _emit(a, "result", {"nodes": nodes})
-            else:
-                for n in nodes:
-                    print(f"{n['node']}\t{n['url']}\t{n['slots']} slots\t{n['layers']} layers")
-            return 0 if nodes else 1
+            return _status(a, fleet)
         if a.command == "prepare":
-            out = jobs.prepare(fleet, a.dataset, instance_ids=a.instance_ids, progress=progress)
-            if a.json:
-                _emit(a, "result", out)
-            else:
-                for e in out["environments"]:
-                    print(
-                        f"{e['env_key'][:12]}\t{e['status']}\t{e['node'] or '-'}\t{len(e['instance_ids'])} instances"
-                        + (f"\t{e['error'].splitlines()[0]}" if e.get("error") else "")
-                    )
-                for e in out["errors"]:
-                    print(f"{e['instance_id']}: {e['error']}")
-            return 1 if out["failed"] else 0
-        out = jobs.evaluate(
-            fleet,
-            a.dataset,
-            a.predictions,
-            run_id=a.run_id,
-            report_dir=a.report_dir,
-            instance_ids=a.instance_ids,
-            timeout_s=a.timeout,
-            rerun=a.rerun,
-            progress=progress,
-        )
-        if a.json:
-            _emit(a, "result", out)
-        else:
-            s = out["summary"]
-            print(
-                f"{s['total_instances']} instances: {s['resolved_instances']} resolved, "
-                f"{s['unresolved_instances']} unresolved, {s['error_instances']} errors, "
-                f"{s['empty_patch_instances']} empty patches"
-            )
-            for iid, err in sorted(out["errors"].items()):
-                print(f"  {iid}: not evaluated: {err}", file=sys.stderr)
-            print(f"Report written to {out['summary_path']}")
-        return 0
+            return _prepare(a, fleet)
+        return _evaluate(a, fleet)
     except jobs.FleetJobError as e:
         print(f"minisandbox fleet: {e}", file=sys.stderr)
         return 2
     finally:
         fleet.stop()
+
+
+def _progress(a: argparse.Namespace) -> bool | str:
+    return "json" if a.json else True
+
+
+def _status(a: argparse.Namespace, fleet: Fleet) -> int:
+    nodes = fleet.status()
+    if getattr(a, "html", None):
+        from . import jobs
+
+        print(f"HTML status written to {jobs.status_html(fleet, a.html)}", file=sys.stderr)
+    if a.json:
+        _emit(a, "result", {"nodes": nodes})
+    else:
+        for n in nodes:
+            print(f"{n['node']}\t{n['url']}\t{n['slots']} slots\t{n['layers']} layers")
+    return 0 if nodes else 1
+
+
+def _prepare(a: argparse.Namespace, fleet: Fleet) -> int:
+    from . import jobs
+
+    out = jobs.prepare(fleet, a.dataset, instance_ids=a.instance_ids, progress=_progress(a))
+    if a.json:
+        _emit(a, "result", out)
+    else:
+        for e in out["environments"]:
+            print(
+                f"{e['env_key'][:12]}\t{e['status']}\t{e['node'] or '-'}\t{len(e['instance_ids'])} instances"
+                + (f"\t{e['error'].splitlines()[0]}" if e.get("error") else "")
+            )
+        for e in out["errors"]:
+            print(f"{e['instance_id']}: {e['error']}")
+    return 1 if out["failed"] else 0
+
+
+def _evaluate(a: argparse.Namespace, fleet: Fleet) -> int:
+    from . import jobs
+
+    out = jobs.evaluate(
+        fleet,
+        a.dataset,
+        a.predictions,
+        run_id=a.run_id,
+        report_dir=a.report_dir,
+        instance_ids=a.instance_ids,
+        timeout_s=a.timeout,
+        rerun=a.rerun,
+        html=a.html,
+        progress=_progress(a),
+    )
+    if a.json:
+        _emit(a, "result", out)
+        return 0
+    s = out["summary"]
+    print(
+        f"{s['total_instances']} instances: {s['resolved_instances']} resolved, "
+        f"{s['unresolved_instances']} unresolved, {s['error_instances']} errors, "
+        f"{s['empty_patch_instances']} empty patches"
+    )
+    for iid, err in sorted(out["errors"].items()):
+        print(f"  {iid}: not evaluated: {err}", file=sys.stderr)
+    print(f"Report written to {out['summary_path']}")
+    if out["html_path"]:
+        print(f"HTML report written to {out['html_path']}")
+    return 0
 
 
 def _down(ray: Any) -> int:
