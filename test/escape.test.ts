@@ -16,7 +16,6 @@ import {
   mkdtempSync,
   readdirSync,
   rmSync,
-  statSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
