@@ -24,6 +24,7 @@ test("bench: a tiny run of every workload gives well-formed results and files", 
     rolloutRounds: 1,
     rolloutTrajectories: 1,
     rolloutForks: 1,
+    rolloutLive: 8,
     evalEngine: false,
     sessionHttp: false,
     podman: false,
@@ -124,6 +125,11 @@ test("bench: a tiny run of every workload gives well-formed results and files", 
   assert.equal(ro.group.podman.available, false);
   assert.equal(r.ratios.rollout_group_vs_podman, null);
   assert.ok(r.targets.some((t) => t.name.startsWith("fork of a rollout") && typeof t.met === "boolean"));
+  assert.ok(ro.reset.available && ro.reset.reset.n === 1 && ro.reset.checkpoint.n === 1, JSON.stringify(ro.reset));
+  assert.ok(ro.live.available, JSON.stringify(ro.live));
+  assert.deepEqual([ro.live.rollouts, ro.live.errors], [8, 0], JSON.stringify(ro.live));
+  assert.ok(ro.live.pssPerIdleBytes > 0 && ro.live.processes >= 2, JSON.stringify(ro.live));
+  assert.ok(r.targets.some((t) => t.name.startsWith("reset of a rollout") && typeof t.met === "boolean"));
 
   // The command line beside its floors; podman was disabled, so its ratio is null and says why.
   assert.ok(r.cli.available, JSON.stringify(r.cli));

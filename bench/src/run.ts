@@ -83,6 +83,8 @@ export interface BenchOptions {
   rolloutRounds?: number;
   rolloutTrajectories?: number;
   rolloutForks?: number;
+  /** Rollouts live at once in the rollout workload's scale run (512: DeepSWE's parallel containers). */
+  rolloutLive?: number;
   /** false: skip the HTTP round trip (http.ts). */
   sessionHttp?: boolean;
   /** false: skip the eval runner's own benchmark (eval-engine.ts). */
@@ -124,6 +126,7 @@ export function sizesFor(
     | "rolloutRounds"
     | "rolloutTrajectories"
     | "rolloutForks"
+    | "rolloutLive"
     | "historyMiB"
   >
 > {
@@ -141,6 +144,7 @@ export function sizesFor(
     rolloutRounds: o.rolloutRounds ?? (quick ? 3 : 10),
     rolloutTrajectories: o.rolloutTrajectories ?? (quick ? 2 : 5),
     rolloutForks: o.rolloutForks ?? (quick ? 10 : 30),
+    rolloutLive: o.rolloutLive ?? (quick ? 128 : 512),
   };
 }
 
@@ -454,7 +458,7 @@ const WORKLOADS: Record<Workload, (run: BenchRun) => Promise<void>> = {
     }
   },
   async rollout({ results, env, size, podman, log }) {
-    log("workload 7: rollouts (group of 8 ready, overhead per trajectory, fork)");
+    log("workload 7: rollouts (group of 8 ready, overhead per trajectory, fork, reset, live rollouts at once)");
     await prepareNode(env, [env.primary]);
     results.rollout = await benchRollout({
       env,
@@ -462,6 +466,7 @@ const WORKLOADS: Record<Workload, (run: BenchRun) => Promise<void>> = {
       rounds: size.rolloutRounds,
       trajectories: size.rolloutTrajectories,
       forks: size.rolloutForks,
+      live: size.rolloutLive,
       log,
     }).catch((err: unknown) => na(`rollout workload failed: ${(err as Error).message.split("\n")[0]}`));
   },

@@ -186,6 +186,31 @@ export interface ForkLatency {
   firstOutput: Dist;
 }
 
+/** A rollout reset to its group's start in place, and checkpointed, after some work (tree-search.ts). */
+export interface TreeSearchLatency {
+  available: true;
+  method: string;
+  /** Rollout.reset() → resolved. */
+  reset: Dist;
+  /** Rollout.reset() → the first command's output after it. */
+  resetFirstOutput: Dist;
+  checkpoint: Dist;
+}
+
+/** Many live rollouts at once, each running a command, and the memory of an idle one (tree-search.ts). */
+export interface LiveRollouts {
+  available: true;
+  rollouts: number;
+  startMs: number;
+  commandsMs: number;
+  errors: number;
+  errorSamples: string[];
+  rssPerIdleBytes: number;
+  pssPerIdleBytes: number;
+  /** Processes per idle rollout (pid 1, the launch, the next command's helper). */
+  processes: number;
+}
+
 /** Workload 7: rollouts for RL trainers, side by side with mini-swe-agent's podman environment. */
 export interface RolloutResults {
   available: true;
@@ -194,6 +219,8 @@ export interface RolloutResults {
   group: Record<"minisandbox" | "minisandbox_warm_pool" | "podman", GroupReady | Unavailable>;
   trajectory: Record<"minisandbox" | "minisandbox_in_place" | "podman", TrajectoryOverhead | Unavailable>;
   fork: Record<"minisandbox" | "podman_commit", ForkLatency | Unavailable>;
+  reset: TreeSearchLatency | Unavailable;
+  live: LiveRollouts | Unavailable;
 }
 
 export interface Target {
