@@ -17,7 +17,7 @@ import { prepareInstances } from "../env/prepare.js";
 import { Progress, pool } from "../util/progress.js";
 import { InvalidInputError } from "../errors.js";
 import type { ResolutionStatus } from "./grading.js";
-import { DEFAULT_MODEL, indexPredictions, isEmptyPatch, loadPredictions, unknownPredictionIds } from "./predictions.js";
+import { indexPredictions, KEY_MODEL, isEmptyPatch, loadPredictions, unknownPredictionIds } from "./predictions.js";
 import {
   instanceLogDir,
   LOG_FILES,
@@ -90,7 +90,9 @@ export interface RunTimings {
   evalWallMs: number;
   wallMs: number;
   instancesRun: number;
-  /** Evaluated instances per minute of evalWallMs. */
+  /** Instances whose tests ran (a patch that does not apply, or a sandbox that never started, never gets there). */
+  instancesTested: number;
+  /** Instances whose tests ran, per minute of evalWallMs (0 when none did: a rate of failures says nothing). */
   instancesPerMinute: number;
   totals: PhaseTimings;
   means: PhaseTimings;
@@ -115,7 +117,7 @@ export function defaultRunId(at: Date = new Date()): string {
   return `minisandbox-${at.toISOString().replace(/[-:]/g, "").replace(/\..*$/, "")}`;
 }
 
-export function timingsFileName(model: string | undefined, runId: string): string {
+export function timingsFileName(model: string, runId: string): string {
   return summaryFileName(model, runId).replace(/\.json$/, ".timings.json");
 }
 
@@ -259,7 +261,9 @@ async function startRun(opts: RunEvaluationOptions): Promise<Run> {
     typeof opts.predictions === "string" ? await loadPredictions(opts.predictions, all) : opts.predictions;
   if (predictions.length === 0) throw new InvalidInputError("no predictions to evaluate");
   const byId = indexPredictions(predictions);
-  const model = predictions[0]?.model_name_or_path ?? DEFAULT_MODEL;
+  const model = predictions[0]!.model_name_or_path;
+  if (typeof model !== "string" || model === "")
+    throw new InvalidInputError(`predictions need "${KEY_MODEL}" (the model's name; it names the run's report)`);
   // Fail early on ids that cannot name a directory.
   summaryFileName(model, runId);
   const showProgress = opts.progress ?? true;
@@ -465,7 +469,8 @@ async function evaluateJobs(run: Run, toRun: Job[]): Promise<{ timed: Timed[]; e
 
 function runTimings(run: Run, timed: Timed[], buildMs: number, evalWallMs: number): RunTimings {
   const stats = timingStats(timed.map((t) => t.timings));
-  const perMinute = evalWallMs > 0 ? Math.round((timed.length / (evalWallMs / 60_000)) * 100) / 100 : 0;
+  const tested = timed.filter((t) => t.timings.testsMs > 0).length;
+  const perMinute = evalWallMs > 0 ? Math.round((tested / (evalWallMs / 60_000)) * 100) / 100 : 0;
   return {
     runId: run.runId,
     model: run.model,
@@ -476,6 +481,7 @@ function runTimings(run: Run, timed: Timed[], buildMs: number, evalWallMs: numbe
     evalWallMs: Math.round(evalWallMs),
     wallMs: Math.round(performance.now() - run.started),
     instancesRun: timed.length,
+    instancesTested: tested,
     instancesPerMinute: perMinute,
     totals: stats.totals,
     means: stats.means,
