@@ -464,7 +464,7 @@ test("an environment that is not built (--no-build) is that instance's error; ba
   assert.match(badWorkers.stderr, /--workers expects a positive integer/);
 });
 
-test("predictions a newcomer gets wrong: a missing field is named; a run where no patch applies claims no rate", async () => {
+test("a prediction without a field is refused naming it; a run where no patch applies claims no rate", async () => {
   await Promise.all([goldRun, mixedRun]);
   const write = (name: string, rows: object[]): string => {
     const path = join(work, name);

@@ -52,7 +52,7 @@ test("indexes that do not answer are left out; the first one left becomes the in
   }
 });
 
-test("pip's default index counts when none is configured; find-links alone; proxies and --no-index untouched", async () => {
+test("pip's default index counts when none is set; find-links alone; proxies and --no-index untouched", async () => {
   const asked: string[] = [];
   const offline: Probe = async (host, port) => {
     asked.push(`${host}:${port}`);

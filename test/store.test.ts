@@ -738,7 +738,7 @@ async function cli(home: string, ...args: string[]): Promise<{ code: number | nu
   return run(process.execPath, [script, ...args], { env: { ...process.env, TEST_HOME: home } });
 }
 
-test("CLI: store list/stats/verify/gc/export/import with --json; bad input exits 2, failed work 1, one line", async (t) => {
+test("CLI: store list/stats/verify/gc/export/import, --json; bad input exits 2, failed work 1, one line", async (t) => {
   const dir = tmpDir(t);
   const home = join(dir, "home");
   const store = openStore(join(home, "store"));
