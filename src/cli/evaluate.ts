@@ -1,7 +1,14 @@
 import type { Command } from "commander";
 import { renderRun, runResultJson } from "../eval/render.js";
 import { renderSummary } from "../eval/report.js";
-import { planEvaluation, runEvaluation, summarizeEvaluation, type RunEvaluationOptions } from "../eval/run.js";
+import {
+  planEvaluation,
+  runEvaluation,
+  summarizeEvaluation,
+  type RunEvaluationOptions,
+  type RunEvaluationResult,
+} from "../eval/run.js";
+import { NOT_EVALUATED } from "../eval/runner/instance.js";
 import { InvalidInputError } from "../errors.js";
 import { loadPredictions, unknownPredictionIds } from "../eval/predictions.js";
 import { loadDataset } from "../tasks/index.js";
@@ -71,11 +78,26 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
         });
         if (o.json) process.stdout.write(`${JSON.stringify(runResultJson(r), null, 2)}\n`);
         else process.stdout.write(renderRun(r));
-        process.exitCode = 0;
+        process.exitCode = notEvaluated(r) ? 1 : 0;
       } catch (e) {
         fail(e);
       }
     });
+}
+
+/**
+ * Instances our side failed to evaluate (an environment that could not be built, a sandbox that did not start) make
+ * the run fail, said on stderr: the report is written all the same, but it does not grade those predictions.
+ */
+function notEvaluated(r: RunEvaluationResult): boolean {
+  const failed = r.instances.filter((i) => i.error && NOT_EVALUATED.has(i.error.kind));
+  if (failed.length === 0) return false;
+  const first = failed[0]!;
+  process.stderr.write(
+    `minisandbox: ${failed.length} instance(s) could not be evaluated (${first.instanceId}: ${first.error!.kind}); ` +
+      "the report counts them as errors\n",
+  );
+  return true;
 }
 
 /** As the harness does: predictions for ids the dataset does not have stop the run before anything is evaluated. */

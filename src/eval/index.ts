@@ -37,6 +37,7 @@ export {
   clearInstanceOutputs,
   GIT_APPLY_CMDS,
   DEFAULT_TIMEOUT_SECONDS,
+  NOT_EVALUATED,
   TIMINGS_FILE,
   type InstanceEvalInput,
   type InstanceEvalResult,

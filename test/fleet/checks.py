@@ -367,6 +367,34 @@ check(
     stderr=cli.stderr[-1500:],
 )
 
+# 6b. an instance no node can build (say, the one node that held it was lost): named, and the run exits 1.
+unbuildable = os.path.join(cfg["out_dir"], "unbuildable.json")
+row = {**json.loads(Path(cfg["dataset"]).read_text())[0], "instance_id": "nobody__missing-1", "repo": "nobody/missing"}
+Path(unbuildable).write_text(json.dumps([row]))
+t = time.monotonic()
+bad = subprocess.run(
+    [
+        *(sys.executable, "-m", "minisandbox.fleet", "evaluate", "--address", lc.address),
+        *("--dataset", unbuildable, "--predictions", "gold", "--run-id", "fleet-unbuildable"),
+        *("--report-dir", cfg["out_dir"], "--repos", cfg["repos"]),
+    ],
+    capture_output=True,
+    text=True,
+    timeout=600,
+    env=env,
+    check=False,
+)
+check(
+    "cli_instance_not_evaluated_fails_the_run",
+    bad.returncode == 1
+    and "nobody__missing-1: not evaluated: Environment Build Failed" in bad.stderr
+    and "1 instance(s) could not be evaluated" in bad.stderr
+    and os.path.exists(os.path.join(cfg["out_dir"], "gold.fleet-unbuildable.json")),
+    seconds=round(time.monotonic() - t, 1),
+    rc=bad.returncode,
+    stderr=bad.stderr[-1500:],
+)
+
 # 7. one sandbox for work driven from here (e.g. a rollout): placed warm, deleted on exit.
 key = next(iter(next(n for n in fleet.placement.nodes.values() if n.name == "n0").layers))
 with fleet.sandbox(key, labels={"purpose": "rollout"}) as sb:

@@ -15,7 +15,7 @@ PACKAGE = Path(minisandbox.__file__).parent
 #: Lowest first. A part is a module of the package or a subpackage (its top name under minisandbox).
 LAYERS: list[set[str]] = [
     {"_generated"},
-    {"errors", "token", "mini_output"},
+    {"errors", "token", "command", "mini_output"},
     {"client"},
     {"minisweagent", "sweagent", "swerex", "swerex_pytest", "configs", "rl"},
     {"fleet"},
@@ -23,7 +23,18 @@ LAYERS: list[set[str]] = [
 ]
 
 #: Parts that must import only the standard library (and each other): what `pip install` without extras gives.
-STDLIB_ONLY = {"_generated", "errors", "token", "mini_output", "client", "minisweagent", "sweagent", "configs", "rl"}
+STDLIB_ONLY = {
+    "_generated",
+    "errors",
+    "token",
+    "command",
+    "mini_output",
+    "client",
+    "minisweagent",
+    "sweagent",
+    "configs",
+    "rl",
+}
 #: Imported only inside try/except ImportError (optional frameworks) or by the extras.
 OPTIONAL = {"minisweagent", "yaml", "skyrl_train", "verl", "pyarrow"}
 
@@ -108,7 +119,7 @@ def test_the_checks_see_what_they_must() -> None:
 
 #: Functions over the limit today, to be split (the fleet's jobs and CLI, which its plan moving into the library
 #: reshapes); a new one fails.
-LONG_FUNCTIONS = {"fleet/cli.py:main", "fleet/jobs.py:evaluate"}
+LONG_FUNCTIONS = {"fleet/jobs.py:evaluate"}
 
 
 def test_functions_are_at_most_60_lines_as_in_typescript() -> None:

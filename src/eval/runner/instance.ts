@@ -57,6 +57,12 @@ export type EvalErrorKind =
   | "Grading Failed";
 
 /**
+ * Errors that say the instance was not evaluated because our side failed (its environment could not be built, its
+ * sandbox could not start), not because of the prediction: `evaluate` exits 1 when any instance has one.
+ */
+export const NOT_EVALUATED: ReadonlySet<EvalErrorKind> = new Set(["Environment Build Failed", "Sandbox Failed"]);
+
+/**
  * Set when the failure is the attempt's own doing (its patch's code ran, or the agent's sandbox was in the way): a
  * real grade of 0 for a trainer. Absent: something outside the attempt's reach failed (infrastructure).
  */

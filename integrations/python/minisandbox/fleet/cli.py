@@ -13,10 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import socket
 import sys
 from typing import Any
 
-from .config import NAMESPACE, FleetConfig, default_command
+from ..command import CliNotFoundError
+from .config import NAMESPACE, SLOT, FleetConfig, default_command
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -77,68 +79,116 @@ def main(argv: list[str] | None = None) -> int:
     from . import jobs
     from .fleet import Fleet
 
-    ray.init(address=a.address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False)
+    if not _connect(ray, a):
+        return 1
     log = (
         (lambda m: print(json.dumps({"event": "log", "message": m}), flush=True))
         if a.json
         else (lambda m: print(f"minisandbox fleet: {m}", file=sys.stderr))
     )
-    progress = "json" if a.json else True
     if a.command == "down":
         return _down(ray)
     fleet = Fleet(_config(a, detached=a.command == "up"), log=log)
     try:
         fleet.refresh(force=True)
         if a.command in ("status", "up"):
-            nodes = fleet.status()
-            if a.json:
-                _emit(a, "result", {"nodes": nodes})
-            else:
-                for n in nodes:
-                    print(f"{n['node']}\t{n['url']}\t{n['slots']} slots\t{n['layers']} layers")
-            return 0 if nodes else 1
+            return _status(a, fleet)
         if a.command == "prepare":
-            out = jobs.prepare(fleet, a.dataset, instance_ids=a.instance_ids, progress=progress)
-            if a.json:
-                _emit(a, "result", out)
-            else:
-                for e in out["environments"]:
-                    print(
-                        f"{e['env_key'][:12]}\t{e['status']}\t{e['node'] or '-'}\t{len(e['instance_ids'])} instances"
-                        + (f"\t{e['error'].splitlines()[0]}" if e.get("error") else "")
-                    )
-                for e in out["errors"]:
-                    print(f"{e['instance_id']}: {e['error']}")
-            return 1 if out["failed"] else 0
-        out = jobs.evaluate(
-            fleet,
-            a.dataset,
-            a.predictions,
-            run_id=a.run_id,
-            report_dir=a.report_dir,
-            instance_ids=a.instance_ids,
-            timeout_s=a.timeout,
-            rerun=a.rerun,
-            progress=progress,
-        )
-        if a.json:
-            _emit(a, "result", out)
-        else:
-            s = out["summary"]
-            print(
-                f"{s['total_instances']} instances: {s['resolved_instances']} resolved, "
-                f"{s['unresolved_instances']} unresolved, {s['error_instances']} errors, "
-                f"{s['empty_patch_instances']} empty patches"
-            )
-            for iid, err in sorted(out["errors"].items()):
-                print(f"  {iid}: not evaluated: {err}", file=sys.stderr)
-            print(f"Report written to {out['summary_path']}")
-        return 0
-    except jobs.FleetJobError as e:
+            return _prepare(a, fleet)
+        return _evaluate(a, fleet)
+    except (jobs.FleetJobError, CliNotFoundError) as e:
         print(f"minisandbox fleet: {e}", file=sys.stderr)
         return 2
     finally:
         fleet.stop()
+
+
+def _connect(ray: Any, a: argparse.Namespace) -> bool:
+    """Join the cluster as one more driver. No cluster is one line saying how to get one, not Ray's traceback (nor,
+    for an address nothing listens on, a minute of Ray's retries)."""
+    where = "on this machine (--address auto, $RAY_ADDRESS unset)" if a.address == "auto" else f"at {a.address}"
+    try:
+        _answers(a.address)
+        ray.init(address=a.address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False)
+        return True
+    except (ConnectionError, OSError) as e:
+        print(
+            f"minisandbox fleet: no running Ray cluster {where}: {str(e).split('. ')[0]}; start one with "
+            'ray start --head --resources=\'{"minisandbox_slot": 16, "minisandbox_io": 2}\', '
+            "or give --address HOST:6379",
+            file=sys.stderr,
+        )
+        return False
+
+
+def _answers(address: str) -> None:
+    """An explicit ``HOST:PORT`` must accept a connection within a few seconds (OSError otherwise)."""
+    host, sep, port = address.rpartition(":")
+    if address == "auto" or "://" in address or not sep or not port.isdigit():
+        return
+    socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+
+
+def _status(a: argparse.Namespace, fleet: Any) -> int:
+    nodes = fleet.status()
+    if a.json:
+        _emit(a, "result", {"nodes": nodes})
+    else:
+        for n in nodes:
+            print(f"{n['node']}\t{n['url']}\t{n['slots']} slots\t{n['layers']} layers")
+    if not nodes:
+        print(f"minisandbox fleet: no node advertises the {SLOT} resource (ray start --resources=...)", file=sys.stderr)
+    return 0 if nodes else 1
+
+
+def _prepare(a: argparse.Namespace, fleet: Any) -> int:
+    from . import jobs
+
+    out = jobs.prepare(fleet, a.dataset, instance_ids=a.instance_ids, progress="json" if a.json else True)
+    if a.json:
+        _emit(a, "result", out)
+        return 1 if out["failed"] else 0
+    for e in out["environments"]:
+        print(
+            f"{e['env_key'][:12]}\t{e['status']}\t{e['node'] or '-'}\t{len(e['instance_ids'])} instances"
+            + (f"\t{e['error'].splitlines()[0]}" if e.get("error") else "")
+        )
+    for e in out["errors"]:
+        print(f"{e['instance_id']}: {e['error']}")
+    return 1 if out["failed"] else 0
+
+
+def _evaluate(a: argparse.Namespace, fleet: Any) -> int:
+    """The run's report; instances the fleet could not evaluate at all (say, their environment could not be built on
+    the node that took over a lost one's work) are named, and make the run fail (exit 1)."""
+    from . import jobs
+
+    out = jobs.evaluate(
+        fleet,
+        a.dataset,
+        a.predictions,
+        run_id=a.run_id,
+        report_dir=a.report_dir,
+        instance_ids=a.instance_ids,
+        timeout_s=a.timeout,
+        rerun=a.rerun,
+        progress="json" if a.json else True,
+    )
+    if a.json:
+        _emit(a, "result", out)
+        return 1 if out["errors"] else 0
+    s = out["summary"]
+    print(
+        f"{s['total_instances']} instances: {s['resolved_instances']} resolved, "
+        f"{s['unresolved_instances']} unresolved, {s['error_instances']} errors, "
+        f"{s['empty_patch_instances']} empty patches"
+    )
+    for iid, err in sorted(out["errors"].items()):
+        print(f"  {iid}: not evaluated: {err}", file=sys.stderr)
+    print(f"Report written to {out['summary_path']}")
+    if out["errors"]:
+        print(f"minisandbox fleet: {len(out['errors'])} instance(s) could not be evaluated (above)", file=sys.stderr)
+    return 1 if out["errors"] else 0
 
 
 def _down(ray: Any) -> int:

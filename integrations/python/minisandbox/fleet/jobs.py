@@ -17,6 +17,7 @@ import sys
 import tempfile
 from typing import Any, Callable
 
+from ..command import require_cli
 from .dispatch import Item, run_items
 from .fleet import Fleet
 from .progress import Progress
@@ -27,12 +28,17 @@ __all__ = ["JOB_FILES", "FleetJobError", "evaluate", "prepare", "rollout_groups"
 JOB_FILES = ("patch.diff", "eval.sh", "test_output.txt", "report.json", "run_instance.log", "timings.json")
 
 
+#: Errors that mean a node could not evaluate the instance at all (as `NOT_EVALUATED` in src/eval): say, its
+#: environment could not be built on the node that took over a lost one's work. They fail the run.
+NOT_EVALUATED = frozenset({"Environment Build Failed", "Sandbox Failed"})
+
+
 class FleetJobError(RuntimeError):
     """The job could not run at all (bad input, the minisandbox CLI failed, no node alive)."""
 
 
 def _cli_json(fleet: Fleet, args: list[str]) -> dict[str, Any]:
-    argv = [*fleet.config.command, *args]
+    argv = [*require_cli(fleet.config.command), *args]
     r = subprocess.run(argv, capture_output=True, text=True, check=False)
     if r.returncode != 0:
         raise FleetJobError(f"`minisandbox {' '.join(args[:1])}` failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
@@ -172,13 +178,19 @@ def evaluate(
         out = run_items(fleet, "evaluate", items, on_result=write, on_event=events, progress=prog)
         summary = _cli_json(fleet, ["evaluate", *run_args, "--summary-only", "--json"])
     statuses = {i: r.get("status") for i, r in out.results.items()}
+    not_evaluated = {
+        i: f"{r['error']['kind']}: {r['error']['message'].splitlines()[0] if r['error']['message'] else ''}"
+        for i, r in out.results.items()
+        if (r.get("error") or {}).get("kind") in NOT_EVALUATED
+    }
     return {
         "run_id": plan["run_id"],
         "model": plan["model"],
         "summary": summary["summary"],
         "summary_path": summary["summaryPath"],
         "statuses": statuses,
-        "errors": out.errors,
+        #: instances not evaluated: never run anywhere, or their node could not build or start their environment
+        "errors": {**out.errors, **not_evaluated},
         "build": built,
         "stats": out.stats,
         "job": out.job,
