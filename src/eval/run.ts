@@ -405,13 +405,17 @@ async function buildMissing(run: Run, representatives: Instance[]): Promise<Map<
   const failed = new Map<LayerKey, string>();
   if (representatives.length === 0) return failed;
   const { opts } = run;
-  const progress = run.showProgress ? new Progress(representatives.length, "build environments") : undefined;
+  const workers = opts.buildWorkers ?? run.workers;
+  const progress = run.showProgress
+    ? new Progress(representatives.length, "build environments", { workers })
+    : undefined;
   const results = await prepareInstances(representatives, {
     home: opts.home,
     reposDir: opts.reposDir,
     specsFile: opts.specsFile,
-    workers: opts.buildWorkers ?? run.workers,
-    onResult: (r) => progress?.tick(r.status, r.instanceId),
+    workers,
+    onStep: (id, step) => progress?.step(`${id}: ${step}`, id),
+    onResult: (r) => progress?.tick(r.status, r.instanceId, r.instanceId),
   });
   progress?.finish();
   for (const r of results) if (r.status === "failed") failed.set(r.key, r.error ?? "build failed");
@@ -431,10 +435,12 @@ async function evaluateJobs(run: Run, toRun: Job[]): Promise<{ timed: Timed[]; e
   const pythons = new Set(toRun.map((j) => j.env!.spec.python));
   await Promise.all([...pythons].map((python) => evalPipSettings(opts.home, python)));
   const started = performance.now();
-  const progress = run.showProgress && toRun.length > 0 ? new Progress(toRun.length, "evaluate") : undefined;
+  const progress =
+    run.showProgress && toRun.length > 0 ? new Progress(toRun.length, "evaluate", { workers: run.workers }) : undefined;
   const timed: Timed[] = [];
   await pool(toRun, run.workers, async (job) => {
     const id = job.instance.instance_id;
+    progress?.begin(id);
     const r = await runEvalJob({
       home: opts.home,
       instance: job.instance,
@@ -460,7 +466,7 @@ async function evaluateJobs(run: Run, toRun: Job[]): Promise<{ timed: Timed[]; e
     };
     run.records.set(id, record);
     timed.push({ id, status: r.error ? `error: ${r.error.kind}` : r.status, timings: r.timings! });
-    progress?.tick(r.error ? `error` : r.status, r.error ? `${id} (${r.error.kind})` : id);
+    progress?.tick(r.error ? `error` : r.status, r.error ? `${id} (${r.error.kind})` : id, id);
     opts.onInstance?.(record);
   });
   progress?.finish();
