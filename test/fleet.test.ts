@@ -177,10 +177,12 @@ test("a minisandbox fleet on a 3-node Ray cluster", { timeout: 900_000 }, async 
 
 test("with no Ray cluster to join, the fleet's commands say so in one line and exit 1", async (t) => {
   if (skip) return t.skip(skip);
-  const empty = tempDir("msb-noray-"); // no cluster's address file there, whatever runs on this machine
+  // Namespaces of its own: Ray's "auto" finds any cluster's processes on this machine (another test's, say).
+  const empty = tempDir("msb-noray-");
   const env = { ...process.env, PYTHONPATH: PYTHON_PACKAGE, RAY_TMPDIR: empty, RAY_ADDRESS: "" };
+  const alone = ["--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--", python, "-m", "minisandbox.fleet"];
   for (const args of [["status"], ["prepare", "--dataset", "x.json"], ["status", "--address", "127.0.0.1:1"]]) {
-    const r = await run(python, ["-m", "minisandbox.fleet", ...args], { env, timeoutMs: 60_000 });
+    const r = await run("unshare", [...alone, ...args], { env, timeoutMs: 60_000 });
     assert.equal(r.code, 1, r.stderr);
     const where = args.includes("--address")
       ? "at 127.0.0.1:1"

@@ -109,7 +109,13 @@ def _connect(ray: Any, a: argparse.Namespace) -> bool:
     where = "on this machine (--address auto, $RAY_ADDRESS unset)" if a.address == "auto" else f"at {a.address}"
     try:
         _answers(a.address)
-        ray.init(address=a.address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False)
+        ray.init(
+            address=a.address,
+            namespace=NAMESPACE,
+            logging_level="ERROR",
+            log_to_driver=False,
+            ignore_reinit_error=True,  # called from a driver already connected (a program, a test)
+        )
         return True
     except (ConnectionError, OSError) as e:
         print(

@@ -207,6 +207,8 @@ def run_items(
             inflight[ref] = (item, attempt, node.node_id)
             stats["attempts"] += 1
             emit("placed", id=item.id, node=node.name, attempt=attempt)
+            if progress is not None:
+                progress.began(item.id)
         if not inflight:
             if not fleet.placement.nodes:
                 raise RuntimeError(
@@ -219,6 +221,8 @@ def run_items(
         for ref in ready:
             item, attempt, nid = inflight.pop(ref)
             _collect(fleet, ref, item, attempt, nid, pending, out, losses, emit, on_result)
+            if progress is not None and (item.id in out.results or item.id in out.errors):
+                progress.ended(item.id)
         if progress is not None:
             progress.show(
                 done=len(out.results) + len(out.errors),
