@@ -124,6 +124,12 @@ test("bench: a tiny run of every workload gives well-formed results and files", 
   assert.equal(r.ratios.rollout_group_vs_podman, null);
   assert.ok(r.targets.some((t) => t.name.startsWith("fork of a rollout") && typeof t.met === "boolean"));
 
+  const d = r.dashboard;
+  assert.ok(d.available, JSON.stringify(d));
+  assert.equal(d.sandboxes, 16);
+  assert.ok(d.commandUnwatched.n > 0 && d.commandWatched.n > 0 && d.eventIntervalMs.n > 0 && d.eventBytes > 0);
+  assert.ok(d.browser.available || d.browser.reason, JSON.stringify(d.browser));
+
   assert.ok(r.targets.length >= 8);
   for (const t of r.targets) assert.ok(t.met === null || typeof t.met === "boolean");
 

@@ -5,8 +5,9 @@
  * `main.ts` with `tsc --init`'s settings and run again; a `python` snippet runs with the `python` on PATH.
  *
  * A block is skipped only when the line above it says so: `<!-- readme-test: skip KIND (why) -->`, KIND one of
- * `setup` (installs this machine and runs this very suite: CI's own steps), `agents` (mini-swe-agent, SWE-agent and
- * SWE-ReX from their sources) and `cluster` (a Ray cluster) — each said on stderr.
+ * `setup` (installs this machine and runs this very suite: CI's own steps), `mirrors` (agents and trainers installed
+ * from their sources: mini-swe-agent, SWE-agent, SWE-ReX, verl, SkyRL) and `cluster` (a Ray cluster) — each said on
+ * stderr.
  *
  * Everything runs in network and pid namespaces of its own (only loopback up, so nothing leaves the machine and the
  * README's fixed ports are free; every process goes when the shell ends), with a fresh HOME. The machine's part
@@ -29,7 +30,7 @@ import { preparedFixture } from "./agent-clients.js";
 import { tempDir } from "./helpers.js";
 
 const REPO = join(import.meta.dirname, "..", "..");
-const SKIP_KINDS = new Set(["setup", "agents", "cluster"]);
+const SKIP_KINDS = new Set(["setup", "mirrors", "cluster"]);
 
 interface Block {
   line: number;
@@ -154,13 +155,18 @@ test("every block of README.md runs as written on the bundled example", { timeou
   const venv = join(work, "venv");
   await runOk("python3", ["-m", "venv", venv]);
   writeFileSync(join(work, "policy.mjs"), POLICY);
+  // The desktop's browser: `--open` hands it each page, which it notes.
+  mkdirSync(join(work, "desktop"));
+  writeFileSync(join(work, "desktop", "xdg-open"), `#!/bin/sh\necho "$1" >> ${join(work, "opened.txt")}\n`, {
+    mode: 0o755,
+  });
   const file = join(work, "readme.sh");
   writeFileSync(file, script(run, cloneRoot(join(work, "clone")), work));
   const prefix = join(work, "npm-global");
   const env = {
     ...process.env,
     HOME: home,
-    PATH: `${join(prefix, "bin")}:${join(venv, "bin")}:${process.env.PATH}`,
+    PATH: `${join(prefix, "bin")}:${join(venv, "bin")}:${join(work, "desktop")}:${process.env.PATH}`,
     npm_config_prefix: prefix,
     // This machine's pip configuration, which the new HOME would hide; no network here: no waiting on retries.
     ...(await pipSettings("python3")).env,
@@ -173,8 +179,15 @@ test("every block of README.md runs as written on the bundled example", { timeou
   const failedAt = [...output.matchAll(/^@@ block (\d+) \(([^)]*)\) at /gm)].pop();
   assert.equal(code, 0, `README block ${failedAt?.[1]} (${failedAt?.[2]}) failed:\n${output.slice(-6000)}`);
   assert.match(output, new RegExp(`^@@ minisandbox on PATH at ${prefix}/bin/minisandbox$`, "m"));
-  t.diagnostic(output.split("\n").filter((l) => l.startsWith("@@ ")).join("; ")); // each block's time
+  const timeline = output.split("\n").filter((l) => l.startsWith("@@ ")); // when each block started and ended
+  t.diagnostic(timeline.join("; "));
   checkOutputs(output);
+  const opened = readFileSync(join(work, "opened.txt"), "utf8").trim().split("\n");
+  assert.deepEqual(
+    opened.map((f) => f.replace(/^.*\//, "")),
+    ["dashboard.html", "gold.demo-gold.html", "trajectories.html"],
+    "each --open handed its page to the browser",
+  );
 });
 
 /** What the blocks printed: the example evaluated, a sandbox on its task, the snippets' own lines. */

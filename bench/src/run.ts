@@ -10,6 +10,7 @@ import { timedRun } from "./proc.js";
 import { benchReady } from "./ready.js";
 import { benchRollout } from "./rollout.js";
 import { computeRatios, computeTargets } from "./report.js";
+import { benchDashboard } from "./dashboard.js";
 import { benchServerLoad } from "./server-load.js";
 import { benchSessionHttp, benchSessionInProcess } from "./session.js";
 import { defaultWorkDir, setupEnvironment, type BenchEnvironment } from "./setup.js";
@@ -22,7 +23,16 @@ const PODMAN_STORAGE_METHOD =
   "what podman really keeps on disk for these images (storage_vs_podman) — and the env layers alone " +
   "(storage_vs_podman_env_layers)";
 
-export type Workload = "ready" | "storage" | "concurrency" | "session" | "evaluation" | "server" | "rollout" | "fleet";
+export type Workload =
+  | "ready"
+  | "storage"
+  | "concurrency"
+  | "session"
+  | "evaluation"
+  | "server"
+  | "rollout"
+  | "fleet"
+  | "dashboard";
 export const ALL_WORKLOADS: Workload[] = [
   "ready",
   "storage",
@@ -32,6 +42,7 @@ export const ALL_WORKLOADS: Workload[] = [
   "server",
   "rollout",
   "fleet",
+  "dashboard",
 ];
 /** What `--dataset` runs (workloads 1, 2, 5 and 7); the others do not depend on the environment. */
 export const DATASET_WORKLOADS: Workload[] = ["ready", "storage", "evaluation", "rollout"];
@@ -282,6 +293,7 @@ async function skeleton(x: {
     session: { inProcess: notRun("session round trip"), http: notRun("HTTP round trip") },
     serverLoad: notRun("server load"),
     fleet: notRun("many nodes"),
+    dashboard: notRun("dashboard"),
     evaluation: {
       minisandbox_engine: notRun("evaluation"),
       minisandbox_steps: notRun("evaluation"),
@@ -381,6 +393,14 @@ const WORKLOADS: Record<Workload, (run: BenchRun) => Promise<void>> = {
     log(`workload 6: server load, ${sizes.sandboxes} clients x ${sizes.commandsPerSandbox} commands over HTTP`);
     results.serverLoad = await benchServerLoad({ ...sizes, workDir: work }).catch((e: unknown) =>
       na(`server load failed: ${(e as Error).message.split("\n")[0]}`),
+    );
+  },
+  async dashboard({ o, results, work, log }) {
+    const q = o.quick ?? false;
+    const sizes = { sandboxes: q ? 16 : 500, commands: q ? 20 : 200, watchSeconds: q ? 3 : 15 };
+    log(`workload 9: the dashboard with ${sizes.sandboxes} live sandboxes`);
+    results.dashboard = await benchDashboard({ ...sizes, workDir: work }).catch((e: unknown) =>
+      na(`dashboard failed: ${(e as Error).message.split("\n")[0]}`),
     );
   },
   async fleet({ o, results, env, work, log }) {

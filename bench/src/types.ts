@@ -1,6 +1,7 @@
 /** The results file's shape (bench/results/<date>.json, `--out DIR` -> DIR/results.json). See README.md. */
 
 import type { Dist } from "../../src/util/stats.js";
+import type { DashboardBenchResult } from "./dashboard.js";
 import type { ServerLoadResult } from "./server-load.js";
 export type { Dist, ServerLoadResult };
 
@@ -261,6 +262,8 @@ export interface BenchResults {
   serverLoad: ServerLoadResult | Unavailable;
   /** Workload 8: many nodes (layer transfer; the fleet on a simulated Ray cluster). */
   fleet: FleetResult | Unavailable;
+  /** Workload 9: the dashboard with hundreds of live sandboxes, and what watching costs the API. */
+  dashboard: DashboardBenchResult | Unavailable;
   evaluation: {
     minisandbox_engine: EvalMeasurement | Unavailable;
     /** The same with one worker (overhead is judged at 1 and 2), when the main run uses more. */

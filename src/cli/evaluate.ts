@@ -8,11 +8,11 @@ import {
   type RunEvaluationOptions,
   type RunEvaluationResult,
 } from "../eval/run.js";
-import { NOT_EVALUATED } from "../eval/runner/instance.js";
 import { InvalidInputError } from "../errors.js";
 import { loadPredictions, unknownPredictionIds } from "../eval/predictions.js";
 import { loadDataset } from "../tasks/index.js";
-import { fail, parsePositive } from "./common.js";
+import { plan } from "../wire/index.js";
+import { fail, openInBrowser, parsePositive } from "./common.js";
 import { addHarnessFlags, applyHarnessFlags, resolveDatasetArg } from "./harness-flags.js";
 import { addDatasetOptions } from "./prepare.js";
 
@@ -32,6 +32,8 @@ interface EvaluateCliOptions {
   json?: boolean;
   plan?: boolean;
   summaryOnly?: boolean;
+  html?: boolean;
+  open?: boolean;
 }
 
 export function registerEvaluateCommand(program: Command, getHome: () => string): void {
@@ -51,6 +53,8 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
     .option("--json", "machine-readable output")
     .option("--plan", "evaluate nothing: print the run's jobs as JSON (for running them elsewhere, e.g. a fleet)")
     .option("--summary-only", "evaluate nothing: write the run summary from the report.json files on disk")
+    .option("--html", "also write <model>.<run_id>.html beside the summary: a self-contained report for a browser")
+    .option("--open", "open the HTML report in a browser (implies --html)")
     .action(async (opts: EvaluateCliOptions) => {
       try {
         const o = applyHarnessFlags(opts);
@@ -75,9 +79,11 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
           reportDir: o.reportDir,
           build: o.build,
           rerun: o.rerun ?? false,
+          html: o.html || o.open,
         });
         if (o.json) process.stdout.write(`${JSON.stringify(runResultJson(r), null, 2)}\n`);
         else process.stdout.write(renderRun(r));
+        if (o.open && r.htmlPath) openInBrowser(r.htmlPath);
         process.exitCode = notEvaluated(r) ? 1 : 0;
       } catch (e) {
         fail(e);
@@ -90,7 +96,7 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
  * the run fail, said on stderr: the report is written all the same, but it does not grade those predictions.
  */
 function notEvaluated(r: RunEvaluationResult): boolean {
-  const failed = r.instances.filter((i) => i.error && NOT_EVALUATED.has(i.error.kind));
+  const failed = r.instances.filter((i) => i.error && plan.NOT_EVALUATED_KINDS.includes(i.error.kind));
   if (failed.length === 0) return false;
   const first = failed[0]!;
   process.stderr.write(
@@ -128,6 +134,7 @@ function runOptions(o: EvaluateCliOptions, home: string): RunEvaluationOptions {
     reportDir: o.reportDir,
     rerun: o.rerun ?? false,
     progress: false,
+    html: o.html || o.open,
   };
 }
 
@@ -139,27 +146,11 @@ async function planOrSummary(o: EvaluateCliOptions, home: string): Promise<void>
   const opts = runOptions(o, home);
   if (o.summaryOnly) {
     const r = await summarizeEvaluation(opts);
-    if (o.json)
-      process.stdout.write(`${JSON.stringify({ summaryPath: r.summaryPath, summary: r.summary }, null, 2)}\n`);
+    if (o.json) process.stdout.write(`${JSON.stringify(plan.EvaluationSummary.fromCamel(r), null, 2)}\n`);
     else process.stdout.write(`${renderSummary(r.summary)}\nReport written to ${r.summaryPath}\n`);
+    if (r.htmlPath && !o.json) process.stdout.write(`HTML report written to ${r.htmlPath}\n`);
+    if (o.open && r.htmlPath) openInBrowser(r.htmlPath);
     return;
   }
-  const plan = await planEvaluation(opts);
-  const json = {
-    run_id: plan.runId,
-    model: plan.model,
-    report_dir: plan.reportDir,
-    order: plan.order,
-    jobs: plan.jobs.map((j) => ({
-      instance_id: j.instance.instance_id,
-      env_key: j.envKey,
-      log_dir: j.logDir,
-      model_name_or_path: j.prediction.model_name_or_path,
-      model_patch: j.prediction.model_patch ?? "",
-      instance: j.instance,
-    })),
-    records: plan.records.map((r) => ({ instance_id: r.instanceId, status: r.status, error: r.error ?? null })),
-    unknown_prediction_ids: plan.unknownPredictionIds,
-  };
-  process.stdout.write(`${JSON.stringify(json)}\n`);
+  process.stdout.write(`${JSON.stringify(plan.EvaluationPlan.fromCamel(await planEvaluation(opts)))}\n`);
 }

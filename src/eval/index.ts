@@ -37,15 +37,20 @@ export {
   clearInstanceOutputs,
   GIT_APPLY_CMDS,
   DEFAULT_TIMEOUT_SECONDS,
-  NOT_EVALUATED,
   TIMINGS_FILE,
+  type EvalSettings,
   type InstanceEvalInput,
   type InstanceEvalResult,
   type EvalFailure,
   type EvalErrorKind,
 } from "./runner/instance.js";
 export { agentDiff, pristineListing, type AgentDiff } from "./runner/agent-diff.js";
-export { evalSandboxSettings, type EvalSandboxSettings } from "./runner/sandbox.js";
+export {
+  evalSandboxRequest,
+  evalSandboxSettings,
+  type EvalSandboxInput,
+  type EvalSandboxSettings,
+} from "./runner/sandbox.js";
 export { timingStats, describeTimings, PHASES, type PhaseTimings, type TimingStats } from "./runner/timings.js";
 export {
   validateInstances,

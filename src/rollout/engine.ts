@@ -3,7 +3,7 @@
  * pre-checks; the live rollouts by id. One per process and home is enough (the HTTP server holds one).
  */
 import { envFor, nodeCacheFor } from "../env/environments.js";
-import { resolveWorkspace } from "../env/workspace.js";
+import { resolveWorkspace, type Workspace } from "../env/workspace.js";
 import { InvalidInputError, LimitError, NotFoundError, UnavailableError } from "../errors.js";
 import { evaluate, type EvaluateOptions } from "../eval/reward-api.js";
 import { evalSandboxSettings } from "../eval/runner/sandbox.js";
@@ -14,7 +14,6 @@ import { pool } from "../util/progress.js";
 import { GoldChecks, type GoldVerdict } from "./gold.js";
 import { MAX_GROUP_SIZE, RolloutGroup, type GroupSettings } from "./group.js";
 import type { Rollout } from "./rollout.js";
-import { SharedWorkspace } from "./shared-workspace.js";
 import type { GroupRequest, PrewarmReport, PrewarmTask, RolloutEngineOptions, RolloutOwner } from "./types.js";
 import { REWARD_MODES } from "./types.js";
 import { WarmPool } from "./warm-pool.js";
@@ -28,8 +27,8 @@ export class RolloutEngine {
   private readonly opts: RolloutEngineOptions;
   private readonly pool: WarmPool;
   private readonly gold: GoldChecks;
-  private readonly shares = new Map<string, SharedWorkspace>();
-  private readonly resolving = new Map<string, Promise<SharedWorkspace>>();
+  private readonly shares = new Map<string, Workspace>();
+  private readonly resolving = new Map<string, Promise<Workspace>>();
   private readonly live = new Map<string, RolloutGroup>();
   private readonly byId = new Map<string, Rollout>();
   /** Per owner: the layers of its prewarmed batch, held until its next prewarm. */
@@ -45,7 +44,7 @@ export class RolloutEngine {
       throw new InvalidInputError(`rewardMode must be one of ${REWARD_MODES.join(", ")}`, { field: "rewardMode" });
     this.opts = opts;
     this.home = resolveHome(opts.home);
-    this.pool = new WarmPool(opts.warmPool?.max ?? 0, opts.warmPool?.ttlMs ?? 15 * 60_000);
+    this.pool = new WarmPool(warmPoolMax(opts.warmPool), opts.warmPool?.ttlMs ?? 15 * 60_000);
     this.gold = new GoldChecks(this.home, (instance) =>
       evaluate({ instance, patch: instance.patch ?? "" }, { ...this.evaluateOptions(), reward: "binary" }),
     );
@@ -90,7 +89,7 @@ export class RolloutEngine {
   }
 
   /** The task's shared workspace: the live one, or resolved now (layer materialized, one lease). */
-  private workspaceFor(instance: Instance): Promise<SharedWorkspace> {
+  private workspaceFor(instance: Instance): Promise<Workspace> {
     const env = envFor(instance, { specsFile: this.opts.specsFile });
     const id = taskKey(instance, env.key);
     const existing = this.shares.get(id);
@@ -114,11 +113,11 @@ export class RolloutEngine {
           ...settings,
           labels: { purpose: "rollout" },
         });
-        const share = new SharedWorkspace(ws, () => {
-          if (this.shares.get(id) === share) this.shares.delete(id);
+        ws.onReleased(() => {
+          if (this.shares.get(id) === ws) this.shares.delete(id);
         });
-        this.shares.set(id, share);
-        return share;
+        this.shares.set(id, ws);
+        return ws;
       })().finally(() => this.resolving.delete(id));
       this.resolving.set(id, p);
     }
@@ -126,7 +125,7 @@ export class RolloutEngine {
   }
 
   /** The task's shared workspace, held (a share let go meanwhile is resolved again). */
-  private async holdWorkspace(instance: Instance): Promise<{ share: SharedWorkspace; letGo: () => void }> {
+  private async holdWorkspace(instance: Instance): Promise<{ share: Workspace; letGo: () => void }> {
     for (;;) {
       const share = await this.workspaceFor(instance);
       if (!share.isReleased) return { share, letGo: share.hold() };
@@ -155,7 +154,7 @@ export class RolloutEngine {
     const slot = poolKey(owner, taskKey(instance, envFor(instance, { specsFile: this.opts.specsFile }).key));
     this.reserve(req.n, owner, Math.min(req.n, this.pool.sizeFor(slot)));
     const warm = this.pool.take(slot, req.n);
-    let held: { share: SharedWorkspace; letGo: () => void };
+    let held: { share: Workspace; letGo: () => void };
     try {
       held = await this.holdWorkspace(instance);
     } catch (e) {
@@ -186,6 +185,7 @@ export class RolloutEngine {
       evaluateOptions: this.evaluateOptions(),
       rewardMode: this.opts.rewardMode ?? "fresh",
       ttlMs,
+      ...(this.opts.onOutcome ? { onOutcome: this.opts.onOutcome } : {}),
       onRolloutStart: (r) => this.byId.set(r.id, r),
       onRolloutEnd: (r) => {
         this.unreserve(1, owner);
@@ -287,9 +287,7 @@ export class RolloutEngine {
   ): Promise<PrewarmReport> {
     this.open();
     const t0 = performance.now();
-    const perTask = opts.sandboxes ?? 0;
-    if (!Number.isInteger(perTask) || perTask < 0 || perTask > MAX_GROUP_SIZE)
-      throw new InvalidInputError(`sandboxes must be an integer from 0 to ${MAX_GROUP_SIZE}`, { field: "sandboxes" });
+    const perTask = this.sandboxesPerTask(opts.sandboxes);
     const owner = opts.owner ?? ANONYMOUS_OWNER;
     const held = new Map<string, () => void>();
     const report = await pool(tasks, 4, (ref) => this.prewarmTask(ref, perTask, held, owner));
@@ -302,6 +300,24 @@ export class RolloutEngine {
       pool: { size: this.pool.size, max: this.pool.max },
       durationMs: round(performance.now() - t0),
     };
+  }
+
+  /** Pool sandboxes per task a prewarm asks for: none when absent; fewer than 1, or no pool to hold them: refused. */
+  private sandboxesPerTask(sandboxes: number | undefined): number {
+    if (sandboxes === undefined) return 0;
+    if (!Number.isInteger(sandboxes) || sandboxes < 1 || sandboxes > MAX_GROUP_SIZE)
+      throw new InvalidInputError(
+        `sandboxes must be a whole number from 1 to ${MAX_GROUP_SIZE}, got ${sandboxes}; ` +
+          "leave it out to prewarm layers only",
+        { field: "sandboxes" },
+      );
+    if (this.pool.max === 0)
+      throw new InvalidInputError(
+        `prewarm asked for ${sandboxes} sandboxes per task, but there is no warm pool to hold them: start the server ` +
+          "with --warm-pool N (RolloutEngine: warmPool: { max: N }), or leave sandboxes out to prewarm layers only",
+        { field: "sandboxes" },
+      );
+    return sandboxes;
   }
 
   private async prewarmTask(
@@ -338,7 +354,7 @@ export class RolloutEngine {
     return out;
   }
 
-  private async fillPool(task: string, share: SharedWorkspace, want: number, owner: RolloutOwner): Promise<void> {
+  private async fillPool(task: string, share: Workspace, want: number, owner: RolloutOwner): Promise<void> {
     const missing = Math.min(want - this.pool.sizeFor(task), this.pool.free, this.roomOf(owner));
     if (missing <= 0) return;
     // Reserved while they start (so concurrent fills and groups see them), then counted as the owner's pool.
@@ -362,6 +378,17 @@ export class RolloutEngine {
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }
+}
+
+/** The pool's size: absent is no pool; a pool of 0 or fewer sandboxes would hold nothing and is refused. */
+function warmPoolMax(o: RolloutEngineOptions["warmPool"]): number {
+  if (o === undefined) return 0;
+  if (!Number.isInteger(o.max) || o.max < 1)
+    throw new InvalidInputError(
+      `warmPool.max must be a whole number of sandboxes, at least 1, got ${o.max}; leave warmPool out for no pool`,
+      { field: "warmPool.max" },
+    );
+  return o.max;
 }
 
 const ANONYMOUS_OWNER: RolloutOwner = { name: "" };

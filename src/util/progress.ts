@@ -73,7 +73,7 @@ export class Progress {
 
   private secondsLeft(): number {
     const now = this.now();
-    if (this.durations.length === 0) return ((now - this.started) / this.done) * (this.total - this.done) / 1000;
+    if (this.durations.length === 0) return (((now - this.started) / this.done) * (this.total - this.done)) / 1000;
     const mean = this.durations.reduce((a, b) => a + b, 0) / this.durations.length;
     let work = 0;
     for (const began of this.running.values()) work += Math.max(0, mean - (now - began));

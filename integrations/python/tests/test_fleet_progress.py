@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import io
+from types import SimpleNamespace
 
 import pytest
-
-from minisandbox.fleet import progress as progress_module
 from minisandbox.fleet.progress import Progress
 
 
 def test_eta_counts_running_items_and_parallelism(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [0.0]
-    monkeypatch.setattr(progress_module.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr("minisandbox.fleet.progress.time", SimpleNamespace(monotonic=lambda: now[0]))
     out = io.StringIO()
     p = Progress("prepare", 3, stream=out)
     p.began("a")

@@ -15,10 +15,13 @@ import json
 import shlex
 import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..command import CliNotFoundError
 from .config import NAMESPACE, SLOT, FleetConfig, default_command
+
+if TYPE_CHECKING:  # ray is imported by main, not when the module is
+    from .fleet import Fleet
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -49,7 +52,8 @@ def _parser() -> argparse.ArgumentParser:
         "--instance-ids", nargs="+", action="extend", default=[], help="only these instances (repeatable)"
     )
     sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("status", parents=[common], help="nodes, slots and layers")
+    st = sub.add_parser("status", parents=[common], help="nodes, slots and layers")
+    st.add_argument("--html", metavar="FILE", help="also write the nodes and where each environment is warm as a page")
     sub.add_parser("up", parents=[common], help="start a server on every node, left running (detached)")
     sub.add_parser("down", parents=[common], help="stop the servers `up` started")
     sub.add_parser("prepare", parents=[common, data], help="every environment of a dataset present on some node")
@@ -59,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--report-dir", default=".", help="where logs/run_evaluation/... and the summary go")
     ev.add_argument("--timeout", type=float, default=1800, help="whole-instance timeout in seconds")
     ev.add_argument("--rerun", action="store_true", help="re-run instances that already have a report.json")
+    ev.add_argument("--html", action="store_true", help="also write <model>.<run_id>.html beside the summary")
     return p
 
 
@@ -135,8 +140,16 @@ def _answers(address: str) -> None:
     socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
 
 
-def _status(a: argparse.Namespace, fleet: Any) -> int:
+def _progress(a: argparse.Namespace) -> bool | str:
+    return "json" if a.json else True
+
+
+def _status(a: argparse.Namespace, fleet: Fleet) -> int:
     nodes = fleet.status()
+    if getattr(a, "html", None):
+        from . import jobs
+
+        print(f"HTML status written to {jobs.status_html(fleet, a.html)}", file=sys.stderr)
     if a.json:
         _emit(a, "result", {"nodes": nodes})
     else:
@@ -147,24 +160,24 @@ def _status(a: argparse.Namespace, fleet: Any) -> int:
     return 0 if nodes else 1
 
 
-def _prepare(a: argparse.Namespace, fleet: Any) -> int:
+def _prepare(a: argparse.Namespace, fleet: Fleet) -> int:
     from . import jobs
 
-    out = jobs.prepare(fleet, a.dataset, instance_ids=a.instance_ids, progress="json" if a.json else True)
+    out = jobs.prepare(fleet, a.dataset, instance_ids=a.instance_ids, progress=_progress(a))
     if a.json:
         _emit(a, "result", out)
-        return 1 if out["failed"] else 0
-    for e in out["environments"]:
-        print(
-            f"{e['env_key'][:12]}\t{e['status']}\t{e['node'] or '-'}\t{len(e['instance_ids'])} instances"
-            + (f"\t{e['error'].splitlines()[0]}" if e.get("error") else "")
-        )
-    for e in out["errors"]:
-        print(f"{e['instance_id']}: {e['error']}")
+    else:
+        for e in out["environments"]:
+            print(
+                f"{e['env_key'][:12]}\t{e['status']}\t{e['node'] or '-'}\t{len(e['instance_ids'])} instances"
+                + (f"\t{e['error'].splitlines()[0]}" if e.get("error") else "")
+            )
+        for e in out["errors"]:
+            print(f"{e['instance_id']}: {e['error']}")
     return 1 if out["failed"] else 0
 
 
-def _evaluate(a: argparse.Namespace, fleet: Any) -> int:
+def _evaluate(a: argparse.Namespace, fleet: Fleet) -> int:
     """The run's report; instances the fleet could not evaluate at all (say, their environment could not be built on
     the node that took over a lost one's work) are named, and make the run fail (exit 1)."""
     from . import jobs
@@ -178,7 +191,8 @@ def _evaluate(a: argparse.Namespace, fleet: Any) -> int:
         instance_ids=a.instance_ids,
         timeout_s=a.timeout,
         rerun=a.rerun,
-        progress="json" if a.json else True,
+        html=a.html,
+        progress=_progress(a),
     )
     if a.json:
         _emit(a, "result", out)
@@ -192,6 +206,8 @@ def _evaluate(a: argparse.Namespace, fleet: Any) -> int:
     for iid, err in sorted(out["errors"].items()):
         print(f"  {iid}: not evaluated: {err}", file=sys.stderr)
     print(f"Report written to {out['summary_path']}")
+    if out["html_path"]:
+        print(f"HTML report written to {out['html_path']}")
     if out["errors"]:
         print(f"minisandbox fleet: {len(out['errors'])} instance(s) could not be evaluated (above)", file=sys.stderr)
     return 1 if out["errors"] else 0

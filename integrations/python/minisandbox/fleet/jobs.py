@@ -17,20 +17,13 @@ import sys
 import tempfile
 from typing import Any, Callable
 
+from .._generated import JOB_FILES, NOT_EVALUATED_KINDS
 from ..command import require_cli
 from .dispatch import Item, run_items
 from .fleet import Fleet
 from .progress import Progress
 
-__all__ = ["JOB_FILES", "FleetJobError", "evaluate", "prepare", "rollout_groups"]
-
-#: What an evaluation job may leave in its instance directory (the harness's five files and timings.json).
-JOB_FILES = ("patch.diff", "eval.sh", "test_output.txt", "report.json", "run_instance.log", "timings.json")
-
-
-#: Errors that mean a node could not evaluate the instance at all (as `NOT_EVALUATED` in src/eval): say, its
-#: environment could not be built on the node that took over a lost one's work. They fail the run.
-NOT_EVALUATED = frozenset({"Environment Build Failed", "Sandbox Failed"})
+__all__ = ["JOB_FILES", "FleetJobError", "evaluate", "prepare", "rollout_groups", "status_html"]
 
 
 class FleetJobError(RuntimeError):
@@ -49,6 +42,19 @@ def _cli_json(fleet: Fleet, args: list[str]) -> dict[str, Any]:
         return json.loads(lines[-1]) if lines[-1].startswith("{") else json.loads(r.stdout)
     except ValueError as e:
         raise FleetJobError(f"`minisandbox {' '.join(args[:1])}` printed no JSON: {e}") from None
+
+
+def status_html(fleet: Fleet, path: str) -> str:
+    """The fleet's nodes and where each environment is warm, as one self-contained page (``minisandbox view``)."""
+    with tempfile.TemporaryDirectory(prefix="minisandbox-fleet-") as scratch:
+        status = os.path.join(scratch, "status.json")
+        with open(status, "w") as f:
+            json.dump({"nodes": fleet.status()}, f)
+        argv = [*fleet.config.command, "view", status, "-o", path]
+        r = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        raise FleetJobError(f"`minisandbox view` failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
+    return r.stdout.strip()
 
 
 def _as_file(value: str | list[dict[str, Any]], name: str, scratch: str) -> str:
@@ -96,14 +102,12 @@ def prepare(
             items.append(Item(key, key, {"instance": env["instance"]}))
     prog = _progress(progress, "prepare", len(items))
     placed: dict[str, str] = {}
+    forward = _forward(prog, on_event)
 
     def events(kind: str, **f: Any) -> None:
         if kind == "placed":
             placed[f["id"]] = f["node"]
-        if on_event:
-            on_event(kind, **f)
-        if isinstance(prog, Progress):
-            prog.event(kind, **f)
+        forward(kind, **f)
 
     out = run_items(fleet, "prepare", items, on_event=events, progress=prog)
     for key, r in out.results.items():
@@ -129,23 +133,20 @@ def evaluate(
     instance_ids: list[str] | tuple[str, ...] = (),
     timeout_s: float = 1800,
     rerun: bool = False,
+    html: bool = False,
     progress: bool | str = True,
     on_event: Callable[..., None] | None = None,
 ) -> dict[str, Any]:
     """Evaluate ``predictions`` (a file, ``"gold"``, ``"empty"`` or a list) on ``dataset`` over the whole fleet,
-    as ``minisandbox evaluate`` does on one node: same files, same summary (``<model>.<run_id>.json``)."""
+    as ``minisandbox evaluate`` does on one node: same files, same summary (``<model>.<run_id>.json``); with
+    ``html``, the same self-contained report beside it (``<model>.<run_id>.html``, written by the CLI)."""
     run_id = run_id or "minisandbox-" + datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
     report_dir = os.path.abspath(report_dir)
     with tempfile.TemporaryDirectory(prefix="minisandbox-fleet-") as scratch:
         run_args = [
-            "--dataset",
-            _as_file(dataset, "dataset.json", scratch),
-            "--predictions",
-            _as_file(predictions, "predictions.json", scratch) if not isinstance(predictions, str) else predictions,
-            "--run-id",
-            run_id,
-            "--report-dir",
-            report_dir,
+            *("--dataset", _as_file(dataset, "dataset.json", scratch)),
+            *("--predictions", _as_file(predictions, "predictions.json", scratch)),
+            *("--run-id", run_id, "--report-dir", report_dir),
             *_selection(instance_ids),
         ]
         plan = _cli_json(fleet, ["evaluate", *run_args, "--plan", *(["--rerun"] if rerun else [])])
@@ -156,45 +157,53 @@ def evaluate(
         def write(item: Item, result: dict[str, Any]) -> None:
             _write_files(jobs[item.id]["log_dir"], result.get("files") or {})
 
-        def events(kind: str, **f: Any) -> None:
-            if on_event:
-                on_event(kind, **f)
-            if isinstance(prog, Progress):
-                prog.event(kind, **f)
-
-        items = [
-            Item(
-                i,
-                j["env_key"],
-                {
-                    "instance": j["instance"],
-                    "model_patch": j["model_patch"],
-                    "model_name_or_path": j["model_name_or_path"],
-                    "timeout_seconds": timeout_s,
-                },
-            )
-            for i, j in jobs.items()
-        ]
-        out = run_items(fleet, "evaluate", items, on_result=write, on_event=events, progress=prog)
-        summary = _cli_json(fleet, ["evaluate", *run_args, "--summary-only", "--json"])
-    statuses = {i: r.get("status") for i, r in out.results.items()}
-    not_evaluated = {
-        i: f"{r['error']['kind']}: {r['error']['message'].splitlines()[0] if r['error']['message'] else ''}"
-        for i, r in out.results.items()
-        if (r.get("error") or {}).get("kind") in NOT_EVALUATED
-    }
+        items = [Item(i, j["env_key"], _job_payload(j, timeout_s)) for i, j in jobs.items()]
+        out = run_items(fleet, "evaluate", items, on_result=write, on_event=_forward(prog, on_event), progress=prog)
+        summary = _cli_json(fleet, ["evaluate", *run_args, "--summary-only", "--json", *(["--html"] if html else [])])
     return {
         "run_id": plan["run_id"],
         "model": plan["model"],
         "summary": summary["summary"],
         "summary_path": summary["summaryPath"],
-        "statuses": statuses,
+        "html_path": summary.get("htmlPath"),
+        "statuses": {i: r.get("status") for i, r in out.results.items()},
         #: instances not evaluated: never run anywhere, or their node could not build or start their environment
-        "errors": {**out.errors, **not_evaluated},
+        "errors": {**out.errors, **_not_evaluated(out.results)},
         "build": built,
         "stats": out.stats,
         "job": out.job,
     }
+
+
+def _not_evaluated(results: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Jobs a node answered without a grade because it failed (say, it took over a lost node's work and could not
+    build the environment): they fail the run, as they do on one node."""
+    out = {}
+    for iid, r in results.items():
+        error = r.get("error") or {}
+        if error.get("kind") in NOT_EVALUATED_KINDS:
+            out[iid] = (
+                f"{error['kind']}: {(error.get('message') or '').splitlines()[0] if error.get('message') else ''}"
+            )
+    return out
+
+
+def _job_payload(job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """What a node's ``POST /evaluations`` takes for one planned job."""
+    keys = ("instance", "model_patch", "model_name_or_path")
+    return {**{k: job[k] for k in keys}, "timeout_seconds": timeout_s}
+
+
+def _forward(prog: Progress | None, on_event: Callable[..., None] | None) -> Callable[..., None]:
+    """A job's events, to the caller's callback and to the progress display."""
+
+    def events(kind: str, **f: Any) -> None:
+        if on_event:
+            on_event(kind, **f)
+        if isinstance(prog, Progress):
+            prog.event(kind, **f)
+
+    return events
 
 
 def rollout_groups(
