@@ -150,8 +150,9 @@ test("every block of README.md runs as written on the bundled example", { timeou
   assert.deepEqual([...new Set(run.map((b) => b.lang))].sort(), ["bash", "python", "ts"]);
   const work = tempDir("msb-readme-");
   const home = join(work, "home");
-  mkdirSync(join(home, "msb"), { recursive: true });
-  await seedStore(join(home, "msb"));
+  const defaultHome = join(home, ".local", "share", "minisandbox");
+  mkdirSync(defaultHome, { recursive: true });
+  await seedStore(defaultHome);
   const venv = join(work, "venv");
   await runOk("python3", ["-m", "venv", venv]);
   writeFileSync(join(work, "policy.mjs"), POLICY);
@@ -172,6 +173,7 @@ test("every block of README.md runs as written on the bundled example", { timeou
     ...(await pipSettings("python3")).env,
     PIP_RETRIES: "0",
     MINISANDBOX_HOME: "",
+    XDG_DATA_HOME: "",
     MINISANDBOX_URL: "",
     MINISANDBOX_AUTH_TOKEN: "",
   };
