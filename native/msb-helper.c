@@ -19,6 +19,8 @@
  *                                                  capabilities and user, closes inherited descriptors, gets a
  *                                                  fresh keyring, no_new_privs, a Landlock scope for abstract
  *                                                  sockets (with the host's network) and seccomp, then execs CMD
+ *                                                  (--keep-terminal on a terminal: CMD gets a pty of the sandbox's
+ *                                                  own devpts, which the parent relays)
  *   msb-helper enter --args-fd N --cgroup DIR...   the same, started ahead of its command: once in its cgroups, the
  *                                                  rest (--pid, options, `-- CMD ARGS...`) is read from fd N
  *                                                  (NUL-separated, until EOF; nothing at all: exit 0, nothing run)
@@ -46,6 +48,7 @@
 #include <linux/mount.h>
 #include <linux/nsfs.h>
 #include <net/if.h>
+#include <poll.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <signal.h>
@@ -64,12 +67,14 @@
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/sendfile.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include "seccomp-profile.h"
@@ -973,6 +978,96 @@ static int wait_and_mirror(pid_t child) {
   return 128 + sig;
 }
 
+/* ---------------------------------------------------------------- terminal */
+
+/* An interactive command on the caller's terminal gets a terminal of its own from the sandbox's devpts, as `docker
+   run -t` does: `tty` names it, and nothing inside holds the caller's. The waiting parent relays both ways (the
+   caller's terminal raw meanwhile, put back as it was), and passes on window size changes and hang-ups. */
+struct pty {
+  int master;
+  char slave[64];
+  struct termios saved;
+  int have_saved;
+};
+
+/* Opened inside the sandbox's root (its /dev/ptmx), before the fork; -1 when it has none (then the old way). */
+static int open_pty(struct pty *p) {
+  p->master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (p->master < 0) return -1;
+  if (unlockpt(p->master) != 0 || ptsname_r(p->master, p->slave, sizeof p->slave) != 0) {
+    close(p->master);
+    return -1;
+  }
+  struct winsize ws;
+  if (ioctl(0, TIOCGWINSZ, &ws) == 0) ioctl(p->master, TIOCSWINSZ, &ws);
+  p->have_saved = tcgetattr(0, &p->saved) == 0;
+  return 0;
+}
+
+/* In the child: a session of its own whose controlling terminal is the pty, on stdin, stdout and stderr. */
+static void attach_pty(const struct pty *p) {
+  if (setsid() < 0) die(1, "setsid: %s", strerror(errno));
+  int s = open(p->slave, O_RDWR);
+  if (s < 0 || ioctl(s, TIOCSCTTY, 0) != 0) die(1, "terminal %s: %s", p->slave, strerror(errno));
+  if (p->have_saved) tcsetattr(s, TCSANOW, &p->saved);
+  for (int fd = 0; fd < 3; fd++)
+    if (dup2(s, fd) < 0) die(1, "dup2: %s", strerror(errno));
+  if (s > 2) close(s);
+}
+
+/* One read from `from` written whole to `to`: 0 at end of file or on an error other than EINTR/EAGAIN. */
+static int copy_some(int from, int to) {
+  char buf[8192];
+  ssize_t n = read(from, buf, sizeof buf);
+  if (n < 0) return errno == EINTR || errno == EAGAIN;
+  for (ssize_t off = 0; off < n;) {
+    ssize_t w = write(to, buf + off, (size_t)(n - off));
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return 0;
+    off += w;
+  }
+  return n > 0;
+}
+
+/* Has the child exited (not reaped: wait_and_mirror does that)? */
+static int child_exited(pid_t child) {
+  siginfo_t info = {0};
+  return waitid(P_PID, (id_t)child, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == child;
+}
+
+/* Relay until the child exits (then what it wrote last) or the terminal goes; `sigs` are blocked, read here. */
+static int relay_pty(struct pty *p, pid_t child, const sigset_t *sigs) {
+  int sfd = signalfd(-1, sigs, SFD_CLOEXEC);
+  if (sfd < 0) die(1, "signalfd: %s", strerror(errno));
+  if (p->have_saved) {
+    struct termios raw = p->saved;
+    cfmakeraw(&raw);
+    tcsetattr(0, TCSADRAIN, &raw);
+  }
+  int input = 0;
+  for (;;) {
+    struct pollfd f[3] = {{p->master, POLLIN, 0}, {sfd, POLLIN, 0}, {input, POLLIN, 0}};
+    if (poll(f, 3, -1) < 0 && errno != EINTR) break;
+    if ((f[0].revents & POLLIN) && !copy_some(p->master, 1)) break;
+    if ((f[0].revents & (POLLHUP | POLLERR)) && !(f[0].revents & POLLIN)) break;
+    if ((f[2].revents & (POLLIN | POLLHUP)) && !copy_some(0, p->master)) input = -1; /* poll ignores fd -1 */
+    struct signalfd_siginfo si;
+    if (!(f[1].revents & POLLIN) || read(sfd, &si, sizeof si) != (ssize_t)sizeof si) continue;
+    struct winsize ws;
+    if (si.ssi_signo == SIGWINCH && ioctl(0, TIOCGWINSZ, &ws) == 0) ioctl(p->master, TIOCSWINSZ, &ws);
+    else if (si.ssi_signo != SIGCHLD && si.ssi_signo != SIGWINCH) kill(child, (int)si.ssi_signo);
+    if (si.ssi_signo == SIGCHLD && child_exited(child)) {
+      /* What it wrote last, even with a background job still holding the terminal open. */
+      fcntl(p->master, F_SETFL, fcntl(p->master, F_GETFL) | O_NONBLOCK);
+      while (copy_some(p->master, 1)) {
+      }
+      break;
+    }
+  }
+  if (p->have_saved) tcsetattr(0, TCSADRAIN, &p->saved);
+  return wait_and_mirror(child);
+}
+
 struct enter_opts {
   const char *cgroups[MAX_ITEMS];
   const char **envs;
@@ -1078,7 +1173,8 @@ static void become_and_exec(const struct enter_opts *o) {
   /* One descriptor for both streams, so that the order of writes survives (subprocess's stderr=STDOUT). */
   if (o->merge && dup2(1, 2) < 0) die(1, "dup2: %s", strerror(errno));
   /* A session of its own: no controlling terminal of the host's, and kill(0) reaches only its own process group
-     (process groups span pid namespaces). Only an interactive shell keeps the caller's terminal. */
+     (process groups span pid namespaces). Only an interactive shell keeps the caller's terminal (then one of the
+     sandbox's own in its place, when there is one: attach_pty made that session already). */
   if (!o->keep_terminal && setsid() < 0) die(1, "setsid: %s", strerror(errno));
   close_from(3);
   clearenv();
@@ -1132,10 +1228,22 @@ static int cmd_enter(int argc, char **argv) {
   /* This waiting parent stays outside the sandbox's pid namespace; keep it out of reach of its own uid too. */
   prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   apply_rlimits(&o.limits);
+  /* An interactive shell on a terminal: one of the sandbox's own (its signals read by the relaying parent). */
+  struct pty pty;
+  int use_pty = o.keep_terminal && isatty(0) && open_pty(&pty) == 0;
+  static const int relayed_signals[] = {SIGCHLD, SIGWINCH, SIGHUP, SIGTERM, SIGINT, SIGQUIT};
+  sigset_t relayed, before;
+  sigemptyset(&relayed);
+  for (size_t k = 0; k < sizeof relayed_signals / sizeof *relayed_signals; k++) sigaddset(&relayed, relayed_signals[k]);
+  if (use_pty) sigprocmask(SIG_BLOCK, &relayed, &before);
   /* A pid namespace applies to children only. */
   pid_t child = fork();
   if (child < 0) die(1, "fork: %s", strerror(errno));
-  if (child > 0) return wait_and_mirror(child);
+  if (child > 0) return use_pty ? relay_pty(&pty, child, &relayed) : wait_and_mirror(child);
+  if (use_pty) {
+    sigprocmask(SIG_SETMASK, &before, NULL);
+    attach_pty(&pty);
+  }
   become_and_exec(&o);
   return 1;
 }

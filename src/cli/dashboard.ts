@@ -53,7 +53,7 @@ export function registerDashboardCommand(program: Command, getHome: () => string
     .option("--open", "open it in a browser")
     .action(async (opts: { url?: string; open?: boolean }) => {
       try {
-        const base = opts.url ?? process.env.MINISANDBOX_URL ?? DEFAULT_URL;
+        const base = opts.url ?? (process.env.MINISANDBOX_URL || DEFAULT_URL); // set but empty: not set
         if (!/^https?:\/\//.test(base)) throw new InvalidInputError(`--url ${base}: expected http://HOST:PORT`);
         const { readTokenFile, tokenFilePath } = await import("../wire/token-file.js");
         const token = process.env.MINISANDBOX_API_KEY || readTokenFile(getHome());

@@ -2,6 +2,7 @@ import { join } from "node:path";
 import type { Command } from "commander";
 import type { Instance } from "../tasks/index.js";
 import { fail, parsePositive } from "./common.js";
+import { prepareWithProgress } from "./prepare.js";
 
 /** The main job on a small bundled example: a real git repo + SWE-bench-format dataset generated locally. */
 export function registerDemoCommand(program: Command, getHome: () => string): void {
@@ -52,18 +53,8 @@ async function demo(home: string, n: number): Promise<void> {
 }
 
 async function prepareAll(home: string, instances: Instance[], reposDir: string): Promise<void> {
-  const [{ prepareInstances }, { Progress, table }] = await Promise.all([
-    import("../env/prepare.js"),
-    import("../util/progress.js"),
-  ]);
-  const progress = new Progress(instances.length, "prepare");
-  const results = await prepareInstances(instances, {
-    home,
-    reposDir,
-    workers: 2,
-    onResult: (r) => progress.tick(r.status, r.instanceId),
-  });
-  progress.finish();
+  const results = await prepareWithProgress(instances, { home, reposDir, workers: 2 });
+  const { table } = await import("../util/progress.js");
   const rows = results.map((r) => [r.instanceId, r.key.slice(0, 12), r.status, (r.durationMs / 1000).toFixed(1)]);
   process.stdout.write(table(["instance", "environment", "status", "seconds"], rows));
   const failed = results.filter((r) => r.status === "failed");

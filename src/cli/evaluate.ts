@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import type { RunEvaluationOptions } from "../eval/run.js";
+import type { RunEvaluationOptions, RunEvaluationResult } from "../eval/run.js";
 import { InvalidInputError } from "../errors.js";
 import { fail, openInBrowser, parsePositive } from "./common.js";
 import { addHarnessFlags, applyHarnessFlags, resolveDatasetArg } from "./harness-flags.js";
@@ -55,9 +55,10 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
           await planOrSummary({ ...o, dataset }, home);
           return;
         }
-        const [{ runEvaluation }, { renderRun, runResultJson }] = await Promise.all([
+        const [{ runEvaluation }, { renderRun, runResultJson }, { plan }] = await Promise.all([
           import("../eval/run.js"),
           import("../eval/render.js"),
+          import("../wire/index.js"),
         ]);
         const r = await runEvaluation({
           home,
@@ -77,11 +78,26 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
         if (o.json) process.stdout.write(`${JSON.stringify(runResultJson(r), null, 2)}\n`);
         else process.stdout.write(renderRun(r));
         if (o.open && r.htmlPath) openInBrowser(r.htmlPath);
-        process.exitCode = 0;
+        process.exitCode = notEvaluated(r, plan.NOT_EVALUATED_KINDS) ? 1 : 0;
       } catch (e) {
         fail(e);
       }
     });
+}
+
+/**
+ * Instances our side failed to evaluate (an environment that could not be built, a sandbox that did not start) make
+ * the run fail, said on stderr: the report is written all the same, but it does not grade those predictions.
+ */
+function notEvaluated(r: RunEvaluationResult, kinds: readonly string[]): boolean {
+  const failed = r.instances.filter((i) => i.error && kinds.includes(i.error.kind));
+  if (failed.length === 0) return false;
+  const first = failed[0]!;
+  process.stderr.write(
+    `minisandbox: ${failed.length} instance(s) could not be evaluated (${first.instanceId}: ${first.error!.kind}); ` +
+      "the report counts them as errors\n",
+  );
+  return true;
 }
 
 /** As the harness does: predictions for ids the dataset does not have stop the run before anything is evaluated. */

@@ -1,8 +1,9 @@
-/** `minisandbox store …`: stats, verify, gc, export, import. Parsing and printing only; logic is in env/store. */
+/** `minisandbox store …`: list, stats, verify, gc, export, import. Parsing and printing only; logic is in env/store. */
 import type { Command } from "commander";
 import { homeLayout } from "../util/home.js";
 import { formatBytes } from "../util/size.js";
 import type { Store, VerifyReport } from "../env/store/index.js";
+import { exitCodeFor } from "./common.js";
 
 interface JsonFlag {
   json?: boolean;
@@ -15,12 +16,70 @@ type StoreApi = typeof import("../env/store/index.js");
 type StoreOf = () => Promise<{ api: StoreApi; store: Store }>;
 
 export function registerStoreCommand(program: Command, getHome: () => string): void {
-  const cmd = program.command("store").description("content-addressed layer store: dedup stats, integrity, gc, packs");
+  const cmd = program
+    .command("store")
+    .description("content-addressed layer store: layers, dedup stats, integrity, gc, packs");
   const store: StoreOf = async () => {
     const api = await import("../env/store/index.js");
     return { api, store: api.openStore(homeLayout(getHome()).store) };
   };
-  for (const register of [statsCommand, verifyCommand, gcCommand, exportCommand, importCommand]) register(cmd, store);
+  for (const register of [listCommand, statsCommand, verifyCommand, gcCommand, exportCommand, importCommand])
+    register(cmd, store);
+}
+
+/** What `store list` says of a layer: its full key (what export takes) and what it holds. */
+interface LayerRow {
+  key: string;
+  repo: string | null;
+  commit: string | null;
+  python: string | null;
+  builtAt: string | null;
+  files: number;
+  logicalBytes: number;
+}
+
+async function layerRows(api: StoreApi, s: Store): Promise<LayerRow[]> {
+  const rows: LayerRow[] = [];
+  for (const key of await api.listLayers(s)) {
+    const m = await api.readManifest(s, key);
+    const meta = (m.meta ?? {}) as { spec?: { repo?: string; commit?: string }; python?: string; builtAt?: string };
+    const { files, logicalBytes } = api.summarizeManifest(m);
+    const str = (v: unknown): string | null => (typeof v === "string" ? v : null);
+    rows.push({
+      key,
+      repo: str(meta.spec?.repo),
+      commit: str(meta.spec?.commit),
+      python: str(meta.python),
+      builtAt: str(meta.builtAt),
+      files,
+      logicalBytes,
+    });
+  }
+  return rows;
+}
+
+function listCommand(cmd: Command, store: StoreOf): void {
+  cmd
+    .command("list")
+    .alias("ls")
+    .description("every layer with its full key (what export takes), repository, Python and size")
+    .option("--json", "machine-readable output")
+    .action(
+      action("list", async (opts: JsonFlag) => {
+        const { api, store: st } = await store();
+        const rows = await layerRows(api, st);
+        if (opts.json) return printJson(rows);
+        const { table } = await import("../util/progress.js");
+        const cells = rows.map((r) => [
+          r.key,
+          r.repo ? `${r.repo}@${(r.commit ?? "").slice(0, 8)}` : "",
+          r.python ?? "",
+          formatBytes(r.logicalBytes),
+          r.builtAt?.slice(0, 19).replace("T", " ") ?? "",
+        ]);
+        process.stdout.write(table(["key", "repository", "python", "size", "built"], cells));
+      }),
+    );
 }
 
 function statsCommand(cmd: Command, store: StoreOf): void {
@@ -87,13 +146,15 @@ function exportCommand(cmd: Command, store: StoreOf): void {
   cmd
     .command("export")
     .description("write layers (manifests + objects) to a tar+zstd pack")
-    .argument("<layers...>", "layer keys")
+    .argument("<layers...>", "layer keys, or the start of each (as prepare and `store list` show them)")
     .requiredOption("-o, --output <file>", "pack file to write")
     .option("--json", "machine-readable output")
     .action(
       action("export", async (layers: string[], opts: JsonFlag & { output: string }) => {
         const { api, store: st } = await store();
-        const r = await api.exportPack(st, layers, opts.output);
+        const keys: string[] = [];
+        for (const given of layers) keys.push(await api.resolveLayerKey(st, given));
+        const r = await api.exportPack(st, keys, opts.output);
         if (opts.json) return printJson(r);
         const bytes = `${formatBytes(r.objectBytes)} -> ${formatBytes(r.packBytes)}`;
         print(`wrote ${r.file}: ${r.layers.length} layer(s), ${r.objects} objects, ${bytes}`);
@@ -137,7 +198,7 @@ function printJson(value: unknown): void {
   process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
 }
 
-/** Failures become one clear line on stderr and exit code 1, never a stack trace. */
+/** Failures become one clear line on stderr, never a stack trace; exit code 2 for bad input, else 1. */
 function action<A extends unknown[]>(name: string, fn: (...args: A) => Promise<void>): (...args: A) => Promise<void> {
   return async (...args: A) => {
     try {
@@ -145,7 +206,7 @@ function action<A extends unknown[]>(name: string, fn: (...args: A) => Promise<v
     } catch (e) {
       const message = e instanceof Error ? e.message : String(e);
       process.stderr.write(`minisandbox store ${name}: ${message.split("\n")[0]}\n`);
-      process.exitCode = 1;
+      process.exitCode = exitCodeFor(e);
     }
   };
 }

@@ -20,7 +20,11 @@ export interface EnterCommand {
   /** stderr onto stdout: one descriptor, so that the order of writes is kept. */
   mergeStderr?: boolean;
   seccomp: boolean;
-  /** Keep the caller's terminal and session (an interactive shell); otherwise the command gets a session of its own. */
+  /**
+   * An interactive shell: on a terminal, a terminal of the sandbox's own (its devpts, as `docker run -t`) relayed to
+   * the caller's (raw meanwhile, its size followed, put back after); else the caller's session is kept. Otherwise
+   * the command gets a session of its own.
+   */
   keepTerminal?: boolean;
   /** Landlock: connect only to abstract unix sockets made by the command's own tree (a sandbox with the network). */
   scopeAbstractUnix?: boolean;

@@ -72,6 +72,7 @@ export interface CommandOptions {
   uid?: number;
   gid?: number;
   mergeOutput?: boolean;
+  /** An interactive command: on a terminal, one of the sandbox's own (its devpts), relayed to the caller's. */
   keepTerminal?: boolean;
 }
 

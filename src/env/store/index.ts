@@ -15,6 +15,7 @@ export {
   hasLayer,
   listLayers,
   readManifest,
+  resolveLayerKey,
   summarizeManifest,
   validateManifest,
   type DirEntry,
