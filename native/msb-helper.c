@@ -10,7 +10,8 @@
  *                                                  score, then exec bwrap (the caller moves it and pid 1 into the
  *                                                  cgroups)
  *   msb-helper init [options] LABEL                pid 1 of a sandbox: Docker's masks (--read-only, --mask-file,
- *                                                  --mask-dir PATH); not ptraceable; once in its cgroups (a byte
+ *                                                  --mask-dir PATH; --mask-unreadable DIR: every entry under DIR
+ *                                                  others cannot read); not ptraceable; once in its cgroups (a byte
  *                                                  on stdin), its own cgroup namespace, then nothing inherited but
  *                                                  its id range's lock, fresh keyring, seccomp; signals readiness
  *                                                  on fd 4, then reaps
@@ -859,6 +860,61 @@ static void mask_dir(const char *path) {
     die(1, "mask %s: %s", path, strerror(errno));
 }
 
+/* What pid 1 masked by walking (--mask-unreadable), reported on fd 4 before readiness: `f` or `d`, a path, NUL. */
+static char *walk_report;
+static size_t walk_report_len;
+
+static void report_mask(char kind, const char *path) {
+  size_t n = strlen(path) + 2;
+  char *grown = realloc(walk_report, walk_report_len + n + 1);
+  if (!grown) die(1, "out of memory");
+  walk_report = grown;
+  walk_report[walk_report_len] = kind;
+  memcpy(walk_report + walk_report_len + 1, path, n - 1);
+  walk_report_len += n;
+}
+
+/*
+ * Every entry under `path` that its owner keeps from other users (no read bit for "other"; for a directory, no
+ * search bit either): shadow and gshadow, SSH host keys, sudoers, private TLS keys. Files read as /dev/null,
+ * directories show empty. Walked by pid 1 on the sandbox's own read-only view of the tree before anything else runs:
+ * what is masked is what is there now. Only directories anyone may read are walked into; one that cannot be read
+ * after all (an ACL, a security module) is masked whole.
+ */
+static void mask_unreadable(char *path, size_t cap, int top) {
+  /* The top may be a symlink (an /etc that is one, as the host has it); nothing under it is followed. */
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (top ? 0 : O_NOFOLLOW));
+  DIR *d = fd < 0 ? NULL : fdopendir(fd);
+  if (!d) {
+    mask_dir(path);
+    return report_mask('d', path);
+  }
+  size_t len = strlen(path);
+  for (struct dirent *e; (errno = 0, e = readdir(d));) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    struct stat st;
+    if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT) continue;
+      die(1, "stat %s/%s: %s", path, e->d_name, strerror(errno));
+    }
+    int dir = S_ISDIR(st.st_mode);
+    if (!dir && !S_ISREG(st.st_mode) && !S_ISCHR(st.st_mode)) continue;
+    if (len + 1 + strlen(e->d_name) >= cap) die(1, "path too long under %s", path);
+    path[len] = '/';
+    strcpy(path + len + 1, e->d_name);
+    if (!(st.st_mode & S_IROTH) || (dir && !(st.st_mode & S_IXOTH))) {
+      if (dir) mask_dir(path);
+      else mask_file(path);
+      report_mask(dir ? 'd' : 'f', path);
+    } else if (dir) {
+      mask_unreadable(path, cap, 0);
+    }
+    path[len] = '\0';
+  }
+  if (errno != 0) die(1, "read %s: %s", path, strerror(errno));
+  closedir(d);
+}
+
 static int cmd_init(int argc, char **argv) {
   prog = "minisandbox-init";
   /* Not ptraceable, its /proc entries closed to the sandbox's own root: commands cannot take over pid 1. */
@@ -872,7 +928,11 @@ static int cmd_init(int argc, char **argv) {
     else if (!strcmp(a, "--read-only")) read_only_in_place(v);
     else if (!strcmp(a, "--mask-file")) mask_file(v);
     else if (!strcmp(a, "--mask-dir")) mask_dir(v);
-    else die(2, "init: unknown option %s", a);
+    else if (!strcmp(a, "--mask-unreadable")) {
+      char path[4096];
+      fmt(path, sizeof path, "%s", v);
+      mask_unreadable(path, sizeof path, 1);
+    } else die(2, "init: unknown option %s", a);
   }
   if (i != argc - 1) die(2, "usage: msb-helper init [--no-seccomp] [--holds-id-range] [--read-only|...] LABEL");
   own_cgroup_namespace();
@@ -883,7 +943,10 @@ static int cmd_init(int argc, char **argv) {
   lock_down(seccomp, 0);
   /* fd 3: bwrap's info pipe (not ours to keep); fd 4: the launcher waits for one byte there. */
   close(3);
-  if (write(4, "R", 1) != 1) return 1;
+  /* What the walks masked, then readiness: the launcher may reuse the list for its next sandboxes. */
+  report_mask('R', "");
+  if (write(4, walk_report, walk_report_len - 1) != (ssize_t)(walk_report_len - 1)) return 1;
+  free(walk_report);
   close(4);
   /* From now on pid 1 says nothing: the launcher's pipes are not a channel for the sandbox. */
   int null = open("/dev/null", O_RDWR);

@@ -13,6 +13,7 @@ import {
   rootOnHostOf,
 } from "./host.js";
 import { cgroupDirs, type SandboxCgroups } from "./limits.js";
+import { rememberEtcSecrets } from "./masks.js";
 import { parentPid } from "./procfs.js";
 import { bwrapArgs, checkPlanPaths, INIT_PATH, initMaskArgs, type MountPlan, planSources } from "./plan.js";
 
@@ -102,7 +103,7 @@ function boundedLines(stream: Readable): string[] {
 const SOURCE_FLAGS = { shared: "--source", system: "--system", live: "--source-live", rw: "--source-rw" } as const;
 
 /** argv of the process that becomes the sandbox: msb-helper launch, then bwrap, then msb-helper init as pid 1. */
-function launchArgv(req: LaunchRequest): string[] {
+function launchArgv(req: LaunchRequest): { argv: string[]; walksEtc: boolean } {
   const helper = helperPath();
   const a = [helper, "launch", "--scratch", req.scratch, "--disk", String(req.diskBytes), "--owner", req.owner];
   if (req.mode === "root" && req.ids) a.push(...idPoolArgs(req.ids));
@@ -120,13 +121,14 @@ function launchArgv(req: LaunchRequest): string[] {
     ...(req.seccomp ? [] : ["--no-seccomp"]),
     ...(holdsRange ? ["--holds-id-range"] : []),
   );
-  a.push(...initMaskArgs(), req.label);
-  return a;
+  const masks = initMaskArgs();
+  a.push(...masks.args, req.label);
+  return { argv: a, walksEtc: masks.walksEtc };
 }
 
 export async function launch(req: LaunchRequest): Promise<Launched> {
   checkPlanPaths(req.plan);
-  const argv = launchArgv(req);
+  const { argv, walksEtc } = launchArgv(req);
   const env = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" };
   const stdio = ["pipe", "ignore", "pipe", "pipe", "pipe", ...req.fds] as const;
   const child = spawn(argv[0]!, argv.slice(1), { env, stdio: [...stdio] });
@@ -140,8 +142,13 @@ export async function launch(req: LaunchRequest): Promise<Launched> {
   const pid1 = readUntil(info, isJson).then((t) => (JSON.parse(t) as { "child-pid": number })["child-pid"]);
   pid1.catch(() => undefined); // a launch that died early: its exit says why, whoever awaits pid 1 or not
   const joined = joinCgroups(child.pid!, pid1, cgroupDirs(req.cgroups), go).then(() => void go.end("J"));
-  const readyText = readUntil(ready, (t) => t.length > 0);
-  const started = Promise.all([readyText, joined]).then(([t]) => (t === "R" ? "ready" : "not ready"));
+  // pid 1's report of what its walk masked, then `R` (see rememberEtcSecrets): a NUL ends every entry.
+  const readyText = readUntil(ready, (t) => t === "R" || t.endsWith("\0R"));
+  const started = Promise.all([readyText, joined]).then(([t]) => {
+    if (t !== "R" && !t.endsWith("\0R")) return "not ready";
+    if (walksEtc) rememberEtcSecrets(t);
+    return "ready";
+  });
   const outcome = await Promise.race([started.catch((e: Error) => e.message), exited]);
   if (outcome !== "ready") {
     child.kill("SIGKILL");
