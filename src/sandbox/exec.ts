@@ -90,7 +90,8 @@ function stopWhenQuiet(stream: NodeJS.ReadableStream & { destroy(): void }, done
     // A background job still writing gets a bounded number of turns: it is not the command, and never ends.
     if ((stream as Socket).readableEnded || (now === seen && turns > 0) || turns >= MAX_DRAIN_TURNS) {
       stream.destroy();
-      return done();
+      done();
+      return;
     }
     seen = now;
     turns++;
