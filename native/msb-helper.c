@@ -485,6 +485,7 @@ static void attach_tree(int tree, const char *target) {
     die(1, "attach mount at %s: %s", target, strerror(errno));
   close(tree);
 }
+
 /*
  * The launch into the sandbox's cgroups (--cgroup DIR...), by a child of its own while the launch goes on: a cgroup
  * v1 move waits for an RCU grace period (milliseconds, more on a busy host), which then overlaps the launch's work
@@ -954,7 +955,7 @@ static int cmd_init(int argc, char **argv) {
   if (keep_lock && fcntl(RANGE_LOCK_FD, F_GETFD) < 0) die(1, "the id range's lock is missing");
   close_from(keep_lock ? RANGE_LOCK_FD + 1 : 5);
   lock_down(seccomp, 0);
-  /* fd 3: bwrap's info pipe (not ours to keep); fd 4: the launcher waits for one byte there. */
+  /* fd 3: bwrap's info pipe (not ours to keep); fd 4: the launcher waits there for the masks' report and `R`. */
   close(3);
   /* What the walks masked, then readiness: the launcher may reuse the list for its next sandboxes. */
   report_mask('R', "");
