@@ -10,7 +10,7 @@ import { Readable } from "node:stream";
 import { InvalidInputError, NotFoundError, StoreCorruptError } from "../../errors.js";
 import type { LayerKey } from "../types.js";
 import { mapLimit, scratchName } from "./fsutil.js";
-import { assertLayerKey, objectIdFor, isExecutableId, type ObjectId, type Store } from "./layout.js";
+import { assertLayerKey, objectHash, type ObjectId, type Store } from "./layout.js";
 import { parseManifest } from "./manifest.js";
 import { placeObject, writeHashed } from "./objects.js";
 import { importPack, type ImportResult } from "./pack.js";
@@ -168,7 +168,7 @@ export async function pullLayerHttp(
       for (const [id, size] of group) {
         const tmp = join(local.tmpDir, scratchName("obj"));
         const got = await writeHashed(reader.take(size, `${origin}: object ${id}`), tmp, opts.throttle);
-        if (objectIdFor(got.hex, isExecutableId(id)) !== id) {
+        if (objectHash(id) !== got.hex) {
           await fsp.rm(tmp, { force: true });
           throw new StoreCorruptError(`${origin}: object ${id} of layer ${key} does not match its hash`);
         }
