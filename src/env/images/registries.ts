@@ -2,7 +2,7 @@
  * Which hosts answer for a registry: its mirrors first (`mirrors`, e.g. a pull-through cache for docker.io), then
  * the registry itself; and which may be spoken to over plain http (loopback always, others only when `insecure`).
  * From `<home>/registries.json` (`{"mirrors": {"docker.io": ["http://127.0.0.1:5000"]}, "insecure": ["lan:5000"]}`)
- * and command-line flags.
+ * and command-line flags. A registry listed in `blocked` is only ever reached through its mirrors.
  */
 import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
@@ -16,6 +16,8 @@ export interface RegistryConfig {
   mirrors?: Record<string, string[]>;
   /** Hosts (`host[:port]`) that may be reached over plain http. */
   insecure?: string[];
+  /** Registries never contacted themselves: only through their mirrors (an air-gapped cluster, a test). */
+  blocked?: string[];
 }
 
 export function registriesFile(home: string): string {
@@ -45,11 +47,17 @@ function checkConfig(value: unknown, where: string): RegistryConfig {
   const ok =
     typeof v === "object" &&
     v !== null &&
-    (v.insecure === undefined || (Array.isArray(v.insecure) && v.insecure.every((h) => typeof h === "string"))) &&
+    [v.insecure, v.blocked].every(
+      (l) => l === undefined || (Array.isArray(l) && l.every((h) => typeof h === "string")),
+    ) &&
     (v.mirrors === undefined ||
       (typeof v.mirrors === "object" &&
         Object.values(v.mirrors).every((l) => Array.isArray(l) && l.every((m) => typeof m === "string"))));
-  if (!ok) throw new InvalidInputError(`${where}: expected {"mirrors": {REGISTRY: [URL...]}, "insecure": [HOST...]}`);
+  if (!ok) {
+    throw new InvalidInputError(
+      `${where}: expected {"mirrors": {REGISTRY: [URL...]}, "insecure": [HOST...], "blocked": [REGISTRY...]}`,
+    );
+  }
   return v;
 }
 
@@ -65,7 +73,7 @@ export function withMirrorFlags(config: RegistryConfig, flags: string[], insecur
     added[registry] = [...(added[registry] ?? []), f.slice(eq + 1)];
   }
   for (const [registry, list] of Object.entries(added)) mirrors[registry] = [...list, ...(mirrors[registry] ?? [])];
-  return { mirrors, insecure: [...(config.insecure ?? []), ...insecure] };
+  return { ...config, mirrors, insecure: [...(config.insecure ?? []), ...insecure] };
 }
 
 export function isLoopback(host: string): boolean {
@@ -92,9 +100,13 @@ function endpointOf(spec: string, config: RegistryConfig): Endpoint {
   return { name: url.host, base: new URL(url.origin) };
 }
 
-/** Where to ask for `registry`'s images, in order: its mirrors, then the registry's own API host. */
+/** Where to ask for `registry`'s images, in order: its mirrors, then (unless blocked) the registry's own API host. */
 export function endpointsFor(registry: string, config: RegistryConfig): Endpoint[] {
   const mirrors = (config.mirrors?.[registry] ?? []).map((m) => endpointOf(m, config));
+  if (config.blocked?.includes(registry)) {
+    if (mirrors.length === 0) throw new InvalidInputError(`registry ${registry} is blocked and has no mirror`);
+    return mirrors;
+  }
   const own = endpointOf(registryApiHost(registry), config);
   return [...mirrors, { ...own, name: registry }];
 }

@@ -5,7 +5,7 @@
  * with backoff), redirects (followed, but credentials never go to another origin) and one clear error per failure,
  * cause first. `http://` only where `allowHttp` says (loopback, or registries the user marked insecure).
  */
-import { ImageNotFoundError, RegistryDeniedError, RegistryError } from "../../errors.js";
+import { ImageNotFoundError, MinisandboxError, RegistryDeniedError, RegistryError } from "../../errors.js";
 import { sleep } from "../store/fsutil.js";
 import type { Credentials } from "./credentials.js";
 
@@ -71,6 +71,7 @@ export class RegistryClient {
       try {
         res = await this.follow(url, o);
       } catch (e) {
+        if (e instanceof MinisandboxError) throw e; // a refused redirect, too many redirects: not the network
         if (o.signal?.aborted || attempt >= attempts) throw this.unreachable(o.what, e);
         await this.pause(o.what, attempt, backoffMs(attempt), networkReason(e));
         continue;
