@@ -7,7 +7,7 @@
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { createHash, createPrivateKey, randomBytes, sign, X509Certificate } from "node:crypto";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { createServer, request, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { createServer, request, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { after } from "node:test";
@@ -328,7 +328,6 @@ export async function putManifest(
 export class TokenServer {
   readonly requests: { user?: string; scope: string }[] = [];
   private constructor(
-    private readonly server: Server,
     readonly url: string,
     readonly certFile: string,
     private readonly key: ReturnType<typeof createPrivateKey>,
@@ -371,7 +370,7 @@ export class TokenServer {
     const server = createServer((req, res) => self!.answer(req, res, users, grant));
     await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
     const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/token`;
-    self = new TokenServer(server, url, certFile, key, certDer);
+    self = new TokenServer(url, certFile, key, certDer);
     after(() => server.close());
     return self;
   }
@@ -431,16 +430,13 @@ export type Fault =
 export class FaultProxy {
   readonly seen: { method: string; path: string; range?: string; status?: number }[] = [];
   rule: (req: { method: string; path: string }) => Fault | undefined = () => undefined;
-  private constructor(
-    private readonly server: Server,
-    readonly host: string,
-  ) {}
+  private constructor(readonly host: string) {}
 
   static async start(target: string): Promise<FaultProxy> {
     let self: FaultProxy | undefined;
     const server = createServer((req, res) => self!.handle(req, res, target));
     await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-    self = new FaultProxy(server, `127.0.0.1:${(server.address() as AddressInfo).port}`);
+    self = new FaultProxy(`127.0.0.1:${(server.address() as AddressInfo).port}`);
     after(() => {
       server.closeAllConnections();
       server.close();
