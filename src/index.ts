@@ -54,7 +54,10 @@ export {
   AuthError,
   BuildError,
   CommandTimeoutError,
+  DiskFullError,
   ForbiddenError,
+  ImageInvalidError,
+  ImageNotFoundError,
   InvalidInputError,
   LayerUnavailableError,
   LimitError,
@@ -62,6 +65,8 @@ export {
   NotFoundError,
   NotImplementedError,
   PeerNotAllowedError,
+  RegistryDeniedError,
+  RegistryError,
   RemoteRuntimeError,
   RequestValidationError,
   SandboxError,
@@ -85,6 +90,26 @@ export { loadDataset, type Instance } from "./tasks/index.js";
 export { specForInstance, specKey } from "./env/spec.js";
 export { builtInstances, prepareInstances, renderPrepare, type PrepareResult } from "./env/prepare.js";
 export { openWorkspace, resolveWorkspace, type Workspace, type WorkspaceRequest } from "./env/workspace.js";
+export {
+  acquireImageRootfs,
+  canonicalReference,
+  getImage,
+  importImage,
+  listStoredImages,
+  loadRegistryConfig,
+  parsePlatform,
+  parseReference,
+  pullImage,
+  removeStoredImage,
+  type ImageEvent,
+  type ImageRootfs,
+  type ImportOptions,
+  type ImportResult,
+  type PullOptions,
+  type PullResult,
+  type RegistryConfig,
+} from "./env/images/index.js";
+export type { ImageConfig, ImageRecord } from "./env/store/index.js";
 export { runDoctor } from "./sandbox/doctor.js";
 export {
   evaluate,

@@ -67,7 +67,7 @@ function objectFiles(store: Store): string[] {
   return readdirSync(store.objectsDir).flatMap((s) => readdirSync(join(store.objectsDir, s)));
 }
 
-test("whiteouts, opaque directories, hard links and symlinked parents apply in order, as a runtime unpacks them", async () => {
+test("whiteouts, opaque dirs, hard links and symlinked parents apply in order, as a runtime unpacks them", async () => {
   const store = newStore();
   const lower = makeTar([
     d("etc"),
@@ -102,7 +102,7 @@ test("whiteouts, opaque directories, hard links and symlinked parents apply in o
   assert.equal(ino("data/first"), ino("data/third"));
 });
 
-test("modes and owners are kept, owned on the host by the store's id range; setuid, devices and xattrs never reach a host inode", async () => {
+test("modes and owners kept (host ids: the store's range); setuid, devices, xattrs never on a host inode", async () => {
   const store = newStore();
   const tar = makeTar([
     d("tmp", { mode: 0o1777 }),
@@ -184,7 +184,7 @@ test("long and non-UTF-8 names (GNU and pax) round-trip; gzip, zstd and plain la
   assert.equal(readFileSync(Buffer.concat([Buffer.from(`${rootfs}/`), latin])).toString(), "latin1");
 });
 
-test("links out of the tree stay in it: absolute names, symlinked parents and '..' in targets resolve inside the image", async () => {
+test("links out of the tree stay in it: absolute names, symlinked parents, '..' in targets stay inside", async () => {
   const store = newStore();
   const before = readFileSync("/etc/passwd");
   const tar = makeTar([
@@ -267,7 +267,7 @@ const hostile: [string, () => ImageSpec, RegExp][] = [
 ];
 
 for (const [name, spec, message] of hostile) {
-  test(`hostile image refused: ${name} — one line, cause first; nothing half-written, the store unchanged`, async () => {
+  test(`hostile image refused: ${name} — one line, cause first; nothing half-written kept`, async () => {
     const store = newStore();
     await assert.rejects(
       importImage(store, layout(spec()), { budget: { maxBytes: 4 << 20, maxEntries: 200 } }),
@@ -291,7 +291,7 @@ test("a compressed bomb stops at the budget while streaming, not after writing i
   await assertUnchanged(store);
 });
 
-test("layers are stored once by diff id: a second image moves only its new layer; gc keeps what an image needs", async () => {
+test("layers stored once by diff id: a second image moves only its new layer; gc keeps what images need", async () => {
   const store = newStore();
   const shared = makeTar([f("base/os", "the base layer"), f("base/lib", "library")]);
   const a = makeTar([f("app/a", "only in a")]);

@@ -104,7 +104,7 @@ function oneLine(e: Error, type: new (...a: never[]) => Error, pattern: RegExp):
   return true;
 }
 
-test("pull by tag and by digest; a second image of the repository fetches only its new layer; a repeat fetches nothing", async () => {
+test("pull by tag and digest; a repository's 2nd image fetches its new layer only; a repeat: nothing", async () => {
   const store = newStore();
   const from = proxy.seen.length;
   const first = await pull(store, `${proxy.host}/test/small:1`);
@@ -130,7 +130,7 @@ test("pull by tag and by digest; a second image of the repository fetches only i
   assert.equal((await verifyStore(store)).ok, true);
 });
 
-test("an index picks linux/amd64, or --platform; an image without that platform is refused, naming what it has", async () => {
+test("an index picks linux/amd64, or --platform; an image without it is refused, naming what it has", async () => {
   const store = newStore();
   const amd = await pull(store, `${plain.host}/test/multi:1`);
   assert.equal(amd.image.platform.architecture, "amd64");
@@ -141,7 +141,7 @@ test("an index picks linux/amd64, or --platform; an image without that platform 
   );
 });
 
-test("basic auth (htpasswd) with credentials from REGISTRY_AUTH_FILE or ~/.docker/config.json; none or wrong: denied", async () => {
+test("basic auth (htpasswd), credentials from REGISTRY_AUTH_FILE or ~/.docker; none or wrong: denied", async () => {
   const htpasswd = join(dir, "htpasswd");
   writeFileSync(htpasswd, execFileSync("htpasswd", ["-Bbn", "alice", "s3cret"]));
   const reg = await TestRegistry.start(join(dir, "basic"), { htpasswd });
@@ -165,7 +165,7 @@ test("basic auth (htpasswd) with credentials from REGISTRY_AUTH_FILE or ~/.docke
   );
 });
 
-test("bearer tokens as Docker Hub issues them: anonymous for public repositories, credentials for private ones", async () => {
+test("bearer tokens as Docker Hub issues them: anonymous for public repositories, else credentials", async () => {
   const users = { alice: "pw-alice", bob: "pw-bob" };
   const tokens = await TokenServer.start(join(dir, "tokens"), users, (user, repo) =>
     repo.startsWith("public/") || user === "alice" ? ["pull", "push"] : [],
@@ -198,7 +198,7 @@ test("bearer tokens as Docker Hub issues them: anonymous for public repositories
   );
 });
 
-test("429 waits for its Retry-After; one too long fails at once; 5xx are retried with backoff, then reported", async () => {
+test("429 waits for its Retry-After; one too long fails at once; 5xx retried with backoff, then reported", async () => {
   const events: ImageEvent[] = [];
   let manifestCalls = 0;
   proxy.rule = ({ path }) => {
@@ -369,7 +369,7 @@ test("a disk that fills mid-pull: one line, nothing half-written kept, the store
   }
 });
 
-test("CLI: exit 2 for bad input (a bad reference, an unknown image, denied), 0 and JSON on success; ls, rm, gc", async () => {
+test("CLI: exit 2 for bad input (a bad reference, an unknown image), 0 and JSON on success; ls, rm, gc", async () => {
   const home = join(dir, `home-cli-${++n}`);
   const bad = await cli(["--home", home, "images", "pull", "Not/Lower"]).done;
   assert.equal(bad.code, 2);
@@ -398,7 +398,7 @@ test("CLI: exit 2 for bad input (a bad reference, an unknown image, denied), 0 a
   assert.equal((await cli(["--home", home, "images", "rm", "gone:1"]).done).code, 2);
 });
 
-test("import: the registry's image copied by skopeo to an oci-archive, a docker-archive and an OCI layout is the same image", async () => {
+test("import: skopeo copies (oci-archive, docker-archive, OCI layout) of a registry's image are it", async () => {
   const store = newStore();
   const pulled = await pull(store, `${plain.host}/test/gzip:1`);
   const sources: string[] = [];

@@ -1,7 +1,7 @@
 /**
  * Registry credentials where podman and Docker keep them: `$REGISTRY_AUTH_FILE`, then
  * `$XDG_RUNTIME_DIR/containers/auth.json`, `~/.config/containers/auth.json`, then `$DOCKER_CONFIG/config.json`
- * (default `~/.docker/config.json`). Each holds `{"auths": {"<registry>[/<namespace>]": {"auth": base64("user:pass")}}}`;
+ * (default `~/.docker/config.json`). Each holds `{"auths": {"<registry>[/<ns>]": {"auth": base64("user:pass")}}}`;
  * the first file with an entry for the registry wins, and within it the longest matching namespace (as podman does).
  * Credential helpers (`credsStore`, `credHelpers`) are not run.
  */

@@ -100,7 +100,8 @@ export function parseManifestDocument(bytes: Buffer, contentType: string | undef
   const doc = parseJson(bytes, what);
   if (doc.schemaVersion === 1) {
     throw new ImageInvalidError(
-      `${what} is a Docker schema 1 manifest (deprecated since 2017, unsupported); push the image again with a current tool`,
+      `${what} is a Docker schema 1 manifest (deprecated since 2017, unsupported); push the image again with a ` +
+        "current tool",
     );
   }
   if (doc.schemaVersion !== 2) throw new ImageInvalidError(`${what}: unsupported schemaVersion ${doc.schemaVersion}`);

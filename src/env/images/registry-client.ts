@@ -167,9 +167,10 @@ export class RegistryClient {
     }
     if (answer.status === 401 || answer.status === 403) {
       await answer.body?.cancel();
+      const whose = creds ? `the credentials from ${creds.file}` : "anonymous access";
       throw new RegistryDeniedError(
-        `${what}: the token service ${realm.host} refused ${creds ? `the credentials from ${creds.file}` : "anonymous access"} ` +
-          `(${answer.status}); log in (podman login / docker login) or set REGISTRY_AUTH_FILE`,
+        `${what}: the token service ${realm.host} refused ${whose} (${answer.status}); ` +
+          "log in (podman login / docker login) or set REGISTRY_AUTH_FILE",
       );
     }
     this.authorization = `Bearer ${await tokenOf(answer, what, realm.host)}`;

@@ -9,7 +9,6 @@ import { performance } from "node:perf_hooks";
 import { ImageInvalidError } from "../../errors.js";
 import { mapLimit } from "../store/fsutil.js";
 import {
-  canChown,
   digestHex,
   ensureImageDirs,
   findImage,
@@ -105,7 +104,7 @@ export async function storeImage(store: Store, input: ImageInput, opts: StoreIma
   const lock = await lockFile(store.lockPath, { shared: true });
   try {
     ensureImageDirs(store);
-    if (canChown()) storeIds(store);
+    storeIds(store);
     const id = manifest.config.digest;
     const existing = await findImage(store, id);
     if (existing && (await hasLayer(store, existing.rootfs))) {

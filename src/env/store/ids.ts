@@ -2,9 +2,10 @@
  * The host ids that own a store's image files. An image's file owned by uid N (gid M) inside the image is owned on
  * the host by `base + N` (`base + M`): a reserved range no host user has, so no host user owns (or can write) a
  * store object, and a sandbox maps the range back to 0..count-1 with an id-mapped mount. The range is recorded in
- * the store's `store.json` when the store first holds image files, so it never changes under existing objects.
+ * the store's `store.json` when the store first holds image files, so it never changes under existing objects;
+ * from then on `objects/` is 0700 (image objects keep their modes, a world-writable one included).
  */
-import { readFileSync, renameSync, writeFileSync } from "node:fs";
+import { chmodSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { InvalidInputError, StoreCorruptError } from "../../errors.js";
 import { scratchName } from "./fsutil.js";
@@ -91,6 +92,8 @@ export function storeIds(store: Store): StoreIds {
     writeFileSync(tmp, `${JSON.stringify({ ...marker, ids })}\n`, { mode: 0o644 });
     renameSync(tmp, markerPath(store));
   } else ids = checkIds(ids, markerPath(store));
+  // Image objects keep their modes (some are world-writable): only the store's owner may reach objects/.
+  if ((statSync(store.objectsDir).mode & 0o077) !== 0) chmodSync(store.objectsDir, 0o700);
   cache.set(store.root, ids);
   return ids;
 }
