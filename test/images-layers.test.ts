@@ -321,6 +321,7 @@ test("layers stored once by diff id: a second image moves only its new layer; gc
   await removeImage(store, "docker.io/t/a:2");
   const gc = await gcStore(store);
   assert.equal(gc.removedObjects, 1, "only a's own file goes");
+  assert.ok(gc.removedImageFiles > 0, "a's own layer record and documents go");
   assert.equal(objects(), all - 1);
   const dest = join(dir, `mat-${++n}`);
   await materializeLayer(store, second.image.rootfs, dest);

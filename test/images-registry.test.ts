@@ -336,6 +336,8 @@ test("kill -9 mid-pull keeps the partial blob; the next pull resumes it with Ran
     run.child.kill("SIGKILL");
     assert.equal((await run.done).signal, "SIGKILL");
     assert.equal(statSync(partial).size, 3 << 20, "the partial blob is kept");
+    const tmp = join(home, "store", "tmp");
+    assert.match(readdirSync(tmp).join(), /^obj-\d+-/, "the killed pull left the object it was writing");
     proxy.rule = () => undefined;
     const from = proxy.seen.length;
     const again = await cli(["--home", home, "images", "pull", "--json", `${proxy.host}/test/big:1`]).done;

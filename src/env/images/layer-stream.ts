@@ -30,8 +30,12 @@ async function peek(source: AsyncIterable<Buffer>): Promise<{ head: Buffer; rest
   }
   const head = Buffer.concat(parts);
   const rest = (async function* () {
-    if (head.length > 0) yield head;
-    for (let r = await it.next(); !r.done; r = await it.next()) yield r.value;
+    try {
+      if (head.length > 0) yield head;
+      for (let r = await it.next(); !r.done; r = await it.next()) yield r.value;
+    } finally {
+      await it.return?.(); // stopping early stops the source too (a download closes its file)
+    }
   })();
   return { head, rest };
 }

@@ -5,12 +5,11 @@
  */
 import { createHash } from "node:crypto";
 import * as fsp from "node:fs/promises";
-import { createReadStream } from "node:fs";
 import { join } from "node:path";
 import { ImageInvalidError, ImageNotFoundError, RegistryDeniedError, RegistryError } from "../../errors.js";
 import { digestHex, ensureImageDirs, type ImagePlatform, type Store, type UnpackBudget } from "../store/index.js";
 import { findCredentials } from "./credentials.js";
-import { downloadBlob } from "./download.js";
+import { BlobDownload } from "./download.js";
 import {
   MANIFEST_ACCEPT,
   MAX_CONFIG_BYTES,
@@ -76,15 +75,19 @@ export async function pullImage(store: Store, text: string, opts: PullOptions = 
       verifyLayerDigests: false,
       openLayer: async (layer, i, onBytes) => {
         const file = join(downloads, digestHex(layer.digest));
-        await downloadBlob(client, layer, file, {
+        const download = new BlobDownload(client, layer, file, {
           what: `layer ${i + 1}/${manifest.layers.length} of ${name}`,
           onBytes,
           attempts: opts.attempts,
           onResume: (fromByte) => opts.onEvent?.({ type: "resume", what: layer.digest, fromByte }),
         });
         return {
-          stream: createReadStream(file, { highWaterMark: 1 << 20 }) as AsyncIterable<Buffer>,
-          done: () => fsp.rm(file, { force: true }),
+          stream: download.chunks(),
+          // Kept while the layer is incomplete (a later pull resumes it); dropped once stored or refused.
+          settle: async (outcome) => {
+            if (outcome !== "interrupted") await fsp.rm(file, { force: true });
+          },
+          explain: () => download.explain(),
         };
       },
     },

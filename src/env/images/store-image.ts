@@ -6,8 +6,8 @@
 import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
-import { ImageInvalidError } from "../../errors.js";
-import { mapLimit } from "../store/fsutil.js";
+import { DiskFullError, ImageInvalidError } from "../../errors.js";
+import { mapLimit, sweepDeadScratch } from "../store/fsutil.js";
 import {
   digestHex,
   ensureImageDirs,
@@ -40,14 +40,24 @@ export interface ImageInput {
   manifestBytes: Buffer;
   manifestDigest: string;
   configBytes: Buffer;
-  /** The layer's bytes as stored; `done` runs after it was unpacked (or failed). */
-  openLayer(
-    layer: Descriptor,
-    index: number,
-    onBytes: (n: number) => void,
-  ): Promise<{ stream: AsyncIterable<Buffer>; done?: () => Promise<void> }>;
+  /** The layer's bytes as stored, and what to do with what the source kept of them once the layer is settled. */
+  openLayer(layer: Descriptor, index: number, onBytes: (n: number) => void): Promise<OpenedLayer>;
   /** Check each layer's bytes against its descriptor's digest while reading (a download has checked already). */
   verifyLayerDigests: boolean;
+}
+
+export interface OpenedLayer {
+  stream: AsyncIterable<Buffer>;
+  /**
+   * Called once: "stored" just before the layer's record is made durable (a download can go: it is not synced to
+   * disk for nothing), "invalid" when its content was refused, "interrupted" when anything else stopped it.
+   */
+  settle?: (outcome: "stored" | "invalid" | "interrupted") => Promise<void>;
+  /**
+   * After the layer's content was refused midway: the real cause if it is the source's (the rest of a downloaded
+   * blob fetched and hashed: a corrupt tar may be a blob that is not what its digest says).
+   */
+  explain?: () => Promise<Error | undefined>;
 }
 
 export type ImageEvent =
@@ -105,6 +115,7 @@ export async function storeImage(store: Store, input: ImageInput, opts: StoreIma
   try {
     ensureImageDirs(store);
     storeIds(store);
+    await sweepDeadScratch(store.tmpDir);
     const id = manifest.config.digest;
     const existing = await findImage(store, id);
     if (existing && (await hasLayer(store, existing.rootfs))) {
@@ -179,20 +190,28 @@ async function storeLayer(
   const desc = input.manifest.layers[i]!;
   const what = `layer ${i + 1}/${input.manifest.layers.length} of ${input.source} (${desc.digest.slice(0, 19)})`;
   const opened = await input.openLayer(desc, i, (n) => opts.onEvent?.({ type: "bytes", n }));
+  let settled = false;
+  const settle = async (outcome: "stored" | "invalid" | "interrupted"): Promise<void> => {
+    if (!settled) await opened.settle?.(outcome);
+    settled = true;
+  };
   try {
     const raw = measured(opened.stream);
     const r = await unpackLayer(store, diffId, decompress(raw.stream, what), {
       ...opts.budget,
       what,
-      beforeRecord: () => {
-        if (!input.verifyLayerDigests) return;
-        if (raw.digest() !== desc.digest || raw.bytes() !== desc.size)
+      beforeRecord: async () => {
+        if (input.verifyLayerDigests && (raw.digest() !== desc.digest || raw.bytes() !== desc.size))
           throw new ImageInvalidError(`${what}: its bytes do not match the digest and size its manifest gives`);
+        await settle("stored");
       },
     });
     return { diffId, stored: true, newObjects: r.newObjects, newBytes: r.newBytes };
-  } finally {
-    await opened.done?.();
+  } catch (e) {
+    const invalid = e instanceof ImageInvalidError || e instanceof DiskFullError;
+    const cause = e instanceof ImageInvalidError ? await opened.explain?.().catch(() => undefined) : undefined;
+    await settle(invalid ? "invalid" : "interrupted");
+    throw cause ?? e;
   }
 }
 

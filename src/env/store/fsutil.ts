@@ -15,6 +15,21 @@ export function scratchName(prefix: string): string {
   return `${prefix}-${process.pid}-${randomBytes(6).toString("hex")}`;
 }
 
+/**
+ * Remove what writers that are gone left in a scratch dir (names from scratchName carry the pid): a pull killed
+ * midway leaves the object it was writing. Entries of live processes (or that do not parse) are left alone.
+ */
+export async function sweepDeadScratch(dir: string): Promise<number> {
+  let removed = 0;
+  for (const name of await fsp.readdir(dir).catch(() => [] as string[])) {
+    const pid = Number(/^[a-z-]+-(\d+)-[0-9a-f]{12}/.exec(name)?.[1]);
+    if (!pid || processAlive(pid)) continue;
+    await removeTree(join(dir, name));
+    removed++;
+  }
+  return removed;
+}
+
 /** Start time of a process in clock ticks since boot, as recorded in lease and marker names; undefined if gone. */
 export function processStartTime(pid: number): string | undefined {
   const ticks = procStartTime(pid);

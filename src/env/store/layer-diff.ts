@@ -107,7 +107,7 @@ export async function unpackLayer(
   store: Store,
   diffId: string,
   tar: AsyncIterable<Buffer>,
-  opts: UnpackBudget & { what?: string; beforeRecord?: () => void } = {},
+  opts: UnpackBudget & { what?: string; beforeRecord?: () => Promise<void> } = {},
 ): Promise<UnpackResult> {
   digestHex(diffId);
   ensureImageDirs(store);
@@ -133,11 +133,12 @@ export async function unpackLayer(
     });
     for await (const _ of hashed.stream); // a tar's trailing padding is part of what the diff id hashes
   } catch (e) {
+    await hashed.close().catch(() => undefined); // a source left midway is stopped (a download closes its file)
     throw unpackError(e, what);
   }
   const got = `sha256:${hashed.digest()}`;
   if (got !== diffId) throw new ImageInvalidError(`${what}: its content hashes to ${got}, not to its diff id`);
-  opts.beforeRecord?.();
+  await opts.beforeRecord?.();
   const record: DiffRecord = {
     format: 1,
     diffId,
@@ -183,7 +184,7 @@ function hashedStream(
   source: AsyncIterable<Buffer>,
   maxBytes: number,
   what: string,
-): { stream: AsyncIterable<Buffer>; digest: () => string; count: () => number } {
+): { stream: AsyncIterable<Buffer>; digest: () => string; count: () => number; close: () => Promise<void> } {
   const hash = createHash("sha256");
   let count = 0;
   const it = source[Symbol.asyncIterator]();
@@ -199,7 +200,8 @@ function hashedStream(
       },
     }),
   };
-  return { stream, digest: () => hash.digest("hex"), count: () => count };
+  const close = async (): Promise<void> => void (await it.return?.());
+  return { stream, digest: () => hash.digest("hex"), count: () => count, close };
 }
 
 async function onEntry(s: UnpackState, h: TarHeader, body: AsyncIterable<Buffer>): Promise<void> {
