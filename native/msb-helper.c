@@ -2,18 +2,23 @@
  * msb-helper: the security-critical steps of a sandbox's life, in one small static binary (each also saves the
  * milliseconds a chain of util-linux processes would cost).
  *
- *   msb-helper launch [options] -- BWRAP ARGS...   user namespace (a subordinate id range when run as root, the
- *                                                  caller alone otherwise), size-limited tmpfs scratch, the
- *                                                  home's skeleton files, id-mapped copy-on-write trees, rlimits,
- *                                                  then exec bwrap (the caller moves it and pid 1 into the cgroups)
+ *   msb-helper launch [options] -- BWRAP ARGS...   user namespace (as root: a subordinate id range of its own,
+ *                                                  taken from a pool and held until the sandbox ends; otherwise
+ *                                                  the caller alone), size-limited tmpfs scratch, the home's
+ *                                                  skeleton files, id-mapped copy-on-write trees, an overlay of
+ *                                                  its own over every shared read-only tree, rlimits, a high OOM
+ *                                                  score, then exec bwrap (the caller moves it and pid 1 into the
+ *                                                  cgroups)
  *   msb-helper init [options] LABEL                pid 1 of a sandbox: Docker's masks (--read-only, --mask-file,
  *                                                  --mask-dir PATH); not ptraceable; once in its cgroups (a byte
- *                                                  on stdin), its own cgroup namespace, then nothing inherited,
- *                                                  fresh keyring, seccomp; signals readiness on fd 4, then reaps
- *   msb-helper enter [options] -- CMD ARGS...      join cgroups, enter pid 1's namespaces and root, rlimits, fork;
- *                                                  the child drops to the sandbox's capabilities and user, closes
- *                                                  inherited descriptors, gets a fresh keyring, no_new_privs and
- *                                                  seccomp, then execs CMD
+ *                                                  on stdin), its own cgroup namespace, then nothing inherited but
+ *                                                  its id range's lock, fresh keyring, seccomp; signals readiness
+ *                                                  on fd 4, then reaps
+ *   msb-helper enter [options] -- CMD ARGS...      a high OOM score, join cgroups, enter pid 1's namespaces and
+ *                                                  root, rlimits, fork; the child drops to the sandbox's
+ *                                                  capabilities and user, closes inherited descriptors, gets a
+ *                                                  fresh keyring, no_new_privs, a Landlock scope for abstract
+ *                                                  sockets (with the host's network) and seccomp, then execs CMD
  *   msb-helper enter --args-fd N --cgroup DIR...   the same, started ahead of its command: once in its cgroups, the
  *                                                  rest (--pid, options, `-- CMD ARGS...`) is read from fd N
  *                                                  (NUL-separated, until EOF; nothing at all: exit 0, nothing run)
@@ -31,6 +36,7 @@
 #include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/keyctl.h>
+#include <linux/landlock.h>
 #include <linux/seccomp.h>
 #include <linux/mount.h>
 #include <sched.h>
@@ -40,9 +46,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -54,6 +62,8 @@
 #include "seccomp-profile.h"
 
 #define MAX_ITEMS 64
+/* Where pid 1 finds the lock of its sandbox's id range (the launch's first passed descriptor, 5, no longer needed). */
+#define RANGE_LOCK_FD 5
 /* Namespace flags `clone` may never carry inside a sandbox (CLONE_NEWTIME shares clone's exit-signal byte). */
 #define CLONE_NS_FLAGS \
   (CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWCGROUP)
@@ -152,6 +162,50 @@ static void apply_rlimits(const struct limits *l) {
 
 /* ---------------------------------------------------------------- hardening shared by init and enter */
 
+/* Whether this process holds `cap` (host root normally does; a container's root may not). */
+static int has_cap(int cap) {
+  struct __user_cap_header_struct head = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+  struct __user_cap_data_struct data[2];
+  if (syscall(SYS_capget, &head, data) != 0) return 0;
+  return (data[cap / 32].effective >> (cap % 32)) & 1;
+}
+
+/*
+ * Sandboxes are what a host out of memory kills first: their processes get the highest OOM score (1000). Written
+ * with CAP_SYS_RESOURCE (host root), it is also the floor (oom_score_adj_min) that every process forked from here
+ * inherits: nothing inside can lower it, and pid 1 ties with the rest, so what the sandbox's own OOM killer takes is
+ * its largest process, never pid 1 (which nothing inside can raise: its /proc files are not the sandbox's). Without
+ * that capability there is no floor, and a command could lower itself below pid 1: then pid 1 (`for_pid1`) keeps
+ * the caller's score, and only commands are raised.
+ */
+static void oom_first(int for_pid1) {
+  if (for_pid1 && !has_cap(CAP_SYS_RESOURCE)) return;
+  int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (fd < 0 || write(fd, "1000", 4) != 4) die(1, "oom_score_adj: %s", strerror(errno));
+  close(fd);
+}
+
+/* Landlock's scopes (ABI 6, Linux 6.12), defined here for older headers. */
+#ifndef LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET
+#define LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET (1ULL << 0)
+#endif
+struct msb_landlock_ruleset_attr {
+  __u64 handled_access_fs, handled_access_net, scoped;
+};
+
+/*
+ * A sandbox with the host's network shares its abstract unix socket namespace too: a Landlock domain scoped to
+ * abstract sockets lets the command connect only to sockets made inside its own domain (itself and what it starts),
+ * never to the host's or another sandbox's. It restricts nothing else. Needs no_new_privs (set by the caller).
+ */
+static void scope_abstract_unix(void) {
+  struct msb_landlock_ruleset_attr attr = {.scoped = LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET};
+  int fd = (int)syscall(SYS_landlock_create_ruleset, &attr, sizeof attr, 0);
+  if (fd < 0) die(1, "landlock scope for abstract unix sockets (Linux >= 6.12): %s", strerror(errno));
+  if (syscall(SYS_landlock_restrict_self, fd, 0) != 0) die(1, "landlock_restrict_self: %s", strerror(errno));
+  close(fd);
+}
+
 /* A new anonymous session keyring: nothing of the host's (or another sandbox's) keys is reachable. */
 static void fresh_keyring(void) {
   if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0 && errno != ENOSYS)
@@ -225,8 +279,9 @@ static void load_bpf(const struct sock_filter *code, size_t len) {
 #endif
 
 /* no_new_privs, then the profile: from here on nothing this process execs can gain privileges or leave. */
-static void lock_down(int seccomp) {
+static void lock_down(int seccomp, int scope_abstract) {
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) die(1, "no_new_privs: %s", strerror(errno));
+  if (scope_abstract) scope_abstract_unix();
   if (!seccomp) return;
 #ifdef MSB_EMBEDDED_BPF
   load_bpf(MSB_BPF_ALLOW, sizeof MSB_BPF_ALLOW / sizeof MSB_BPF_ALLOW[0]);
@@ -274,11 +329,12 @@ static int cmd_export_bpf(void) {
 /* ---------------------------------------------------------------- launch */
 
 /*
- * A user namespace whose ids 0..count-1 are host ids base..base+count-1, held by a descriptor. Only a process
- * outside may write such a map (the kernel requires CAP_SETUID over the parent namespace): a short-lived child
- * creates the namespace and we, still host root, write its maps.
+ * A user namespace whose ids first..first+count-1 are host ids base..base+count-1, held by a descriptor. Only a
+ * process outside may write such a map (the kernel requires CAP_SETUID over the parent namespace): a short-lived
+ * child creates the namespace and we, still host root, write its maps. `first` 0 makes the sandbox's namespace; any
+ * other `first` serves only to id-map a tree owned by another sandbox's range (a fork's snapshot) onto this one's.
  */
-static int make_userns(unsigned base, unsigned count) {
+static int make_userns(unsigned first, unsigned base, unsigned count) {
   int up[2], down[2];
   if (pipe2(up, O_CLOEXEC) != 0 || pipe2(down, O_CLOEXEC) != 0) die(1, "pipe: %s", strerror(errno));
   pid_t child = fork();
@@ -288,7 +344,8 @@ static int make_userns(unsigned base, unsigned count) {
     close(up[0]);
     close(down[1]);
     /* The namespace's owner is whoever creates it, and the kernel charges per-user quotas of everything inside
-       (inotify instances and watches...) to its owner too: make that the sandbox's own id, never host root. */
+       (inotify instances and watches, message queues...) to its owner too: make that the sandbox's own id, never
+       host root, and never another sandbox's. */
     if (setgroups(0, NULL) != 0 || setresgid(base, base, base) != 0 || setresuid(base, base, base) != 0) _exit(1);
     if (unshare(CLONE_NEWUSER) != 0) _exit(1);
     if (write(up[1], &b, 1) != 1) _exit(1);
@@ -300,7 +357,7 @@ static int make_userns(unsigned base, unsigned count) {
   close(down[0]);
   char b, path[64], map[64];
   if (read(up[0], &b, 1) != 1) die(1, "create user namespace: %s", strerror(errno));
-  fmt(map, sizeof map, "0 %u %u\n", base, count);
+  fmt(map, sizeof map, "%u %u %u\n", first, base, count);
   fmt(path, sizeof path, "/proc/%d/uid_map", child);
   write_file(path, map);
   fmt(path, sizeof path, "/proc/%d/gid_map", child);
@@ -313,6 +370,41 @@ static int make_userns(unsigned base, unsigned count) {
   while (waitpid(child, NULL, 0) < 0 && errno == EINTR) {
   }
   return fd;
+}
+
+/*
+ * One sandbox, one id range: a free slot of the pool (base + k * size, k < slots), tried from a random one on. A
+ * slot is taken with flock(2) on DIR/<its first id>, and the descriptor goes to the sandbox's pid 1, which keeps it
+ * until it exits (and with it the sandbox: the kernel kills every process of its pid namespace): however pid 1 ends,
+ * even by SIGKILL, the kernel drops the lock and the range is free again. Every launch on this host takes its range
+ * there, whichever server or process started it.
+ */
+static unsigned take_id_range(const char *dir, unsigned base, unsigned slots, unsigned size, int *lock) {
+  if (mkdir(dir, 0700) != 0 && errno != EEXIST) die(1, "mkdir %s: %s", dir, strerror(errno));
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st;
+  if (dfd < 0 || fstat(dfd, &st) != 0) die(1, "open %s: %s", dir, strerror(errno));
+  /* Anyone else able to write there could hold every range, or free one still in use. */
+  if (st.st_uid != 0 || (st.st_mode & 022)) die(1, "%s must be a directory of root's that only root can write", dir);
+  unsigned start;
+  if (getrandom(&start, sizeof start, 0) != (ssize_t)sizeof start) start = (unsigned)getpid();
+  for (unsigned i = 0; i < slots; i++) {
+    unsigned first = base + ((start + i) % slots) * size;
+    char name[16];
+    fmt(name, sizeof name, "%u", first);
+    int fd = openat(dfd, name, O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) die(1, "open %s/%s: %s", dir, name, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      close(dfd);
+      *lock = fd;
+      return first;
+    }
+    if (errno != EWOULDBLOCK) die(1, "flock %s/%s: %s", dir, name, strerror(errno));
+    close(fd);
+  }
+  die(75, "no free id range: all %u ranges of the pool are held by live sandboxes (reserve more ids in /etc/subuid "
+          "and /etc/subgid: see `minisandbox doctor`)", slots);
+  return 0;
 }
 
 /*
@@ -370,9 +462,25 @@ static void attach_tree(int tree, const char *target) {
   close(tree);
 }
 
+/*
+ * Bulk writes to the scratch (a fork's seed, the copy fallback) are charged to the memory cgroup of the process that
+ * makes them: before the first, wait until the caller has moved us into the sandbox's groups (it then writes 'L' on
+ * our stdin; pid 1 skips that byte when nobody read it).
+ */
+static void await_cgroups(void) {
+  static int done;
+  char b = 0;
+  if (done) return;
+  done = 1;
+  while (read(0, &b, 1) < 0 && errno == EINTR) {
+  }
+  if (b != 'L') die(1, "the launcher did not confirm the cgroups");
+}
+
 static int run_cp(const char *from, const char *to) {
   char src[4096];
   fmt(src, sizeof src, "%s/.", from);
+  await_cgroups();
   pid_t pid = fork();
   if (pid < 0) return -1;
   if (pid == 0) {
@@ -396,10 +504,22 @@ static void copy_layers(const char *lowers, const char *target) {
     if (run_cp(parts[i], target) != 0) die(1, "copying %s failed", parts[i]);
 }
 
-/* A host path the sandbox sees, cloned while we can still reach it (as host root, before the user namespace). */
+/*
+ * A host path the sandbox sees, cloned while we can still reach it (as host root, before the user namespace).
+ *   SHARED  read-only, id-mapped as root; a directory is shown through an overlay of the sandbox's own (toolchains,
+ *           the helper): what the sandbox locks or watches there is that overlay's, not the host's or a neighbour's
+ *   SYSTEM  the same, never id-mapped (/usr, /etc...: host root's files stay nobody's inside, as without a map)
+ *   LIVE    read-only, id-mapped, bound as is: the host writes it while the sandbox runs (control files)
+ *   RW      writable, never id-mapped (root inside must not write as host root)
+ *   SEED    a fork's snapshot, read once by the launch; id-mapped from the range that owns it (`owner`)
+ */
+enum source_kind { SHARED, SYSTEM, LIVE, RW, SEED };
+
 struct source {
   const char *path, *name;
-  int writable, tree;
+  enum source_kind kind;
+  unsigned owner;
+  int tree;
 };
 
 struct launch_opts {
@@ -407,17 +527,35 @@ struct launch_opts {
   struct source sources[MAX_ITEMS];
   int *lowers[MAX_ITEMS]; /* per overlay: cloned lower trees, -1 terminated */
   int nov, nsrc, nhome, force_copy, seed; /* seed: index of the --seed source, or -1 */
-  const char *scratch, *disk, *owner, *idmap;
+  const char *scratch, *disk, *owner, *idmap, *id_pool, *id_locks;
+  unsigned id_base, id_count; /* root mode: this sandbox's range */
+  unsigned owners[MAX_ITEMS]; /* ranges that own trees of ours, and the namespaces that map them onto ours */
+  int owner_ns[MAX_ITEMS], nowners;
   struct limits limits;
   char **bwrap;
 };
 
-static void add_source(struct launch_opts *o, const char *spec, int writable) {
+/* "OWNER@PATH": a tree owned by the id range that starts at OWNER (a fork's snapshot); a plain path: no owner. */
+static const char *owned_path(const char *spec, unsigned *owner) {
+  const char *at = strchr(spec, '@');
+  *owner = 0;
+  if (!at || at == spec || strspn(spec, "0123456789") != (size_t)(at - spec)) return spec;
+  char num[16];
+  if ((size_t)(at - spec) >= sizeof num) die(2, "bad owner in %s", spec);
+  memcpy(num, spec, (size_t)(at - spec));
+  num[at - spec] = '\0';
+  *owner = parse_uint(num, "owner");
+  return at + 1;
+}
+
+static void add_source(struct launch_opts *o, const char *spec, enum source_kind kind) {
   if (o->nsrc >= MAX_ITEMS) die(2, "too many mounts");
   char *copy = strdup(spec), *eq = strchr(copy, '=');
   if (!eq || eq == copy || !eq[1] || strchr(copy, '/') < eq) die(2, "bad mount %s (want NAME=PATH)", spec);
   *eq = '\0';
-  o->sources[o->nsrc++] = (struct source){.path = eq + 1, .name = copy, .writable = writable, .tree = -1};
+  unsigned owner = 0;
+  const char *path = kind == SEED ? owned_path(eq + 1, &owner) : eq + 1;
+  o->sources[o->nsrc++] = (struct source){.path = path, .name = copy, .kind = kind, .owner = owner, .tree = -1};
 }
 
 static void parse_launch(int argc, char **argv, struct launch_opts *o) {
@@ -429,19 +567,44 @@ static void parse_launch(int argc, char **argv, struct launch_opts *o) {
     if (!strcmp(a, "--force-copy")) o->force_copy = 1;
     else if (!v) die(2, "%s needs a value", a);
     else if (!strcmp(a, "--overlay")) push(o->overlays, &o->nov, v), i++;
-    else if (!strcmp(a, "--source")) add_source(o, v, 0), i++;
-    else if (!strcmp(a, "--source-rw")) add_source(o, v, 1), i++;
+    else if (!strcmp(a, "--source")) add_source(o, v, SHARED), i++;
+    else if (!strcmp(a, "--system")) add_source(o, v, SYSTEM), i++;
+    else if (!strcmp(a, "--source-live")) add_source(o, v, LIVE), i++;
+    else if (!strcmp(a, "--source-rw")) add_source(o, v, RW), i++;
+    else if (!strcmp(a, "--seed")) add_source(o, v, SEED), o->seed = o->nsrc - 1, i++;
     else if (!strcmp(a, "--scratch")) o->scratch = v, i++;
     else if (!strcmp(a, "--disk")) o->disk = v, i++;
     else if (!strcmp(a, "--owner")) o->owner = v, i++;
     else if (!strcmp(a, "--idmap")) o->idmap = v, i++;
-    else if (!strcmp(a, "--seed")) add_source(o, v, 1), o->seed = o->nsrc - 1, i++;
+    else if (!strcmp(a, "--idmap-pool")) o->id_pool = v, i++;
+    else if (!strcmp(a, "--id-locks")) o->id_locks = v, i++;
     else if (!strcmp(a, "--home-file")) push(o->home_files, &o->nhome, v), i++;
     else die(2, "unknown option %s", a);
   }
   if (i >= argc - 1 || !o->scratch || !o->disk)
     die(2, "usage: msb-helper launch --scratch DIR --disk BYTES [...] -- BWRAP ARGS...");
+  if ((o->idmap && o->id_pool) || (!o->id_pool != !o->id_locks))
+    die(2, "give --idmap BASE:COUNT, or --idmap-pool BASE:SLOTS:SIZE with --id-locks DIR");
   o->bwrap = argv + i + 1;
+}
+
+/* The namespace that maps the range at `owner` onto ours (made once per owner). */
+static int owner_userns(struct launch_opts *o, unsigned owner) {
+  for (int i = 0; i < o->nowners; i++)
+    if (o->owners[i] == owner) return o->owner_ns[i];
+  if (o->nowners >= MAX_ITEMS) die(2, "too many owners");
+  o->owners[o->nowners] = owner;
+  return o->owner_ns[o->nowners++] = make_userns(owner, o->id_base, o->id_count);
+}
+
+/*
+ * How a tree is mapped: through our namespace (host ids shown as they are inside), through its owner's namespace onto
+ * ours (a tree written by another range), or not at all (-1: written in our own range already, or never mapped).
+ */
+static int mapping_for(struct launch_opts *o, enum source_kind kind, unsigned owner, int userns) {
+  if (userns < 0) return -1;
+  if (owner) return owner == o->id_base ? -1 : owner_userns(o, owner);
+  return kind == SHARED || kind == LIVE ? userns : -1;
 }
 
 /*
@@ -450,8 +613,10 @@ static void parse_launch(int argc, char **argv, struct launch_opts *o) {
  * them. Writable sources are never id-mapped (root inside must not write as host root).
  */
 static void clone_sources(struct launch_opts *o, int userns) {
-  for (int i = 0; i < o->nsrc; i++)
-    o->sources[i].tree = clone_tree(o->sources[i].path, o->sources[i].writable ? -1 : userns);
+  for (int i = 0; i < o->nsrc; i++) {
+    struct source *s = &o->sources[i];
+    s->tree = clone_tree(s->path, mapping_for(o, s->kind, s->owner, userns));
+  }
   for (int i = 0; i < o->nov; i++) {
     char buf[8192];
     fmt(buf, sizeof buf, "%s", o->overlays[i]);
@@ -459,16 +624,19 @@ static void clone_sources(struct launch_opts *o, int userns) {
     int k = 0;
     for (char *save, *p = strtok_r(buf, ":", &save); p; p = strtok_r(NULL, ":", &save)) {
       if (k >= MAX_ITEMS) die(2, "too many lower layers");
-      /* "+DIR": written by a sandbox (a fork's snapshot), so already owned by the sandbox's ids: not id-mapped. */
-      o->lowers[i][k++] = p[0] == '+' ? clone_tree(p + 1, -1) : clone_tree(p, userns);
+      /* "+[OWNER@]DIR": written by a sandbox (a fork's snapshot), owned by that sandbox's range: mapped from it. */
+      unsigned owner = 0;
+      const char *path = p[0] == '+' ? owned_path(p + 1, &owner) : p;
+      int ns = p[0] == '+' ? mapping_for(o, RW, owner, userns) : userns;
+      o->lowers[i][k++] = clone_tree(path, ns);
     }
     o->lowers[i][k] = -1;
   }
 }
 
-/* Enter a user namespace of our own: the id range of --idmap (as host root), or just ourselves as root. */
-static void enter_userns(const char *idmap, int userns) {
-  if (idmap) {
+/* Enter a user namespace of our own: the id range taken (as host root), or just ourselves as root. */
+static void enter_userns(int userns) {
+  if (userns >= 0) {
     if (setns(userns, CLONE_NEWUSER) != 0) die(1, "enter user namespace: %s", strerror(errno));
     if (setgroups(0, NULL) != 0 || setresgid(0, 0, 0) != 0 || setresuid(0, 0, 0) != 0)
       die(1, "become root of the user namespace: %s", strerror(errno));
@@ -544,6 +712,25 @@ static void write_home_files(const struct launch_opts *o, const char *home, unsi
   }
 }
 
+/*
+ * A shared read-only directory, shown through an overlay of this sandbox's own (the tree as its only real layer,
+ * over the scratch's empty `e`): flock(2) and inotify act on the overlay's inodes, so a lock taken or a watch set
+ * inside never meets the host's or a neighbour's. Files are bound as they are.
+ */
+static void attach_source(const struct launch_opts *o, const struct source *s) {
+  char path[4096], under[4096], opts[8192];
+  struct stat st;
+  fmt(path, sizeof path, "%s/b/%s", o->scratch, s->name);
+  if ((s->kind != SHARED && s->kind != SYSTEM) || fstat(s->tree, &st) != 0 || !S_ISDIR(st.st_mode))
+    return attach_tree(s->tree, path);
+  fmt(under, sizeof under, "%s/r/%s", o->scratch, s->name);
+  attach_tree(s->tree, under);
+  mkdir_or_die(path, 0755);
+  fmt(opts, sizeof opts, "lowerdir=%s:%s/e", under, o->scratch);
+  if (mount("overlay", path, "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV, opts) != 0)
+    die(1, "overlay over %s: %s", s->path, strerror(errno));
+}
+
 /* The scratch tmpfs holds every writable place of the sandbox, so that --disk bounds them all together. */
 static void make_scratch(const struct launch_opts *o) {
   char opts[256], path[4096];
@@ -555,7 +742,7 @@ static void make_scratch(const struct launch_opts *o) {
     mode_t mode;
   } dirs[] = {
     {"root", 0755}, {"tmp", 01777}, {"shm", 01777}, {"home", 0755}, {"upper", 0755}, {"work", 0755},
-    {"m", 0755},    {"l", 0700},    {"b", 0755},
+    {"m", 0755},    {"l", 0700},    {"b", 0755},    {"r", 0700},    {"e", 0555},
   };
   for (size_t d = 0; d < sizeof dirs / sizeof dirs[0]; d++) {
     fmt(path, sizeof path, "%s/%s", o->scratch, dirs[d].name);
@@ -566,10 +753,7 @@ static void make_scratch(const struct launch_opts *o) {
   fmt(path, sizeof path, "%s/home", o->scratch);
   if (chown(path, ou, og) != 0) die(1, "chown %s: %s", path, strerror(errno));
   if (o->seed < 0) write_home_files(o, path, ou, og); /* a fork's home is its parent's, copied below */
-  for (int i = 0; i < o->nsrc; i++) {
-    fmt(path, sizeof path, "%s/b/%s", o->scratch, o->sources[i].name);
-    attach_tree(o->sources[i].tree, path);
-  }
+  for (int i = 0; i < o->nsrc; i++) attach_source(o, &o->sources[i]);
   if (o->seed >= 0) seed_scratch(o);
 }
 
@@ -597,26 +781,44 @@ static void mount_overlay(const struct launch_opts *o, int index) {
   }
 }
 
+/* Root mode: this sandbox's id range (a free one of --idmap-pool, or the one --idmap shares) and its namespace. */
+static int range_and_userns(struct launch_opts *o, int *lock) {
+  unsigned base = 0, count = 0, slots = 0;
+  if (o->id_pool) {
+    if (sscanf(o->id_pool, "%u:%u:%u", &base, &slots, &count) != 3 || !base || !slots || !count ||
+        (unsigned long long)base + (unsigned long long)slots * count > 0xffffffffULL)
+      die(2, "bad --idmap-pool %s", o->id_pool);
+    base = take_id_range(o->id_locks, base, slots, count, lock);
+  } else if (sscanf(o->idmap, "%u:%u", &base, &count) != 2 || base == 0 || count == 0) {
+    die(2, "bad --idmap %s", o->idmap);
+  }
+  o->id_base = base, o->id_count = count;
+  return make_userns(0, base, count);
+}
+
 static int cmd_launch(int argc, char **argv) {
   prog = "minisandbox-launch";
   struct launch_opts o = {.owner = "0:0", .seed = -1};
   parse_launch(argc, argv, &o);
   /* Descriptors above the launcher's pipes (3, 4) serve only to name host directories: gone at exec. */
   syscall(SYS_close_range, 5, ~0U, CLOSE_RANGE_CLOEXEC);
-  int userns = -1;
-  if (o.idmap) {
-    unsigned base = 0, count = 0;
-    if (sscanf(o.idmap, "%u:%u", &base, &count) != 2 || base == 0 || count == 0) die(2, "bad --idmap %s", o.idmap);
-    userns = make_userns(base, count);
+  oom_first(1);
+  int userns = -1, lock = -1;
+  if (o.idmap || o.id_pool) {
+    userns = range_and_userns(&o, &lock);
     clone_sources(&o, userns);
   }
-  enter_userns(o.idmap, userns);
-  if (!o.idmap) clone_sources(&o, -1);
+  enter_userns(userns);
+  if (userns < 0) clone_sources(&o, -1);
   /* Nothing mounted from here on propagates to the host, and all of it vanishes with the namespace. */
   if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) die(1, "make / private: %s", strerror(errno));
   make_scratch(&o);
   for (int i = 0; i < o.nov; i++) mount_overlay(&o, i);
   apply_rlimits(&o.limits);
+  /* The range's lock goes through bwrap (which keeps none of its descriptors, but passes them on) to pid 1, which
+     holds it for the sandbox's life (`init --holds-id-range`): when pid 1 ends, so does the lock. The descriptors
+     passed to the launch are done with: the lock takes the first of their numbers (dup2 leaves it open at exec). */
+  if (lock >= 0 && dup2(lock, RANGE_LOCK_FD) != RANGE_LOCK_FD) die(1, "keep the id range's lock: %s", strerror(errno));
   execv(o.bwrap[0], o.bwrap);
   die(1, "exec %s: %s", o.bwrap[0], strerror(errno));
   return 1;
@@ -634,8 +836,10 @@ static void on_signal(int sig) { (void)sig; }
  */
 static void own_cgroup_namespace(void) {
   char go = 0;
-  while (read(0, &go, 1) < 0 && errno == EINTR) {
-  }
+  /* 'L' (the launch's own move, see await_cgroups) is still there when the launch had nothing to copy. */
+  for (int n = 0; n < 2 && go != 'J'; n++)
+    while (read(0, &go, 1) < 0 && errno == EINTR) {
+    }
   if (go != 'J') die(1, "the launcher did not confirm the cgroups");
   if (unshare(CLONE_NEWCGROUP) != 0 && errno != EINVAL) die(1, "cgroup namespace: %s", strerror(errno));
   if (prctl(PR_CAPBSET_DROP, CAP_SYS_ADMIN, 0, 0, 0) != 0) die(1, "drop CAP_SYS_ADMIN: %s", strerror(errno));
@@ -685,21 +889,24 @@ static int cmd_init(int argc, char **argv) {
   prog = "minisandbox-init";
   /* Not ptraceable, its /proc entries closed to the sandbox's own root: commands cannot take over pid 1. */
   if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) die(1, "dumpable: %s", strerror(errno));
-  int seccomp = 1;
+  int seccomp = 1, keep_lock = 0;
   int i = 1;
   for (; i < argc - 1; i += 2) {
     const char *a = argv[i], *v = argv[i + 1];
     if (!strcmp(a, "--no-seccomp")) seccomp = 0, i--;
+    else if (!strcmp(a, "--holds-id-range")) keep_lock = 1, i--;
     else if (!strcmp(a, "--read-only")) read_only_in_place(v);
     else if (!strcmp(a, "--mask-file")) mask_file(v);
     else if (!strcmp(a, "--mask-dir")) mask_dir(v);
     else die(2, "init: unknown option %s", a);
   }
-  if (i != argc - 1) die(2, "usage: msb-helper init [--no-seccomp] [--read-only|--mask-file|--mask-dir PATH]... LABEL");
+  if (i != argc - 1) die(2, "usage: msb-helper init [--no-seccomp] [--holds-id-range] [--read-only|...] LABEL");
   own_cgroup_namespace();
   fresh_keyring();
-  close_from(5);
-  lock_down(seccomp);
+  /* The id range's lock (RANGE_LOCK_FD, see cmd_launch) is held as long as pid 1 lives; nothing else is kept. */
+  if (keep_lock && fcntl(RANGE_LOCK_FD, F_GETFD) < 0) die(1, "the id range's lock is missing");
+  close_from(keep_lock ? RANGE_LOCK_FD + 1 : 5);
+  lock_down(seccomp, 0);
   /* fd 3: bwrap's info pipe (not ours to keep); fd 4: the launcher waits for one byte there. */
   close(3);
   if (write(4, "R", 1) != 1) return 1;
@@ -800,7 +1007,7 @@ static int wait_and_mirror(pid_t child) {
 struct enter_opts {
   const char *cgroups[MAX_ITEMS];
   const char **envs;
-  int ncg, nenv, merge, seccomp, keep_terminal;
+  int ncg, nenv, merge, seccomp, keep_terminal, scope_abstract;
   const char *pid, *cwd, *caps;
   uid_t uid;
   gid_t gid;
@@ -820,6 +1027,7 @@ static void parse_enter(int argc, char **argv, struct enter_opts *o, int late) {
     if (!strcmp(a, "--merge-stderr")) o->merge = 1;
     else if (!strcmp(a, "--no-seccomp")) o->seccomp = 0;
     else if (!strcmp(a, "--keep-terminal")) o->keep_terminal = 1;
+    else if (!strcmp(a, "--scope-abstract-unix")) o->scope_abstract = 1;
     else if (!v) die(2, "%s needs a value", a);
     else if (late && !strcmp(a, "--cgroup")) die(2, "--cgroup comes before the command, not with it");
     else if (!strcmp(a, "--pid")) o->pid = v, i++;
@@ -883,7 +1091,7 @@ static void become_and_exec(const struct enter_opts *o) {
   close_from(3);
   clearenv();
   for (int e = 0; e < o->nenv; e++) putenv((char *)o->envs[e]);
-  lock_down(o->seccomp);
+  lock_down(o->seccomp, o->scope_abstract);
   execvp(o->cmd[0], o->cmd);
   die(errno == ENOENT ? 127 : 126, "'%s': %s", o->cmd[0], strerror(errno));
 }
@@ -895,6 +1103,8 @@ static int cmd_enter(int argc, char **argv) {
     args_fd = (int)parse_uint(argv[1], "--args-fd");
     argc -= 2, argv += 2;
   }
+  /* While still host root: the command, and everything it starts, is what a host out of memory kills first. */
+  oom_first(0);
   parse_enter(argc, argv, &o, 0);
   if (args_fd < 0 && !o.cmd) die(2, "usage: msb-helper enter --pid PID --caps LIST [...] -- CMD...");
   if (args_fd >= 0 && o.cmd) die(2, "usage: msb-helper enter --args-fd N: the command comes on fd N");
@@ -948,6 +1158,9 @@ static int cmd_check(void) {
   int tree = (int)syscall(SYS_open_tree, AT_FDCWD, "/", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
   printf("open_tree %s\n", tree >= 0 ? "yes" : strerror(errno));
   if (tree >= 0) close(tree);
+  long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
+  printf("landlock_abi %ld\n", abi < 0 ? 0 : abi);
+  printf("oom_floor %s\n", has_cap(CAP_SYS_RESOURCE) ? "yes" : "no");
   return 0;
 }
 

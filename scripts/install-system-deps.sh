@@ -12,11 +12,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# Root-mode sandboxes map root inside to a subordinate id range, never to host uid 0: reserve that range, so that
-# no other tool hands it out (the same default as src/sandbox/host.ts; MINISANDBOX_IDMAP overrides both).
+# Root-mode sandboxes map root inside to a subordinate id range, never to host uid 0, and each sandbox gets a range
+# of its own (65536 ids) from a pool: reserve that pool, so that no other tool hands it out (the same default as
+# src/sandbox/host.ts: 4094 ranges from 1879048192, below 2^31; MINISANDBOX_IDMAP overrides both). An entry of the
+# old single shared range is widened to the pool; any other entry is the operator's and stays.
+POOL="minisandbox:1879048192:268304384"
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 for f in /etc/subuid /etc/subgid; do
-  grep -q '^minisandbox:' "$f" 2>/dev/null || echo "minisandbox:1879048192:65536" | $SUDO tee -a "$f" >/dev/null
+  if ! grep -q '^minisandbox:' "$f" 2>/dev/null; then
+    echo "$POOL" | $SUDO tee -a "$f" >/dev/null
+  elif grep -qx 'minisandbox:1879048192:65536' "$f"; then
+    $SUDO sed -i "s/^minisandbox:1879048192:65536\$/$POOL/" "$f"
+  fi
 done
 # Files of images in the store belong to this range on the host (uid N inside -> BASE + N), never to a host user
 # (the same default as src/env/store/ids.ts; MINISANDBOX_STORE_IDS overrides both).
@@ -24,3 +31,6 @@ for f in /etc/subuid /etc/subgid; do
   grep -q '^minisandbox-store:' "$f" 2>/dev/null ||
     echo "minisandbox-store:1878982656:65536" | $SUDO tee -a "$f" >/dev/null
 done
+
+# The Python package's lint, type-check and test tools, in a project-local venv (.tools/venv) from the pip index.
+"$(dirname "$0")/install-python-tools.sh" >/dev/null

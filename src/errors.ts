@@ -4,8 +4,13 @@
  * This file imports nothing: every layer may use it.
  */
 
-/** HTTP status per error code (the native API's; SWE-ReX routes answer every failure with 511). */
-const HTTP_STATUS = {
+/**
+ * HTTP status per error code (the native API's; SWE-ReX routes answer every failure with 511). Every code is here;
+ * the first one listed for a status is what an answer with that status but no code means to a client (a validation
+ * answer, pydantic's shape, carries none). The Python package's table (`minisandbox/_generated.py`) is generated
+ * from this file by scripts/generate-python.mjs.
+ */
+export const HTTP_STATUS = {
   invalid_input: 400,
   validation_failed: 422,
   task_invalid: 422,

@@ -2,10 +2,10 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { runBench, writeResults, type BenchResults } from "../src/bench/index.js";
-import { benchOptionsFrom } from "../src/cli/bench.js";
-import { parsePycProbe } from "../src/bench/pyc.js";
-import { summarize } from "../src/bench/stats.js";
+import { runBench, writeResults, type BenchResults } from "../bench/src/index.js";
+import { benchOptionsFrom } from "../bench/src/cli.js";
+import { parsePycProbe } from "../bench/src/pyc.js";
+import { summarize } from "../bench/src/stats.js";
 import { tempDir } from "./helpers.js";
 
 // Behaviour, not speed: a tiny configuration of every workload must produce well-formed results.

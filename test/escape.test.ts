@@ -7,26 +7,59 @@
  */
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { chmodSync, chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import {
+  chmodSync,
+  chownSync,
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  rmSync,
+  statSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { idRange } from "../src/sandbox/host.js";
+import { idPool } from "../src/sandbox/host.js";
 import { cgroupSupport, killCgroup } from "../src/sandbox/limits.js";
+import { Sandbox } from "../src/sandbox/sandbox.js";
 import { registerEscapeSuite } from "./escape/attacks.js";
 import { tempHome } from "./helpers.js";
 
 const cg = cgroupSupport();
-const range = idRange();
+const pool = idPool();
 registerEscapeSuite({
   mode: "root",
   home: tempHome("msb-escape-"),
-  hostUid: range.base,
-  idCount: range.count,
+  idPool: pool,
+  idCount: pool.size,
   limitsEnforced: cg.memory && cg.pids,
 });
 
 const USER = "msb-escape";
+
+/** Gives argv[1] CAP_NET_RAW as a file capability (a v2 security.capability: the kernel records it for the ns). */
+const SET_FILE_CAP =
+  "import os, struct, sys; " +
+  'os.setxattr(sys.argv[1], "security.capability", struct.pack("<5I", 0x02000001, 1 << 13, 0, 0, 0))';
+
+/** Files under argv[1] that carry a file capability (security.capability), as a JSON list. */
+const LIST_FILE_CAPS = `
+import json, os, sys
+found = []
+for d, dirs, files in os.walk(sys.argv[1]):
+    for f in files:
+        p = os.path.join(d, f)
+        if os.path.islink(p):
+            continue
+        try:
+            if "security.capability" in os.listxattr(p, follow_symlinks=False):
+                found.append(p)
+        except OSError:
+            pass
+print(json.dumps(found))
+`;
 const REPO = join(import.meta.dirname, "..", "..");
 /** What the unprivileged run needs from the build, relative to the repository. */
 const NEEDED = ["dist/test/escape/unprivileged.js", "dist/test/fixtures/escape-owner.js", "dist/native/msb-helper"];
@@ -175,6 +208,51 @@ describe("escape attempts as an unprivileged user (user-namespace mode)", () => 
     const delegated = cgroupDirs(s.uid).every((d) => existsSync(d));
     const r = await runPhase(s, "suite", delegated);
     assert.equal(r.status, 0, `the unprivileged suite failed:\n${failures(r.out)}`);
+  });
+
+  test("a local user can walk, run or read nothing of a fork's snapshot; nothing in it grants rights", async (t) => {
+    const s = ready(t);
+    if (!s) return;
+    // The worst case: a home other users may walk.
+    const home = mkdtempSync(join(tmpdir(), "msb-escape-snap-"));
+    chmodSync(home, 0o755);
+    try {
+      await using parent = await Sandbox.create({ home });
+      const plant = await parent.exec(
+        "cp /bin/sh /tmp/rootsh && chmod 4755 /tmp/rootsh && cp /bin/true /tmp/gid && chmod 2755 /tmp/gid && " +
+          `cp /bin/true /tmp/capped && python3 -c '${SET_FILE_CAP}' /tmp/capped && mkdir -p /srv/d && ` +
+          "chmod 2775 /srv/d && ls -l /tmp/rootsh /tmp/gid && " +
+          `python3 -c 'import os; print("cap", len(os.getxattr("/tmp/capped", "security.capability")))'`,
+      );
+      assert.equal(plant.exitCode, 0, plant.stderr);
+      assert.match(plant.stdout, /-rwsr-xr-x/, "the setuid copy is made inside");
+      assert.match(plant.stdout, /^cap \d+$/m, "the file capability is set inside");
+      const [child] = await parent.fork(1);
+      try {
+        const snapshots = join(home, "snapshots");
+        const [name] = readdirSync(snapshots);
+        const snap = join(snapshots, name!);
+        // The attack: walk to the copied setuid shell and run it, to become the sandbox's host uid.
+        const walk = asUser(["sh", "-c", `ls ${snapshots}; ls ${snap}/root/tmp; ${snap}/root/tmp/rootsh -c 'id -u'`]);
+        assert.doesNotMatch(walk.out, new RegExp(`^${parent.hostIds.uid}$`, "m"), walk.out);
+        assert.match(walk.out, /Permission denied/);
+        assert.equal(statSync(snapshots).mode & 0o777, 0o700);
+        assert.equal(statSync(snap).mode & 0o777, 0o700);
+        // Nothing in it grants privileges: no setuid or setgid bit, no file capability.
+        const bits = run("find", [snap, "-perm", "/6000"]);
+        assert.equal(bits.out, "", `setuid/setgid files in the snapshot: ${bits.out}`);
+        const caps = run("python3", ["-c", LIST_FILE_CAPS, snap]);
+        assert.equal(caps.out, "[]", `files with capabilities in the snapshot: ${caps.out}`);
+        // The fork still has its files (as they were, less the privileges).
+        const r = await child!.exec("ls -l /tmp/rootsh /tmp/gid /tmp/capped && /tmp/rootsh -c 'echo ran'");
+        assert.equal(r.exitCode, 0, r.stderr);
+        assert.match(r.stdout, /ran/);
+      } finally {
+        await child!.close();
+      }
+    } finally {
+      rmSync(home, { recursive: true, force: true });
+    }
   });
 
   /** The user's per-uid cgroup groups, made for this test (handed to the user when `delegate`); undefined: skipped. */

@@ -143,6 +143,7 @@ test("problem wording for each direction (from real log text, no sandbox)", () =
       applyCommand: null,
       timings: {} as never,
       warnings: [],
+      flags: [],
       log: "",
     };
   };

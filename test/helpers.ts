@@ -74,7 +74,7 @@ export function scratchDirs(home: string): string[] {
 /** cgroups created for sandboxes with these ids that still exist. */
 export function cgroupsLeft(ids: string[]): string[] {
   const left: string[] = [];
-  for (const ctl of ["memory", "pids"]) {
+  for (const ctl of ["memory", "pids", "freezer", "cpu", "cpuacct"]) {
     let names: string[] = [];
     try {
       names = readdirSync(`/sys/fs/cgroup/${ctl}/minisandbox`);

@@ -1,6 +1,7 @@
 /**
- * The shape of src/: no import cycle (type-only imports and `import()` included), and every import points to the
- * importer's own folder or to a lower layer, so each layer can be read, tested and changed without those above it.
+ * The shape of src/ and bench/src: no import cycle (type-only imports and `import()` included), and every import
+ * points to the importer's own folder or to a lower layer, so each layer can be read, tested and changed without those
+ * above it. The bench is the top layer and lives outside src/: nothing in the product imports it.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -9,7 +10,9 @@ import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import ts from "typescript";
 
-const SRC = fileURLToPath(new URL("../../src/", import.meta.url));
+const ROOT = fileURLToPath(new URL("../../", import.meta.url));
+const SRC = join(ROOT, "src");
+const BENCH = join(ROOT, "bench", "src");
 
 /** Lowest first. A module may import from its own part of src/ or from a part of a lower layer, never sideways. */
 const LAYERS: string[][] = [
@@ -23,13 +26,15 @@ const LAYERS: string[][] = [
   ["rollout"],
   ["server", "client"],
   ["index.ts"],
-  ["bench"],
   ["cli"],
+  ["bench"],
 ];
 
-/** The part of src/ a file belongs to: its top folder, or its own name for a file at the top. */
+const inside = (dir: string, file: string): boolean => !relative(dir, file).startsWith("..");
+
+/** The part a file belongs to: `bench` for bench/src, else its top folder of src/ (its own name at the top). */
 function partOf(file: string): string {
-  return relative(SRC, file).split("/")[0]!;
+  return inside(BENCH, file) ? "bench" : relative(SRC, file).split("/")[0]!;
 }
 
 function layerOf(part: string): number {
@@ -64,10 +69,10 @@ function specifiers(file: string): string[] {
   return out;
 }
 
-/** file -> the src files it imports. */
+/** file -> the files it imports (relative specifiers), for every module of src/ and bench/src. */
 function importGraph(): Map<string, string[]> {
   const graph = new Map<string, string[]>();
-  for (const file of sourceFiles(SRC)) {
+  for (const file of [...sourceFiles(SRC), ...sourceFiles(BENCH)]) {
     const targets = specifiers(file)
       .filter((s) => s.startsWith("."))
       .map((s) => resolve(dirname(file), s).replace(/\.js$/, ".ts"));
@@ -110,9 +115,9 @@ function cycles(graph: Map<string, string[]>): string[][] {
   return found;
 }
 
-const show = (file: string): string => relative(SRC, file);
+const show = (file: string): string => relative(ROOT, file);
 
-test("src/ has no import cycle, type-only imports included", () => {
+test("src/ and bench/src have no import cycle, type-only imports included", () => {
   const found = cycles(importGraph()).map((c) => c.map(show).sort().join(" <-> "));
   assert.deepEqual(found, [], `import cycles:\n${found.join("\n")}`);
 });
@@ -124,6 +129,10 @@ test("every import goes to the importer's own part of src/ or to a lower layer",
   const wrong: string[] = [];
   for (const [file, targets] of graph) {
     for (const target of targets) {
+      if (!inside(SRC, target) && !inside(BENCH, target)) {
+        wrong.push(`${show(file)} -> ${show(target)} (outside src/ and bench/src)`);
+        continue;
+      }
       const [from, to] = [partOf(file), partOf(target)];
       if (from !== to && layerOf(to) >= layerOf(from)) wrong.push(`${show(file)} -> ${show(target)}`);
     }
@@ -139,6 +148,13 @@ test("the checks see what they must: a planted cycle and a planted upward import
   planted.set(b, [a]);
   assert.equal(cycles(planted).length, 1);
   assert.ok(layerOf(partOf(join(SRC, "env", "x.ts"))) > layerOf(partOf(join(SRC, "sandbox", "x.ts"))));
+  assert.ok(layerOf(partOf(join(BENCH, "run.ts"))) > layerOf(partOf(join(SRC, "cli", "index.ts"))), "bench on top");
+  const graph = importGraph();
+  assert.ok(graph.has(join(BENCH, "index.ts")), "bench/src is part of the graph");
+  assert.ok(
+    (graph.get(join(BENCH, "fleet.ts")) ?? []).some((t) => partOf(t) === "util"),
+    "bench/src's imports of src/ resolve into src/",
+  );
   const typeOnly = specifiers(join(SRC, "eval", "runner", "sandbox.ts"));
   assert.ok(typeOnly.includes("../../env/workspace.js"), "type-only imports are part of the graph");
 });

@@ -8,7 +8,7 @@ import { fileURLToPath } from "node:url";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const MAX_CHARS = 120;
-const FOLDERS = ["src", "test", "native", "scripts", "integrations/python"];
+const FOLDERS = ["src", "bench/src", "test", "native", "scripts", "integrations/python"];
 const EXTENSIONS = [".ts", ".mjs", ".c", ".h", ".py", ".sh"];
 
 const EXCEPTIONS = new Set<string>([]);

@@ -26,6 +26,9 @@ import { mirror } from "./agent-clients.js";
 
 const ADMIN = "rollout-admin-token-0123456789";
 const BROKEN = "fixture__calc-1-broken-gold";
+const OTHER = "other-principal-token-0123456789";
+/** A principal allowed one sandbox: plain sandboxes, rollouts, forks and warm pool sandboxes together. */
+const CAPPED = "capped-principal-token-0123456789";
 const home = tempHome("msb-rollout-http-");
 const work = tempDir("msb-rollout-http-work-");
 const PACKAGE = join(import.meta.dirname, "..", "..", "integrations", "python");
@@ -41,8 +44,9 @@ const client = RolloutClient.connect({ url: serve.url, apiKey: ADMIN });
 
 async function startServeOn(f: FixtureDataset): Promise<ServeProcess> {
   const tokens = join(work, "tokens.json");
-  const other = { name: "other", token: "other-principal-token-0123456789" };
-  writeFileSync(tokens, JSON.stringify({ tokens: [other] }), { mode: 0o600 });
+  const other = { name: "other", token: OTHER };
+  const capped = { name: "capped", token: CAPPED, max_sandboxes: 1 };
+  writeFileSync(tokens, JSON.stringify({ tokens: [other, capped] }), { mode: 0o600 });
   // The same task once more under another id, with a "gold" patch that fixes only half of it.
   const first = f.instances[0]!;
   const dataset = join(work, "dataset.json");
@@ -139,7 +143,7 @@ describe("rollouts over HTTP: the TypeScript SDK", { concurrency: 1 }, () => {
     );
     const verdict = await client.goldCheck(inst.instance_id);
     assert.equal(verdict.passed, true);
-    const other = RolloutClient.connect({ url: serve.url, apiKey: "other-principal-token-0123456789" });
+    const other = RolloutClient.connect({ url: serve.url, apiKey: OTHER });
     await assert.rejects(other.group(group.id), NotFoundError);
     await assert.rejects(other.rollout(group.rollouts[0]!.id), NotFoundError);
     assert.deepEqual(await other.groups(), []);
@@ -155,6 +159,43 @@ describe("rollouts over HTTP: the TypeScript SDK", { concurrency: 1 }, () => {
     );
     await assert.rejects(client.goldCheck(BROKEN), TaskInvalidError);
     await assert.rejects(client.startGroup({ instanceId: BROKEN, n: 2, goldCheck: true }), TaskInvalidError);
+  });
+});
+
+describe("rollouts over HTTP: principals", { concurrency: 1 }, () => {
+  it("a client allowed 1 sandbox cannot start 16 or fork 16; another's prewarm leaves its warm pool", async () => {
+    const capped = RolloutClient.connect({ url: serve.url, apiKey: CAPPED });
+    const other = RolloutClient.connect({ url: serve.url, apiKey: OTHER });
+    const over = await call(serve.url, "POST", "/rollouts/groups", {
+      key: CAPPED,
+      body: { instance_id: inst.instance_id, n: 16 },
+    });
+    assert.equal(over.status, 429, over.text);
+    assert.match(over.json.detail, /capped holds 0 of at most 1 sandboxes, 16 more asked/);
+    const group = await capped.startGroup({ instanceId: inst.instance_id, n: 1 });
+    await assert.rejects(group.rollouts[0]!.fork(16), /sandbox limit reached: capped holds 1 of at most 1/);
+    // Its rollout and its plain sandboxes are one budget.
+    const plain = await call(serve.url, "POST", "/sandboxes", { key: CAPPED, body: {} });
+    assert.equal(plain.status, 429, plain.text);
+    assert.match(plain.json.detail, /capped holds 1 of at most 1 sandboxes/);
+    await group.close();
+    // Prewarm is capped too, and per principal: the other's batch neither replaces nor takes the capped one's.
+    const mine = await capped.prewarm([inst.instance_id], { sandboxes: 2 });
+    assert.equal(mine.tasks[0]!.warmSandboxes, 1, "bounded by the principal's cap");
+    const theirs = await other.prewarm([inst.instance_id], { sandboxes: 2 });
+    assert.equal(theirs.tasks[0]!.warmSandboxes, 1, "the pool's last place; the capped one's sandbox stays");
+    const again = await call(serve.url, "POST", "/rollouts/groups", {
+      key: CAPPED,
+      body: { instance_id: inst.instance_id, n: 2 },
+    });
+    assert.equal(again.status, 429, "its warm sandbox counts against its cap");
+    await using warm = await capped.startGroup({ instanceId: inst.instance_id, n: 1 });
+    await using theirGroup = await other.startGroup({ instanceId: inst.instance_id, n: 1 });
+    assert.deepEqual(
+      [warm.rollouts[0]!.fromPool, theirGroup.rollouts[0]!.fromPool],
+      [true, true],
+      "each took its own warm sandbox",
+    );
   });
 });
 
@@ -245,11 +286,11 @@ describe("rollouts over HTTP: the Python package (minisandbox.rl)", { concurrenc
     const plans = new Map<number, (string | null)[]>([
       [0, ["git status --short && ls", gold]], // fixes it
       [1, [heredoc(partial)]], // half a fix
-      [2, []], // submits at once: an empty diff
+      [2, ["printf 'a\0b'"]], // a command the server refuses (a NUL byte): an observation, then an empty diff
       [3, [null, gold]], // a format error first, then the fix
       [4, ["rm -rf tests"]], // deletes the tests (the fresh sandbox restores them)
       [5, [gold, "python -m pytest -q 2>&1 | tail -3"]], // fixes it and runs the tests
-      [6, [gold, "ls", "ls", "ls", "ls"]], // fixes it but never submits (step limit)
+      [6, [gold, "echo 'import os' > tests/conftest.py", "ls", "ls"]], // fixes it, adds a conftest, never submits
       [7, ["hostname", "ls"]], // its sandbox is killed after the first command
     ]);
     const killed: string[] = [];
@@ -280,6 +321,15 @@ describe("rollouts over HTTP: the Python package (minisandbox.rl)", { concurrenc
     );
     assert.equal(ts[7].failure.kind, "sandbox_lost");
     assert.deepEqual(
+      ts.map((t) => t.reason),
+      ["graded", "graded", "empty_patch", "graded", "graded", "graded", "graded", "sandbox_lost"],
+    );
+    assert.deepEqual(
+      ts.map((t) => t.flags),
+      [[], [], [], [], [], [], [["conftest", "tests/conftest.py"]], []],
+      "deleting test modules is no flag; a conftest.py the test patch does not own is",
+    );
+    assert.deepEqual(
       ts.map((t) => t.exit_status),
       ["Submitted", "Submitted", "Submitted", "Submitted", "Submitted", "Submitted", "LimitsExceeded", "SandboxLost"],
     );
@@ -304,6 +354,9 @@ describe("rollouts over HTTP: the Python package (minisandbox.rl)", { concurrenc
     // The JSONL: one record per trajectory, with what a SkyRL generator or a verl agent loop needs.
     const records = r.records as Json[];
     assert.equal(records.length, 8);
+    const refused = records.find((x) => x.repetition === 2)!.messages[3].content;
+    assert.match(refused, /The command was refused: .*NUL/, "the refusal is the policy's observation");
+    assert.equal(ts[2].turns[0].returncode, -1);
     for (const rec of records) {
       for (const k of ["trajectory_id", "instance_id", "repetition", "status", "reward", "messages", "loss_mask"])
         assert.ok(k in rec, k);

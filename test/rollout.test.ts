@@ -120,14 +120,14 @@ describe("rollouts", { concurrency: 1 }, () => {
     await group.close();
   });
 
-  it("timeouts are infrastructure failures: tests that never end, and a rollout past its time limit", async (t) => {
+  it("tests that never end are a 0 (eval_timeout); an unused rollout past its time limit is not", async (t) => {
     const tests = await engine.startGroup({ instance: endless, n: 1 });
     t.after(() => tests.close());
     await tests.rollouts[0]!.exec("git apply -", { stdin: endless.patch! });
     const timedOut = await tests.rollouts[0]!.reward({ timeoutMs: 20_000 });
-    assert.equal(timedOut.status, "infra_failure", explain(timedOut));
-    assert.equal(timedOut.failure?.kind, "timeout");
-    assert.equal(timedOut.reward, null);
+    assert.equal(timedOut.status, "scored", explain(timedOut));
+    assert.equal(timedOut.reason, "eval_timeout");
+    assert.equal(timedOut.reward, 0);
     await tests.close();
 
     const short = await engine.startGroup({ instance: inst, n: 1, ttlMs: 200 });

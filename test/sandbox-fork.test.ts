@@ -1,11 +1,11 @@
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { Sandbox } from "../src/sandbox/sandbox.js";
-import { reapLeftovers } from "../src/sandbox/reaper.js";
-import { reapSnapshots } from "../src/sandbox/snapshot.js";
+import { LimitError } from "../src/errors.js";
+import { startServer } from "../src/server/server.js";
 import { cgroupsLeft, processesMatching, scratchDirs, tempDir, tempHome } from "./helpers.js";
 
 const home = tempHome("msb-fork-");
@@ -103,9 +103,42 @@ test("snapshots and sandboxes of a process killed with SIGKILL are removed by th
   assert.ok(readdirSync(join(h, "snapshots")).length >= 1);
   child.kill("SIGKILL");
   await new Promise((r) => child.once("exit", r));
-  assert.ok(reapSnapshots(join(h, "snapshots")).length >= 1);
-  assert.deepEqual(readdirSync(join(h, "snapshots")), []);
-  // The sandboxes it held (parent and children) go too, their scratch mount points included.
-  await reapLeftovers(join(h, "sandboxes"));
-  assert.deepEqual(scratchDirs(h), []);
+  // A server starting on the home reaps them before it listens, with the sandboxes the killed process held (their
+  // scratch mount points included).
+  const server = await startServer({ home: h, authToken: "reaper-test-token-0123456789" });
+  try {
+    assert.ok(server.reaped.snapshots.length >= 1, JSON.stringify(server.reaped));
+    assert.ok(server.reaped.sandboxes.length >= 3, JSON.stringify(server.reaped));
+    assert.deepEqual(readdirSync(join(h, "snapshots")), []);
+    assert.deepEqual(scratchDirs(h), []);
+  } finally {
+    await server.close();
+  }
+});
+
+test("a fork's snapshot is bounded by the host's free disk: refused whole when it would not fit", {
+  skip: process.getuid?.() === 0 ? false : "mounting a small filesystem for the home needs root",
+}, async () => {
+  // A home on a 32 MiB filesystem: a sandbox holding 40 MiB of writes cannot be copied there.
+  const small = tempDir("msb-fork-small-");
+  assert.equal(spawnSync("mount", ["-t", "tmpfs", "-o", "size=32m", "msb-fork-small", small]).status, 0);
+  try {
+    await using sb = await Sandbox.create({ home: small, limits: { diskBytes: 64 * 1024 ** 2 } });
+    await sb.exec("head -c 41943040 /dev/urandom > /tmp/big");
+    await assert.rejects(
+      sb.fork(1),
+      (e: Error) => e instanceof LimitError && /does not fit in the host's free disk/.test(e.message),
+    );
+    assert.deepEqual(readdirSync(join(small, "snapshots")), [], "nothing of the refused snapshot is left");
+    // Within the free disk, the copy is the size of what the sandbox wrote: its disk budget bounds it.
+    await sb.exec("truncate -s 8M /tmp/big");
+    const [child] = await sb.fork(1);
+    const snap = join(small, "snapshots", readdirSync(join(small, "snapshots"))[0]!);
+    const used = Number(spawnSync("du", ["-sb", snap], { encoding: "utf8" }).stdout.split("\t")[0]);
+    assert.ok(used >= 8 * 1024 ** 2 && used < 16 * 1024 ** 2, `snapshot of 8 MiB of writes takes ${used} bytes`);
+    assert.equal((await child!.exec("stat -c %s /tmp/big")).stdout.trim(), String(8 * 1024 ** 2));
+    await child!.close();
+  } finally {
+    spawnSync("umount", ["-l", small]);
+  }
 });

@@ -442,3 +442,106 @@ test("validation errors are 422 naming the field, never a 500", async () => {
   const huge = { command: "true", output_limit_bytes: 2 ** 40 };
   assert.equal((await call(s.url, "POST", `/sandboxes/${id}/exec`, { key: ALICE, body: huge })).status, 400);
 });
+
+test("the host cannot be overcommitted: limits above the maxima are 422s naming field and maximum", async () => {
+  const home = tempHome("msb-atk-max-");
+  const carol = {
+    name: "carol",
+    token: "carol-token-0123456789abcdef",
+    limits: { memory_bytes: 256 * MiB, cpus: 0.5 },
+  };
+  const s = await startServe(home, ["--tokens-file", tokensFile(home, [...TOKENS, carol])]);
+  const TiB = 1024 ** 4;
+  const cases: [Json, string][] = [
+    [{ memory_bytes: TiB }, "memory_bytes"],
+    [{ pids: 4194304 }, "pids"],
+    [{ pids: 1e9 }, "pids"],
+    [{ disk_bytes: TiB }, "disk_bytes"],
+    [{ cpus: 1000 }, "cpus"],
+  ];
+  for (const [limits, field] of cases) {
+    const r = await call(s.url, "POST", "/sandboxes", { key: ALICE, body: { limits } });
+    assert.equal(r.status, 422, `${JSON.stringify(limits)}: ${r.text}`);
+    assert.deepEqual(r.json.detail[0].loc, ["body", "limits", field]);
+    assert.match(r.json.detail[0].msg, new RegExp(`limits\\.${field} \\S+ is above this server's maximum \\d+`));
+  }
+  // What a client gets without asking: derived from the machine, so that every admitted sandbox fits it at once.
+  const { hostBudget } = await import("../src/sandbox/capacity.js");
+  const budget = hostBudget();
+  const metrics = await call(s.url, "GET", "/metrics", { key: OPS });
+  const admitted = Number(/^minisandbox_sandboxes_max (\d+)$/m.exec(metrics.text)?.[1]);
+  const id = await sandbox(s, ALICE);
+  const { limits } = (await call(s.url, "GET", `/sandboxes/${id}`, { key: ALICE })).json;
+  // (Measured at the server's start: what is available now may differ a little.)
+  const fits = limits.memory_bytes * admitted <= budget.memoryBytes * 1.1;
+  assert.ok(fits, `${limits.memory_bytes} x ${admitted} of ${budget.memoryBytes} bytes`);
+  assert.ok(limits.pids * admitted <= budget.pids, `${limits.pids} x ${admitted} of ${budget.pids} pids`);
+  // A principal's own maxima (the tokens file) are below the server's: its defaults too.
+  const c = await call(s.url, "POST", "/sandboxes", {
+    key: carol.token,
+    body: { limits: { memory_bytes: 512 * MiB } },
+  });
+  assert.equal(c.status, 422);
+  assert.match(c.json.detail[0].msg, new RegExp(`maximum ${256 * MiB}`));
+  const cid = await sandbox(s, carol.token);
+  const cl = (await call(s.url, "GET", `/sandboxes/${cid}`, { key: carol.token })).json.limits;
+  assert.deepEqual([cl.memory_bytes, cl.cpus], [256 * MiB, 0.5]);
+});
+
+test("network: true only for principals the operator allows (403 for others), admins included", async () => {
+  const home = tempHome("msb-atk-netperm-");
+  const dave = { name: "dave", token: "dave-token-0123456789abcdef", network: true };
+  const s = await startServe(home, ["--tokens-file", tokensFile(home, [...TOKENS, dave])]);
+  const refused = await call(s.url, "POST", "/sandboxes", { key: BOB, body: { network: true } });
+  assert.equal(refused.status, 403, refused.text);
+  assert.equal(refused.json.code, "forbidden");
+  assert.match(refused.json.detail, /principal bob may not give sandboxes the host's network.*"network": true/);
+  assert.equal((await call(s.url, "GET", "/sandboxes", { key: BOB })).json.sandboxes.length, 0, "nothing was made");
+  for (const key of [dave.token, OPS]) {
+    const id = await sandbox(s, key, { network: true });
+    assert.equal((await call(s.url, "GET", `/sandboxes/${id}`, { key })).json.network, true);
+  }
+  // Without asking, nobody needs the permission.
+  assert.equal((await call(s.url, "GET", `/sandboxes/${await sandbox(s, BOB)}`, { key: BOB })).json.network, false);
+});
+
+test("output written a byte at a time keeps the server's memory bounded, and a stream sends few lines", async () => {
+  const home = tempHome("msb-atk-bytes-");
+  const s = await startServe(home, ["--tokens-file", tokensFile(home, TOKENS)]);
+  const id = await sandbox(s, ALICE);
+  await exec(s, ALICE, id, "true");
+  const rss0 = rssBytes(s.pid);
+  // 1 MiB of "x", one byte per write.
+  const body = { command: "head -c 1048576 /dev/zero | tr '\\0' x | dd bs=1 status=none", timeout_ms: 300_000 };
+  const streamed = await call(s.url, "POST", `/sandboxes/${id}/exec/stream`, { key: ALICE, body });
+  const lines = streamed.text
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l) as Json);
+  const text = lines.map((l) => l.stdout ?? "").join("");
+  assert.equal(text.length, MiB);
+  assert.match(text, /^x+$/);
+  assert.equal(lines.at(-1).result.exit_code, 0);
+  // Gathered as it comes: tens of lines a second at most, not one per read of the pipe.
+  assert.ok(lines.length < 2000, `${lines.length} lines for ${MiB} bytes`);
+  const plain = await call(s.url, "POST", `/sandboxes/${id}/exec`, { key: ALICE, body });
+  assert.equal(plain.json.stdout.length, MiB);
+  const grown = (rssBytes(s.pid) - rss0) / MiB;
+  assert.ok(grown < 64, `the server grew by ${grown.toFixed(0)} MiB for 2 MiB of output`);
+});
+
+test("serve --specs: refused at start, one line, when it cannot apply", async () => {
+  const home = tempHome("msb-atk-specs-");
+  const alone = await runCli(home, ["serve", "--specs", join(home, "specs.json"), "--port", "0"]);
+  assert.equal(alone.code, 2, alone.stderr);
+  assert.match(alone.stderr, /--specs applies to the instances of --dataset: give --dataset FILE too/);
+  const dataset = join(home, "dataset.json");
+  writeFileSync(dataset, "[]");
+  const missing = await runCli(home, ["serve", "--dataset", dataset, "--specs", join(home, "no.json"), "--port", "0"]);
+  assert.equal(missing.code, 2, missing.stderr);
+  assert.match(missing.stderr, /specs file not found: .*no\.json/);
+  writeFileSync(join(home, "bad.json"), JSON.stringify({ "*": ["history"] }));
+  const bad = await runCli(home, ["serve", "--dataset", dataset, "--specs", join(home, "bad.json"), "--port", "0"]);
+  assert.equal(bad.code, 2, bad.stderr);
+  assert.match(bad.stderr, /"\*" must be an object of spec fields/);
+});

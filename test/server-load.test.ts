@@ -5,7 +5,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { benchServerLoad } from "../src/bench/server-load.js";
+import { benchServerLoad } from "../bench/src/server-load.js";
 
 const NOTHING = { processes: 0, mounts: 0, scratchDirs: 0, cgroups: 0, uploadScratch: 0 };
 

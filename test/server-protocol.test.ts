@@ -697,6 +697,7 @@ test("lifecycle: create from a directory, inspect, list, delete; errors have cle
     pids: 200,
     cpu_seconds: null,
     disk_bytes: 8 * 1024 ** 3,
+    cpus: null,
   });
   const Q = `/sandboxes/${sb.id}`;
   const cat = await post(`${Q}/execute`, { command: "cat hello.txt; echo $MY; pwd", shell: true });

@@ -241,19 +241,23 @@ test("specKey: sha256 of canonical JSON, stable under key order, sensitive to bu
   assert.equal(specKey(structuredClone(base)), key, "same spec, same key");
 
   // Independent derivation: sorted keys at every level, no whitespace, undefined dropped.
-  const canonical = JSON.stringify({
-    commit: base.commit,
-    env: {},
-    extra: { environment_setup_commit: "e".repeat(40), reqs_paths: ["tests/requirements/py3.txt"] },
-    install: base.install,
-    packages: base.packages,
-    pip_packages: base.pip_packages,
-    pre_install: base.pre_install,
-    python: base.python,
-    repo: base.repo,
-    schema: "minisandbox-env-v1",
-  });
-  assert.equal(key, createHash("sha256").update(canonical).digest("hex"));
+  const canonical = (schema: string) =>
+    JSON.stringify({
+      commit: base.commit,
+      env: {},
+      extra: { environment_setup_commit: "e".repeat(40), reqs_paths: ["tests/requirements/py3.txt"] },
+      install: base.install,
+      packages: base.packages,
+      pip_packages: base.pip_packages,
+      pre_install: base.pre_install,
+      python: base.python,
+      repo: base.repo,
+      schema,
+    });
+  const sha = (text: string) => createHash("sha256").update(text).digest("hex");
+  assert.equal(key, sha(canonical("minisandbox-env-v2")), "chronological testbeds: the current schema");
+  // Full history is the testbed layers had before: their keys are the old schema's, so old stores stay valid.
+  assert.equal(specKey({ ...base, history: "full" }), sha(canonical("minisandbox-env-v1")));
 
   // Object key order does not matter.
   const a: EnvSpec = { ...base, env: { X: "1", Y: "2" }, extra: { p: 1, q: { z: 1, a: 2 } } };

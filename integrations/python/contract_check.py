@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-
 from minisandbox import minisweagent as env
 from minisandbox.rl import client as rl
 from minisandbox.swerex import deployment, runtime
@@ -48,12 +47,21 @@ READ_FIELDS = {
     ("swerex", "CommandResponse"): ["stdout", "exit_code"],
     ("swerex", "SwerexceptionBody"): ["swerexception"],
     ("rollout", "GroupInfo"): ["id", "instance_id", "env_key", "problem_statement", "timings", "rollouts"],
-    ("rollout", "RolloutInfo"): ["id", "group_id", "instance_id", "repetition", "trajectory_id", "parent",
-                                 "sandbox_id", "from_pool", "state", "start_ms"],
+    ("rollout", "RolloutInfo"): [
+        "id",
+        "group_id",
+        "instance_id",
+        "repetition",
+        "trajectory_id",
+        "parent",
+        "sandbox_id",
+        "from_pool",
+        "state",
+        "start_ms",
+    ],
     ("rollout", "RolloutOutcome"): ["status", "reward", "resolved", "failure"],
     ("rollout", "GroupList"): ["groups"],
     ("rollout", "RolloutList"): ["rollouts"],
-    ("native", "ExecResponse"): ["stdout", "exit_code", "timed_out"],
 }
 
 
@@ -96,7 +104,7 @@ def compare_model(name: str, contract: dict[str, Any], cls: Any) -> list[str]:
 
 def sent_bodies() -> list[tuple[str, str, dict[str, Any]]]:
     """Every body the adapters send, with every option set."""
-    full = {
+    full: dict[str, Any] = {
         "dir": "/srv/repo",
         "ttl_seconds": 600.0,
         "idle_timeout_seconds": 60.0,

@@ -15,6 +15,7 @@ export interface SandboxCliOptions {
   memory?: string;
   pids?: string;
   cpu?: string;
+  cpus?: string;
   disk?: string;
   timeout?: string;
   env: string[];
@@ -32,6 +33,7 @@ export function addSandboxOptions(cmd: Command): Command {
     .option("--memory <SIZE>", "memory limit, e.g. 512M, 2G")
     .option("--pids <N>", "maximum number of processes")
     .option("--cpu <SECONDS>", "CPU time limit per process")
+    .option("--cpus <N>", "CPUs the whole sandbox may use at most, e.g. 0.5 or 2 (default: a fair share, no ceiling)")
     .option("--disk <SIZE>", "size of the writable layer (default 8G)")
     .option("--timeout <SECONDS>", "wall-clock timeout")
     .option("--env <K=V>", "environment variable (repeatable)", collect, [] as string[])
@@ -95,6 +97,7 @@ export function limitsFrom(o: SandboxCliOptions): Limits {
     pids: o.pids === undefined ? undefined : parsePositive(o.pids, "--pids"),
     cpuSeconds: o.cpu === undefined ? undefined : parsePositive(o.cpu, "--cpu"),
     diskBytes: o.disk ? parseSize(o.disk) : undefined,
+    cpus: o.cpus === undefined ? undefined : parsePositive(o.cpus, "--cpus"),
   };
 }
 

@@ -11,7 +11,6 @@ import { registerDemoCommand } from "./demo.js";
 import { registerEvaluateCommand } from "./evaluate.js";
 import { registerServeCommand } from "./serve.js";
 import { envProviderFactory } from "../server/env-provider.js";
-import { registerBenchCommand } from "./bench.js";
 import { fail, packageVersion, usageError } from "./common.js";
 
 const program = new Command();
@@ -36,7 +35,6 @@ registerStoreCommand(program, getHome);
 registerImagesCommand(program, getHome);
 registerDemoCommand(program, getHome);
 registerServeCommand(program, getHome, envProviderFactory);
-registerBenchCommand(program, getHome);
 
 try {
   await program.parseAsync(process.argv);

@@ -3,6 +3,7 @@ import type { Command } from "commander";
 import { startServer, type RunningServer, type ServerOptions } from "../server/server.js";
 import { loadTokensFile } from "../server/auth.js";
 import type { ProviderFactory, WorkspaceProvider } from "../server/provider.js";
+import { loadSpecOverrides } from "../env/spec.js";
 import { parseSize } from "../util/size.js";
 import { InvalidInputError } from "../errors.js";
 import { collect, fail, parseBind } from "./common.js";
@@ -19,6 +20,7 @@ interface ServeOptions extends NodeServeOptions {
   maxRead?: string;
   fileTimeout: string;
   dataset?: string;
+  specs?: string;
   maxSandboxes?: string;
   dir?: string;
   python?: string;
@@ -29,6 +31,7 @@ interface ServeOptions extends NodeServeOptions {
   memory?: string;
   pids?: string;
   cpu?: string;
+  cpus?: string;
   disk?: string;
   maxUpload: string;
   publicUrl?: string;
@@ -65,11 +68,15 @@ export function registerServeCommand(program: Command, getHome: () => string, pr
       "--auth-token <TOKEN>",
       "admin X-API-Key (or $MINISANDBOX_AUTH_TOKEN); default: a generated one in <home>/server/token",
     )
-    .option("--tokens-file <FILE>", 'more clients: {"tokens": [{"name", "token", "admin"?, "max_sandboxes"?}]}')
+    .option(
+      "--tokens-file <FILE>",
+      'more clients: {"tokens": [{"name", "token", "admin"?, "max_sandboxes"?, "network"?, "limits"?}]}',
+    )
     .option("--no-auth", "no authentication at all (loopback only; anyone on this host can then use the server)")
     .option("--rate-limit <N>", "requests per second per token, bursts of 2N (0: none)", "200")
     .option("--dataset <FILE>", "SWE-bench / SWE-smith dataset: create sandboxes from instance ids, evaluate, diff")
-    .option("--max-sandboxes <N>", "live sandboxes at most, then HTTP 429 (default: one per 128 MiB of memory)")
+    .option("--specs <FILE>", "environment spec overrides (JSON), as given to prepare and evaluate")
+    .option("--max-sandboxes <N>", "live sandboxes at most, then HTTP 429 (default: 1 GiB and 512 processes each)")
     .option("--dir <DIR>", "also serve one default sandbox of DIR at the root (like swerex-remote)")
     .option("--python <VERSION>", "the default sandbox gets this host Python first on PATH (python, python3, pip)")
     .option("--bind <HOST[:PATH][:ro]>", "share a host directory with the default sandbox (repeatable)", collect, [])
@@ -81,9 +88,10 @@ export function registerServeCommand(program: Command, getHome: () => string, pr
     )
     .option("--ttl <SECONDS>", "default lifetime of a sandbox")
     .option("--idle-timeout <SECONDS>", "close sandboxes idle this long (0: never)", "3600")
-    .option("--memory <SIZE>", "maximum (and default) memory per sandbox, e.g. 4G")
-    .option("--pids <N>", "maximum (and default) processes per sandbox")
+    .option("--memory <SIZE>", "maximum (and default) memory per sandbox, e.g. 4G (default: the host's share)")
+    .option("--pids <N>", "maximum (and default) processes per sandbox (default: the host's share of pid_max)")
     .option("--cpu <SECONDS>", "maximum (and default) CPU seconds per process")
+    .option("--cpus <N>", "maximum (and default) CPUs per sandbox, a quota (default: none, a fair share each)")
     .option("--disk <SIZE>", "maximum (and default) writable layer per sandbox")
     .option("--max-upload <SIZE>", "largest upload", "1G")
     .option("--max-body <SIZE>", "largest JSON request body", "16M")
@@ -112,13 +120,16 @@ export function registerServeCommand(program: Command, getHome: () => string, pr
 async function serverOptions(o: ServeOptions, home: string, providerFactory?: ProviderFactory) {
   const authToken = o.authToken ?? (process.env.MINISANDBOX_AUTH_TOKEN || undefined);
   let provider: WorkspaceProvider | undefined;
+  if (o.specs && !o.dataset)
+    throw new InvalidInputError("--specs applies to the instances of --dataset: give --dataset FILE too");
+  if (o.specs) loadSpecOverrides(o.specs); // a bad file is refused at start, not at the first request
   if (o.dataset) {
     if (!providerFactory)
       throw new InvalidInputError(
         "--dataset: this build has no workspace provider wired in " +
           "(serve directories with --dir or POST /sandboxes {dir})",
       );
-    provider = await providerFactory({ home, dataset: o.dataset, reposDir: o.repos });
+    provider = await providerFactory({ home, dataset: o.dataset, reposDir: o.repos, specsFile: o.specs });
   } else if (providerFactory) {
     provider = await providerFactory({ home, reposDir: o.repos });
   }
@@ -143,6 +154,7 @@ async function serverOptions(o: ServeOptions, home: string, providerFactory?: Pr
       memoryBytes: o.memory ? parseSize(o.memory) : undefined,
       pids: integer(o.pids, "--pids"),
       cpuSeconds: integer(o.cpu, "--cpu"),
+      cpus: positive(o.cpus, "--cpus"),
       diskBytes: o.disk ? parseSize(o.disk) : undefined,
     },
     maxUploadBytes: parseSize(o.maxUpload),
@@ -163,6 +175,7 @@ function rolloutOptions(o: ServeOptions, dataset: string): ServerOptions["rollou
   const max = integer(o.maxRollouts, "--max-rollouts");
   return {
     dataset,
+    ...(o.specs ? { specsFile: o.specs } : {}),
     build: true,
     rewardMode: mode,
     warmPool: { max: integer(o.warmPool, "--warm-pool", true) ?? 0 },
@@ -184,11 +197,13 @@ function announce(s: RunningServer): void {
   if (!s.authenticated)
     auth = "; WARNING: no authentication (--no-auth): every local user and sandbox with network can use it";
   // Leftovers first: whoever waits for the "serving on" line has everything said before it.
-  if (s.reaped.sandboxes.length || s.reaped.cgroups.length)
+  const { sandboxes, cgroups, snapshots } = s.reaped;
+  if (sandboxes.length || cgroups.length || snapshots.length)
     process.stderr.write(
-      `minisandbox: removed leftovers of an earlier server: ${s.reaped.sandboxes.length} sandbox(es), ` +
-        `${s.reaped.cgroups.length} cgroup(s)\n`,
+      `minisandbox: removed leftovers of an earlier server: ${sandboxes.length} sandbox(es), ` +
+        `${cgroups.length} cgroup(s), ${snapshots.length} fork snapshot(s)\n`,
     );
+  for (const w of s.warnings) process.stderr.write(`minisandbox: warning: ${w}\n`);
   process.stderr.write(`minisandbox: serving on ${s.url}${root}${auth}\n`);
 }
 

@@ -41,7 +41,7 @@ export interface RemoteSandboxCreateOptions extends ConnectOptions {
   /** Environment key (a built layer). */
   envKey?: string;
   network?: boolean;
-  limits?: Pick<Limits, "memoryBytes" | "pids" | "cpuSeconds" | "diskBytes">;
+  limits?: Pick<Limits, "memoryBytes" | "pids" | "cpuSeconds" | "diskBytes" | "cpus">;
   /** The server closes the sandbox after this long (TTL). */
   timeoutMs?: number;
   /** ... or after this long without requests. */
@@ -84,7 +84,13 @@ function createBody(o: RemoteSandboxCreateOptions): InOf<typeof native.CreateSan
     instance_id: o.instanceId,
     env_key: o.envKey,
     network: o.network,
-    limits: l && { memory_bytes: l.memoryBytes, pids: l.pids, cpu_seconds: l.cpuSeconds, disk_bytes: l.diskBytes },
+    limits: l && {
+      memory_bytes: l.memoryBytes,
+      pids: l.pids,
+      cpu_seconds: l.cpuSeconds,
+      disk_bytes: l.diskBytes,
+      cpus: l.cpus,
+    },
     ttl_seconds: o.timeoutMs === undefined ? undefined : o.timeoutMs / 1000,
     idle_timeout_seconds: o.idleTimeoutMs === undefined ? undefined : o.idleTimeoutMs / 1000,
     env: o.env,

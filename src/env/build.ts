@@ -1,7 +1,6 @@
 import { appendFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
-import { sandboxRootOnHost } from "../sandbox/host.js";
 import { Sandbox } from "../sandbox/sandbox.js";
 import { homeLayout } from "../util/home.js";
 import { runOk } from "../util/run.js";
@@ -11,6 +10,7 @@ import { TESTBED_PATH, VENV_PATH, type EnvSpec, type LayerKey } from "./types.js
 import { findToolchain, type Toolchain } from "./toolchains.js";
 import { pipSettings } from "./pip-config.js";
 import { checkoutTestbed, repoSource } from "./repos.js";
+import { isSweSmithMirror } from "../tasks/swesmith.js";
 import { DepsCache, depsKey } from "./deps-cache.js";
 import { openStore, ingestLayer, normalizeMtimes } from "./store/index.js";
 
@@ -130,7 +130,12 @@ class Build {
     const toolchain = await this.step("toolchain", () => findToolchain(spec.python, { home }));
     this.log(`python ${toolchain.version} at ${toolchain.python}`);
     const source = await this.step("fetch", () => repoSource(spec.repo, { reposDir, home }));
-    await this.step("checkout", () => checkoutTestbed(source, spec.commit, this.trees.testbed));
+    const history = spec.history ?? "chronological";
+    // SWE-smith's bug is committed over the base at sandbox start: the base's objects must be deletable then.
+    const looseObjects = isSweSmithMirror(spec.repo);
+    await this.step("checkout", () =>
+      checkoutTestbed(source, spec.commit, this.trees.testbed, { history, looseObjects }),
+    );
     const requirements = await this.step("requirements", () => requirementsFile(spec, source, this.work));
     return { toolchain, requirements };
   }
@@ -140,9 +145,6 @@ class Build {
     const { home, spec, key } = this.opts;
     const pip = await pipSettings(toolchain.python);
     this.pipEnv = pip.env;
-    // The trees are written by the sandbox's root, an unprivileged host uid in root mode: hand them over for the
-    // build, take them back before anything on the host reads them (chown also clears setuid and setgid bits).
-    await chownTree([this.trees.testbed, this.trees.venv], sandboxRootOnHost());
     const readOnly = (source: string, target = source) => ({ source, target, readOnly: true });
     this.sandbox = await Sandbox.create({
       home,
@@ -158,6 +160,16 @@ class Build {
       env: { ...pip.env, PIP_NO_INPUT: "1", PIP_PROGRESS_BAR: "off", ...spec.env },
       labels: { purpose: "build", key },
     });
+    // The trees are written by the sandbox's root, an unprivileged host uid of its own in root mode: hand them over
+    // for the build (before anything runs inside), take them back before anything on the host reads them (chown
+    // also clears setuid and setgid bits).
+    await chownTree([this.trees.testbed, this.trees.venv], this.rootOnHost());
+  }
+
+  /** Whom the build sandbox's root is on the host. */
+  private rootOnHost(): { uid: number; gid: number } {
+    const { uid, gid } = this.sandbox!.hostIds;
+    return { uid, gid };
   }
 
   /** The venv with its dependencies (restored from a snapshot when one fits), then the repository's own step. */
@@ -178,7 +190,7 @@ class Build {
       depsId !== undefined && (await this.step("dependencies (snapshot)", () => deps.restore(depsId, venv)));
     if (restored) {
       // A snapshot keeps the owner it was saved with: make the venv the sandbox's root's to write again.
-      await chownTree([venv], sandboxRootOnHost());
+      await chownTree([venv], this.rootOnHost());
       this.log(`restored the venv with dependencies from snapshot ${depsId}`);
     } else {
       await this.sh("venv", `${toolchain.python} -m venv ${VENV_PATH}`);

@@ -71,3 +71,30 @@ export async function pipSettings(python: string, env: NodeJS.ProcessEnv = proce
   }).catch(() => undefined);
   return parsePipConfigList(r?.code === 0 ? r.stdout : "", env);
 }
+
+/** Settings that are credentials or hand them out: never given to an agent's or an evaluation's sandbox. */
+const SECRET_KEYS = new Set(["client-cert", "keyring-provider", "keyring"]);
+/** A URL that leaves the machine (anything but file://): its token may be anywhere in it (user, path, query). */
+const REMOTE_URL = /^[a-z][a-z0-9+.-]*:\/\//i;
+
+/**
+ * The user's pip configuration as agent, rollout and evaluation sandboxes get it: local indexes and paths only.
+ * A remote index, find-links page or proxy can carry a token anywhere (user:token@, a path segment, a query), so
+ * no remote URL is given at all, nor client certificates or keyrings; `file://` indexes and their read-only mounts
+ * stay, so eval.sh's re-install still works offline. Build steps get the settings as they are (`pipSettings`).
+ */
+export function withoutCredentials(settings: PipSettings): PipSettings {
+  const env: Record<string, string> = {};
+  const dropped = new Set<string>();
+  for (const [name, value] of Object.entries(settings.env)) {
+    const key = name.slice("PIP_".length).toLowerCase().replace(/_/g, "-");
+    const words = value.split(/\s+/).filter(Boolean);
+    const kept = words.filter((w) => !REMOTE_URL.test(w) || w.toLowerCase().startsWith("file://"));
+    if (SECRET_KEYS.has(key) || (words.length > 0 && kept.length === 0)) {
+      dropped.add(value);
+      continue;
+    }
+    env[name] = kept.length === words.length ? value : kept.join(" ");
+  }
+  return { env, mounts: settings.mounts.filter((m) => ![...dropped].some((d) => localPaths(d).includes(m))) };
+}

@@ -1,7 +1,8 @@
-import { existsSync, mkdirSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { runOk } from "../util/run.js";
 import { InvalidInputError, NotFoundError } from "../errors.js";
+import type { HistoryPolicy } from "./types.js";
 
 /**
  * Where a repository's history comes from: `--repos DIR` (local clones or bare mirrors at DIR/<owner>/<name>[.git]),
@@ -29,19 +30,104 @@ export async function repoSource(repo: string, opts: { reposDir?: string; home: 
 }
 
 /**
- * A real checkout at `commit` with history, made like SWE-bench images: clone, hard reset, no remote. A local
- * clone hard-links the source's packs, so checkouts of one repository share them (and the store dedups them).
+ * A real checkout at `commit`, made like SWE-bench images: detached HEAD, no remote. `history: "full"` clones
+ * every ref the source has (the old behaviour: the fix and later commits are one `git log --all` away).
+ * `"chronological"` (the default) keeps only what the commit reaches, so nothing that postdates it is in the
+ * testbed: no ref, tag, stash, note, reflog, remote, FETCH_HEAD/ORIG_HEAD, commit-graph or unreachable object.
  */
-export async function checkoutTestbed(source: string, commit: string, dest: string): Promise<void> {
-  await runOk("git", ["clone", "--quiet", "--no-checkout", source, dest]);
-  const git = (...args: string[]): Promise<string> => runOk("git", ["-C", dest, ...args]);
-  const resolved = (await git("rev-parse", "--verify", "--quiet", `${commit}^{commit}`).catch(() => "")).trim();
+export async function checkoutTestbed(
+  source: string,
+  commit: string,
+  dest: string,
+  opts: { history?: HistoryPolicy; looseObjects?: boolean } = {},
+): Promise<void> {
+  const resolved = (
+    await runOk("git", ["-C", source, "rev-parse", "--verify", "--quiet", `${commit}^{commit}`], GIT_ENV).catch(
+      () => "",
+    )
+  ).trim();
   if (!resolved) throw new NotFoundError(`commit ${commit} not found in ${source}`);
-  await git("checkout", "--quiet", "--detach", resolved);
-  await git("remote", "remove", "origin");
+  const git = (...args: string[]): Promise<string> => runOk("git", ["-C", dest, ...args], GIT_ENV);
+  if (opts.history === "full") {
+    await runOk("git", ["clone", "--quiet", "--no-checkout", source, dest], GIT_ENV);
+    await git("checkout", "--quiet", "--detach", resolved);
+    await git("remote", "remove", "origin");
+  } else {
+    await runOk("git", ["init", "--quiet", "--template=", dest], GIT_ENV);
+    await packAncestry(source, resolved, join(dest, ".git", "objects", "pack"));
+    if (opts.looseObjects) await unpackObjects(dest);
+    await git("-c", "core.logAllRefUpdates=false", "update-ref", "--no-deref", "HEAD", resolved);
+    await git("read-tree", "-u", "--reset", "HEAD");
+    for (const f of ["logs", "ORIG_HEAD", "FETCH_HEAD", "description"]) rmSync(join(dest, ".git", f), FORCE);
+  }
   // Only mtime and size decide whether a file changed: materialized files get new inodes and ctimes.
   await git("config", "core.checkStat", "minimal");
   await git("config", "core.trustctime", "false");
   await git("config", "user.email", "minisandbox@localhost");
   await git("config", "user.name", "minisandbox");
+}
+
+const FORCE = { recursive: true, force: true } as const;
+/** Replace refs and grafts could make the source's history look other than it is. */
+const GIT_ENV = { env: { ...process.env, GIT_NO_REPLACE_OBJECTS: "1", GIT_TERMINAL_PROMPT: "0" } };
+
+/**
+ * The commit's ancestry as a chain of packs cut at calendar years along its first-parent line: the pack of
+ * each year holds what its last commit reaches and the previous year's does not, and a last pack the rest.
+ * Packs are written with one thread from the same source, so two commits of one repository share every year's
+ * pack they both reach byte for byte, and the store keeps one copy.
+ */
+async function packAncestry(source: string, commit: string, packDir: string): Promise<void> {
+  const anchors = await yearAnchors(source, commit);
+  let previous: string | undefined;
+  for (const tip of [...anchors, commit]) {
+    const revs = `${tip}\n${previous ? `^${previous}\n` : ""}`;
+    const args = ["-C", source, "-c", "pack.threads=1", "pack-objects", "--revs", "--delta-base-offset", "-q"];
+    await runOk("git", [...args, join(packDir, "pack")], { ...GIT_ENV, input: revs });
+    previous = tip;
+  }
+}
+
+/** The newest first-parent ancestor before each year's start, oldest first (the commit itself never). */
+async function yearAnchors(source: string, commit: string): Promise<string[]> {
+  const args = ["-C", source, "rev-list", "--first-parent", "--format=%H %ct", "--no-commit-header", commit];
+  const out = await runOk("git", args, GIT_ENV);
+  const chain = out
+    .split("\n")
+    .filter(Boolean)
+    .map((l) => {
+      const [sha, ct] = l.split(" ");
+      return { sha: sha!, time: Number(ct) };
+    });
+  const anchors: string[] = [];
+  let boundary = yearStart(chain[0]!.time);
+  for (const c of chain.slice(1)) {
+    if (c.time >= boundary) continue;
+    if (anchors.at(-1) !== c.sha) anchors.push(c.sha);
+    boundary = yearStart(c.time);
+  }
+  return anchors.reverse();
+}
+
+/** Unix seconds of the start of the calendar year (UTC) that `time` is in. */
+function yearStart(time: number): number {
+  return Date.UTC(new Date(time * 1000).getUTCFullYear(), 0, 1) / 1000;
+}
+
+/**
+ * Loose objects, for testbeds whose task rewrites the base commit at sandbox start (SWE-smith's bug): the objects
+ * only the original commit had can then be deleted one by one, where a pack would keep them.
+ */
+async function unpackObjects(dest: string): Promise<void> {
+  const packDir = join(dest, ".git", "objects", "pack");
+  const packs = readdirSync(packDir).filter((f) => f.endsWith(".pack"));
+  const moved = join(dest, ".git", "unpacking");
+  mkdirSync(moved);
+  for (const p of packs) {
+    renameSync(join(packDir, p), join(moved, p));
+    rmSync(join(packDir, p.replace(/\.pack$/, ".idx")), FORCE);
+  }
+  for (const p of packs)
+    await runOk("git", ["-C", dest, "unpack-objects", "-q"], { ...GIT_ENV, input: readFileSync(join(moved, p)) });
+  rmSync(moved, FORCE);
 }

@@ -4,8 +4,9 @@
  * Sources, merged field by field (later wins):
  *   1. the built-in table `data/swebench-python-specs.json` (SWE-bench harness constants), by repo and version;
  *      SWE-smith snapshots, which that table does not know, start from SWE-smith's Python profile defaults;
- *   2. a `--specs FILE` override: `{"<owner>/<name>": {"<version>" | "*": {fields}}}` ("*" = every version,
- *      applied before the exact version) and/or `{"<instance_id>": {fields}}` (applied after the repo entries);
+ *   2. a `--specs FILE` override: `{"*": {fields}}` (every instance, applied first),
+ *      `{"<owner>/<name>": {"<version>" | "*": {fields}}}` ("*" = every version, applied before the exact version)
+ *      and/or `{"<instance_id>": {fields}}` (applied after the repo entries);
  *   3. the dataset row's own `spec` object.
  * Field mapping onto EnvSpec: python, packages, pip_packages, pre_install, install, eval_commands, test_cmd
  * (a list is joined with " && "), env (plus the table's env_vars_test), repo/commit (default: the instance's
@@ -34,6 +35,8 @@ export interface SpecTable {
 export interface SpecOverrides {
   /** File name, for error messages. */
   source: string;
+  /** `"*"`: fields for every instance (e.g. `{"history": "full"}`), applied before the repo entries. */
+  all?: SpecFields;
   repos: Record<string, Record<string, SpecFields>>;
   instances: Record<string, SpecFields>;
 }
@@ -61,7 +64,9 @@ export const SWESMITH_DEFAULTS: Readonly<SpecFields> = Object.freeze({
 
 const TABLE_FILE = "data/swebench-python-specs.json";
 /** Bump when the meaning of a spec field for the builder changes, so old layers are not reused. */
-const KEY_SCHEMA = "minisandbox-env-v1";
+const KEY_SCHEMA = "minisandbox-env-v2";
+/** The schema of full-history layers: their keys stay what they were before testbeds became chronological. */
+const FULL_HISTORY_SCHEMA = "minisandbox-env-v1";
 const MAPPED = new Set([
   "repo",
   "commit",
@@ -75,6 +80,7 @@ const MAPPED = new Set([
   "env",
   "env_vars_test",
   "extra",
+  "history",
 ]);
 
 let builtinTable: SpecTable | undefined;
@@ -157,6 +163,9 @@ export function parseOverrides(data: unknown, source = "specs"): SpecOverrides {
     if (key === "specs" && isRecord(value)) {
       // The built-in table's own format: {"specs": {repo: {version: fields}}}.
       for (const [repo, versions] of Object.entries(value)) addRepo(repo, versions);
+    } else if (key === "*") {
+      if (!isRecord(value)) throw new InvalidInputError(`${source}: "*" must be an object of spec fields`);
+      out.all = { ...(out.all ?? {}), ...value };
     } else if (key.includes("/")) {
       addRepo(key, value);
     } else {
@@ -199,6 +208,10 @@ export function specForInstance(instance: Instance, opts: SpecOptions = {}): Env
   if (instance.spec) layers.push({ from: `row spec of ${id}`, fields: instance.spec });
 
   if (layers.length === 0) throw new NotFoundError(unknownSpecMessage(instance, table, overrides));
+  // Fields for every instance go right above the table or SWE-smith defaults: everything more specific wins.
+  const all = overrides.flatMap((o) => (o.all ? [{ from: `${o.source} *`, fields: o.all }] : []));
+  const base = tableEntry || instance.task_format === "swesmith" ? 1 : 0;
+  layers.splice(base, 0, ...all);
   return toEnvSpec(instance, layers, table);
 }
 
@@ -246,6 +259,9 @@ function toEnvSpec(instance: Instance, layers: Layer[], table: SpecTable): EnvSp
   const install = fields.command("install");
   if (install !== undefined) spec.install = install;
   if (Object.keys(extra).length > 0) spec.extra = extra;
+  const history = fields.str("history") ?? "chronological";
+  if (history !== "chronological" && history !== "full") throw fields.bad("history", '"chronological" or "full"');
+  if (history === "full") spec.history = "full";
   return spec;
 }
 
@@ -336,13 +352,16 @@ function extraFields(
 
 /**
  * Hex sha256 naming the layer a spec builds. Covers what changes the built trees: repo, commit, python,
- * packages, pip_packages, pre_install, install, env, extra. Not test_cmd or eval_commands: they run at
+ * packages, pip_packages, pre_install, install, env, extra, and the history policy (through the schema tag: a
+ * chronological testbed and a full-history one never share a key, and full-history keys are the ones layers had
+ * before chronological testbeds, so such stores stay valid). Not test_cmd or eval_commands: they run at
  * evaluation time, so specs differing only there share a layer. A builder that wants more in the key (e.g.
  * the exact interpreter patch version) can put it in `extra` before keying.
  */
 export function specKey(spec: EnvSpec): string {
+  const full = spec.history === "full";
   const keyed = {
-    schema: KEY_SCHEMA,
+    schema: full ? FULL_HISTORY_SCHEMA : KEY_SCHEMA,
     repo: spec.repo,
     commit: spec.commit,
     python: spec.python,

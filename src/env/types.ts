@@ -28,7 +28,15 @@ export interface EnvSpec {
   env: Record<string, string>;
   /** Everything else from the spec table (kept so nothing is lost; included in the key). */
   extra?: Record<string, unknown>;
+  /**
+   * The testbed's git history: absent (chronological, the default) keeps only what the base commit reaches;
+   * "full" keeps every ref of the source, the fix included (what testbeds were before; gameable).
+   */
+  history?: "full";
 }
+
+/** `chronological`: nothing that postdates the base commit is in the testbed; `full`: the source's whole history. */
+export type HistoryPolicy = "chronological" | "full";
 
 /** A layer is named by the key of the spec that built it (hex sha256). */
 export type LayerKey = string;

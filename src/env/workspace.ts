@@ -21,6 +21,7 @@ import {
 import { isLayerKey, openStore, readManifest, type HttpSource } from "./store/index.js";
 import { specKey } from "./spec.js";
 import { findToolchain, type Toolchain } from "./toolchains.js";
+import { BUG_COMMIT_SCRIPT, BUG_ON_TOP_SCRIPT, SETUP_ENV } from "./task-setup.js";
 import { TESTBED_PATH, VENV_PATH, type EnvSpec, type LayerKey } from "./types.js";
 
 /** An instance's environment: its spec and the key of the layer that building the spec gives. */
@@ -82,7 +83,7 @@ export async function resolveWorkspace(req: WorkspaceRequest): Promise<Workspace
       env: { ...options.env, ...own.env },
       labels: { ...options.labels, ...taskLabel, ...own.labels },
     },
-    setup: (sb) => (instance ? applyTaskSetup(sb, instance) : Promise.resolve()),
+    setup: (sb) => (instance ? applyTaskSetup(sb, instance, spec) : Promise.resolve()),
     release: () => lease.release(),
   };
 }
@@ -107,11 +108,11 @@ export async function openWorkspace(req: WorkspaceRequest): Promise<Sandbox> {
   return sb;
 }
 
-/** What a task needs once its sandbox is up: SWE-smith's bug patch, applied and committed (so `git diff` is clean). */
-async function applyTaskSetup(sb: Sandbox, instance: Instance): Promise<void> {
+/** What a task needs once its sandbox is up: SWE-smith's bug patch, the testbed's only commit (`task-setup.ts`). */
+async function applyTaskSetup(sb: Sandbox, instance: Instance, spec: EnvSpec): Promise<void> {
   if (!instance.bug_patch) return;
-  const commit = "git -c core.hooksPath=/dev/null commit -q --no-verify -m 'minisandbox: task bug'";
-  const r = await sb.exec(`git apply --whitespace=nowarn - && git add -A && ${commit}`, { stdin: instance.bug_patch });
+  const script = spec.history === "full" ? BUG_ON_TOP_SCRIPT : BUG_COMMIT_SCRIPT;
+  const r = await sb.exec(script, { stdin: instance.bug_patch, env: SETUP_ENV, cwd: TESTBED_PATH });
   if (r.exitCode !== 0)
     throw new SandboxError(`could not apply the bug patch of ${instance.instance_id}: ${r.stderr.trim()}`);
 }

@@ -15,6 +15,7 @@ import { openWorkspace, type InstanceEnv } from "../env/workspace.js";
 import { resolveHome } from "../util/home.js";
 import { InvalidInputError, NotFoundError } from "../errors.js";
 import { gradeInstance, reward as rewardOf, type Grade, type RewardSpec } from "./grading.js";
+import { integrityFlags, type IntegrityFlag } from "./integrity.js";
 import type { InstanceReportFile } from "./types.js";
 import { agentDiff, pristineListing } from "./runner/agent-diff.js";
 import { evalSandboxSettings } from "./runner/sandbox.js";
@@ -69,6 +70,10 @@ export interface EvaluateResult {
   skippedPaths: string[];
   testOutput: string | null;
   warnings: string[];
+  /** "memory" when the tests ran into the reward sandbox's memory limit. */
+  limit?: "memory";
+  /** What the graded patch touches that changes how tests run (conftest.py, pytest settings...): see integrity.ts. */
+  flags: IntegrityFlag[];
   /** run_instance.log text. */
   log: string;
 }
@@ -193,6 +198,7 @@ function errored(a: Attempt, error: EvalFailure, patch: string): EvaluateResult 
     timings: roundTimings(a.timings),
     patch,
     testOutput: null,
+    flags: patch ? integrityFlags(patch, a.instance.test_patch ?? "", a.env.spec.test_cmd) : [],
   };
 }
 
@@ -255,8 +261,9 @@ async function evaluateInPlace(a: Attempt, live: Sandbox, opts: EvaluateOptions)
     d = await agentDiff(live, await cachedPristineListing(a, opts));
   } catch (e) {
     a.timings.diffMs = performance.now() - t;
-    const kind = e instanceof NotFoundError ? "Environment Missing" : "Tests Errored";
-    return errored(a, { kind, message: `could not take the agent's diff: ${(e as Error).message}` }, "");
+    const message = `could not take the agent's diff: ${(e as Error).message}`;
+    if (e instanceof NotFoundError) return errored(a, { kind: "Environment Missing", message }, "");
+    return errored(a, { kind: "Tests Errored", message, cause: "testbed_broken" }, "");
   }
   a.skippedPaths = d.skipped;
   const diffMs = performance.now() - t;
@@ -290,8 +297,10 @@ async function takeAgentDiff(
 ): Promise<Graded | EvaluateResult> {
   const t = performance.now();
   const id = a.instance.instance_id;
+  let inAgentSandbox = false;
   try {
     const listing = await pristineListing(opened.fresh);
+    inAgentSandbox = true;
     const d = await agentDiff(live, listing);
     a.skippedPaths = d.skipped;
     const preamble = [`Patch for ${id} taken from sandbox ${live.id}: ${d.patchBytes.length} bytes`];
@@ -303,7 +312,8 @@ async function takeAgentDiff(
     a.timings.diffMs = performance.now() - t;
     await opened.fresh.close().catch(() => {});
     const message = `could not take the agent's diff: ${(e as Error).message}`;
-    return errored(a, { kind: "Tests Errored", message }, "");
+    // The pristine listing is ours; the diff is git in the agent's sandbox, on what the agent left of /testbed.
+    return errored(a, { kind: "Tests Errored", message, ...(inAgentSandbox ? { cause: "testbed_broken" } : {}) }, "");
   }
 }
 
@@ -332,6 +342,7 @@ function emptyPatch(a: Attempt, patch: string | null): EvaluateResult {
     timings: roundTimings(a.timings),
     patch: patch ?? "",
     testOutput: null,
+    flags: [],
   };
 }
 
@@ -373,6 +384,8 @@ function graded(a: Attempt, r: InstanceEvalResult, patch: string, runTimings: Ph
     patch,
     testOutput: r.testOutput,
     warnings: r.warnings,
+    flags: r.flags,
+    ...(r.limit ? { limit: r.limit } : {}),
     log: r.log,
   };
 }

@@ -15,7 +15,7 @@ import { GoldChecks, type GoldVerdict } from "./gold.js";
 import { MAX_GROUP_SIZE, RolloutGroup, type GroupSettings } from "./group.js";
 import type { Rollout } from "./rollout.js";
 import { SharedWorkspace } from "./shared-workspace.js";
-import type { GroupRequest, PrewarmReport, PrewarmTask, RolloutEngineOptions } from "./types.js";
+import type { GroupRequest, PrewarmReport, PrewarmTask, RolloutEngineOptions, RolloutOwner } from "./types.js";
 import { REWARD_MODES } from "./types.js";
 import { WarmPool } from "./warm-pool.js";
 
@@ -32,7 +32,10 @@ export class RolloutEngine {
   private readonly resolving = new Map<string, Promise<SharedWorkspace>>();
   private readonly live = new Map<string, RolloutGroup>();
   private readonly byId = new Map<string, Rollout>();
-  private prewarmed = new Map<string, () => void>();
+  /** Per owner: the layers of its prewarmed batch, held until its next prewarm. */
+  private readonly prewarmed = new Map<string, Map<string, () => void>>();
+  /** Per owner: its live rollouts (reserved ones included). */
+  private readonly reservedBy = new Map<string, number>();
   private instances: Promise<Map<string, Instance>> | undefined;
   private reserved = 0;
   private closed = false;
@@ -147,19 +150,24 @@ export class RolloutEngine {
     const instance = await this.task(req.instance);
     if (req.goldCheck ?? this.opts.goldCheck ?? false) await this.goldCheck(instance);
     const tGold = performance.now();
-    this.reserve(req.n);
+    const owner = req.owner ?? ANONYMOUS_OWNER;
+    // The owner's own warm sandboxes of this task are part of the group: reserved and taken in one step.
+    const slot = poolKey(owner, taskKey(instance, envFor(instance, { specsFile: this.opts.specsFile }).key));
+    this.reserve(req.n, owner, Math.min(req.n, this.pool.sizeFor(slot)));
+    const warm = this.pool.take(slot, req.n);
     let held: { share: SharedWorkspace; letGo: () => void };
     try {
       held = await this.holdWorkspace(instance);
     } catch (e) {
-      this.reserved -= req.n;
+      this.unreserve(req.n, owner);
+      await Promise.all(warm.map((sb) => sb.close()));
       throw e;
     }
     const tWorkspace = performance.now();
-    const group = new RolloutGroup(instance, held.share, this.groupSettings(ttlMs));
+    const group = new RolloutGroup(instance, held.share, this.groupSettings(ttlMs, owner));
     this.live.set(group.id, group);
     try {
-      await group.start(req.n, this.pool.take(taskKey(instance, group.envKey), req.n));
+      await group.start(req.n, warm);
     } finally {
       held.letGo();
     }
@@ -173,21 +181,42 @@ export class RolloutEngine {
     return group;
   }
 
-  private groupSettings(ttlMs: number): GroupSettings {
+  private groupSettings(ttlMs: number, owner: RolloutOwner): GroupSettings {
     return {
       evaluateOptions: this.evaluateOptions(),
       rewardMode: this.opts.rewardMode ?? "fresh",
       ttlMs,
       onRolloutStart: (r) => this.byId.set(r.id, r),
       onRolloutEnd: (r) => {
-        this.reserved--;
+        this.unreserve(1, owner);
         this.forgetWhenOver(r.groupId);
       },
-      reserve: (k) => this.reserve(k),
-      unreserve: (k) => {
-        this.reserved -= k;
-      },
+      reserve: (k) => this.reserve(k, owner),
+      unreserve: (k) => this.unreserve(k, owner),
     };
+  }
+
+  /** Sandboxes `owner` holds here: live rollouts, its warm pool, and what it holds elsewhere. */
+  private heldBy(owner: RolloutOwner): number {
+    const here = (this.reservedBy.get(owner.name) ?? 0) + this.pool.sizeWhere(poolKey(owner, ""));
+    return here + (owner.heldElsewhere?.() ?? 0);
+  }
+
+  /** Sandboxes of the owner named `name` in this engine, or of every owner with null (for a server's own caps). */
+  sandboxesOf(name: string | null): number {
+    if (name === null) return this.reserved + this.pool.size;
+    return (this.reservedBy.get(name) ?? 0) + this.pool.sizeWhere(poolKey({ name }, ""));
+  }
+
+  /** Room `owner` has for more sandboxes (Infinity without a cap). */
+  private roomOf(owner: RolloutOwner): number {
+    return owner.maxSandboxes === undefined ? Number.POSITIVE_INFINITY : owner.maxSandboxes - this.heldBy(owner);
+  }
+
+  private unreserve(k: number, owner: RolloutOwner): void {
+    this.reserved -= k;
+    this.reservedBy.set(owner.name, (this.reservedBy.get(owner.name) ?? 0) - k);
+    if (this.reservedBy.get(owner.name)! <= 0) this.reservedBy.delete(owner.name);
   }
 
   /** A group whose rollouts have all ended is forgotten a while later (its outcomes stay readable until then). */
@@ -199,11 +228,19 @@ export class RolloutEngine {
     }, FORGET_AFTER_MS).unref();
   }
 
-  private reserve(k: number): void {
+  /** Reserve `k` rollouts for `owner`; `fromPool` of them are warm sandboxes it already holds (moved, not added). */
+  private reserve(k: number, owner: RolloutOwner, fromPool = 0): void {
     const max = this.opts.maxRollouts ?? 256;
     if (this.reserved + k > max)
       throw new LimitError(`${this.reserved} live rollouts: ${k} more would exceed the limit of ${max}`);
+    if (k - fromPool > this.roomOf(owner)) {
+      throw new LimitError(
+        `sandbox limit reached: ${owner.name} holds ${this.heldBy(owner)} of at most ${owner.maxSandboxes} ` +
+          `sandboxes, ${k} more asked; close rollouts or sandboxes first`,
+      );
+    }
     this.reserved += k;
+    this.reservedBy.set(owner.name, (this.reservedBy.get(owner.name) ?? 0) + k);
   }
 
   private open(): void {
@@ -241,20 +278,25 @@ export class RolloutEngine {
   /**
    * Get the next batch ready while the current one trains: each task's layer materialized and held (until the next
    * call), its gold verdict when checks are on, and up to `sandboxes` sandboxes per task in the warm pool (bounded
-   * by the pool's `max`). Per-task problems are reported, not thrown.
+   * by the pool's `max` and the owner's cap). Per-task problems are reported, not thrown. Batches and pool
+   * sandboxes are per owner: another owner's prewarm neither replaces nor takes them.
    */
-  async prewarm(tasks: readonly (Instance | string)[], opts: { sandboxes?: number } = {}): Promise<PrewarmReport> {
+  async prewarm(
+    tasks: readonly (Instance | string)[],
+    opts: { sandboxes?: number; owner?: RolloutOwner } = {},
+  ): Promise<PrewarmReport> {
     this.open();
     const t0 = performance.now();
     const perTask = opts.sandboxes ?? 0;
     if (!Number.isInteger(perTask) || perTask < 0 || perTask > MAX_GROUP_SIZE)
       throw new InvalidInputError(`sandboxes must be an integer from 0 to ${MAX_GROUP_SIZE}`, { field: "sandboxes" });
+    const owner = opts.owner ?? ANONYMOUS_OWNER;
     const held = new Map<string, () => void>();
-    const report = await pool(tasks, 4, (ref) => this.prewarmTask(ref, perTask, held));
+    const report = await pool(tasks, 4, (ref) => this.prewarmTask(ref, perTask, held, owner));
     // The new batch is held before the previous one is let go: layers in both stay leased throughout.
-    const previous = this.prewarmed;
-    this.prewarmed = held;
-    for (const letGo of previous.values()) letGo();
+    const previous = this.prewarmed.get(owner.name);
+    this.prewarmed.set(owner.name, held);
+    for (const letGo of previous?.values() ?? []) letGo();
     return {
       tasks: report,
       pool: { size: this.pool.size, max: this.pool.max },
@@ -266,6 +308,7 @@ export class RolloutEngine {
     ref: Instance | string,
     perTask: number,
     held: Map<string, () => void>,
+    owner: RolloutOwner,
   ): Promise<PrewarmTask> {
     const out: PrewarmTask = {
       instanceId: typeof ref === "string" ? ref : ref.instance_id,
@@ -286,18 +329,22 @@ export class RolloutEngine {
       out.layer = cached ? "cached" : "materialized";
       out.layerMs = round(performance.now() - t);
       if (this.opts.goldCheck) out.goldCheck = (await this.gold.verdict(instance, key)).passed ? "passed" : "failed";
-      if (out.goldCheck !== "failed") await this.fillPool(taskKey(instance, key), share, perTask);
-      out.warmSandboxes = this.pool.sizeFor(taskKey(instance, key));
+      const slot = poolKey(owner, taskKey(instance, key));
+      if (out.goldCheck !== "failed") await this.fillPool(slot, share, perTask, owner);
+      out.warmSandboxes = this.pool.sizeFor(slot);
     } catch (e) {
       out.error = (e as Error).message;
     }
     return out;
   }
 
-  private async fillPool(task: string, share: SharedWorkspace, want: number): Promise<void> {
-    const missing = Math.min(want - this.pool.sizeFor(task), this.pool.free);
+  private async fillPool(task: string, share: SharedWorkspace, want: number, owner: RolloutOwner): Promise<void> {
+    const missing = Math.min(want - this.pool.sizeFor(task), this.pool.free, this.roomOf(owner));
     if (missing <= 0) return;
+    // Reserved while they start (so concurrent fills and groups see them), then counted as the owner's pool.
+    this.reserve(missing, owner);
     const started = await Promise.allSettled(Array.from({ length: missing }, () => share.start()));
+    this.unreserve(missing, owner);
     for (const s of started) if (s.status === "fulfilled") await this.pool.put(task, s.value);
     const failed = started.find((s): s is PromiseRejectedResult => s.status === "rejected");
     if (failed) throw failed.reason;
@@ -308,13 +355,20 @@ export class RolloutEngine {
     this.closed = true;
     await Promise.all([...this.live.keys()].map((id) => this.closeGroup(id)));
     await this.pool.clear();
-    for (const letGo of this.prewarmed.values()) letGo();
+    for (const batch of this.prewarmed.values()) for (const letGo of batch.values()) letGo();
     this.prewarmed.clear();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }
+}
+
+const ANONYMOUS_OWNER: RolloutOwner = { name: "" };
+
+/** A warm pool slot: the owner's own, per task. */
+function poolKey(owner: Pick<RolloutOwner, "name">, task: string): string {
+  return `${owner.name}\u0001${task}`;
 }
 
 function taskKey(instance: Instance, envKey: string): string {

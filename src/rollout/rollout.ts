@@ -1,7 +1,9 @@
 /**
  * One rollout: one sandbox of a group's task, its commands and files, its reward, its forks. A sandbox that ends
- * without `close()` (killed, out of time) makes the rollout *lost*: its commands throw SandboxLostError and its
- * reward is an infrastructure failure, never a 0.
+ * without `close()` (killed, out of time) makes the rollout *lost*: its commands throw SandboxLostError. Its reward
+ * is decided by who ended it: once the agent has run anything, its own memory use killing the sandbox
+ * (`sandbox_oom`) or the rollout's time running out (`rollout_expired`) is a 0; anything else (killed from
+ * outside, never used) is an infrastructure failure.
  */
 import { InvalidInputError, SandboxLostError } from "../errors.js";
 import { evaluate, type EvaluateOptions } from "../eval/reward-api.js";
@@ -10,7 +12,7 @@ import type { SandboxFiles } from "../sandbox/files.js";
 import { isRunning } from "../sandbox/procfs.js";
 import type { Sandbox, SessionManager } from "../sandbox/sandbox.js";
 import type { Instance } from "../tasks/types.js";
-import { classifyOutcome, infraOutcome, type OutcomeSubject } from "./outcome.js";
+import { classifyOutcome, infraOutcome, scoredZero, type OutcomeSubject } from "./outcome.js";
 import type {
   InfraFailureKind,
   RewardMode,
@@ -52,6 +54,10 @@ export class Rollout {
   readonly createdAt = new Date();
   private current: RolloutState;
   private failure: { kind: InfraFailureKind; message: string } | undefined;
+  /** Set when the loss was the agent's doing: its reward is then a 0 with this reason. */
+  private agentLoss: "sandbox_oom" | "rollout_expired" | undefined;
+  /** Whether the agent has had the sandbox (a command, files, sessions, the sandbox itself, or a forked parent's). */
+  private used: boolean;
   private closeAsked = false;
   private lastOutcome: RolloutOutcome | undefined;
   private ttl: NodeJS.Timeout | undefined;
@@ -69,6 +75,7 @@ export class Rollout {
     this.id = `${ctx.groupId}.${start.repetition}`;
     this.parent = start.parent ?? null;
     this.fromPool = start.fromPool ?? false;
+    this.used = start.parent !== undefined;
     this.startMs = Math.round(start.startMs * 10) / 10;
     if (!sandbox) {
       this.current = "failed";
@@ -96,7 +103,14 @@ export class Rollout {
 
   /** The sandbox, while the rollout can use it: SandboxLostError once lost or failed, InvalidInputError once closed. */
   use(): Sandbox {
-    return this.live();
+    return this.touch();
+  }
+
+  /** The live sandbox, handed to the agent: from now on what happens in it is the agent's doing. */
+  private touch(): Sandbox {
+    const sb = this.live();
+    this.used = true;
+    return sb;
   }
 
   private live(): Sandbox {
@@ -111,7 +125,7 @@ export class Rollout {
 
   /** One command in a fresh process (see `Sandbox.exec`); a command that dies with its sandbox is a lost rollout. */
   async exec(cmd: string | string[], opts: ExecOptions = {}): Promise<ExecResult> {
-    const sb = this.live();
+    const sb = this.touch();
     if (this.current === "rewarding") throw new InvalidInputError(`rollout ${this.id} is being rewarded`);
     let r: ExecResult;
     try {
@@ -125,11 +139,11 @@ export class Rollout {
   }
 
   get files(): SandboxFiles {
-    return this.live().files;
+    return this.touch().files;
   }
 
   get sessions(): SessionManager {
-    return this.live().sessions;
+    return this.touch().sessions;
   }
 
   /** True (and the rollout lost) when its sandbox is gone although nobody closed it. */
@@ -153,7 +167,7 @@ export class Rollout {
     const who: OutcomeSubject = { ...this.subject(), mode };
     if (this.current === "closed") throw new InvalidInputError(`rollout ${this.id} is closed`);
     if (this.current === "rewarding") throw new InvalidInputError(`rollout ${this.id} is being rewarded`);
-    if (this.checkLost()) return this.remember(infraOutcome(who, this.failure!));
+    if (this.checkLost()) return this.remember(this.lostOutcome(who));
     this.current = "rewarding";
     let outcome: RolloutOutcome;
     try {
@@ -168,15 +182,21 @@ export class Rollout {
       // A sandbox that died before its diff was taken (fresh) or while its tests ran (in place) says nothing about
       // the agent; once a fresh sandbox has graded the diff, the verdict stands whatever happens to the rollout.
       const spoiled = (mode === "in_place" || r.status === "ERROR") && this.checkLost();
-      outcome = spoiled ? infraOutcome(who, this.failure!, r.patch) : classifyOutcome(r, who);
+      outcome = spoiled ? this.lostOutcome(who, r.patch) : classifyOutcome(r, who);
     } catch (e) {
       outcome = this.checkLost()
-        ? infraOutcome(who, this.failure!)
+        ? this.lostOutcome(who)
         : infraOutcome(who, { kind: "eval_error", message: (e as Error).message });
     } finally {
       if (this.current === "rewarding") this.current = "ready";
     }
     return this.remember(outcome);
+  }
+
+  /** The outcome of a lost rollout: a 0 when the agent caused the loss, else an infrastructure failure. */
+  private lostOutcome(who: OutcomeSubject, patch = ""): RolloutOutcome {
+    const failure = this.failure!;
+    return this.agentLoss ? scoredZero(who, this.agentLoss, failure.message, patch) : infraOutcome(who, failure, patch);
   }
 
   private remember(o: RolloutOutcome): RolloutOutcome {
@@ -203,6 +223,7 @@ export class Rollout {
   private expire(): void {
     if (this.closeAsked || this.failure) return;
     this.lose("timeout", `the rollout ran past its time limit (${Math.round(this.ctx.ttlMs / 1000)} s)`);
+    if (this.used) this.agentLoss = "rollout_expired";
     void this.sandbox?.close();
   }
 
@@ -210,6 +231,11 @@ export class Rollout {
     if (this.failure) return;
     this.failure = { kind, message };
     this.current = "lost";
+    // Its own cgroup's OOM killer ended it: the agent's memory use (it may have made pid 1 the victim).
+    if (kind === "sandbox_lost" && this.used && (this.sandbox?.limitCounters().oomKills ?? 0) > 0) {
+      this.agentLoss = "sandbox_oom";
+      this.failure.message = "the agent's processes filled the sandbox's memory and the OOM killer ended it";
+    }
   }
 
   /** The sandbox closed: asked for, or not (then the rollout is lost). */

@@ -1,6 +1,8 @@
 /** What the rollout engine takes and gives: options, outcomes, descriptions. */
 import type { PhaseTimings } from "../eval/runner/timings.js";
 import type { RewardSpec, ResolutionStatus } from "../eval/grading.js";
+import type { IntegrityFlag } from "../eval/integrity.js";
+import type { EvalCause } from "../eval/runner/instance.js";
 import type { Limits } from "../sandbox/limits.js";
 import type { Instance } from "../tasks/types.js";
 
@@ -11,6 +13,24 @@ export const REWARD_MODES: readonly RewardMode[] = ["fresh", "in_place"];
 
 /** Why an outcome is not a reward to learn from. */
 export type InfraFailureKind = "timeout" | "build_error" | "sandbox_lost" | "sandbox_failed" | "eval_error";
+
+/**
+ * Why a scored outcome has its reward: `graded` (the tests ran and were graded), or a 0 the attempt caused —
+ * `empty_patch`, `patch_apply_failed`, what its patch's code did in the reward sandbox (`eval_timeout`,
+ * `eval_crash`, `eval_oom`, `grading_failed`), what the agent did to its own sandbox (`testbed_broken`: no diff
+ * could be taken; `sandbox_oom`: its memory use ended the sandbox), or `rollout_expired` (past its time limit after
+ * the agent's first command).
+ */
+export type ScoredReason =
+  | "graded"
+  | "empty_patch"
+  | "patch_apply_failed"
+  | EvalCause
+  | "sandbox_oom"
+  | "rollout_expired";
+
+/** A scored outcome's reason, or an infrastructure failure's kind. */
+export type OutcomeReason = ScoredReason | InfraFailureKind;
 
 export interface TestCounts {
   passed: number;
@@ -33,8 +53,12 @@ export interface RolloutOutcome {
   failToPass: TestCounts | null;
   passToPass: TestCounts | null;
   failure?: { kind: InfraFailureKind; message: string };
-  /** Why a scored attempt got no grade from its tests (e.g. its patch did not apply: 0, as the harness says). */
+  /** Why: a scored outcome's `ScoredReason`, or `failure.kind`. */
+  reason: OutcomeReason;
+  /** Why a scored attempt got no grade from its tests, in words (e.g. the first line of the apply error). */
   note?: string;
+  /** What the graded patch touches that changes how tests run (conftest.py, pytest settings...): filter or penalise. */
+  flags: IntegrityFlag[];
   mode: RewardMode;
   /** The graded diff. */
   patch: string;
@@ -89,9 +113,22 @@ export interface RolloutEngineOptions {
   maxRollouts?: number;
 }
 
+/**
+ * Who starts rollouts: its groups, forks and warm pool sandboxes count against `maxSandboxes` (with what it holds
+ * elsewhere, e.g. a server's plain sandboxes), and its prewarmed batch and pool are its own.
+ */
+export interface RolloutOwner {
+  name: string;
+  maxSandboxes?: number;
+  /** Sandboxes it holds outside the engine. */
+  heldElsewhere?: () => number;
+}
+
 export interface GroupRequest {
   /** The task: an instance or its id in the engine's dataset. */
   instance: Instance | string;
+  /** Default: the engine's one anonymous owner (no cap of its own). */
+  owner?: RolloutOwner;
   /** Rollouts in the group (1 to 256). */
   n: number;
   /** Override the engine's gold pre-check for this group. */

@@ -27,6 +27,13 @@ export class WarmPool {
     return this.byTask.get(task)?.length ?? 0;
   }
 
+  /** Sandboxes held for every task whose key starts with `prefix` (an owner's, when keys start with it). */
+  sizeWhere(prefix: string): number {
+    let n = 0;
+    for (const [task, list] of this.byTask) if (task.startsWith(prefix)) n += list.length;
+    return n;
+  }
+
   /** Room left in the pool. */
   get free(): number {
     return Math.max(0, this.max - this.count);

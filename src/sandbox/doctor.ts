@@ -1,6 +1,16 @@
 import { readFileSync } from "node:fs";
 import { run } from "../util/run.js";
-import { findTool, helperPath, idRange, launchMode, SUBID_USER } from "./host.js";
+import { defaultAdmitted, derivedMaxima, hostBudget } from "./capacity.js";
+import {
+  DEFAULT_ID_POOL,
+  findTool,
+  helperFacts,
+  helperPath,
+  ID_LOCKS_DIR,
+  idPool,
+  launchMode,
+  SUBID_USER,
+} from "./host.js";
 import { enforcement } from "./limits.js";
 import { Sandbox } from "./sandbox.js";
 
@@ -73,30 +83,42 @@ async function userNamespaces(): Promise<DoctorCheck> {
   };
 }
 
-/** Root mode: whom root inside is on the host, and whether that range is reserved for us. */
+/** Root mode: whom root inside is on the host, whether each sandbox has a range of its own, and what is reserved. */
 function idRangeCheck(): DoctorCheck {
   if (launchMode() !== "root") {
     return { name: "user ids", status: "ok", detail: "root inside is you (one id mapped: unprivileged mode)" };
   }
   try {
-    const r = idRange();
-    const ids = `${r.base}-${r.base + r.count - 1}`;
-    const detail = `root inside is host uid ${r.base}, never 0 (ids ${ids}, from ${r.source})`;
-    if (r.source !== "default") return { name: "user ids", status: "ok", detail };
+    const p = idPool();
+    const end = p.base + p.size * p.slots - 1;
+    const reserved = `${p.base}-${end}, from ${p.source}`;
+    const reserve = `"${SUBID_USER}:${DEFAULT_ID_POOL.base}:${DEFAULT_ID_POOL.size * DEFAULT_ID_POOL.slots}"`;
+    const fix = `reserve ${reserve} in /etc/subuid and /etc/subgid (scripts/install-system-deps.sh does)`;
+    if (p.slots === 1)
+      return {
+        name: "user ids",
+        status: "warn",
+        detail:
+          `root inside is host uid ${p.base}, never 0, but every sandbox shares that one range (ids ${reserved}): ` +
+          "their per-user kernel quotas (inotify, message queues, pipe buffers) are shared",
+        fix,
+      };
+    const detail =
+      `every sandbox (and fork) gets a range of its own: ${p.slots} ranges of ${p.size} ids reserved ` +
+      `(${reserved}), taken with a lock under ${ID_LOCKS_DIR} and freed when the sandbox ends; root inside is never 0`;
+    if (p.source !== "default") return { name: "user ids", status: "ok", detail };
     return {
       name: "user ids",
       status: "warn",
-      detail: `${detail}; the range is not reserved in /etc/subuid, so another tool could hand it out`,
-      fix:
-        `add "${SUBID_USER}:${r.base}:${r.count}" to /etc/subuid and /etc/subgid ` +
-        "(scripts/install-system-deps.sh does)",
+      detail: `${detail}; the ids are not reserved in /etc/subuid, so another tool could hand them out`,
+      fix,
     };
   } catch (e) {
     return { name: "user ids", status: "fail", detail: (e as Error).message, fix: "set MINISANDBOX_IDMAP=BASE:COUNT" };
   }
 }
 
-/** The helper's own report: the seccomp profile compiled in, and id-mapped mount support. */
+/** The helper's own report: the seccomp profile compiled in, Landlock's scopes, the OOM score floor. */
 async function helperCheck(): Promise<DoctorCheck[]> {
   let helper: string;
   try {
@@ -105,7 +127,8 @@ async function helperCheck(): Promise<DoctorCheck[]> {
     return [{ name: "native helper", status: "fail", detail: (e as Error).message }];
   }
   const r = await run(helper, ["check"]);
-  const facts = Object.fromEntries(r.stdout.split("\n").map((l) => l.split(" ") as [string, string]));
+  const facts = helperFacts();
+  const abi = Number(facts.landlock_abi ?? 0);
   return [
     { name: "native helper", status: r.code === 0 ? "ok" : "fail", detail: helper },
     {
@@ -115,13 +138,67 @@ async function helperCheck(): Promise<DoctorCheck[]> {
         `${facts.seccomp_allowed} syscalls allowed, ${facts.seccomp_refused} refused (EPERM), the rest ENOSYS; ` +
         "no_new_privs; off only for sandboxes created with `seccomp: false` (reported by their security())",
     },
+    abi >= 6
+      ? {
+          name: "abstract sockets",
+          status: "ok",
+          detail: `a sandbox with network: true cannot reach the host's abstract unix sockets (Landlock ABI ${abi})`,
+        }
+      : {
+          name: "abstract sockets",
+          status: "warn",
+          detail: `Landlock ABI ${abi}: a sandbox with network: true can reach the host's abstract unix sockets`,
+          fix: "Linux 6.12 or later (Landlock ABI 6), with Landlock enabled (lsm=...,landlock)",
+        },
+    facts.oom_floor === "yes"
+      ? { name: "OOM scores", status: "ok", detail: "sandbox processes score 1000, a floor nothing inside can lower" }
+      : {
+          name: "OOM scores",
+          status: "warn",
+          detail:
+            "sandbox commands score 1000 but may lower themselves (no CAP_SYS_RESOURCE here); pid 1 keeps " +
+            "the caller's score, below any command's, and the server cannot lower its own",
+          fix: "run as root with CAP_SYS_RESOURCE",
+        },
+  ];
+}
+
+/** What sandboxes share read-only, how it is shown, and what a server here admits by default. */
+function sharingChecks(): DoctorCheck[] {
+  const budget = hostBudget();
+  const admitted = defaultAdmitted(budget);
+  const m = derivedMaxima(admitted, budget);
+  const gib = (n: number): string => `${(n / 1024 ** 3).toFixed(1)} GiB`;
+  return [
+    {
+      name: "shared trees",
+      status: "ok",
+      detail:
+        "/usr, /etc, toolchains and read-only binds are shown through an overlay of each sandbox's own: " +
+        "flock and inotify inside never meet the host's or a neighbour's (device nodes in /dev are the host's)",
+    },
+    {
+      name: "host capacity",
+      status: "ok",
+      detail:
+        `a server here admits ${admitted} sandboxes by default, each up to ${gib(m.memoryBytes)} of memory and ` +
+        `${m.pids} processes (together within ${gib(budget.memoryBytes)} and ${budget.pids} pids, what the host ` +
+        "keeps aside excluded); requests above a maximum are refused",
+    },
   ];
 }
 
 function cgroupCheck(): DoctorCheck {
   const e = enforcement();
   if (e.memory && e.pids) {
-    return { name: "cgroups", status: "ok", detail: "memory and processes limited per sandbox (cgroup v1)" };
+    const cpu = e.cpuShare
+      ? ", a fair CPU share each (and an optional `cpus` quota)"
+      : "; no cpu controller: no CPU share";
+    return {
+      name: "cgroups",
+      status: e.cpuShare ? "ok" : "warn",
+      detail: `memory and processes limited per sandbox${cpu}`,
+    };
   }
   const uid = process.getuid?.() ?? 0;
   const fix =
@@ -178,6 +255,7 @@ export async function runDoctor(
     await userNamespaces(),
     idRangeCheck(),
     cgroupCheck(),
+    ...sharingChecks(),
     await toolCheck("git", "git"),
     await toolCheck("tar", "tar"),
     await toolCheck("zstd", "zstd", "-V"),

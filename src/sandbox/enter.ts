@@ -22,6 +22,8 @@ export interface EnterCommand {
   seccomp: boolean;
   /** Keep the caller's terminal and session (an interactive shell); otherwise the command gets a session of its own. */
   keepTerminal?: boolean;
+  /** Landlock: connect only to abstract unix sockets made by the command's own tree (a sandbox with the network). */
+  scopeAbstractUnix?: boolean;
 }
 
 export type EnterSpec = EnterPlace & EnterCommand;
@@ -42,6 +44,7 @@ function commandArgs(spec: EnterCommand, command: readonly string[]): string[] {
     ...(spec.mergeStderr ? ["--merge-stderr"] : []),
     ...(spec.seccomp ? [] : ["--no-seccomp"]),
     ...(spec.keepTerminal ? ["--keep-terminal"] : []),
+    ...(spec.scopeAbstractUnix ? ["--scope-abstract-unix"] : []),
     "--cwd",
     spec.cwd,
     ...Object.entries(spec.env).flatMap(([k, v]) => ["--env", `${k}=${v}`]),

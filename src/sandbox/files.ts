@@ -159,9 +159,13 @@ export class SandboxFiles {
       prod.kill("SIGKILL");
       void cons.kill();
     }, timeoutMs);
+    // What the two tars say, for the error: a few KiB (a process inside could write to its tar's stderr forever).
     let errText = "";
-    prod.stderr!.on("data", (b: Buffer) => (errText += b.toString()));
-    cons.child.stderr!.on("data", (b: Buffer) => (errText += b.toString()));
+    const keep = (b: Buffer): void => {
+      if (errText.length < 4096) errText += b.toString();
+    };
+    prod.stderr!.on("data", keep);
+    cons.child.stderr!.on("data", keep);
     cons.child.stdin!.on("error", () => {});
     prod.stdout!.pipe(cons.child.stdin!);
     const [p, c] = await Promise.all([exitOf(prod), exitOf(cons.child)]);

@@ -2,18 +2,35 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { Readable, Writable } from "node:stream";
-import { SandboxError } from "../errors.js";
-import { helperPath, type IdRange, type LaunchMode, requireTool } from "./host.js";
+import { LimitError, SandboxError } from "../errors.js";
+import {
+  helperPath,
+  type HostIds,
+  type IdPool,
+  idPoolArgs,
+  type LaunchMode,
+  requireTool,
+  rootOnHostOf,
+} from "./host.js";
 import { cgroupDirs, type SandboxCgroups } from "./limits.js";
 import { parentPid } from "./procfs.js";
-import { bwrapArgs, checkPlanPaths, INIT_PATH, initMaskArgs, type MountPlan, planSources } from "./plan.js";
+import {
+  bwrapArgs,
+  checkPlanPaths,
+  INIT_PATH,
+  initMaskArgs,
+  type MountPlan,
+  ownedPath,
+  planSources,
+  type SandboxLower,
+} from "./plan.js";
 
 export interface LaunchRequest {
   plan: MountPlan;
   scratch: string;
   mode: LaunchMode;
-  /** Root mode: the host ids the sandbox's ids map to. */
-  idRange?: IdRange;
+  /** Root mode: the pool the sandbox's id range is taken from. */
+  ids?: IdPool;
   cgroups: SandboxCgroups;
   diskBytes: number;
   /** uid:gid (inside) owning the private home. */
@@ -30,7 +47,7 @@ export interface LaunchRequest {
    */
   fds: number[];
   /** A fork's snapshot directory: the scratch starts with its `/`, /tmp, home and /dev/shm. */
-  seed?: string;
+  seed?: SandboxLower;
   /** Files a fresh home starts with (name → text), written by the launch; a fork keeps its parent's instead. */
   homeFiles?: Readonly<Record<string, string>>;
 }
@@ -39,6 +56,8 @@ export interface Launched {
   child: ChildProcess;
   /** Host pid of the sandbox's pid 1 (whose namespaces commands enter). */
   pid1: number;
+  /** The first host id of the sandbox's range (its root on the host), and how many ids it has. */
+  hostIds: HostIds;
   /** Lines the launch printed on stderr (e.g. the copy fallback notice). */
   notices: string[];
 }
@@ -91,21 +110,31 @@ function boundedLines(stream: Readable): string[] {
   return lines;
 }
 
+const SOURCE_FLAGS = { shared: "--source", system: "--system", live: "--source-live", rw: "--source-rw" } as const;
+
 /** argv of the process that becomes the sandbox: msb-helper launch, then bwrap, then msb-helper init as pid 1. */
 function launchArgv(req: LaunchRequest): string[] {
   const helper = helperPath();
   const a = [helper, "launch", "--scratch", req.scratch, "--disk", String(req.diskBytes), "--owner", req.owner];
-  if (req.mode === "root" && req.idRange) a.push("--idmap", `${req.idRange.base}:${req.idRange.count}`);
+  if (req.mode === "root" && req.ids) a.push(...idPoolArgs(req.ids));
   a.push(...req.rlimits);
   if (req.forceCopy) a.push("--force-copy");
   for (const o of req.plan.overlays) {
-    a.push("--overlay", [...(o.sandboxLowers ?? []).map((l) => `+${l}`), ...o.lower].join(":"));
+    a.push("--overlay", [...(o.sandboxLowers ?? []).map((l) => `+${ownedPath(l)}`), ...o.lower].join(":"));
   }
-  if (req.seed) a.push("--seed", `seed=${req.seed}`);
+  if (req.seed) a.push("--seed", `seed=${ownedPath(req.seed)}`);
   for (const [name, text] of Object.entries(req.homeFiles ?? {})) a.push("--home-file", `${name}=${text}`);
-  for (const s of planSources(req.plan, helper)) a.push(s.writable ? "--source-rw" : "--source", `${s.name}=${s.path}`);
-  a.push("--", requireTool("bwrap", "bubblewrap"), ...bwrapArgs(req.plan, req.scratch), "--info-fd", "3", "--");
-  a.push(INIT_PATH, "init", ...(req.seccomp ? [] : ["--no-seccomp"]), ...initMaskArgs(), req.label);
+  for (const s of planSources(req.plan, helper)) a.push(SOURCE_FLAGS[s.kind], `${s.name}=${s.path}`);
+  a.push("--", requireTool("bwrap", "bubblewrap"), ...bwrapArgs(req.plan, req.scratch, helper), "--info-fd", "3");
+  const holdsRange = req.mode === "root" && req.ids !== undefined && req.ids.slots > 1;
+  a.push(
+    "--",
+    INIT_PATH,
+    "init",
+    ...(req.seccomp ? [] : ["--no-seccomp"]),
+    ...(holdsRange ? ["--holds-id-range"] : []),
+  );
+  a.push(...initMaskArgs(), req.label);
   return a;
 }
 
@@ -123,27 +152,38 @@ export async function launch(req: LaunchRequest): Promise<Launched> {
     child.on("error", (e) => resolve(e.message));
   });
   const pid1 = readUntil(info, isJson).then((t) => (JSON.parse(t) as { "child-pid": number })["child-pid"]);
-  const joined = joinCgroups(child.pid!, pid1, cgroupDirs(req.cgroups)).then(() => void go.end("J"));
+  pid1.catch(() => undefined); // a launch that died early: its exit says why, whoever awaits pid 1 or not
+  const joined = joinCgroups(child.pid!, pid1, cgroupDirs(req.cgroups), go).then(() => void go.end("J"));
   const readyText = readUntil(ready, (t) => t.length > 0);
   const started = Promise.all([readyText, joined]).then(([t]) => (t === "R" ? "ready" : "not ready"));
   const outcome = await Promise.race([started.catch((e: Error) => e.message), exited]);
   if (outcome !== "ready") {
     child.kill("SIGKILL");
-    throw new SandboxError(`sandbox failed to start: ${stderrLines.join("\n") || outcome}`);
+    const why = stderrLines.join("\n") || outcome;
+    if (/no free id range/.test(why)) throw new LimitError(`sandbox not started: ${why}`);
+    throw new SandboxError(`sandbox failed to start: ${why}`);
   }
   // pid 1 redirects its output to /dev/null once ready; the launch's stderr is only bwrap's from now on.
-  return { child, pid1: await pid1, notices: stderrLines };
+  const pid = await pid1;
+  const hostIds = rootOnHostOf(pid);
+  if (!hostIds) {
+    child.kill("SIGKILL");
+    throw new SandboxError(`sandbox failed to start: pid 1 (${pid}) has no user namespace map`);
+  }
+  return { child, pid1: pid, hostIds, notices: stderrLines };
 }
 
 /**
  * The launch process, then pid 1, into the sandbox's cgroups while the launch goes on: a cgroup v1 move waits for an
  * RCU grace period (tens of milliseconds on an idle machine), which then overlaps the start instead of preceding it.
- * pid 1 runs nothing of the sandbox's and waits for this before making its cgroup namespace (msb-helper init);
- * commands join the groups themselves (`enter`), so nothing escapes accounting. pid 1 is checked to be the launch's
- * child before it is moved: a recycled pid is never moved.
+ * Once the launch is in, 'L' on its stdin: it waits for that before copying anything into the scratch (a fork's
+ * seed), so that those pages are charged to the sandbox's memory group. pid 1 runs nothing of the sandbox's and waits
+ * for 'J' before making its cgroup namespace (msb-helper init); commands join the groups themselves (`enter`), so
+ * nothing escapes accounting. pid 1 is checked to be the launch's child before it is moved: a recycled pid never is.
  */
-async function joinCgroups(launchPid: number, pid1: Promise<number>, dirs: string[]): Promise<void> {
+async function joinCgroups(launchPid: number, pid1: Promise<number>, dirs: string[], go: Writable): Promise<void> {
   for (const dir of dirs) await writeFile(join(dir, "cgroup.procs"), String(launchPid));
+  go.write("L");
   const pid = await pid1;
   if (dirs.length === 0) return;
   if (parentPid(pid) !== launchPid) throw new SandboxError(`pid 1 (${pid}) is not the launch's child`);

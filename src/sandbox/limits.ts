@@ -6,11 +6,12 @@ import {
   mkdirSync,
   readdirSync,
   readFileSync,
+  realpathSync,
   rmdirSync,
   statSync,
   writeFileSync,
 } from "node:fs";
-import { totalmem } from "node:os";
+import { availableParallelism, totalmem } from "node:os";
 import { join } from "node:path";
 import { InvalidInputError, SandboxError } from "../errors.js";
 
@@ -26,6 +27,11 @@ export interface Limits {
   diskBytes?: number;
   /** Max open files per process (RLIMIT_NOFILE). */
   openFiles?: number;
+  /**
+   * CPUs the whole sandbox may use at most (a CFS quota: 0.5 is half of one CPU's time). Without it the sandbox has
+   * no ceiling, only its fair share: every sandbox weighs the same against the others (cgroup cpu.shares).
+   */
+  cpus?: number;
 }
 
 export const DEFAULT_DISK_BYTES = 8 * 1024 ** 3;
@@ -33,12 +39,16 @@ export const DEFAULT_PIDS = 4096;
 /** Half the host's memory, at most 8 GiB: enough for a test suite, never the whole machine. */
 export const DEFAULT_MEMORY_BYTES = Math.min(8 * 1024 ** 3, Math.floor(totalmem() / 2));
 
-const LIMIT_RULES: Record<keyof Limits, { min: number; integer: boolean; unit: string }> = {
-  memoryBytes: { min: 16 * 1024 ** 2, integer: true, unit: "bytes" },
-  pids: { min: 1, integer: true, unit: "processes" },
-  cpuSeconds: { min: 1, integer: false, unit: "seconds" },
-  diskBytes: { min: 1024 ** 2, integer: true, unit: "bytes" },
-  openFiles: { min: 16, integer: true, unit: "files" },
+/** The kernel's own ceiling for pids.max (PID_MAX_LIMIT on 64-bit): anything above is an EINVAL. */
+export const KERNEL_MAX_PIDS = 4_194_304;
+
+const LIMIT_RULES: Record<keyof Limits, { min: number; max: number; integer: boolean; unit: string }> = {
+  memoryBytes: { min: 16 * 1024 ** 2, max: Number.MAX_SAFE_INTEGER, integer: true, unit: "bytes" },
+  pids: { min: 1, max: KERNEL_MAX_PIDS, integer: true, unit: "processes" },
+  cpuSeconds: { min: 1, max: Number.MAX_SAFE_INTEGER, integer: false, unit: "seconds" },
+  diskBytes: { min: 1024 ** 2, max: Number.MAX_SAFE_INTEGER, integer: true, unit: "bytes" },
+  openFiles: { min: 16, max: 1024 ** 2, integer: true, unit: "files" },
+  cpus: { min: 0.01, max: availableParallelism(), integer: false, unit: "CPUs" },
 };
 
 /** Refuse what the kernel would reject (or silently misread): every field named, with what it must be. */
@@ -54,16 +64,31 @@ export function validateLimits(limits: unknown): Limits {
       typeof value === "number" &&
       Number.isFinite(value) &&
       value >= rule.min &&
-      value <= Number.MAX_SAFE_INTEGER &&
+      value <= rule.max &&
       (!rule.integer || Number.isInteger(value));
     if (!ok) {
       const what = rule.integer ? "an integer" : "a number";
+      const range = rule.max === Number.MAX_SAFE_INTEGER ? `>= ${rule.min}` : `from ${rule.min} to ${rule.max}`;
       throw new InvalidInputError(
-        `limits.${key} must be ${what} of ${rule.unit} >= ${rule.min}, got ${JSON.stringify(value) ?? String(value)}`,
+        `limits.${key} must be ${what} of ${rule.unit} ${range}, got ${JSON.stringify(value) ?? String(value)}`,
+        { field: `limits.${key}` },
       );
     }
   }
   return limits as Limits;
+}
+
+/**
+ * The size of the tmpfs that holds every writable place (`diskBytes`). Its pages are memory, charged to the
+ * sandbox's memory group: where memory is limited it stops an eighth (at least 32 MiB) short of that limit, so that
+ * filling it ends in "No space left on device", never in the out-of-memory killer, which could only take processes
+ * (the pages are nobody's) until it takes pid 1.
+ */
+export function scratchBytes(limits: Limits, memoryEnforced: boolean): number {
+  const disk = limits.diskBytes ?? DEFAULT_DISK_BYTES;
+  if (!memoryEnforced || !limits.memoryBytes) return disk;
+  const headroom = Math.max(32 * 1024 ** 2, Math.floor(limits.memoryBytes / 8));
+  return Math.max(1024 ** 2, Math.min(disk, limits.memoryBytes - headroom));
 }
 
 /** The limits a sandbox runs with: the caller's, validated, over the defaults for disk, processes and memory. */
@@ -86,6 +111,10 @@ export interface CgroupSupport {
   pids: boolean;
   /** Freezes a sandbox while a fork copies its state. */
   freezer: boolean;
+  /** A CPU share per sandbox (cpu.shares) and its optional quota (`cpus`). */
+  cpu: boolean;
+  /** CPU time used per sandbox (cpuacct.usage). */
+  cpuacct: boolean;
 }
 
 let cached: CgroupSupport | undefined;
@@ -104,7 +133,13 @@ export function cgroupSupport(): CgroupSupport {
       return false;
     }
   };
-  cached = { memory: usable("memory"), pids: usable("pids"), freezer: usable("freezer") };
+  cached = {
+    memory: usable("memory"),
+    pids: usable("pids"),
+    freezer: usable("freezer"),
+    cpu: usable("cpu"),
+    cpuacct: usable("cpuacct"),
+  };
   return cached;
 }
 
@@ -113,7 +148,15 @@ export interface SandboxCgroups {
   memory?: string;
   pids?: string;
   freezer?: string;
+  cpu?: string;
+  cpuacct?: string;
 }
+
+/** The cgroup v1 controllers a sandbox may have a group in, in the order processes join them. */
+const CONTROLLERS = ["memory", "pids", "freezer", "cpu", "cpuacct"] as const;
+
+/** CFS period of a `cpus` quota: the kernel's default, 100 ms. */
+const CFS_PERIOD_US = 100_000;
 
 /**
  * The sandbox's groups, made off the event loop (a memory group's mkdir costs the kernel a millisecond or more, and
@@ -152,6 +195,30 @@ export async function createCgroups(id: string, limits: Limits): Promise<Sandbox
     groups.freezer = dir;
     made.push(mkdir(dir, { recursive: true }));
   }
+  if (support.cpu) {
+    // Every sandbox weighs the same (the default 1024 shares): whatever one runs, another gets its fair share.
+    const dir = join(CGROUP_ROOT, "cpu", GROUP, id);
+    groups.cpu = dir;
+    made.push(
+      (async () => {
+        await mkdir(dir, { recursive: true });
+        if (limits.cpus) {
+          await writeFile(join(dir, "cpu.cfs_period_us"), String(CFS_PERIOD_US));
+          await writeFile(
+            join(dir, "cpu.cfs_quota_us"),
+            String(Math.max(1000, Math.round(limits.cpus * CFS_PERIOD_US))),
+          );
+        }
+        rebalanceCpuParent();
+      })(),
+    );
+  }
+  // Where cpu and cpuacct are mounted together, the cpu group is the cpuacct group already.
+  const cpuacct = join(CGROUP_ROOT, "cpuacct", GROUP, id);
+  if (support.cpuacct && !(groups.cpu && sameController("cpu", "cpuacct"))) {
+    groups.cpuacct = cpuacct;
+    made.push(mkdir(cpuacct, { recursive: true }));
+  }
   const failed = (await Promise.allSettled(made)).find((r): r is PromiseRejectedResult => r.status === "rejected");
   if (failed) {
     await killSandboxCgroups(groups);
@@ -160,9 +227,47 @@ export async function createCgroups(id: string, limits: Limits): Promise<Sandbox
   return groups;
 }
 
-/** Every cgroup directory a sandbox's processes join, in the order they join. */
+/** True when two controllers share one hierarchy (e.g. `cpu,cpuacct`, with `cpu` and `cpuacct` links to it). */
+function sameController(a: string, b: string): boolean {
+  try {
+    return realpathSync(join(CGROUP_ROOT, a)) === realpathSync(join(CGROUP_ROOT, b));
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The cgroup directories the launch and pid 1 join, in that order. Not the CPU groups: only commands run the
+ * sandbox's code, and they join those themselves (the launch's own work is the host's).
+ */
 export function cgroupDirs(groups: SandboxCgroups): string[] {
   return [groups.memory, groups.pids, groups.freezer].filter((d): d is string => Boolean(d));
+}
+
+/**
+ * Sandboxes' CPU groups share one parent: it weighs as much as all of them together would at the top level
+ * (1024 shares each, as each session of the host's does), so that sandboxes are fair to each other without losing
+ * CPU to the host as a group. Recounted whenever a sandbox's group comes or goes (any process, any home).
+ */
+function rebalanceCpuParent(): void {
+  const parent = join(CGROUP_ROOT, "cpu", GROUP);
+  try {
+    const children = readdirSync(parent, { withFileTypes: true }).filter((e) => e.isDirectory()).length;
+    writeFileSync(join(parent, "cpu.shares"), String(Math.min(262_144, 1024 * Math.max(1, children))));
+  } catch {
+    /* no cpu controller, or the parent is gone */
+  }
+}
+
+/** CPU time the sandbox's processes used, in nanoseconds (cpuacct; undefined without it). */
+export function cpuUsageNs(groups: SandboxCgroups): number | undefined {
+  const dir = groups.cpuacct ?? (groups.cpu && sameController("cpu", "cpuacct") ? groups.cpu : undefined);
+  if (!dir) return undefined;
+  try {
+    return Number(readFileSync(join(dir, "cpuacct.usage"), "utf8"));
+  } catch {
+    return undefined;
+  }
 }
 
 /** Let a frozen group go on (a frozen process cannot even die: thaw before killing). */
@@ -236,7 +341,9 @@ export async function killCgroup(dir: string, removeDir = true, spareFirst: numb
 /** Kill everything in a sandbox's cgroups (thawed first: frozen processes cannot die) and remove them. */
 export async function killSandboxCgroups(groups: SandboxCgroups): Promise<void> {
   thaw(groups.freezer);
-  for (const dir of [groups.pids, groups.memory, groups.freezer]) if (dir) await killCgroup(dir);
+  for (const dir of [groups.pids, groups.memory, groups.freezer, groups.cpu, groups.cpuacct])
+    if (dir) await killCgroup(dir);
+  if (groups.cpu) rebalanceCpuParent();
 }
 
 /** Processes of a cgroup and of all its subgroups. */
@@ -298,7 +405,7 @@ function sumOverTree(dir: string, file: string, re: RegExp): number {
 /** All sandbox cgroups on this host (for the reaper). */
 export function listSandboxCgroups(): { id: string; dir: string }[] {
   const out: { id: string; dir: string }[] = [];
-  for (const ctl of ["memory", "pids", "freezer"]) {
+  for (const ctl of CONTROLLERS) {
     const base = join(CGROUP_ROOT, ctl, GROUP);
     try {
       for (const e of readdirSync(base, { withFileTypes: true })) {
@@ -324,6 +431,8 @@ export function rlimitArgs(limits: Limits): string[] {
 export interface Enforcement {
   memory: boolean;
   pids: boolean;
+  /** A fair CPU share per sandbox, and the `cpus` quota (cgroup cpu controller). */
+  cpuShare: boolean;
   /** Always: one size-limited tmpfs holds every writable place. */
   disk: true;
   /** Per process (RLIMIT_CPU, RLIMIT_NOFILE). */
@@ -333,5 +442,5 @@ export interface Enforcement {
 
 export function enforcement(): Enforcement {
   const s = cgroupSupport();
-  return { memory: s.memory, pids: s.pids, disk: true, cpu: true, openFiles: true };
+  return { memory: s.memory, pids: s.pids, cpuShare: s.cpu, disk: true, cpu: true, openFiles: true };
 }

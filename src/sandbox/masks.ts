@@ -49,7 +49,9 @@ export function procCover(): { readOnly: string[]; masked: MaskedPath[] } {
       /* not on this kernel */
     }
   }
-  procCache = { readOnly: PROC_READ_ONLY.filter((p) => existsSync(p)), masked };
+  // /proc/1 is pid 1's own entry: not the sandbox's to write (its OOM score above all: raised, it would make the
+  // sandbox's own OOM killer take pid 1, and with it the whole sandbox).
+  procCache = { readOnly: [...PROC_READ_ONLY.filter((p) => existsSync(p)), "/proc/1"], masked };
   return procCache;
 }
 

@@ -1,3 +1,4 @@
+import { basename, dirname } from "node:path";
 import { InvalidInputError } from "../errors.js";
 import { systemEntries } from "./host.js";
 import { etcSecrets, type MaskedPath, procCover } from "./masks.js";
@@ -11,11 +12,22 @@ export interface OverlayMount {
   lower: string[];
   /**
    * Directories written by a sandbox (a fork's snapshots of its parents' upper dirs), topmost first, stacked above
-   * `lower`. Their files already carry the sandbox's ids, so they are not id-mapped.
+   * `lower`. Their files carry the ids of the sandbox that wrote them: mapped from its range onto the new one's.
    */
-  sandboxLowers?: string[];
+  sandboxLowers?: SandboxLower[];
   /** Path inside the sandbox. */
   target: string;
+}
+
+/** A directory a sandbox wrote, and the first host id of the range that owns its files (root mode). */
+export interface SandboxLower {
+  path: string;
+  owner?: number;
+}
+
+/** `[OWNER@]PATH`, as msb-helper reads a tree owned by a sandbox's id range. */
+export function ownedPath(l: SandboxLower): string {
+  return l.owner === undefined ? l.path : `${l.owner}@${l.path}`;
 }
 
 /** A plain bind mount of a host directory. */
@@ -67,7 +79,7 @@ const UNSAFE = /[,:\n\r\0\\]/;
 
 export function checkPlanPaths(plan: MountPlan): void {
   for (const o of plan.overlays) {
-    for (const l of [...(o.sandboxLowers ?? []), ...o.lower]) {
+    for (const l of [...(o.sandboxLowers ?? []).map((s) => s.path), ...o.lower]) {
       if (UNSAFE.test(l) || !l.startsWith("/"))
         throw new InvalidInputError(`unsupported lower directory ${JSON.stringify(l)}`);
     }
@@ -79,20 +91,33 @@ export function checkPlanPaths(plan: MountPlan): void {
 
 /**
  * A host path the launch clones into the scratch (at `b/<name>`) before the sandbox's user namespace exists: the
- * sandbox's root may not be able to walk the host path to it. Read-only sources are id-mapped in root mode.
+ * sandbox's root may not be able to walk the host path to it.
+ * - `shared`: read-only, id-mapped in root mode; a directory is shown through an overlay of the sandbox's own, so
+ *   that locks and inotify inside never meet the host's or another sandbox's (toolchains, the helper, read-only binds);
+ * - `system`: the same, never id-mapped (the host's /usr, /etc...: its root's files stay nobody's inside);
+ * - `live`: read-only, id-mapped, bound as it is: the host writes it while the sandbox runs (control files);
+ * - `rw`: writable, never id-mapped.
  */
 export interface PlanSource {
   name: string;
   path: string;
-  writable: boolean;
+  kind: "shared" | "system" | "live" | "rw";
 }
 
+/** The helper's directory is a source (`init`): pid 1 is its binary, shown through the sandbox's own overlay. */
 export function planSources(plan: MountPlan, initBinary: string): PlanSource[] {
   return [
-    { name: "init", path: initBinary, writable: false },
-    { name: "ctl", path: plan.controlDir, writable: false },
-    ...plan.toolchains.map((path, i) => ({ name: `t${i}`, path, writable: false })),
-    ...plan.binds.map((b, i) => ({ name: `x${i}`, path: b.source, writable: !b.readOnly })),
+    { name: "init", path: dirname(initBinary), kind: "shared" },
+    { name: "ctl", path: plan.controlDir, kind: "live" },
+    ...systemEntries().flatMap((e, i) =>
+      e.symlinkTo ? [] : [{ name: `s${i}`, path: e.path, kind: "system" as const }],
+    ),
+    ...plan.toolchains.map((path, i) => ({ name: `t${i}`, path, kind: "shared" as const })),
+    ...plan.binds.map((b, i) => ({
+      name: `x${i}`,
+      path: b.source,
+      kind: b.readOnly ? ("shared" as const) : ("rw" as const),
+    })),
   ];
 }
 
@@ -101,7 +126,7 @@ export function planSources(plan: MountPlan, initBinary: string): PlanSource[] {
  * sandbox's `/`), `tmp`, `shm`, `home`, `m/<i>` for the i-th overlay, `b/<name>` for the sources of planSources().
  * Every writable place lives there, so one size bounds them all.
  */
-export function bwrapArgs(plan: MountPlan, scratch: string): string[] {
+export function bwrapArgs(plan: MountPlan, scratch: string, initBinary: string): string[] {
   const a: string[] = [
     "--new-session",
     "--die-with-parent",
@@ -112,9 +137,9 @@ export function bwrapArgs(plan: MountPlan, scratch: string): string[] {
   ];
   if (!plan.network) a.push("--unshare-net");
   a.push("--hostname", plan.hostname, "--bind", `${scratch}/root`, "/");
-  for (const e of systemEntries()) {
+  for (const [i, e] of systemEntries().entries()) {
     if (e.symlinkTo) a.push("--symlink", e.symlinkTo, e.path);
-    else a.push("--ro-bind", e.path, e.path);
+    else a.push("--ro-bind", `${scratch}/b/s${i}`, e.path);
   }
   // /etc's secrets and /proc's knobs are masked by pid 1 (initMaskArgs), before anything runs.
   a.push("--proc", "/proc");
@@ -129,7 +154,14 @@ export function bwrapArgs(plan: MountPlan, scratch: string): string[] {
   for (const [i, o] of plan.overlays.entries()) a.push("--bind", `${scratch}/m/${i}`, o.target);
   for (const [i, b] of plan.binds.entries())
     a.push(b.readOnly ? "--ro-bind" : "--bind", `${scratch}/b/x${i}`, b.target);
-  a.push("--ro-bind", `${scratch}/b/ctl`, CONTROL_PATH, "--ro-bind", `${scratch}/b/init`, INIT_PATH);
+  a.push(
+    "--ro-bind",
+    `${scratch}/b/ctl`,
+    CONTROL_PATH,
+    "--ro-bind",
+    `${scratch}/b/init/${basename(initBinary)}`,
+    INIT_PATH,
+  );
   a.push("--chdir", plan.cwd);
   a.push("--cap-drop", "ALL");
   for (const c of SANDBOX_CAPS) a.push("--cap-add", `CAP_${c.toUpperCase()}`);

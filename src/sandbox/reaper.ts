@@ -3,11 +3,27 @@ import { existsSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs
 import { join } from "node:path";
 import { cgroupPids, killSandboxCgroups, listSandboxCgroups, removeCgroupTree } from "./limits.js";
 import { isSameProcessAlive, killQuietly } from "./procfs.js";
+import { homeLayout } from "../util/home.js";
+import { reapSnapshots } from "./snapshot.js";
 import { readState, removeSandboxDirs, runtimeDirFor, sandboxPaths } from "./state.js";
 
 export interface ReapReport {
   sandboxes: string[];
   cgroups: string[];
+  /** Fork snapshots whose owner died (see reapHome). */
+  snapshots: string[];
+}
+
+/** Where a home keeps fork snapshots (`Sandbox.fork`). */
+export function snapshotsDir(home: string): string {
+  return join(home, "snapshots");
+}
+
+/** Everything a home's dead owners left: sandboxes (processes, cgroups, scratch) and fork snapshots. */
+export async function reapHome(home: string): Promise<ReapReport> {
+  const report = await reapLeftovers(homeLayout(home).sandboxes);
+  report.snapshots = reapSnapshots(snapshotsDir(home));
+  return report;
 }
 
 const GRACE_MS = 60_000;
@@ -17,7 +33,7 @@ const GRACE_MS = 60_000;
  * already), cgroups and scratch directories. Safe to run while other processes own live sandboxes in the same home.
  */
 export async function reapLeftovers(sandboxesDir: string): Promise<ReapReport> {
-  const report: ReapReport = { sandboxes: [], cgroups: [] };
+  const report: ReapReport = { sandboxes: [], cgroups: [], snapshots: [] };
   let ids: string[] = [];
   try {
     ids = readdirSync(sandboxesDir);

@@ -1,7 +1,7 @@
 import type { ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { resolve } from "node:path";
 import { homeLayout, resolveHome } from "../util/home.js";
 import { InvalidInputError, SandboxError } from "../errors.js";
 import { BashSession, type RunOptions, type RunResult, type SessionProcess } from "../session/bash-session.js";
@@ -10,7 +10,7 @@ import { enterArgv, type EnterSpec, WaitingHelper } from "./enter.js";
 import { defaultCommandEnv, HOME_DOTFILES } from "./home.js";
 import { DEFAULT_OUTPUT_LIMIT, runCommand, type ExecOptions, type ExecResult, type LimitHit } from "./exec.js";
 import { SandboxFiles, type StreamedCommand } from "./files.js";
-import { idRange, launchMode, type LaunchMode } from "./host.js";
+import { abstractSocketsScoped, type HostIds, idPool, launchMode, type LaunchMode } from "./host.js";
 import { type OpenedDir, openHostDir } from "./host-dir.js";
 import { FIRST_PASSED_FD, launch } from "./launcher.js";
 import {
@@ -22,21 +22,31 @@ import {
   readCounters,
   removeCgroupTree,
   rlimitArgs,
+  scratchBytes,
   type Enforcement,
+  type LimitCounters,
   type Limits,
   type SandboxCgroups,
   whileFrozen,
   withDefaults,
 } from "./limits.js";
-import { CONTROL_PATH, defaultCwd, TESTBED_PATH, type BindMount, type MountPlan, type OverlayMount } from "./plan.js";
+import {
+  CONTROL_PATH,
+  defaultCwd,
+  TESTBED_PATH,
+  type BindMount,
+  type MountPlan,
+  type OverlayMount,
+  type SandboxLower,
+} from "./plan.js";
 import { commandName, descendants, killQuietly, parentPid, processStartTime } from "./procfs.js";
-import { reapLeftovers } from "./reaper.js";
-import { reapSnapshots, Snapshot } from "./snapshot.js";
+import { reapHome, snapshotsDir } from "./reaper.js";
+import { Snapshot } from "./snapshot.js";
 import { makeSandboxDirs, removeSandboxDirs, sandboxPaths, type SandboxPaths, writeState } from "./state.js";
 
-/** The cgroups a command joins: the sandbox's memory and freezer groups, and its own pids group. */
+/** The cgroups a command joins: the sandbox's memory, freezer and CPU groups, and its own pids group. */
 function commandCgroups(cgroups: SandboxCgroups, group: string | undefined): string[] {
-  return [cgroups.memory, cgroups.freezer, group].filter((d): d is string => Boolean(d));
+  return [cgroups.memory, cgroups.freezer, cgroups.cpu, cgroups.cpuacct, group].filter((d): d is string => Boolean(d));
 }
 
 /** A helper waiting, in a new pids group of its own, for a command of the sandbox. */
@@ -134,12 +144,20 @@ function sandboxEnv(opts: SandboxOptions, uid: number, home: string, hostname: s
 }
 
 /** Plain words for limits this host cannot enforce, so that nobody relies on them. */
-function enforcementNotices(mode: LaunchMode): string[] {
+function enforcementNotices(mode: LaunchMode, network: boolean): string[] {
   const e = enforcement();
   const missing = [...(e.memory ? [] : ["memory"]), ...(e.pids ? [] : ["process-count"])];
-  if (missing.length === 0) return [];
-  const why = mode === "root" ? "their cgroup controllers are not mounted" : "no cgroup is delegated to this user";
-  return [`${missing.join(" and ")} limits are not enforced: ${why} (see \`minisandbox doctor\`)`];
+  const notices: string[] = [];
+  if (missing.length > 0) {
+    const why = mode === "root" ? "their cgroup controllers are not mounted" : "no cgroup is delegated to this user";
+    notices.push(`${missing.join(" and ")} limits are not enforced: ${why} (see \`minisandbox doctor\`)`);
+  }
+  if (network && !abstractSocketsScoped())
+    notices.push(
+      "this sandbox shares the host's network, and this kernel (Landlock ABI < 6, Linux < 6.12) cannot keep it " +
+        "from the host's abstract unix sockets",
+    );
+  return notices;
 }
 
 /** Everything a launch needs, kept by the sandbox so that its forks start the same way. */
@@ -155,13 +173,9 @@ interface LaunchInputs {
   /** The workspace trees as launched (`dir` first). */
   overlays: OverlayMount[];
   /** A fork's snapshot: the parent's writable places. */
-  seed?: string;
+  seed?: SandboxLower;
   /** Snapshots whose copies are lowers of this sandbox's trees, held until it closes. */
   snapshots: Snapshot[];
-}
-
-function snapshotsDir(home: string): string {
-  return join(home, "snapshots");
 }
 
 const reapedFor = new Set<string>();
@@ -180,6 +194,7 @@ export class Sandbox implements AsyncDisposable {
   readonly notices: string[];
   private closed = false;
   private closing: Promise<void> | undefined;
+  private finalCounters: LimitCounters | undefined;
   private execCounter = 0;
   /** Started ahead of the next command, waiting in its cgroups (see WaitingHelper). */
   private spare: WaitingHelper | undefined;
@@ -190,8 +205,7 @@ export class Sandbox implements AsyncDisposable {
   private constructor(
     private readonly inputs: LaunchInputs,
     readonly paths: SandboxPaths,
-    private readonly holder: ChildProcess,
-    readonly pid1: number,
+    started: { holder: ChildProcess; pid1: number; hostIds: HostIds },
     private readonly cgroups: SandboxCgroups,
     private readonly rlimits: string[],
     private readonly env: Record<string, string>,
@@ -200,6 +214,9 @@ export class Sandbox implements AsyncDisposable {
     spare: WaitingHelper,
   ) {
     const opts = inputs.opts;
+    this.holder = started.holder;
+    this.pid1 = started.pid1;
+    this.hostIds = started.hostIds;
     this.opts = opts;
     this.mode = inputs.mode;
     this.uid = inputs.uid;
@@ -216,7 +233,7 @@ export class Sandbox implements AsyncDisposable {
     this.sessions = new SessionManager(this);
     this.commands = { run: (cmd, o) => this.exec(cmd, o) };
     this.spare = spare;
-    holder.on("exit", () => void this.close());
+    this.holder.on("exit", () => void this.close());
     if (opts.timeoutMs) {
       this.timer = setTimeout(() => void this.close(), opts.timeoutMs);
       this.timer.unref();
@@ -229,8 +246,7 @@ export class Sandbox implements AsyncDisposable {
     // Leftovers of owners that died (SIGKILL) are cleaned at the first start in each process.
     if (!reapedFor.has(layout.sandboxes)) {
       reapedFor.add(layout.sandboxes);
-      await reapLeftovers(layout.sandboxes);
-      reapSnapshots(snapshotsDir(home));
+      await reapHome(home);
     }
     const opts: SandboxOptions = { ...options, home, limits: withDefaults(options.limits) };
     const mode = launchMode();
@@ -288,9 +304,9 @@ export class Sandbox implements AsyncDisposable {
         plan,
         scratch: paths.scratch,
         mode,
-        idRange: mode === "root" ? idRange() : undefined,
+        ids: mode === "root" ? idPool() : undefined,
         cgroups,
-        diskBytes: limits.diskBytes!,
+        diskBytes: scratchBytes(limits, Boolean(cgroups.memory)),
         owner: `${uid}:${gid}`,
         forceCopy: opts.forceCopy ?? false,
         rlimits,
@@ -307,12 +323,14 @@ export class Sandbox implements AsyncDisposable {
         holderPid: launched.child.pid!,
         holderStart: processStartTime(launched.child.pid!),
         pid1: launched.pid1,
+        hostUid: launched.hostIds.uid,
         cgroups,
         createdAt: new Date().toISOString(),
       });
       const env = sandboxEnv(opts, uid, home, plan.hostname);
-      const notices = [...launched.notices, ...enforcementNotices(mode)];
-      return new Sandbox(inputs, paths, launched.child, launched.pid1, cgroups, rlimits, env, plan.cwd, notices, spare);
+      const notices = [...launched.notices, ...enforcementNotices(mode, plan.network)];
+      const started = { holder: launched.child, pid1: launched.pid1, hostIds: launched.hostIds };
+      return new Sandbox(inputs, paths, started, cgroups, rlimits, env, plan.cwd, notices, spare);
     } catch (e) {
       if (spare) await dropHelper(spare);
       await killSandboxCgroups(cgroups);
@@ -350,8 +368,9 @@ export class Sandbox implements AsyncDisposable {
 
   private async snapshot(): Promise<Snapshot> {
     const name = `${this.id}-${++this.forkCounter}`;
+    const owner = this.mode === "root" ? this.hostIds.uid : undefined;
     const take = (): Promise<Snapshot> =>
-      Snapshot.take(snapshotsDir(this.home), name, this.holder.pid!, this.paths.scratch);
+      Snapshot.take(snapshotsDir(this.home), name, { holderPid: this.holder.pid!, scratch: this.paths.scratch, owner });
     if (this.cgroups.freezer) return whileFrozen(this.cgroups.freezer, take);
     // Copying a running root-mode sandbox without freezing it could race its writes (and its symlink swaps).
     if (this.mode === "root") throw new SandboxError("fork needs the cgroup freezer controller on this host");
@@ -365,9 +384,9 @@ export class Sandbox implements AsyncDisposable {
       opts: { ...opts, labels: { ...opts.labels, forkedFrom: this.id } },
       overlays: this.inputs.overlays.map((o, i) => ({
         ...o,
-        sandboxLowers: [snapshot.upper(i), ...(o.sandboxLowers ?? [])],
+        sandboxLowers: [{ path: snapshot.upper(i), owner: snapshot.owner }, ...(o.sandboxLowers ?? [])],
       })),
-      seed: snapshot.dir,
+      seed: { path: snapshot.dir, owner: snapshot.owner },
       dir: this.inputs.dir?.acquire(),
       snapshots: [snapshot.acquire(), ...this.inputs.snapshots.map((s) => s.acquire())],
     });
@@ -375,6 +394,14 @@ export class Sandbox implements AsyncDisposable {
 
   readonly uid: number;
   readonly gid: number;
+  /** Host pid of the sandbox's pid 1 (whose namespaces commands enter). */
+  readonly pid1: number;
+  /**
+   * Whom root inside is on the host: the first id of this sandbox's own range (root mode; uid = gid), or the
+   * caller; `count` ids from there are the sandbox's.
+   */
+  readonly hostIds: HostIds;
+  private readonly holder: ChildProcess;
   /** The real host path of `dir`, as opened and mounted. */
   readonly dirPath: string | undefined;
   private readonly opts: SandboxOptions;
@@ -383,10 +410,11 @@ export class Sandbox implements AsyncDisposable {
 
   /** How this sandbox is isolated: what is enforced, and what an explicit option turned off. */
   security(): SandboxSecurity {
-    const range = this.mode === "root" ? idRange() : undefined;
+    const { uid, count } = this.hostIds;
+    const own = this.mode === "root" && idPool().slots > 1 ? ", this sandbox's own" : "";
     return {
       mode: this.mode,
-      rootMapsTo: range ? `host uid ${range.base} (ids ${range.base}-${range.base + range.count - 1})` : "the caller",
+      rootMapsTo: this.mode === "root" ? `host uid ${uid} (ids ${uid}-${uid + count - 1}${own})` : "the caller",
       seccomp: this.opts.seccomp ?? true,
       noNewPrivileges: true,
       limits: enforcement(),
@@ -395,6 +423,11 @@ export class Sandbox implements AsyncDisposable {
 
   get isClosed(): boolean {
     return this.closed;
+  }
+
+  /** OOM kills and refused forks so far in the sandbox's cgroups (kept from its end once closed): who ended it. */
+  limitCounters(): LimitCounters {
+    return this.finalCounters ?? readCounters(this.cgroups);
   }
 
   get network(): boolean {
@@ -417,6 +450,7 @@ export class Sandbox implements AsyncDisposable {
       mergeStderr: o.mergeOutput ?? false,
       seccomp: this.opts.seccomp ?? true,
       keepTerminal: o.keepTerminal,
+      scopeAbstractUnix: this.network && abstractSocketsScoped(),
     };
   }
 
@@ -577,6 +611,7 @@ export class Sandbox implements AsyncDisposable {
       });
     }
     if (!holderExited()) killQuietly(this.holder.pid!);
+    this.finalCounters = readCounters(this.cgroups);
     await killSandboxCgroups(this.cgroups);
     removeSandboxDirs(this.paths);
     this.inputs.dir?.release();

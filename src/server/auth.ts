@@ -5,6 +5,8 @@
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { chmodSync, closeSync, lstatSync, mkdirSync, openSync, readFileSync, renameSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
+import type { Limits } from "../sandbox/limits.js";
+import { native } from "../wire/index.js";
 import { tokenFilePath } from "../wire/token-file.js";
 import { InvalidInputError } from "../errors.js";
 
@@ -14,6 +16,10 @@ export interface Principal {
   admin: boolean;
   /** Live sandboxes this principal may hold at once (undefined: only the server-wide cap). */
   maxSandboxes?: number;
+  /** May ask for `network: true` (the host's network). Admins may. */
+  network?: boolean;
+  /** This principal's maxima (and defaults) per sandbox, under the server's. */
+  limits?: Limits;
 }
 
 export interface TokenEntry {
@@ -87,7 +93,9 @@ export function ensureTokenFile(home: string): { token: string; path: string; cr
 }
 
 /**
- * A tokens file: JSON `{"tokens": [{"name": "alice", "token": "...", "admin": false, "max_sandboxes": 8}]}`.
+ * A tokens file: JSON `{"tokens": [{"name": "alice", "token": "...", "admin": false, "max_sandboxes": 8,
+ * "network": true, "limits": {"memory_bytes": 2147483648, "pids": 512, "disk_bytes": ..., "cpus": 1}}]}`: `network`
+ * lets a non-admin ask for the host's network, `limits` are that principal's maxima (under the server's).
  * It must be readable by its owner only; names and tokens must be unique, tokens at least 16 characters.
  */
 export function loadTokensFile(path: string): TokenEntry[] {
@@ -128,7 +136,31 @@ function tokenEntry(raw: unknown, where: string): TokenEntry {
   const max = o.max_sandboxes;
   if (max !== undefined && !(typeof max === "number" && Number.isInteger(max) && max > 0))
     throw new InvalidInputError(`${where}: "max_sandboxes" must be a positive integer`);
-  return { token: o.token, principal: { name: o.name, admin: o.admin === true, maxSandboxes: max } };
+  if (o.network !== undefined && typeof o.network !== "boolean")
+    throw new InvalidInputError(`${where}: "network" must be true or false`);
+  const principal: Principal = { name: o.name, admin: o.admin === true, maxSandboxes: max };
+  if (o.network === true) principal.network = true;
+  if (o.limits !== undefined) principal.limits = principalLimits(o.limits, where);
+  return { token: o.token, principal };
+}
+
+/** A principal's `limits`: the wire's LimitsRequest (snake_case), as maxima. */
+function principalLimits(raw: unknown, where: string): Limits {
+  let l: ReturnType<typeof native.LimitsRequest.parse>;
+  try {
+    l = native.LimitsRequest.parse(raw);
+  } catch (e) {
+    const detail = (e as { detail?: { loc: (string | number)[]; msg: string }[] }).detail?.[0];
+    const why = detail ? `${detail.loc.join(".")}: ${detail.msg}` : (e as Error).message;
+    throw new InvalidInputError(`${where}: "limits" ${why}`);
+  }
+  return {
+    memoryBytes: l.memory_bytes,
+    pids: l.pids,
+    cpuSeconds: l.cpu_seconds,
+    diskBytes: l.disk_bytes,
+    cpus: l.cpus,
+  };
 }
 
 function checkEntries(entries: TokenEntry[], path: string): TokenEntry[] {

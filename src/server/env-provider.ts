@@ -180,5 +180,5 @@ async function prepareHere(
   }
 }
 
-export const envProviderFactory: ProviderFactory = async ({ home, dataset, reposDir }) =>
-  envProvider({ home, instances: dataset ? await loadDataset(dataset) : [], reposDir });
+export const envProviderFactory: ProviderFactory = async ({ home, dataset, reposDir, specsFile }) =>
+  envProvider({ home, instances: dataset ? await loadDataset(dataset) : [], reposDir, specsFile });

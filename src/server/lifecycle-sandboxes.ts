@@ -34,6 +34,7 @@ export function describe(e: Entry, base: string): native.SandboxInfo {
       pids: l.pids ?? null,
       cpu_seconds: l.cpuSeconds ?? null,
       disk_bytes: l.diskBytes ?? null,
+      cpus: l.cpus ?? null,
     },
     labels: e.labels,
     sessions: e.sandbox.sessions.names(),

@@ -1,7 +1,7 @@
 /** `startServer`'s options and their defaults: safe ones (authenticated, bounded, no host directories). */
-import { totalmem } from "node:os";
 import type { FastifyServerOptions } from "fastify";
 import type { RolloutEngineOptions } from "../rollout/index.js";
+import { defaultAdmitted, derivedMaxima, hostBudget } from "../sandbox/capacity.js";
 import type { Limits } from "../sandbox/limits.js";
 import type { BindMount } from "../sandbox/plan.js";
 import { InvalidInputError } from "../errors.js";
@@ -26,7 +26,10 @@ export interface ServerOptions {
   tokens?: TokenEntry[];
   /** No authentication at all: loopback hosts only. */
   noAuth?: boolean;
-  /** Live sandboxes at most (default: one per 128 MiB of host memory); over it POST /sandboxes answers 429. */
+  /**
+   * Live sandboxes at most (default: as many as get 1 GiB and 512 processes each of what the host has, see
+   * src/sandbox/capacity.ts); over it POST /sandboxes answers 429.
+   */
   maxSandboxes?: number;
   /** Requests per second per principal, bursts of twice that (default 200; 0: no limit); over it: 429. */
   rateLimit?: number;
@@ -42,7 +45,12 @@ export interface ServerOptions {
   /** Defaults for sandboxes that do not give their own. */
   ttlSeconds?: number;
   idleTimeoutSeconds?: number;
-  /** Server-wide maximum resource limits (also the defaults). */
+  /**
+   * Server-wide maximum resource limits (also the defaults); a request above one is a 422 naming it. What is not
+   * given is derived from the machine: memory and processes split between the sandboxes it admits (live sandboxes
+   * and rollouts together), so that all of them at their maxima fit MemAvailable and pid_max; disk 8 GiB; CPUs, the
+   * host's.
+   */
   limits?: Limits;
   /** Largest JSON body (default 16 MiB). */
   maxBodyBytes?: number;
@@ -73,9 +81,33 @@ export function isLoopback(host: string): boolean {
   return host === "localhost" || host === "::1" || /^127\.\d+\.\d+\.\d+$/.test(host) || host === "::ffff:127.0.0.1";
 }
 
-/** One sandbox per 128 MiB of host memory: an idle sandbox costs a few MiB, a working one far more. */
-export function defaultMaxSandboxes(memoryBytes = totalmem()): number {
-  return Math.max(1, Math.floor(memoryBytes / (128 * 1024 ** 2)));
+/** As many sandboxes as get 1 GiB of memory and 512 process ids each of what the host has for them. */
+export function defaultMaxSandboxes(): number {
+  return defaultAdmitted();
+}
+
+/** The per-sandbox maxima of a server admitting `admitted` sandboxes: the operator's, else derived from the machine. */
+export function serverMaxima(o: ServerOptions, admitted: number): Limits {
+  const given = Object.fromEntries(Object.entries(o.limits ?? {}).filter(([, v]) => v !== undefined));
+  return { ...derivedMaxima(admitted), ...given };
+}
+
+/** Plain words for maxima the operator chose that let `admitted` sandboxes together overcommit the host. */
+export function overcommitWarnings(maxima: Limits, admitted: number): string[] {
+  const budget = hostBudget();
+  const out: string[] = [];
+  const gib = (n: number): string => `${(n / 1024 ** 3).toFixed(1)} GiB`;
+  if (maxima.memoryBytes && maxima.memoryBytes * admitted > budget.memoryBytes)
+    out.push(
+      `${admitted} sandboxes of up to ${gib(maxima.memoryBytes)} each can take more than the ` +
+        `${gib(budget.memoryBytes)} this host has for them (lower --memory or --max-sandboxes)`,
+    );
+  if (maxima.pids && maxima.pids * admitted > budget.pids)
+    out.push(
+      `${admitted} sandboxes of up to ${maxima.pids} processes each can take more than the ${budget.pids} ` +
+        "process ids this host has for them (lower --pids or --max-sandboxes, or raise kernel.pid_max)",
+    );
+  return out;
 }
 
 export interface ResolvedAuth {

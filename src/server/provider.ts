@@ -76,4 +76,6 @@ export type ProviderFactory = (o: {
   dataset?: string;
   /** Local clones for builds (`DIR/<owner>/<name>`). */
   reposDir?: string;
+  /** Environment spec overrides (`--specs`): the same file the other commands are given. */
+  specsFile?: string;
 }) => Promise<WorkspaceProvider>;

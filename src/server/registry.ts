@@ -6,7 +6,7 @@
 import { Sandbox } from "../sandbox/sandbox.js";
 import type { Limits } from "../sandbox/limits.js";
 import type { BindMount } from "../sandbox/plan.js";
-import { LimitError } from "../errors.js";
+import { ForbiddenError, LimitError } from "../errors.js";
 import type { Principal } from "./auth.js";
 import type { DirRoots } from "./dir-roots.js";
 import { SandboxNotFoundError, UnavailableError } from "../errors.js";
@@ -71,6 +71,12 @@ export interface RegistryOptions {
   reapIntervalMs?: number;
 }
 
+/** Sandboxes another part of the server holds: per principal, and all of them. */
+export interface SandboxHoldings {
+  of(name: string): number;
+  total(): number;
+}
+
 export interface CreateOptions {
   isDefault?: boolean;
   /** The operator's own directory (serve --dir), mounted without the root check. */
@@ -89,6 +95,8 @@ export class SandboxRegistry {
   private readonly inProgress = new Set<Promise<unknown>>();
   private closing = false;
   private readonly timer: NodeJS.Timeout;
+  /** Sandboxes held outside the registry (the rollout engine's), counted against the same caps. */
+  private elsewhere: SandboxHoldings = { of: () => 0, total: () => 0 };
 
   constructor(private readonly o: RegistryOptions) {
     this.timer = setInterval(() => this.reap(), o.reapIntervalMs ?? 250);
@@ -150,14 +158,24 @@ export class SandboxRegistry {
     return p;
   }
 
-  private owned(name: string): number {
+  /** Count `holdings` (e.g. rollouts) against the server's and each principal's caps too. */
+  countAlso(holdings: SandboxHoldings): void {
+    this.elsewhere = holdings;
+  }
+
+  /** The registry's sandboxes of `name`, starting ones included (not those held elsewhere). */
+  ownedHere(name: string): number {
     let n = this.starting.get(name) ?? 0;
     for (const e of this.entries.values()) if (e.owner === name) n++;
     return n;
   }
 
+  private owned(name: string): number {
+    return this.ownedHere(name) + this.elsewhere.of(name);
+  }
+
   private checkCaps(who: Principal): void {
-    const live = this.entries.size + this.pendingCreations;
+    const live = this.entries.size + this.pendingCreations + this.elsewhere.total();
     let msg: string | undefined;
     if (live >= this.o.maxSandboxes)
       msg =
@@ -173,6 +191,11 @@ export class SandboxRegistry {
 
   private async createCounted(req: CreateSandboxRequest, who: Principal, opts: CreateOptions): Promise<Entry> {
     if (this.closing) throw shuttingDown();
+    if (req.network === true && !who.admin && !who.network)
+      throw new ForbiddenError(
+        `network: principal ${who.name} may not give sandboxes the host's network; ` +
+          'the operator allows it with "network": true in its entry of the tokens file',
+      );
     this.checkCaps(who);
     this.starting.set(who.name, (this.starting.get(who.name) ?? 0) + 1);
     const started = performance.now();
@@ -208,7 +231,7 @@ export class SandboxRegistry {
     if (req.instance_id) labels.instance_id = req.instance_id;
     if (req.env_key) labels.env_key = req.env_key;
     const network = req.network ?? base.network ?? false;
-    const limits = limitsFor(req.limits, this.o.defaultLimits);
+    const limits = limitsFor(req.limits, maximaFor(who, this.o.defaultLimits));
     const sandbox = await Sandbox.create({
       ...base,
       home: this.o.home,
@@ -300,6 +323,18 @@ export class SandboxRegistry {
     await Promise.all([...this.inProgress]);
     await Promise.all([...this.entries.keys()].map((id) => this.delete(id, "shutdown").catch(() => undefined)));
   }
+}
+
+/** The lower of the server's and the principal's maxima, field by field. */
+function maximaFor(who: Principal, server: Limits = {}): Limits {
+  const own = who.limits ?? {};
+  const keys = new Set([...Object.keys(server), ...Object.keys(own)] as (keyof Limits)[]);
+  const out: Limits = {};
+  for (const k of keys) {
+    const values = [server[k], own[k]].filter((v): v is number => v !== undefined);
+    if (values.length) out[k] = Math.min(...values);
+  }
+  return out;
 }
 
 const released = new WeakSet<ResolvedSource>();

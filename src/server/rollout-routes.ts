@@ -6,7 +6,14 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { InvalidInputError, LimitError, NotFoundError, NotImplementedError } from "../errors.js";
 import type { PhaseTimings } from "../eval/runner/timings.js";
-import type { Rollout, RolloutEngine, RolloutGroup, RolloutInfo, RolloutOutcome } from "../rollout/index.js";
+import type {
+  Rollout,
+  RolloutEngine,
+  RolloutGroup,
+  RolloutInfo,
+  RolloutOutcome,
+  RolloutOwner,
+} from "../rollout/index.js";
 import { rollout as wire } from "../wire/index.js";
 import type { Principal } from "./auth.js";
 import { readBounded, writeBounded } from "./bounded-io.js";
@@ -23,6 +30,7 @@ export function registerRolloutRoutes(app: FastifyInstance, ctx: RouteContext, e
     const g = await access.engine().startGroup({
       instance: r.instance_id,
       n: r.n,
+      owner: ownerOf(ctx, principalOf(req)),
       ...(r.gold_check !== undefined ? { goldCheck: r.gold_check } : {}),
       ...(r.ttl_seconds !== undefined ? { ttlMs: r.ttl_seconds * 1000 } : {}),
     });
@@ -41,7 +49,8 @@ export function registerRolloutRoutes(app: FastifyInstance, ctx: RouteContext, e
   });
   app.post("/rollouts/prewarm", { config }, async (req) => {
     const r = wire.PrewarmRequest.parse(req.body);
-    const report = await access.engine().prewarm(r.instance_ids, { sandboxes: r.sandboxes });
+    const owner = ownerOf(ctx, principalOf(req));
+    const report = await access.engine().prewarm(r.instance_ids, { sandboxes: r.sandboxes, owner });
     return {
       tasks: report.tasks.map((t) => ({
         instance_id: t.instanceId,
@@ -68,6 +77,15 @@ export function registerRolloutRoutes(app: FastifyInstance, ctx: RouteContext, e
     };
   });
   registerRolloutWork(app, ctx, access);
+}
+
+/** A principal as the engine's owner: its token's cap covers its plain sandboxes and its rollouts together. */
+function ownerOf(ctx: RouteContext, who: Principal): RolloutOwner {
+  return {
+    name: who.name,
+    ...(who.maxSandboxes !== undefined ? { maxSandboxes: who.maxSandboxes } : {}),
+    heldElsewhere: () => ctx.registry.ownedHere(who.name),
+  };
 }
 
 /** Routes on one rollout: inspect, commands, files, reward, fork, close. */
@@ -242,7 +260,9 @@ export function outcomeToWire(o: RolloutOutcome): wire.RolloutOutcome {
     fail_to_pass: o.failToPass,
     pass_to_pass: o.passToPass,
     ...(o.failure ? { failure: o.failure } : {}),
+    reason: o.reason,
     ...(o.note ? { note: o.note } : {}),
+    flags: o.flags,
     mode: o.mode,
     patch: o.patch,
     timings: timingsToWire(o.timings),

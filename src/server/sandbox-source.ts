@@ -2,11 +2,12 @@
  * Where a new sandbox's workspace comes from: a host directory (only under the allowed roots, mounted through the
  * descriptor that was checked), a dataset instance or an environment key (through the provider), or nothing.
  */
+import { availableParallelism } from "node:os";
 import type { SandboxOptions } from "../sandbox/sandbox.js";
 import type { BindMount } from "../sandbox/plan.js";
 import { pythonOnPath } from "../env/python-on-path.js";
 import type { Limits } from "../sandbox/limits.js";
-import { InvalidInputError } from "../errors.js";
+import { RequestValidationError } from "../errors.js";
 import type { DirRoots } from "./dir-roots.js";
 import { NotImplementedError } from "../errors.js";
 import type { native } from "../wire/index.js";
@@ -95,12 +96,19 @@ async function resolveWorkspaceSource(
   return { kind: "empty", options: {}, done: nothing };
 }
 
-/** The request's limits under the server's maxima (which are also the defaults). */
+/** The request's limits under the server's maxima (which are also the defaults): above one, a 422 naming it. */
 export function limitsFor(asked: CreateSandboxRequest["limits"], max: Limits = {}): Limits {
-  const pick = (value: number | undefined, cap: number | undefined, name: string): number | undefined => {
+  /** `ceiling`: a maximum that is no default (a CPU quota is asked for, never imposed). */
+  const pick = (value: number | undefined, cap: number | undefined, name: string, ceiling?: number) => {
     if (value === undefined) return cap;
-    if (cap !== undefined && value > cap)
-      throw new InvalidInputError(`limits.${name} ${value} is above this server's maximum ${cap}`);
+    cap ??= ceiling;
+    if (cap !== undefined && value > cap) {
+      const msg = `limits.${name} ${value} is above this server's maximum ${cap}`;
+      throw new RequestValidationError(
+        [{ type: "less_than_equal", loc: ["body", "limits", name], msg, input: value, ctx: { le: cap } }],
+        msg,
+      );
+    }
     return value;
   };
   return {
@@ -108,5 +116,6 @@ export function limitsFor(asked: CreateSandboxRequest["limits"], max: Limits = {
     pids: pick(asked?.pids, max.pids, "pids"),
     cpuSeconds: pick(asked?.cpu_seconds, max.cpuSeconds, "cpu_seconds"),
     diskBytes: pick(asked?.disk_bytes, max.diskBytes, "disk_bytes"),
+    cpus: pick(asked?.cpus, max.cpus, "cpus", availableParallelism()),
   };
 }

@@ -5,8 +5,10 @@
  */
 import Fastify, { type FastifyInstance } from "fastify";
 import multipart from "@fastify/multipart";
-import { reapLeftovers } from "../sandbox/reaper.js";
-import { homeLayout, resolveHome } from "../util/home.js";
+import { writeFileSync } from "node:fs";
+import type { Limits } from "../sandbox/limits.js";
+import { reapHome, type ReapReport } from "../sandbox/reaper.js";
+import { resolveHome } from "../util/home.js";
 import { nodeCacheFor } from "../env/environments.js";
 import { registerBodyParser } from "./body-parser.js";
 import { DirRoots } from "./dir-roots.js";
@@ -22,7 +24,14 @@ import { registerSandboxRoutes } from "./lifecycle-sandboxes.js";
 import { registerTaskRoutes } from "./lifecycle-tasks.js";
 import { ServerMetrics } from "./metrics.js";
 import { registerOpsRoutes } from "./ops-routes.js";
-import { defaultMaxSandboxes, requestLimits, resolveAuth, type ServerOptions } from "./options.js";
+import {
+  defaultMaxSandboxes,
+  overcommitWarnings as overcommitOf,
+  requestLimits,
+  resolveAuth,
+  serverMaxima,
+  type ServerOptions,
+} from "./options.js";
 import { Budget, RateLimiter } from "./rate-limit.js";
 import { SandboxRegistry } from "./registry.js";
 import { ReplayStore } from "./replay.js";
@@ -49,7 +58,9 @@ export interface RunningServer {
   /** False with `noAuth`. */
   authenticated: boolean;
   /** What was reaped at start: leftovers of a server that was killed. */
-  reaped: { sandboxes: string[]; cgroups: string[] };
+  reaped: ReapReport;
+  /** Maxima the operator chose that let the admitted sandboxes overcommit the host (said at start). */
+  warnings: string[];
   /** Close every sandbox, then stop listening. Idempotent. */
   close(): Promise<void>;
 }
@@ -67,15 +78,26 @@ function createApp(o: ServerOptions): FastifyInstance {
   });
 }
 
+/**
+ * How many sandboxes the server admits (live sandboxes, and rollouts when it serves them), and the per-sandbox
+ * maxima under which all of them fit the host.
+ */
+function admission(o: ServerOptions): { maxSandboxes: number; maxRollouts: number; maxima: Limits } {
+  const maxSandboxes = o.maxSandboxes ?? defaultMaxSandboxes();
+  const maxRollouts = o.rollouts ? (o.rollouts.maxRollouts ?? maxSandboxes) : 0;
+  return { maxSandboxes, maxRollouts, maxima: serverMaxima(o, maxSandboxes + maxRollouts) };
+}
+
 function routeContext(o: ServerOptions, home: string, app: FastifyInstance, metrics: ServerMetrics): RouteContext {
+  const { maxSandboxes, maxima } = admission(o);
   const registry = new SandboxRegistry({
     home,
     provider: o.provider,
-    maxSandboxes: o.maxSandboxes ?? defaultMaxSandboxes(),
+    maxSandboxes,
     roots: new DirRoots(o.allowDirs ?? [], [home, ...(o.secretPaths ?? [])]),
     ttlSeconds: o.ttlSeconds,
     idleTimeoutSeconds: o.idleTimeoutSeconds,
-    defaultLimits: o.limits,
+    defaultLimits: maxima,
     metrics,
     log: app.log,
   });
@@ -109,7 +131,8 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
   const host = opts.host ?? "127.0.0.1";
   const home = resolveHome(opts.home);
   const { auth, tokenFile } = resolveAuth(opts, host, home);
-  const reaped = await reapLeftovers(homeLayout(home).sandboxes);
+  const reaped = await reapHome(home);
+  keepServerAlive();
   await pruneStaleLeases(home);
   const app = createApp(opts);
   const metrics = new ServerMetrics();
@@ -125,9 +148,9 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
   registerTaskRoutes(app, ctx);
   registerSdkRoutes(app, ctx);
   registerManyNodeRoutes(app, ctx);
-  const rollouts = opts.rollouts
-    ? new RolloutEngine({ limits: opts.limits, maxRollouts: ctx.registry.maxSandboxes, ...opts.rollouts, home })
-    : undefined;
+  const rollouts = rolloutEngine(opts, home);
+  if (rollouts)
+    ctx.registry.countAlso({ of: (name) => rollouts.sandboxesOf(name), total: () => rollouts.sandboxesOf(null) });
   registerRolloutRoutes(app, ctx, rollouts);
   registerRuntimeRoutes(
     app,
@@ -162,6 +185,7 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
       tokenFile,
       authenticated: !auth.open,
       reaped,
+      warnings: overcommitWarnings(opts),
       close,
     };
   } catch (e) {
@@ -182,6 +206,30 @@ async function serveDefault(app: FastifyInstance, ctx: RouteContext, o: ServerOp
   });
   registerRuntimeRoutes(app, "", (req) => ctx.registry.get(e.id, principalOf(req)), ctx);
   return e.id;
+}
+
+/** The rollout engine (with `rollouts`): its sandboxes under the same maxima as the registry's. */
+function rolloutEngine(o: ServerOptions, home: string): RolloutEngine | undefined {
+  if (!o.rollouts) return undefined;
+  const { maxRollouts, maxima } = admission(o);
+  return new RolloutEngine({ limits: maxima, ...o.rollouts, maxRollouts, home });
+}
+
+function overcommitWarnings(o: ServerOptions): string[] {
+  const a = admission(o);
+  return overcommitOf(a.maxima, a.maxSandboxes + a.maxRollouts);
+}
+
+/**
+ * A host out of memory kills sandboxes (OOM score 1000) before the server that holds them: the server lowers its
+ * own score where it may (CAP_SYS_RESOURCE); elsewhere it keeps the default, still far below its sandboxes'.
+ */
+function keepServerAlive(): void {
+  try {
+    writeFileSync("/proc/self/oom_score_adj", "-500");
+  } catch {
+    /* not permitted here */
+  }
 }
 
 function once(fn: () => Promise<void>): () => Promise<void> {

@@ -8,14 +8,55 @@ export interface PromptHit {
 }
 
 const WINDOW = 64 * 1024;
+/** Pieces are joined into strings of about this many characters as they come. */
+const BLOCK = 16 * 1024;
+
+/**
+ * Text appended piece by piece, held as few strings whatever the pieces' size (a terminal may deliver a byte at a
+ * time: a million pieces must not mean a million strings), with its length and a way to keep only its end.
+ */
+class Pieces {
+  private blocks: string[] = [];
+  private small: string[] = [];
+  private smallLength = 0;
+  length = 0;
+
+  push(text: string): void {
+    if (!text) return;
+    this.small.push(text);
+    this.smallLength += text.length;
+    this.length += text.length;
+    if (this.smallLength >= BLOCK) {
+      this.blocks.push(this.small.join(""));
+      this.small = [];
+      this.smallLength = 0;
+    }
+  }
+
+  toString(): string {
+    return this.blocks.join("") + this.small.join("");
+  }
+
+  /** Keep the last `n` characters only; returns how many were dropped. */
+  keepLast(n: number): number {
+    const dropped = Math.max(0, this.length - n);
+    if (dropped === 0) return 0;
+    const kept = this.toString().slice(-n);
+    this.blocks = [kept];
+    this.small = [];
+    this.smallLength = 0;
+    this.length = kept.length;
+    return dropped;
+  }
+}
 
 export class OutputCollector {
-  private head = "";
-  private tail = "";
+  private head = new Pieces();
+  private tail = new Pieces();
+  private window = new Pieces();
   private dropped = 0;
   /** Raw text not yet committed: may end with a partial sentinel. */
   private carry = "";
-  recent = "";
 
   constructor(
     private readonly promptRe: RegExp,
@@ -23,26 +64,32 @@ export class OutputCollector {
     private readonly limitChars: number,
   ) {}
 
+  /** The last 64 KiB of output, for `expect` patterns. */
+  get recent(): string {
+    this.window.keepLast(WINDOW);
+    return this.window.toString();
+  }
+
   /** Start over (the output of an older command ended here). */
   reset(): void {
-    this.head = this.tail = this.recent = "";
+    this.head = new Pieces();
+    this.tail = new Pieces();
+    this.window = new Pieces();
     this.dropped = 0;
   }
 
   private commit(text: string): void {
     if (!text) return;
-    this.recent = (this.recent + text).slice(-WINDOW);
+    this.window.push(text);
+    if (this.window.length > 2 * WINDOW) this.window.keepLast(WINDOW);
     const headRoom = Math.ceil(this.limitChars / 2) - this.head.length;
     if (headRoom > 0) {
-      this.head += text.slice(0, headRoom);
+      this.head.push(text.slice(0, headRoom));
       text = text.slice(headRoom);
     }
-    this.tail += text;
+    this.tail.push(text);
     const tailCap = Math.floor(this.limitChars / 2);
-    if (this.tail.length > tailCap * 2) {
-      this.dropped += this.tail.length - tailCap;
-      this.tail = this.tail.slice(-tailCap);
-    }
+    if (this.tail.length > tailCap * 2) this.dropped += this.tail.keepLast(tailCap);
   }
 
   /**
@@ -83,7 +130,7 @@ export class OutputCollector {
   /** Everything committed so far, cleaned, with a marker where the middle was dropped. */
   text(): string {
     const tailCap = Math.floor(this.limitChars / 2);
-    let tail = this.tail;
+    let tail = this.tail.toString();
     let dropped = this.dropped;
     if (tail.length > tailCap) {
       dropped += tail.length - tailCap;
@@ -92,7 +139,7 @@ export class OutputCollector {
     const middle = dropped
       ? `\n[... minisandbox: ${dropped} characters of output omitted (limit ${this.limitChars}) ...]\n`
       : "";
-    return cleanTerminalOutput(this.head + middle + tail);
+    return cleanTerminalOutput(this.head.toString() + middle + tail);
   }
 }
 

@@ -27,6 +27,11 @@ function snapshotFrom(m: RegExpExecArray): SnapshotId {
   return { mirror: `swesmith/${owner}__${name}.${commit8}`, upstream: `${owner}/${name}`, commit8: commit8! };
 }
 
+/** Whether a repository name is a SWE-smith snapshot mirror ("swesmith/<owner>__<name>.<commit8>"). */
+export function isSweSmithMirror(repo: string): boolean {
+  return repo.startsWith("swesmith/") && MIRROR_RE.test(repo);
+}
+
 /** The snapshot a SWE-smith row belongs to, or undefined when the row is not SWE-smith shaped. */
 export function sweSmithSnapshot(row: Record<string, unknown>): SnapshotId | undefined {
   const repo = typeof row.repo === "string" ? row.repo : "";

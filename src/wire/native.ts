@@ -20,6 +20,8 @@ export const LimitsRequest = model(
     pids: count().optional(),
     cpu_seconds: count().optional(),
     disk_bytes: count().optional(),
+    /** CPUs the sandbox may use at most (a CFS quota; 0.5 = half of one CPU). */
+    cpus: t.float().gt(0).le(MAX).optional(),
   },
   { extra: "forbid", objectError: "dict" },
 );
@@ -63,6 +65,8 @@ export const SandboxLimits = model("SandboxLimits", {
   pids: t.int().nullable(),
   cpu_seconds: t.float().nullable(),
   disk_bytes: t.int().nullable(),
+  /** A CFS quota in CPUs (servers before it existed do not send it). */
+  cpus: t.float().nullable().default(null),
 });
 
 export const SandboxInfo = model("SandboxInfo", {

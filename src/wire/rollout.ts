@@ -13,6 +13,31 @@ export const RolloutFailure = model("RolloutFailure", {
   message: t.str(),
 });
 
+/** Why a scored outcome has its reward (a 0 the attempt caused names how), or an infrastructure failure's kind. */
+export const OUTCOME_REASONS = [
+  "graded",
+  "empty_patch",
+  "patch_apply_failed",
+  "eval_timeout",
+  "eval_crash",
+  "eval_oom",
+  "grading_failed",
+  "testbed_broken",
+  "sandbox_oom",
+  "rollout_expired",
+  "timeout",
+  "build_error",
+  "sandbox_lost",
+  "sandbox_failed",
+  "eval_error",
+] as const;
+
+export const IntegrityFlag = model("IntegrityFlag", {
+  kind: t.literal("conftest", "test_config", "interpreter_startup", "pytest_plugin", "test_file", "test_runner"),
+  path: t.str(),
+  reason: t.str(),
+});
+
 export const TestCounts = model("TestCounts", { passed: t.int(), total: t.int() });
 
 export const RewardTimings = model("RewardTimings", {
@@ -39,7 +64,11 @@ export const RolloutOutcome = model("RolloutOutcome", {
   fail_to_pass: TestCounts.nullable(),
   pass_to_pass: TestCounts.nullable(),
   failure: RolloutFailure.optional(),
+  /** Absent from servers before it: then `failure.kind`, or "graded" for a scored outcome. */
+  reason: t.literal(...OUTCOME_REASONS).optional(),
   note: t.str().optional(),
+  /** Test infrastructure the graded patch touches (absent: none, or a server before it). */
+  flags: t.list(IntegrityFlag).optional(),
   mode: t.literal("fresh", "in_place"),
   patch: t.str(),
   timings: RewardTimings,

@@ -6,9 +6,12 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { resolveHome } from "../util/home.js";
 
+/** The token file's path under a home (declared once: the Python package's copy is generated from it). */
+export const TOKEN_FILE = ["server", "token"] as const;
+
 /** `<home>/server/token`: one line, readable by its owner only. */
 export function tokenFilePath(home?: string): string {
-  return join(resolveHome(home), "server", "token");
+  return join(resolveHome(home), ...TOKEN_FILE);
 }
 
 /** The token in the home's token file, or undefined when there is none (or it cannot be read). */

@@ -23,20 +23,25 @@ import { dirname, join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { ExecResult } from "../../src/sandbox/exec.js";
-import { DEFAULT_DISK_BYTES, DEFAULT_MEMORY_BYTES, DEFAULT_PIDS } from "../../src/sandbox/limits.js";
+import { ID_LOCKS_DIR, type IdPool } from "../../src/sandbox/host.js";
+import { DEFAULT_DISK_BYTES, DEFAULT_MEMORY_BYTES, DEFAULT_PIDS, scratchBytes } from "../../src/sandbox/limits.js";
 import { reapLeftovers } from "../../src/sandbox/reaper.js";
 import { Sandbox } from "../../src/sandbox/sandbox.js";
 import { InvalidInputError, LimitError, TimeoutError } from "../../src/errors.js";
 import { cgroupsLeft, mountsUnder, processesMatching, scratchDirs } from "../helpers.js";
+import { ABSTRACT_HOST } from "./neighbour-probes.js";
+import { registerNeighbourTests } from "./neighbours.js";
 import { PS, SYSCALL_PROBE, TAR_HIJACK, TERMINAL_OWNER } from "./probes.js";
 
 export interface EscapeTarget {
   mode: "root" | "userns";
   /** MINISANDBOX_HOME of every sandbox the suite starts (owned by the user running it). */
   home: string;
-  /** The host uid that root inside must be: the id range's base as root, the caller otherwise. */
-  hostUid: number;
-  /** The uid_map line root inside must see: `0 <hostUid> <count>`. */
+  /** Unprivileged: the host uid that root inside must be (the caller). */
+  hostUid?: number;
+  /** Root mode: the pool every sandbox's own id range comes from. */
+  idPool?: IdPool;
+  /** The uid_map line root inside must see: `0 <host uid> <count>`. */
   idCount: number;
   /** Memory and process limits are enforced here (root, or a cgroup delegated to the user). */
   limitsEnforced: boolean;
@@ -66,6 +71,19 @@ const HOST_PYTHON = "/usr/bin/python3";
 const OWNER_FIXTURE = join(import.meta.dirname, "..", "fixtures", "escape-owner.js");
 
 type Outcome = { ret: number | null; errno: string | null } | { signal: number } | { error: string };
+
+/** The host uid root inside `sb` must be: the caller, or (root mode) the first id of a range of the pool. */
+export function hostUidOf(sb: Sandbox, target: EscapeTarget): number {
+  const uid = sb.hostIds.uid;
+  if (target.mode === "userns") {
+    assert.equal(uid, target.hostUid);
+    return uid;
+  }
+  const pool = target.idPool!;
+  const slot = (uid - pool.base) / pool.size;
+  assert.ok(Number.isInteger(slot) && slot >= 0 && slot < pool.slots, `host uid ${uid} is not a range of the pool`);
+  return uid;
+}
 
 function refused(probe: Record<string, Outcome>, name: string, errno: string): void {
   assert.deepEqual(probe[name], { ret: -1, errno }, `${name}: ${JSON.stringify(probe[name])}`);
@@ -458,22 +476,26 @@ export function registerEscapeSuite(target: EscapeTarget): void {
       assert.deepEqual(r.stdout.trim().split("\n"), ["0", "0"], r.stderr);
     });
 
-    test("pid 1 out of reach: ptrace, pidfd_getfd (EPERM), /proc/1 refused; it holds only /dev/null", async () => {
+    test("pid 1 out of reach: ptrace, pidfd_getfd (EPERM), /proc/1 refused; holds /dev/null, its lock", async () => {
       refused(probe, "ptrace_attach_1", "EPERM");
       refused(probe, "ptrace_seize_1", "EPERM");
       refused(probe, "pidfd_getfd_1", "EPERM");
       refused(probe, "ptrace_suspend_seccomp", "EPERM");
       const r = await main.exec(
         "for f in mem environ maps; do head -c1 /proc/1/$f >/dev/null 2>&1 && echo READ-$f; done; " +
-          "for l in root cwd exe fd/0 fd/1 fd/2; do readlink /proc/1/$l && echo LINK-$l; done; echo done",
+          "for l in root cwd exe fd/0 fd/1 fd/2 fd/5; do readlink /proc/1/$l && echo LINK-$l; done; echo done",
       );
       assert.equal(r.stdout, "done\n", r.stdout);
       // pidfd_send_signal(SIGKILL) to pid 1 from inside had no effect.
       assert.ok(existsSync(`/proc/${main.pid1}`));
       assert.equal((await main.exec(["echo", "alive"])).stdout, "alive\n");
       const fds = readdirSync(`/proc/${main.pid1}/fd`).sort();
-      assert.deepEqual(fds, ["0", "1", "2"]);
-      if (mode === "root") for (const fd of fds) assert.equal(readlinkSync(`/proc/${main.pid1}/fd/${fd}`), "/dev/null");
+      // A sandbox with a range of its own: pid 1 also holds that range's lock, for as long as it lives.
+      const ownRange = mode === "root" && target.idPool!.slots > 1;
+      assert.deepEqual(fds, ownRange ? ["0", "1", "2", "5"] : ["0", "1", "2"]);
+      if (ownRange) assert.equal(readlinkSync(`/proc/${main.pid1}/fd/5`), join(ID_LOCKS_DIR, String(main.hostIds.uid)));
+      if (mode === "root")
+        for (const fd of ["0", "1", "2"]) assert.equal(readlinkSync(`/proc/${main.pid1}/fd/${fd}`), "/dev/null");
     });
 
     test("flooding pid 1's descriptors (the launcher's pipes) is refused; the host process does not grow", async () => {
@@ -569,7 +591,8 @@ export function registerEscapeSuite(target: EscapeTarget): void {
       );
       const lines = r.stdout.trim().split("\n");
       const uidMap = lines[0]!.trim().split(/\s+/).map(Number);
-      assert.deepEqual(uidMap, [0, target.hostUid, target.idCount]);
+      const hostUid = hostUidOf(main, target);
+      assert.deepEqual(uidMap, [0, hostUid, target.idCount]);
       if (mode === "root") assert.notEqual(uidMap[1], 0);
       const field = (name: string): string => lines.find((l) => l.startsWith(`${name}:`))!.split(/\s+/)[1]!;
       assert.equal(BigInt(`0x${field("CapEff")}`), DOCKER_CAP_MASK, "CapEff");
@@ -580,7 +603,7 @@ export function registerEscapeSuite(target: EscapeTarget): void {
       assert.equal(field("NoNewPrivs"), "1");
       assert.equal(field("Seccomp"), "2");
       // The host's view: pid 1 and a command, found by a command line no other process has.
-      assert.equal(statusField(main.pid1, "Uid"), Array(4).fill(target.hostUid).join("\t"));
+      assert.equal(statusField(main.pid1, "Uid"), Array(4).fill(hostUid).join("\t"));
       assert.equal(statusField(main.pid1, "NoNewPrivs"), "1");
       assert.equal(statusField(main.pid1, "Seccomp"), "2");
       const marker = `sleep 77.${randomBytes(3).readUIntBE(0, 3)}`;
@@ -588,7 +611,7 @@ export function registerEscapeSuite(target: EscapeTarget): void {
       try {
         assert.ok(await until(() => hostProcesses(marker).length > 0), "the command did not show on the host");
         for (const pid of hostProcesses(marker)) {
-          assert.equal(statusField(pid, "Uid"), Array(4).fill(target.hostUid).join("\t"));
+          assert.equal(statusField(pid, "Uid"), Array(4).fill(hostUid).join("\t"));
           assert.equal(statusField(pid, "NoNewPrivs"), "1");
           assert.equal(statusField(pid, "NSpid").split(/\s+/).length, 2, "a pid namespace of its own");
         }
@@ -597,7 +620,7 @@ export function registerEscapeSuite(target: EscapeTarget): void {
         if (state.cgroups.pids) {
           const inside = cgroupTree(state.cgroups.pids).filter((pid) => statusField(pid, "NSpid").includes("\t"));
           assert.ok(inside.length >= 2, `pid 1 and the command in the pids cgroup: ${inside}`);
-          for (const pid of inside) assert.equal(statusField(pid, "Uid"), Array(4).fill(target.hostUid).join("\t"));
+          for (const pid of inside) assert.equal(statusField(pid, "Uid"), Array(4).fill(hostUid).join("\t"));
         }
       } finally {
         await main.exec(["pkill", "-f", marker]);
@@ -645,7 +668,9 @@ export function registerEscapeSuite(target: EscapeTarget): void {
       test("inherited fds: a command sees only 0-2, none reaching the host; pid 1 and the launcher hold none", () => {
         assert.deepEqual(run.inside.fds, [0, 1, 2]);
         assert.ok(typeof run.inside.through_held_fd === "string", `listed: ${run.inside.through_held_fd}`);
-        assert.deepEqual(Object.keys(run.result.pid1Fds).sort(), ["0", "1", "2"]);
+        // pid 1's only other descriptor is its id range's lock (root mode, a range of its own).
+        const pid1Fds = Object.entries(run.result.pid1Fds).filter(([, to]) => !to.startsWith(`${ID_LOCKS_DIR}/`));
+        assert.deepEqual(pid1Fds.map(([fd]) => fd).sort(), ["0", "1", "2"]);
         for (const [fd, to] of Object.entries(run.result.holderFds))
           assert.notEqual(to, "/", `the launcher holds the host's / on fd ${fd}`);
       });
@@ -1000,13 +1025,14 @@ export function registerEscapeSuite(target: EscapeTarget): void {
 
     test("network off: only lo inside; the host's TCP and abstract unix sockets are unreachable", async () => {
       const tag = `msb-escape-${randomBytes(4).toString("hex")}`;
-      const servers = [createServer((c) => c.end("host")), createServer((c) => c.end("host"))];
-      await Promise.all([
-        new Promise((r) => servers[0]!.listen(0, "127.0.0.1", () => r(undefined))),
-        new Promise((r) => servers[1]!.listen(`\0${tag}`, () => r(undefined))),
-      ]);
+      const tcp = createServer((c) => c.end("host"));
+      await new Promise((r) => tcp.listen(0, "127.0.0.1", () => r(undefined)));
+      // Node names an abstract socket with all 108 bytes of sun_path: a Python listener is the usual exact name.
+      const abstract = spawn(HOST_PYTHON, ["-c", ABSTRACT_HOST, tag], { stdio: ["ignore", "pipe", "inherit"] });
+      await new Promise((r) => abstract.stdout.once("data", r));
+      const servers = [tcp, { close: () => abstract.kill("SIGKILL") }];
       try {
-        const port = (servers[0]!.address() as AddressInfo).port;
+        const port = (tcp.address() as AddressInfo).port;
         const script =
           "import json, socket\nseen = {}\n" +
           `for name, family, addr in (("tcp", socket.AF_INET, ("127.0.0.1", ${port})), ` +
@@ -1046,6 +1072,7 @@ export function registerEscapeSuite(target: EscapeTarget): void {
       );
     });
 
+    registerNeighbourTests(target, ids);
     registerLimitTests(target, ids);
   });
 }
@@ -1060,7 +1087,12 @@ export function registerLimitTests(target: EscapeTarget, ids: string[] = []): vo
     assert.equal(sb.limits.memoryBytes, DEFAULT_MEMORY_BYTES);
     assert.equal(sb.limits.pids, DEFAULT_PIDS);
     const df = await sb.exec(["df", "-B1", "--output=size", "/tmp"]);
-    assert.equal(Number(df.stdout.trim().split("\n").pop()), DEFAULT_DISK_BYTES);
+    // The writable places' tmpfs: the disk budget, an eighth short of the memory limit where that is enforced.
+    const scratch = scratchBytes(
+      { memoryBytes: DEFAULT_MEMORY_BYTES, diskBytes: DEFAULT_DISK_BYTES },
+      target.limitsEnforced,
+    );
+    assert.equal(Number(df.stdout.trim().split("\n").pop()), scratch);
     const state = JSON.parse(readFileSync(sb.paths.state, "utf8")) as { cgroups: { memory?: string; pids?: string } };
     if (target.limitsEnforced) {
       assert.equal(readOr(join(state.cgroups.pids ?? "", "pids.max")).trim(), String(DEFAULT_PIDS));

@@ -11,12 +11,13 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 T0 = time.monotonic()
-cfg = json.load(open(sys.argv[1]))
+cfg = json.loads(Path(sys.argv[1]).read_text())
 
 import ray  # noqa: E402
-
 from minisandbox import Client  # noqa: E402
 from minisandbox.fleet import Fleet, FleetConfig, evaluate, prepare, rollout_groups  # noqa: E402
 from minisandbox.fleet.testing import LocalCluster  # noqa: E402
@@ -43,8 +44,20 @@ def summary_of(out):
 
 def expected_summary(name, predictions, ids):
     """What a single node's report says for these instances: the reference run's files, summed up by the product."""
-    args = [*cfg["cli"], "evaluate", "--dataset", cfg["dataset"], "--predictions", predictions, "--run-id", name,
-            "--report-dir", cfg["ref_dir"], "--summary-only", "--json"]
+    args = [
+        *cfg["cli"],
+        "evaluate",
+        "--dataset",
+        cfg["dataset"],
+        "--predictions",
+        predictions,
+        "--run-id",
+        name,
+        "--report-dir",
+        cfg["ref_dir"],
+        "--summary-only",
+        "--json",
+    ]
     for i in ids:
         args += ["--instance-ids", i]
     r = subprocess.run(args, capture_output=True, text=True, check=True)
@@ -59,11 +72,11 @@ def summary_diff(a, b):
 
 def fetches(fleet):
     """(node, layer) -> how many times that node fetched that layer, from each node's pulls.jsonl."""
-    c = collections.Counter()
+    c: collections.Counter[tuple[str, str]] = collections.Counter()
     for node in ("n0", "n1", "n2"):
         path = os.path.join(cfg["base"], node, "home", "cache", "pulls.jsonl")
         if os.path.exists(path):
-            for line in open(path):
+            for line in Path(path).read_text().splitlines():
                 if line.strip():
                     c[(node, json.loads(line)["key"])] += 1
     return c
@@ -79,11 +92,11 @@ def live_leases(home):
             if len(parts) != 4:
                 continue
             try:
-                stat = open(f"/proc/{parts[2]}/stat").read()
-                cmd = open(f"/proc/{parts[2]}/cmdline").read().replace("\0", " ")[:200]
+                stat = Path(f"/proc/{parts[2]}/stat").read_text()
+                cmd = Path(f"/proc/{parts[2]}/cmdline").read_text().replace("\0", " ")[:200]
             except OSError:
                 continue
-            if stat[stat.rindex(")") + 2:].split()[19] == parts[1]:
+            if stat[stat.rindex(")") + 2 :].split()[19] == parts[1]:
                 live.append(f"{name}: {cmd}")
     return live
 
@@ -125,13 +138,17 @@ fleet = Fleet(config, log=log.append)
 t = time.monotonic()
 fleet.refresh(force=True)
 warm = {n.name: len(n.layers) for n in fleet.placement.nodes.values()}
-check("servers_started_one_per_node", len(fleet.placement.nodes) == 3 and warm["n0"] == cfg["seeded"],
-      seconds=round(time.monotonic() - t, 1), layers=warm)
+check(
+    "servers_started_one_per_node",
+    len(fleet.placement.nodes) == 3 and warm["n0"] == cfg["seeded"],
+    seconds=round(time.monotonic() - t, 1),
+    layers=warm,
+)
 unauth = Client(fleet.placement.usable()[0].url, "").request
 try:
     unauth("GET", "/sandboxes")
     authed = False
-except Exception as e:
+except Exception as e:  # noqa: BLE001 - whatever it raised, only a 403 passes
     authed = getattr(e, "status", None) == 403
 check("servers_authenticated_by_default", authed)
 
@@ -140,28 +157,49 @@ t = time.monotonic()
 prep = prepare(fleet, cfg["dataset"], progress=False)
 by_status = collections.Counter(e["status"] for e in prep["environments"])
 built_on = sorted(e["node"] for e in prep["environments"] if e["status"] == "built")
-check("prepare_builds_missing_environments_once", by_status == {"present": cfg["seeded"], "built": 20 - cfg["seeded"]}
-      and prep["failed"] == 0 and len(set(built_on)) == len(built_on),
-      seconds=round(time.monotonic() - t, 1), statuses=dict(by_status), built_on=built_on)
+check(
+    "prepare_builds_missing_environments_once",
+    by_status == {"present": cfg["seeded"], "built": 20 - cfg["seeded"]}
+    and prep["failed"] == 0
+    and len(set(built_on)) == len(built_on),
+    seconds=round(time.monotonic() - t, 1),
+    statuses=dict(by_status),
+    built_on=built_on,
+)
 
 # 2. twenty instances over three nodes: the same report as one node.
 t = time.monotonic()
-placed = collections.Counter()
-gold = evaluate(fleet, cfg["dataset"], "gold", run_id="fleet-gold", report_dir=cfg["out_dir"], progress=False,
-                on_event=lambda kind, **f: kind == "placed" and placed.update([f["node"]]))
-check("three_nodes_same_report_as_one", summary_of(gold) == read(cfg["ref_gold_summary"]) and not gold["errors"],
-      seconds=round(time.monotonic() - t, 1), placed=dict(placed), stats=gold["stats"],
-      resolved=gold["summary"]["resolved_instances"])
+placed: collections.Counter[str] = collections.Counter()
+gold = evaluate(
+    fleet,
+    cfg["dataset"],
+    "gold",
+    run_id="fleet-gold",
+    report_dir=cfg["out_dir"],
+    progress=False,
+    on_event=lambda kind, **f: kind == "placed" and placed.update([f["node"]]),
+)
+check(
+    "three_nodes_same_report_as_one",
+    summary_of(gold) == read(cfg["ref_gold_summary"]) and not gold["errors"],
+    seconds=round(time.monotonic() - t, 1),
+    placed=dict(placed),
+    stats=gold["stats"],
+    resolved=gold["summary"]["resolved_instances"],
+)
 check("three_nodes_same_instance_reports", same_reports(gold, "ref-gold") == [], differ=same_reports(gold, "ref-gold"))
 check("work_spread_over_all_nodes", len(placed) == 3 and gold["stats"]["placed_warm"] > 0, placed=dict(placed))
 f = fetches(fleet)
-check("each_layer_fetched_at_most_once_per_node", f and max(f.values()) == 1,
-      fetched=dict(collections.Counter(node for node, _ in f)))
+check(
+    "each_layer_fetched_at_most_once_per_node",
+    f and max(f.values()) == 1,
+    fetched=dict(collections.Counter(node for node, _ in f)),
+)
 left = leftovers(fleet)
 check("no_sandbox_or_lease_left", clean(left), left=left)
 
 # 3. a node lost mid-run (its raylet and everything on it SIGKILLed): every instance exactly once, nothing left.
-attempts = collections.Counter()
+attempts: collections.Counter[str] = collections.Counter()
 killed = {}
 kill_at = cfg.get("kill_at", 9)
 
@@ -175,24 +213,42 @@ def kill_on_placement(kind, **f):
 
 
 t = time.monotonic()
-mixed = evaluate(fleet, cfg["dataset"], cfg["mixed"], run_id="fleet-lost", report_dir=cfg["out_dir"], progress=False,
-                 on_event=kill_on_placement)
+mixed = evaluate(
+    fleet,
+    cfg["dataset"],
+    cfg["mixed"],
+    run_id="fleet-lost",
+    report_dir=cfg["out_dir"],
+    progress=False,
+    on_event=kill_on_placement,
+)
 note(kill_at=kill_at, log=log[-8:])
-check("node_lost_same_report_every_instance_once",
-      summary_of(mixed) == read(cfg["ref_mixed_summary"]) and not mixed["errors"]
-      and len(mixed["statuses"]) == len(set(mixed["statuses"])),
-      seconds=round(time.monotonic() - t, 1), stats=mixed["stats"],
-      attempts_per_instance=dict(collections.Counter(attempts.values())))
+check(
+    "node_lost_same_report_every_instance_once",
+    summary_of(mixed) == read(cfg["ref_mixed_summary"])
+    and not mixed["errors"]
+    and len(mixed["statuses"]) == len(set(mixed["statuses"])),
+    seconds=round(time.monotonic() - t, 1),
+    stats=mixed["stats"],
+    attempts_per_instance=dict(collections.Counter(attempts.values())),
+)
 # The run may end before Ray declares the node dead (its health checks take ~1.5 s here, more on a loaded machine):
 # the fleet must learn of it from Ray within a bound, not necessarily within the run.
 t = time.monotonic()
 while killed.get("node_id") not in fleet.lost and time.monotonic() - t < 30:
     time.sleep(0.2)
     fleet.refresh(force=True)
-check("node_lost_detected", killed.get("node_id") in fleet.lost, lost=len(fleet.lost),
-      after_run_s=round(time.monotonic() - t, 1))
-check("node_lost_instances_ran_again_elsewhere", mixed["stats"]["retried"] >= 1 and max(attempts.values()) >= 2,
-      retried=mixed["stats"]["retried"])
+check(
+    "node_lost_detected",
+    killed.get("node_id") in fleet.lost,
+    lost=len(fleet.lost),
+    after_run_s=round(time.monotonic() - t, 1),
+)
+check(
+    "node_lost_instances_ran_again_elsewhere",
+    mixed["stats"]["retried"] >= 1 and max(attempts.values()) >= 2,
+    retried=mixed["stats"]["retried"],
+)
 left = leftovers(fleet)
 check("no_sandbox_or_lease_left_on_survivors", clean(left) and "n1" not in left, left=left)
 f = fetches(fleet)
@@ -203,15 +259,31 @@ t = time.monotonic()
 lc.add("n1")
 fleet.refresh(force=True)
 n1 = [n for n in fleet.placement.nodes.values() if n.name == "n1"]
-check("node_rejoined_warm", len(n1) == 1 and len(n1[0].layers) > 0, seconds=round(time.monotonic() - t, 1),
-      layers=len(n1[0].layers) if n1 else None)
+check(
+    "node_rejoined_warm",
+    len(n1) == 1 and len(n1[0].layers) > 0,
+    seconds=round(time.monotonic() - t, 1),
+    layers=len(n1[0].layers) if n1 else None,
+)
 subset = cfg["subset"]
 placed = collections.Counter()
-again = evaluate(fleet, cfg["dataset"], cfg["mixed"], run_id="fleet-rejoined", report_dir=cfg["out_dir"],
-                 instance_ids=subset, progress=False,
-                 on_event=lambda kind, **f: kind == "placed" and placed.update([f["node"]]))
-check("rejoined_node_takes_work", placed["n1"] > 0 and not again["errors"]
-      and summary_of(again) == expected_summary("ref-mixed", cfg["mixed"], subset), placed=dict(placed))
+again = evaluate(
+    fleet,
+    cfg["dataset"],
+    cfg["mixed"],
+    run_id="fleet-rejoined",
+    report_dir=cfg["out_dir"],
+    instance_ids=subset,
+    progress=False,
+    on_event=lambda kind, **f: kind == "placed" and placed.update([f["node"]]),
+)
+check(
+    "rejoined_node_takes_work",
+    placed["n1"] > 0
+    and not again["errors"]
+    and summary_of(again) == expected_summary("ref-mixed", cfg["mixed"], subset),
+    placed=dict(placed),
+)
 
 # 5. a server killed on a live node: its supervisor restarts it, the work there runs again, nothing is left.
 victim = next(n for n in fleet.placement.nodes.values() if n.name == "n2")
@@ -226,42 +298,91 @@ def crash_on_placement(kind, **f):
         os.kill(pid, 9)
 
 
-restarted = evaluate(fleet, cfg["dataset"], cfg["mixed"], run_id="fleet-crash", report_dir=cfg["out_dir"],
-                     instance_ids=subset, progress=False, on_event=crash_on_placement)
+restarted = evaluate(
+    fleet,
+    cfg["dataset"],
+    cfg["mixed"],
+    run_id="fleet-crash",
+    report_dir=cfg["out_dir"],
+    instance_ids=subset,
+    progress=False,
+    on_event=crash_on_placement,
+)
 info = ray.get(fleet.supervisors[victim.node_id].info.remote())
-check("server_crash_restarted_same_report", crashed and info["restarts"] >= 1 and not restarted["errors"]
-      and summary_of(restarted) == expected_summary("ref-mixed", cfg["mixed"], subset),
-      restarts=info["restarts"], stats=restarted["stats"], errors=restarted["errors"],
-      differ=summary_diff(summary_of(restarted), expected_summary("ref-mixed", cfg["mixed"], subset)),
-      statuses=restarted["statuses"])
+check(
+    "server_crash_restarted_same_report",
+    crashed
+    and info["restarts"] >= 1
+    and not restarted["errors"]
+    and summary_of(restarted) == expected_summary("ref-mixed", cfg["mixed"], subset),
+    restarts=info["restarts"],
+    stats=restarted["stats"],
+    errors=restarted["errors"],
+    differ=summary_diff(summary_of(restarted), expected_summary("ref-mixed", cfg["mixed"], subset)),
+    statuses=restarted["statuses"],
+)
 left = leftovers(fleet)
 check("no_sandbox_or_lease_left_after_crash", clean(left), left=left)
 
 # 6. the command line: a second driver joining the cluster by its address.
 t = time.monotonic()
 env = {**os.environ, "MINISANDBOX_CLI": " ".join(cfg["cli"])}
-cli = subprocess.run([sys.executable, "-m", "minisandbox.fleet", "evaluate", "--address", lc.address, "--dataset",
-                      cfg["dataset"], "--predictions", cfg["mixed"], "--run-id", "fleet-cli", "--report-dir",
-                      cfg["out_dir"], "--repos", cfg["repos"], *sum((["--instance-ids", i] for i in subset), []),
-                      "--json"], capture_output=True, text=True, timeout=600, env=env)
+cli = subprocess.run(
+    [
+        sys.executable,
+        "-m",
+        "minisandbox.fleet",
+        "evaluate",
+        "--address",
+        lc.address,
+        "--dataset",
+        cfg["dataset"],
+        "--predictions",
+        cfg["mixed"],
+        "--run-id",
+        "fleet-cli",
+        "--report-dir",
+        cfg["out_dir"],
+        "--repos",
+        cfg["repos"],
+        *[a for i in subset for a in ("--instance-ids", i)],
+        "--json",
+    ],
+    capture_output=True,
+    text=True,
+    timeout=600,
+    env=env,
+    check=False,
+)
 events = [json.loads(line) for line in cli.stdout.splitlines() if line.startswith("{")]
-result = next((e for e in events if e.get("event") == "result"), {})
-check("cli_second_driver_same_report", cli.returncode == 0 and result.get("summary_path")
-      and read(result["summary_path"]) == expected_summary("ref-mixed", cfg["mixed"], subset)
-      and any(e.get("event") == "progress" for e in events),
-      seconds=round(time.monotonic() - t, 1), rc=cli.returncode, stderr=cli.stderr[-1500:])
+result: dict[str, Any] = next((e for e in events if e.get("event") == "result"), {})
+check(
+    "cli_second_driver_same_report",
+    cli.returncode == 0
+    and result.get("summary_path")
+    and read(result["summary_path"]) == expected_summary("ref-mixed", cfg["mixed"], subset)
+    and any(e.get("event") == "progress" for e in events),
+    seconds=round(time.monotonic() - t, 1),
+    rc=cli.returncode,
+    stderr=cli.stderr[-1500:],
+)
 
 # 7. one sandbox for work driven from here (e.g. a rollout): placed warm, deleted on exit.
 key = next(iter(next(n for n in fleet.placement.nodes.values() if n.name == "n0").layers))
 with fleet.sandbox(key, labels={"purpose": "rollout"}) as sb:
     ran = Client(sb["url"], sb["token"]).exec(sb["id"], "git -C /testbed rev-parse --is-inside-work-tree")
     node_url = sb["url"]
-check("fleet_sandbox_placed_warm_and_deleted", ran["stdout"].strip() == "true"
-      and not Client(node_url, next(n.token for n in fleet.placement.nodes.values() if n.url == node_url))
-      .list_sandboxes(), node=sb["node"])
+check(
+    "fleet_sandbox_placed_warm_and_deleted",
+    ran["stdout"].strip() == "true"
+    and not Client(
+        node_url, next(n.token for n in fleet.placement.nodes.values() if n.url == node_url)
+    ).list_sandboxes(),
+    node=sb["node"],
+)
 
 # 8. rollout groups (RL): each group started on one node, its members driven there by the caller's function.
-rows = {r["instance_id"]: r for r in json.load(open(cfg["dataset"]))}
+rows = {r["instance_id"]: r for r in json.loads(Path(cfg["dataset"]).read_text())}
 
 
 def gold_group(group, rows=rows):
@@ -271,22 +392,42 @@ def gold_group(group, rows=rows):
     first.write_file("/tmp/fix.diff", rows[group.instance_id]["patch"])
     applied = first.exec("git apply /tmp/fix.diff", cwd="/testbed")["exit_code"]
     outcome = first.reward()
-    return {"at_base": all(h == rows[group.instance_id]["base_commit"] for h in heads), "applied": applied,
-            "status": outcome["status"], "reward": outcome["reward"], "members": len(group.rollouts)}
+    return {
+        "at_base": all(h == rows[group.instance_id]["base_commit"] for h in heads),
+        "applied": applied,
+        "status": outcome["status"],
+        "reward": outcome["reward"],
+        "members": len(group.rollouts),
+    }
 
 
 t = time.monotonic()
 placed = collections.Counter()
 wanted = [(cfg["subset"][k], 2) for k in (0, 1, 2)]
-groups = rollout_groups(fleet, wanted, gold_group, progress=False,
-                        on_event=lambda kind, **f: kind == "placed" and placed.update([f["node"]]))
+groups = rollout_groups(
+    fleet,
+    wanted,
+    gold_group,
+    progress=False,
+    on_event=lambda kind, **f: kind == "placed" and placed.update([f["node"]]),
+)
 values = [r["value"] for r in groups["results"].values()]
-check("rollout_groups_over_the_fleet", not groups["errors"] and len(values) == 3
-      and all(v["at_base"] and v["applied"] == 0 and v["status"] == "scored" and v["reward"] == 1
-              and v["members"] == 2 for v in values),
-      seconds=round(time.monotonic() - t, 1), placed=dict(placed), values=values, errors=groups["errors"])
-live = {n.name: len(Client(n.url, n.token).request("GET", "/rollouts/groups")["groups"])
-        for n in fleet.placement.usable()}
+check(
+    "rollout_groups_over_the_fleet",
+    not groups["errors"]
+    and len(values) == 3
+    and all(
+        v["at_base"] and v["applied"] == 0 and v["status"] == "scored" and v["reward"] == 1 and v["members"] == 2
+        for v in values
+    ),
+    seconds=round(time.monotonic() - t, 1),
+    placed=dict(placed),
+    values=values,
+    errors=groups["errors"],
+)
+live = {
+    n.name: len(Client(n.url, n.token).request("GET", "/rollouts/groups")["groups"]) for n in fleet.placement.usable()
+}
 left = leftovers(fleet)
 check("no_group_sandbox_or_lease_left", clean(left) and not any(live.values()), groups=live, left=left)
 

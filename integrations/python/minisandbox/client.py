@@ -18,12 +18,13 @@ import socket
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .errors import LimitError, MinisandboxError, ServerUnreachableError, error_for
 from .token import default_token
 
-__all__ = ["Client", "DEFAULT_URL"]
+__all__ = ["DEFAULT_URL", "Client", "exec_body"]
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -32,8 +33,9 @@ class Client:
     """One server. ``url`` default: ``$MINISANDBOX_URL``; ``token`` default: ``$MINISANDBOX_API_KEY``, else the token
     file ``minisandbox serve`` wrote under ``home`` (``""`` sends none)."""
 
-    def __init__(self, url: str | None = None, token: str | None = None, *, home: str | None = None,
-                 timeout: float = 600.0):
+    def __init__(
+        self, url: str | None = None, token: str | None = None, *, home: str | None = None, timeout: float = 600.0
+    ):
         self.url = (url or os.environ.get("MINISANDBOX_URL") or DEFAULT_URL).rstrip("/")
         if token is None:
             token = os.environ.get("MINISANDBOX_API_KEY") or default_token(home)
@@ -42,8 +44,9 @@ class Client:
 
     # ---------------------------------------------------------------------------------------------- transport
 
-    def request(self, method: str, path: str, body: Any = None, *, timeout: float | None = None,
-                raw: bool = False) -> Any:
+    def request(
+        self, method: str, path: str, body: Any = None, *, timeout: float | None = None, raw: bool = False
+    ) -> Any:
         """One call: JSON in, JSON out (``raw``: the answer's bytes). Errors as described in the module doc."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(f"{self.url}{path}", data=data, method=method)
@@ -76,7 +79,7 @@ class Client:
     def close(self) -> None:
         """Nothing to release (no connection is kept); for symmetry with ``with``."""
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -117,17 +120,22 @@ class Client:
                 return False
             raise
 
-    def exec(self, sandbox_id: str, command: str | list[str], *, timeout: float | None = None,
-             cwd: str | None = None, env: dict[str, str] | None = None, stdin: str | None = None,
-             merge_output: bool = False) -> dict[str, Any]:
+    def exec(
+        self,
+        sandbox_id: str,
+        command: str | list[str],
+        *,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        stdin: str | None = None,
+        merge_output: bool = False,
+    ) -> dict[str, Any]:
         """One command in a fresh process (a string runs under ``bash -c``). ``timeout`` in seconds: on expiry the
         whole process tree is killed and the answer has ``timed_out`` and the output so far."""
-        body = {"command": command, "cwd": cwd, "env": env, "stdin": stdin, "merge_output": merge_output}
-        if timeout is not None:
-            body["timeout_ms"] = timeout * 1000
+        body = exec_body(command, timeout, cwd, env, stdin, merge_output)
         wait = None if timeout is None else timeout + 60
-        return self.request("POST", f"/sandboxes/{_q(sandbox_id)}/exec",
-                            {k: v for k, v in body.items() if v is not None}, timeout=wait)
+        return self.request("POST", f"/sandboxes/{_q(sandbox_id)}/exec", body, timeout=wait)
 
     def read_file(self, sandbox_id: str, path: str) -> bytes:
         return self.request("GET", f"/sandboxes/{_q(sandbox_id)}/files?path={_q(path)}", raw=True)
@@ -144,26 +152,40 @@ class Client:
         """Layers this node holds: ``key``, ``manifest_sha256``, ``materialized`` (in its cache, not only its store)."""
         return self.request("GET", "/store/layers")["layers"]
 
-    def set_peers(self, urls: list[str]) -> list[str]:
+    def set_peers(self, urls: Sequence[str]) -> list[str]:
         """Replace the servers this one may fetch layers from (beside ``serve --peer-allow``)."""
         return self.request("PUT", "/peers", {"urls": list(urls)})["peers"]
 
-    def fetch_layer(self, key: str, sources: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    def fetch_layer(self, key: str, sources: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
         """Make layer ``key`` present in this node's cache, fetching it from ``sources`` (``{url, token,
         manifest_sha256}``) when missing."""
         return self.request("POST", f"/cache/layers/{_q(key)}", {"sources": list(sources)})
 
-    def prepare_environment(self, instance: dict[str, Any], *, sources: list[dict[str, Any]] = (),
-                            build: bool = True) -> dict[str, Any]:
+    def prepare_environment(
+        self, instance: dict[str, Any], *, sources: Sequence[Mapping[str, Any]] = (), build: bool = True
+    ) -> dict[str, Any]:
         """Make a dataset row's environment present on this node: already here, fetched, or built."""
         return self.request("POST", "/environments", {"instance": instance, "sources": list(sources), "build": build})
 
-    def evaluate_job(self, instance: dict[str, Any], model_patch: str, model_name_or_path: str, *,
-                     timeout_seconds: float | None = None, labels: dict[str, str] | None = None,
-                     sources: list[dict[str, Any]] = (), build: bool = True) -> dict[str, Any]:
+    def evaluate_job(
+        self,
+        instance: dict[str, Any],
+        model_patch: str,
+        model_name_or_path: str,
+        *,
+        timeout_seconds: float | None = None,
+        labels: dict[str, str] | None = None,
+        sources: Sequence[Mapping[str, Any]] = (),
+        build: bool = True,
+    ) -> dict[str, Any]:
         """Evaluate one instance as the SWE-bench harness does; the answer carries its files (base64)."""
-        body: dict[str, Any] = {"instance": instance, "model_patch": model_patch,
-                                "model_name_or_path": model_name_or_path, "sources": list(sources), "build": build}
+        body: dict[str, Any] = {
+            "instance": instance,
+            "model_patch": model_patch,
+            "model_name_or_path": model_name_or_path,
+            "sources": list(sources),
+            "build": build,
+        }
         if timeout_seconds is not None:
             body["timeout_seconds"] = timeout_seconds
         if labels:
@@ -178,3 +200,23 @@ def _q(text: str) -> str:
 
 def _labels(labels: dict[str, str]) -> str:
     return "?" + "&".join(f"label={_q(f'{k}={v}')}" for k, v in labels.items()) if labels else ""
+
+
+def exec_body(
+    command: str | list[str],
+    timeout: float | None = None,
+    cwd: str | None = None,
+    env: dict[str, str] | None = None,
+    stdin: str | None = None,
+    merge_output: bool = False,
+) -> dict[str, Any]:
+    """The body of an exec (the contract's ``ExecRequest``), for a sandbox or a rollout; ``timeout`` in seconds."""
+    body = {
+        "command": command,
+        "timeout_ms": None if timeout is None else timeout * 1000,
+        "cwd": cwd,
+        "env": env,
+        "stdin": stdin,
+        "merge_output": merge_output,
+    }
+    return {k: v for k, v in body.items() if v is not None}

@@ -26,28 +26,20 @@ from typing import Any
 
 from .client import DEFAULT_URL, Client
 from .errors import MinisandboxError, ServerUnreachableError
+from .mini_output import Submitted, check_submitted, mini_output
 from .token import default_token
 
-try:
-    from minisweagent.exceptions import Submitted  # type: ignore[import-not-found]
-except ImportError:  # mini-swe-agent not installed: same shape
-
-    class Submitted(Exception):  # type: ignore[no-redef]
-        """The agent printed the completion marker; ``args[0]`` is the exit message."""
-
-
 __all__ = [
-    "MinisandboxEnvironmentConfig",
+    "SELECT_COMMAND",
     "MinisandboxEnvironment",
+    "MinisandboxEnvironmentConfig",
     "Submitted",
-    "default_token",
     "create_sandbox_body",
+    "default_token",
     "execute_payload",
     "instance_from_image",
-    "SELECT_COMMAND",
 ]
 
-COMPLETION_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 SELECT_COMMAND = "minisandbox-instance"
 _SELECT_RE = re.compile(rf"^\s*{SELECT_COMMAND}\s+(?P<id>\S+)\s*$")
 # docker.io/swebench/sweb.eval.x86_64.<id with "__" as "_1776_">:latest, lower-cased by the runners.
@@ -176,7 +168,7 @@ class MinisandboxEnvironment:
 
     # ------------------------------------------------------------------------------------ the environment protocol
 
-    def execute(self, action: dict | str, cwd: str = "", *, timeout: int | None = None) -> dict[str, Any]:
+    def execute(self, action: dict[str, Any] | str, cwd: str = "", *, timeout: int | None = None) -> dict[str, Any]:
         """Run ``action["command"]`` (or a string) in a fresh interpreter; see the module doc."""
         command = action.get("command", "") if isinstance(action, dict) else action
         if self.sandbox is None:
@@ -186,7 +178,7 @@ class MinisandboxEnvironment:
                 raise MinisandboxError(
                     "minisandbox environment: no workspace selected. Set environment.instance_id (or dir, env_key), "
                     f"or let the first command be `{SELECT_COMMAND} <instance_id>` (mini-swe-agent's SWE-bench "
-                    f"runner: run.env_startup_command: \"{SELECT_COMMAND} {{{{instance_id}}}}\")",
+                    f'runner: run.env_startup_command: "{SELECT_COMMAND} {{{{instance_id}}}}")',
                     code="invalid_input",
                 )
             self._create({"instance_id": m.group("id")})
@@ -198,25 +190,9 @@ class MinisandboxEnvironment:
         payload = execute_payload(self.config, command, cwd, t)
         assert self.sandbox is not None
         r = self._client.request("POST", f"/sandboxes/{self.sandbox['id']}/exec", payload, timeout=t + 60)
-        if r["timed_out"]:
-            msg = f"Command '{command}' timed out after {t} seconds"
-            output = {
-                "output": r["stdout"],
-                "returncode": -1,
-                "exception_info": f"An error occurred while executing the command: {msg}",
-                "extra": {"exception_type": "TimeoutExpired", "exception": msg},
-            }
-        else:
-            output = {"output": r["stdout"], "returncode": r["exit_code"], "exception_info": ""}
-        self._check_finished(output)
+        output = mini_output(r, command, t)
+        check_submitted(output)
         return output
-
-    def _check_finished(self, output: dict) -> None:
-        lines = output.get("output", "").lstrip().splitlines(keepends=True)
-        if lines and lines[0].strip() == COMPLETION_MARKER and output["returncode"] == 0:
-            submission = "".join(lines[1:])
-            extra = {"exit_status": "Submitted", "submission": submission}
-            raise Submitted({"role": "exit", "content": submission, "extra": extra})
 
     def _public_config(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self.config).items() if k not in ("api_key", "import_password")}
@@ -224,7 +200,7 @@ class MinisandboxEnvironment:
     def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
         return {**self._public_config(), **platform.uname()._asdict(), "sandbox": self.sandbox or {}, **kwargs}
 
-    def serialize(self) -> dict:
+    def serialize(self) -> dict[str, Any]:
         sb = self.sandbox or {}
         return {
             "info": {
@@ -251,7 +227,7 @@ class MinisandboxEnvironment:
 
     close = cleanup
 
-    def __enter__(self) -> "MinisandboxEnvironment":
+    def __enter__(self) -> MinisandboxEnvironment:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -260,5 +236,5 @@ class MinisandboxEnvironment:
     def __del__(self) -> None:
         try:
             self.cleanup()
-        except Exception:
+        except Exception:  # noqa: BLE001 - at interpreter exit anything may be half torn down
             pass

@@ -17,13 +17,14 @@ import json
 import os
 import sys
 import urllib.parse
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .client import DEFAULT_URL
 from .token import default_token
 
-__all__ = ["load_rows", "expert_instances", "write_instances", "main"]
+__all__ = ["expert_instances", "load_rows", "main", "write_instances"]
 
 
 def _rows_of_file(path: Path) -> list[dict[str, Any]]:
@@ -32,7 +33,9 @@ def _rows_of_file(path: Path) -> list[dict[str, Any]]:
         try:
             import pyarrow.parquet as pq  # type: ignore[import-not-found]
         except ImportError:
-            raise SystemExit(f"{path}: a parquet dataset needs pyarrow (pip install pyarrow), or give JSON / JSONL")
+            raise SystemExit(
+                f"{path}: a parquet dataset needs pyarrow (pip install pyarrow), or give JSON / JSONL"
+            ) from None
         return pq.read_table(path).to_pylist()
     text = raw.decode("utf-8")
     if text.lstrip().startswith("["):

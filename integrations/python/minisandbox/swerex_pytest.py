@@ -24,24 +24,38 @@ import time
 import types
 from typing import Any
 
-_proc: subprocess.Popen | None = None
+#: The server this plugin started (none when MINISANDBOX_SWEREX_PORT names a running one).
+_started: list[subprocess.Popen[bytes]] = []
 
 
 def _serve_command(host: str, port: int, token: str) -> list[str]:
     bin_ = shlex.split(os.environ.get("MINISANDBOX_BIN", "minisandbox"))
     workdir = os.environ.get("MINISANDBOX_SWEREX_DIR") or tempfile.mkdtemp(prefix="msb-swerex-")
     extra = shlex.split(os.environ.get("MINISANDBOX_SERVE_ARGS", ""))
-    return [*bin_, "serve", "--dir", workdir, "--host", host, "--port", str(port), "--auth-token", token,
-            "--log-level", "warn", *extra]
+    return [
+        *bin_,
+        "serve",
+        "--dir",
+        workdir,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--auth-token",
+        token,
+        "--log-level",
+        "warn",
+        *extra,
+    ]
 
 
 def _uvicorn_for(conftest: Any) -> Any:
     def run(app: Any, host: str = "127.0.0.1", port: int = 0, **_: Any) -> None:  # in conftest's daemon thread
-        global _proc
         if os.environ.get("MINISANDBOX_SWEREX_PORT"):
             return
-        _proc = subprocess.Popen(_serve_command(host, port, conftest.TEST_API_KEY), start_new_session=True)
-        _proc.wait()
+        proc = subprocess.Popen(_serve_command(host, port, conftest.TEST_API_KEY), start_new_session=True)
+        _started.append(proc)
+        proc.wait()
 
     return types.SimpleNamespace(run=run)
 
@@ -53,7 +67,7 @@ def _patient_socket(real: Any) -> Any:
             try:
                 return real.create_connection(addr, timeout, *a, **k)
             except ConnectionRefusedError:
-                if time.time() > end or (_proc is not None and _proc.poll() is not None):
+                if time.time() > end or any(p.poll() is not None for p in _started):
                     raise
                 time.sleep(0.1)
 
@@ -72,9 +86,11 @@ def pytest_plugin_registered(plugin: Any, manager: Any) -> None:
 
 
 def pytest_unconfigure(config: Any) -> None:
-    if _proc is not None and _proc.poll() is None:
-        os.killpg(_proc.pid, signal.SIGTERM)
+    for proc in _started:
+        if proc.poll() is not None:
+            continue
+        os.killpg(proc.pid, signal.SIGTERM)
         try:
-            _proc.wait(30)
+            proc.wait(30)
         except subprocess.TimeoutExpired:
-            os.killpg(_proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, signal.SIGKILL)

@@ -1,27 +1,36 @@
-"""Where ``minisandbox serve`` keeps its generated token, resolved exactly as the CLI resolves its home."""
+"""Where ``minisandbox serve`` keeps its generated token, resolved exactly as the CLI resolves its home (the order and
+the names are generated from the TypeScript declaration: ``_generated.py``)."""
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["resolve_home", "default_token"]
+from ._generated import HOME_ENV, HOME_UNDER_USER, TOKEN_FILE
+
+__all__ = ["default_token", "resolve_home", "token_file"]
 
 
 def resolve_home(home: str | None = None) -> str:
-    """``home``, else ``$MINISANDBOX_HOME``, else ``$XDG_DATA_HOME/minisandbox``, else ``~/.local/share/minisandbox``.
-    """
+    """The home, absolute: ``home``, else ``$MINISANDBOX_HOME``, else ``$XDG_DATA_HOME/minisandbox``, else
+    ``~/.local/share/minisandbox``."""
     if home:
         return os.path.abspath(home)
-    if os.environ.get("MINISANDBOX_HOME"):
-        return os.path.abspath(os.environ["MINISANDBOX_HOME"])
-    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return os.path.join(data, "minisandbox")
+    for name, sub in HOME_ENV:
+        value = os.environ.get(name)
+        if value:
+            return os.path.abspath(os.path.join(value, sub) if sub else value)
+    return os.path.abspath(os.path.join(os.path.expanduser("~"), HOME_UNDER_USER))
+
+
+def token_file(home: str | None = None) -> str:
+    """``<home>/server/token``."""
+    return os.path.join(resolve_home(home), *TOKEN_FILE)
 
 
 def default_token(home: str | None = None) -> str:
     """The token ``minisandbox serve`` wrote to ``<home>/server/token`` ("" when there is none)."""
     try:
-        with open(os.path.join(resolve_home(home), "server", "token"), encoding="utf-8") as f:
+        with open(token_file(home), encoding="utf-8") as f:
             return f.read().strip()
     except OSError:
         return ""

@@ -18,6 +18,7 @@ import type { Instance } from "../../tasks/types.js";
 import { pyRepr } from "../../util/pyrepr.js";
 import { makeEvalScript } from "../eval-script.js";
 import { gradeInstance, type Grade, type ResolutionStatus } from "../grading.js";
+import { integrityFlags, type IntegrityFlag } from "../integrity.js";
 import { MARKERS } from "../parsers.js";
 import { LOG_FILES, timeoutNote, writeInstanceFiles } from "../report.js";
 import type { InstanceReportFile } from "../types.js";
@@ -41,6 +42,8 @@ export const DEFAULT_TIMEOUT_SECONDS = 1800;
 
 /** Per-instance side file next to report.json (report.json itself stays byte-compatible with the harness). */
 export const TIMINGS_FILE = "timings.json";
+/** Beside report.json too: the patch's integrity flags (written whenever a patch was graded). */
+export const INTEGRITY_FILE = "integrity.json";
 
 /** Why an instance has no grade. */
 export type EvalErrorKind =
@@ -53,9 +56,16 @@ export type EvalErrorKind =
   | "Unknown Instance"
   | "Grading Failed";
 
+/**
+ * Set when the failure is the attempt's own doing (its patch's code ran, or the agent's sandbox was in the way): a
+ * real grade of 0 for a trainer. Absent: something outside the attempt's reach failed (infrastructure).
+ */
+export type EvalCause = "eval_timeout" | "eval_crash" | "eval_oom" | "testbed_broken" | "grading_failed";
+
 export interface EvalFailure {
   kind: EvalErrorKind;
   message: string;
+  cause?: EvalCause;
 }
 
 export interface InstanceEvalInput {
@@ -109,6 +119,10 @@ export interface InstanceEvalResult {
   applyCommand: string | null;
   timings: PhaseTimings;
   warnings: string[];
+  /** "memory" when the tests ran into the sandbox's memory limit (the grade is kept; a 0 then says why). */
+  limit?: "memory";
+  /** What the patch touches that changes how tests run (`integrity.ts`); also in integrity.json beside report.json. */
+  flags: IntegrityFlag[];
   /** run_instance.log text. */
   log: string;
   logDir?: string;
@@ -137,12 +151,13 @@ export async function runInstanceEvaluation(input: InstanceEvalInput): Promise<I
 
 /** Remove a previous attempt's outputs before re-running an instance into the same directory. */
 export async function clearInstanceOutputs(dir: string): Promise<void> {
-  for (const f of [LOG_FILES.report, LOG_FILES.testOutput, LOG_FILES.patch, LOG_FILES.evalScript, TIMINGS_FILE]) {
+  const files = [LOG_FILES.report, LOG_FILES.testOutput, LOG_FILES.patch, LOG_FILES.evalScript, TIMINGS_FILE];
+  for (const f of [...files, INTEGRITY_FILE]) {
     await rm(join(dir, f), { force: true });
   }
 }
 
-type Outcome = Omit<InstanceEvalResult, "timings" | "warnings" | "log">;
+type Outcome = Omit<InstanceEvalResult, "timings" | "warnings" | "log" | "flags">;
 
 /** The state of one evaluation; each step returns false when the instance ends there (with its error). */
 class InstanceRun {
@@ -184,8 +199,8 @@ class InstanceRun {
     await writeFile(join(this.input.logDir, LOG_FILES.instanceLog), "");
   }
 
-  fail(kind: EvalErrorKind, message: string): false {
-    this.outcome = { ...this.outcome, status: "error", error: { kind, message } };
+  fail(kind: EvalErrorKind, message: string, cause?: EvalCause): false {
+    this.outcome = { ...this.outcome, status: "error", error: { kind, message, ...(cause ? { cause } : {}) } };
     this.log.error(`Error in evaluating model for ${this.id}: ${message}`);
     return false;
   }
@@ -276,25 +291,46 @@ class InstanceRun {
       this.timings.applyMs = performance.now() - t;
       return this.fail("Sandbox Failed", `the sandbox failed while applying the patch: ${(e as Error).message}`);
     }
-    const lastOutput = this.readApplyOutput(r.stdout, nonce);
+    const { lastOutput, attempts } = this.readApplyOutput(r.stdout, nonce);
     this.timings.applyMs = performance.now() - t;
-    if (this.outcome.applyCommand === null) {
-      const why = r.timedOut
-        ? `timed out after ${seconds(this.timeoutMs)} seconds`
-        : r.exitCode === SCRIPT_SETUP_FAILED
-          ? r.stdout.trim()
-          : lastOutput;
-      this.log.info(`${MARKERS.applyPatchFail}:\n${why}`);
-      return this.fail("Patch Apply Failed", `${MARKERS.applyPatchFail}:\n${why}`);
-    }
+    if (this.outcome.applyCommand === null) return this.applyFailed(r, attempts, lastOutput);
     this.log.info(`Git diff before:\n${this.diffBefore ?? ""}`);
     return true;
   }
 
-  /** Log each apply attempt; remember the command that worked and `git diff`; return the last attempt's output. */
-  private readApplyOutput(stdout: string, nonce: string): string {
+  /**
+   * No apply command worked. The patch's failure (a real 0): every command refused it, or it is too large for the
+   * time, memory or disk given (the script could not even write it). A script that ended otherwise is our own step
+   * that broke, which says nothing about the patch.
+   */
+  private applyFailed(r: ExecResult, attempts: number, lastOutput: string): false {
+    const refused = attempts === GIT_APPLY_CMDS.length && r.exitCode === 1;
+    const tooLarge = r.timedOut || r.limit !== undefined || r.exitCode === SCRIPT_SETUP_FAILED;
+    if (!refused && !tooLarge) {
+      const how = `exit ${r.exitCode}${r.signal ? `, ${r.signal}` : ""}`;
+      const output = r.stdout.trim().slice(-2000) || "no output";
+      return this.fail(
+        "Sandbox Failed",
+        `the apply script ended after ${attempts} of ${GIT_APPLY_CMDS.length} attempts (${how}): ${output}`,
+      );
+    }
+    const why = r.timedOut
+      ? `timed out after ${seconds(this.timeoutMs)} seconds`
+      : r.exitCode === SCRIPT_SETUP_FAILED
+        ? r.stdout.trim()
+        : lastOutput;
+    this.log.info(`${MARKERS.applyPatchFail}:\n${why}`);
+    return this.fail("Patch Apply Failed", `${MARKERS.applyPatchFail}:\n${why}`);
+  }
+
+  /**
+   * Log each apply attempt; remember the command that worked and `git diff`. Returns the last attempt's output and
+   * how many attempts reported their status.
+   */
+  private readApplyOutput(stdout: string, nonce: string): { lastOutput: string; attempts: number } {
     const { segments, tags } = splitOnNonce(stdout, nonce);
     let lastOutput = segments[0] ?? "";
+    let attempts = 0;
     for (let i = 0; i < tags.length; i++) {
       const tag = tags[i]!;
       if (tag === "diff") {
@@ -303,12 +339,13 @@ class InstanceRun {
       }
       const command = GIT_APPLY_CMDS[i];
       lastOutput = segments[i]!;
+      attempts++;
       if (tag === "0") {
         this.outcome.applyCommand = command ?? null;
         this.log.info(`${MARKERS.applyPatchPass}:\n${lastOutput}`);
       } else this.log.info(`Failed to apply patch to sandbox: ${command}`);
     }
-    return lastOutput;
+    return { lastOutput, attempts };
   }
 
   /** 3. eval.sh under the timeout; test_output.txt. */
@@ -332,12 +369,16 @@ class InstanceRun {
       });
     } catch (e) {
       this.timings.testsMs = performance.now() - t;
-      return this.fail("Tests Errored", `${MARKERS.testsError}: ${(e as Error).message}`);
+      // The tests ran the patch's code: a sandbox its memory use killed is its doing; any other end is not.
+      const oom = this.sandbox!.limitCounters().oomKills > 0;
+      return this.fail("Tests Errored", `${MARKERS.testsError}: ${(e as Error).message}`, oom ? "eval_oom" : undefined);
     }
     this.timings.testsMs = performance.now() - t;
     this.log.info(`Test runtime: ${fmtSeconds(this.timings.testsMs)} seconds`);
-    if (r.exitCode === SCRIPT_SETUP_FAILED && !r.stdout.includes(nonce))
-      return this.fail("Tests Errored", `${MARKERS.testsError}: ${r.stdout.trim()}`);
+    if (r.exitCode === SCRIPT_SETUP_FAILED && !r.stdout.includes(nonce)) {
+      const cause = input.inPlace ? "testbed_broken" : undefined;
+      return this.fail("Tests Errored", `${MARKERS.testsError}: ${r.stdout.trim()}`, cause);
+    }
     return this.readTestOutput(r, nonce);
   }
 
@@ -350,18 +391,22 @@ class InstanceRun {
     this.testOutput = segments[0]! + (timedOut ? timeoutNote(seconds(this.timeoutMs)) : "");
     if (r.truncated) this.warn(`test output exceeded the output limit: its middle was cut`);
     if (r.limit === "memory" || r.limit === "pids") this.warn(`the test run hit the sandbox's ${r.limit} limit`);
+    if (r.limit === "memory") this.outcome.limit = "memory";
     this.outcome.testOutput = this.testOutput;
     if (input.logDir) {
       await writeInstanceFiles(input.logDir, { testOutput: this.testOutput });
       this.log.info(`Test output for ${id} written to ${join(input.logDir, LOG_FILES.testOutput)}`);
     }
+    const oom = r.limit === "memory" ? "eval_oom" : undefined;
     if (timedOut) {
       this.log.info(MARKERS.testsTimeout);
-      return this.fail("Tests Timed Out", `Test timed out after ${seconds(this.timeoutMs)} seconds.`);
+      const message = `Test timed out after ${seconds(this.timeoutMs)} seconds.`;
+      return this.fail("Tests Timed Out", message, oom ?? "eval_timeout");
     }
     if (!finished) {
-      const how = `exit ${r.exitCode}${r.signal ? `, ${r.signal}` : ""}`;
-      return this.fail("Tests Errored", `${MARKERS.testsError}: the eval script ended without completing (${how})`);
+      const how = `exit ${r.exitCode}${r.signal ? `, ${r.signal}` : ""}${r.limit ? `, ${r.limit} limit` : ""}`;
+      const message = `${MARKERS.testsError}: the eval script ended without completing (${how})`;
+      return this.fail("Tests Errored", message, oom ?? "eval_crash");
     }
     if (diffAfter !== undefined) {
       this.log.info(`Git diff after:\n${diffAfter}`);
@@ -386,7 +431,8 @@ class InstanceRun {
       });
     } catch (e) {
       this.timings.gradingMs = performance.now() - t;
-      return this.fail("Grading Failed", (e as Error).message);
+      // The log is the patch's tests' output: whatever makes grading fail came from the attempt.
+      return this.fail("Grading Failed", (e as Error).message, "grading_failed");
     }
     if (input.logDir) await writeInstanceFiles(input.logDir, { report: grade.report });
     this.timings.gradingMs = performance.now() - t;
@@ -408,12 +454,26 @@ class InstanceRun {
     timings.overheadMs = timings.totalMs - timings.testsMs;
     const rounded = roundTimings(timings);
     this.log.info(`Timings for ${id}: ${describeTimings(rounded)}`);
+    const flags = await this.integrity();
     if (input.logDir) {
       const status = outcome.status === "error" ? `error: ${outcome.error?.kind}` : outcome.status;
       const body = { instance_id: id, status, resolution: outcome.resolution, ...rounded };
       await writeFile(join(input.logDir, TIMINGS_FILE), `${JSON.stringify(body, null, 2)}\n`).catch(() => {});
     }
-    return { ...outcome, timings: rounded, warnings: this.warnings, log: await this.log.flush() };
+    return { ...outcome, timings: rounded, warnings: this.warnings, flags, log: await this.log.flush() };
+  }
+
+  /** The patch's integrity flags, logged and written beside report.json. */
+  private async integrity(): Promise<IntegrityFlag[]> {
+    const { input, id } = this;
+    if (input.patch === null) return [];
+    const flags = integrityFlags(String(input.patch), input.instance.test_patch ?? "", this.env?.spec.test_cmd);
+    for (const f of flags) this.log.warn(`Patch for ${id} touches test infrastructure: ${f.path} (${f.reason})`);
+    if (input.logDir) {
+      const body = `${JSON.stringify({ instance_id: id, flags }, null, 2)}\n`;
+      await writeFile(join(input.logDir, INTEGRITY_FILE), body).catch(() => {});
+    }
+    return flags;
   }
 }
 

@@ -3,21 +3,24 @@
  * bound read-only) so that eval.sh's re-run of the spec's `install` command works offline as it did at build time,
  * without network retries.
  */
-import { pipSettings, type PipSettings } from "../../env/pip-config.js";
+import { pipSettings, withoutCredentials, type PipSettings } from "../../env/pip-config.js";
 import { findToolchain } from "../../env/toolchains.js";
 import type { EnvSpec } from "../../env/types.js";
 import type { WorkspaceRequest } from "../../env/workspace.js";
 
 const pipByPython = new Map<string, Promise<PipSettings>>();
 
-/** pip settings as the spec's interpreter sees them (asked once per python version and process). */
+/**
+ * pip settings as the spec's interpreter sees them, credentials stripped (asked once per python version and
+ * process): what every agent, rollout and evaluation sandbox gets.
+ */
 export function evalPipSettings(home: string, python: string): Promise<PipSettings> {
   let p = pipByPython.get(python);
   if (!p) {
     p = (async () => {
       try {
         const tc = await findToolchain(python, { home });
-        return await pipSettings(tc.python);
+        return withoutCredentials(await pipSettings(tc.python));
       } catch {
         return { env: {}, mounts: [] };
       }

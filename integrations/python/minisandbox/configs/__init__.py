@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["config_path", "CONFIGS"]
+__all__ = ["CONFIGS", "config_path"]
 
 CONFIGS = {"mini-swebench": "mini-swebench.yaml", "sweagent": "sweagent.yaml"}
 

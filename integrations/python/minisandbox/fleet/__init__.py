@@ -21,11 +21,26 @@ from typing import Any
 from .config import FleetConfig
 from .placement import NodeState, Placement
 
-__all__ = ["Fleet", "FleetConfig", "NodeState", "Placement", "evaluate", "prepare", "rollout_groups", "FleetJobError",
-           "Progress"]
+__all__ = [
+    "Fleet",
+    "FleetConfig",
+    "FleetJobError",
+    "NodeState",
+    "Placement",
+    "Progress",
+    "evaluate",
+    "prepare",
+    "rollout_groups",
+]
 
-_LAZY = {"Fleet": "fleet", "evaluate": "jobs", "prepare": "jobs", "rollout_groups": "jobs", "FleetJobError": "jobs",
-         "Progress": "progress"}
+_LAZY = {
+    "Fleet": "fleet",
+    "evaluate": "jobs",
+    "prepare": "jobs",
+    "rollout_groups": "jobs",
+    "FleetJobError": "jobs",
+    "Progress": "progress",
+}
 
 
 def __getattr__(name: str) -> Any:  # Ray is imported on first use, not with the package

@@ -20,21 +20,32 @@ from .config import NAMESPACE, FleetConfig, default_command
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m minisandbox.fleet",
-                                description="minisandbox on every node of a Ray cluster")
+    p = argparse.ArgumentParser(
+        prog="python -m minisandbox.fleet", description="minisandbox on every node of a Ray cluster"
+    )
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--address", default="auto",
-                        help="Ray cluster (host:port of its GCS; default auto: $RAY_ADDRESS or this machine's cluster)")
-    common.add_argument("--minisandbox", help="how to run the minisandbox CLI on every node "
-                        "(default: $MINISANDBOX_CLI, else `minisandbox`)")
+    common.add_argument(
+        "--address",
+        default="auto",
+        help="Ray cluster (host:port of its GCS; default auto: $RAY_ADDRESS or this machine's cluster)",
+    )
+    common.add_argument(
+        "--minisandbox",
+        help="how to run the minisandbox CLI on every node (default: $MINISANDBOX_CLI, else `minisandbox`)",
+    )
     common.add_argument("--repos", help="local clones for environment builds on every node (DIR/<owner>/<name>)")
-    common.add_argument("--shared-store", action="append", default=[],
-                        help="a store directory every node can read (shared storage), tried before peers")
+    common.add_argument(
+        "--shared-store",
+        action="append",
+        default=[],
+        help="a store directory every node can read (shared storage), tried before peers",
+    )
     common.add_argument("--json", action="store_true", help="JSON lines on stdout: progress events, then the result")
     data = argparse.ArgumentParser(add_help=False)
     data.add_argument("--dataset", required=True, help="SWE-bench / SWE-smith dataset (JSON, JSONL or parquet)")
-    data.add_argument("--instance-ids", nargs="+", action="extend", default=[],
-                      help="only these instances (repeatable)")
+    data.add_argument(
+        "--instance-ids", nargs="+", action="extend", default=[], help="only these instances (repeatable)"
+    )
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("status", parents=[common], help="nodes, slots and layers")
     sub.add_parser("up", parents=[common], help="start a server on every node, left running (detached)")
@@ -67,8 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     from .fleet import Fleet
 
     ray.init(address=a.address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False)
-    log = (lambda m: print(json.dumps({"event": "log", "message": m}), flush=True)) if a.json else \
-        (lambda m: print(f"minisandbox fleet: {m}", file=sys.stderr))
+    log = (
+        (lambda m: print(json.dumps({"event": "log", "message": m}), flush=True))
+        if a.json
+        else (lambda m: print(f"minisandbox fleet: {m}", file=sys.stderr))
+    )
     progress = "json" if a.json else True
     if a.command == "down":
         return _down(ray)
@@ -89,20 +103,33 @@ def main(argv: list[str] | None = None) -> int:
                 _emit(a, "result", out)
             else:
                 for e in out["environments"]:
-                    print(f"{e['env_key'][:12]}\t{e['status']}\t{e['node'] or '-'}\t{len(e['instance_ids'])} instances"
-                          + (f"\t{e['error'].splitlines()[0]}" if e.get("error") else ""))
+                    print(
+                        f"{e['env_key'][:12]}\t{e['status']}\t{e['node'] or '-'}\t{len(e['instance_ids'])} instances"
+                        + (f"\t{e['error'].splitlines()[0]}" if e.get("error") else "")
+                    )
                 for e in out["errors"]:
                     print(f"{e['instance_id']}: {e['error']}")
             return 1 if out["failed"] else 0
-        out = jobs.evaluate(fleet, a.dataset, a.predictions, run_id=a.run_id, report_dir=a.report_dir,
-                            instance_ids=a.instance_ids, timeout_s=a.timeout, rerun=a.rerun, progress=progress)
+        out = jobs.evaluate(
+            fleet,
+            a.dataset,
+            a.predictions,
+            run_id=a.run_id,
+            report_dir=a.report_dir,
+            instance_ids=a.instance_ids,
+            timeout_s=a.timeout,
+            rerun=a.rerun,
+            progress=progress,
+        )
         if a.json:
             _emit(a, "result", out)
         else:
             s = out["summary"]
-            print(f"{s['total_instances']} instances: {s['resolved_instances']} resolved, "
-                  f"{s['unresolved_instances']} unresolved, {s['error_instances']} errors, "
-                  f"{s['empty_patch_instances']} empty patches")
+            print(
+                f"{s['total_instances']} instances: {s['resolved_instances']} resolved, "
+                f"{s['unresolved_instances']} unresolved, {s['error_instances']} errors, "
+                f"{s['empty_patch_instances']} empty patches"
+            )
             for iid, err in sorted(out["errors"].items()):
                 print(f"  {iid}: not evaluated: {err}", file=sys.stderr)
             print(f"Report written to {out['summary_path']}")
@@ -124,7 +151,7 @@ def _down(ray: Any) -> int:
             continue
         try:
             ray.get(sup.stop.remote(), timeout=60)
-        except Exception:
+        except Exception:  # noqa: BLE001 - a supervisor that cannot stop its server is killed below
             pass
         ray.kill(sup)
         stopped += 1

@@ -6,7 +6,7 @@ import os
 import shlex
 from dataclasses import dataclass, field
 
-__all__ = ["FleetConfig", "SLOT", "IO", "NAMESPACE", "HOME_LABEL", "NAME_LABEL", "default_command"]
+__all__ = ["HOME_LABEL", "IO", "NAMESPACE", "NAME_LABEL", "SLOT", "FleetConfig", "default_command"]
 
 #: Ray custom resources a node advertises: sandboxes at once, and layer fetches at once.
 SLOT = "minisandbox_slot"

@@ -28,11 +28,17 @@ from .config import IO, SLOT
 from .fleet import Fleet
 from .placement import NodeState
 
-__all__ = ["Item", "Outcome", "run_items", "ServerUnavailable", "LayerUnavailable", "NODE_LOST"]
+__all__ = ["NODE_LOST", "Item", "LayerUnavailable", "Outcome", "ServerUnavailable", "run_items"]
 
 # The attempt died with its node (or never got there).
-NODE_LOST = (ray.exceptions.NodeDiedError, ray.exceptions.WorkerCrashedError, ray.exceptions.TaskUnschedulableError,
-             ray.exceptions.ActorDiedError, ray.exceptions.ObjectLostError, ray.exceptions.OwnerDiedError)
+NODE_LOST = (
+    ray.exceptions.NodeDiedError,
+    ray.exceptions.WorkerCrashedError,
+    ray.exceptions.TaskUnschedulableError,
+    ray.exceptions.ActorDiedError,
+    ray.exceptions.ObjectLostError,
+    ray.exceptions.OwnerDiedError,
+)
 
 
 class ServerUnavailable(Exception):
@@ -76,16 +82,31 @@ def _fetch_layer(url: str, token: str, key: str, sources: list[dict[str, Any]]) 
 
 
 @ray.remote(num_cpus=0, max_retries=0)
-def _attempt(url: str, token: str, kind: str, payload: dict[str, Any], sources: list[dict[str, Any]],
-             labels: dict[str, str], fetched: Any = None) -> dict[str, Any]:
+def _attempt(
+    url: str,
+    token: str,
+    kind: str,
+    payload: dict[str, Any],
+    sources: list[dict[str, Any]],
+    labels: dict[str, str],
+    fetched: Any = None,
+) -> dict[str, Any]:
     """One item on the node this task is pinned to (after ``fetched``, the layer's fetch, when there was one)."""
     client = Client(url, token, timeout=3600)
     if kind == "prepare":
         return _call(lambda: client.prepare_environment(payload["instance"], sources=sources, build=True))
     if kind == "evaluate":
-        return _call(lambda: client.evaluate_job(
-            payload["instance"], payload["model_patch"], payload["model_name_or_path"],
-            timeout_seconds=payload.get("timeout_seconds"), labels=labels, sources=sources, build=True))
+        return _call(
+            lambda: client.evaluate_job(
+                payload["instance"],
+                payload["model_patch"],
+                payload["model_name_or_path"],
+                timeout_seconds=payload.get("timeout_seconds"),
+                labels=labels,
+                sources=sources,
+                build=True,
+            )
+        )
     if kind == "sandbox":
         return _call(lambda: _sandbox_round(client, payload, sources, labels))
     raise ValueError(f"unknown kind of work: {kind}")
@@ -98,9 +119,14 @@ def _group_attempt(url: str, token: str, payload: dict[str, Any], fetched: Any =
     from ..rl.client import RolloutClient
 
     rollouts = RolloutClient(client=Client(url, token, timeout=3600))
-    group = _call(lambda: rollouts.start_group(payload["instance_id"], payload["n"],
-                                               gold_check=payload.get("gold_check"),
-                                               ttl_seconds=payload.get("ttl_seconds")))
+    group = _call(
+        lambda: rollouts.start_group(
+            payload["instance_id"],
+            payload["n"],
+            gold_check=payload.get("gold_check"),
+            ttl_seconds=payload.get("ttl_seconds"),
+        )
+    )
     try:
         value = payload["fn"](group)
     finally:
@@ -111,17 +137,20 @@ def _group_attempt(url: str, token: str, payload: dict[str, Any], fetched: Any =
     return {"group_id": group.id, "instance_id": group.instance_id, "value": value}
 
 
-def _sandbox_round(client: Client, payload: dict[str, Any], sources: list[dict[str, Any]],
-                   labels: dict[str, str]) -> dict[str, Any]:
+def _sandbox_round(
+    client: Client, payload: dict[str, Any], sources: list[dict[str, Any]], labels: dict[str, str]
+) -> dict[str, Any]:
     """A sandbox of the item's environment: created, one command run in it (if any), deleted."""
     sb = client.create_sandbox(env_key=payload["env_key"], labels=labels, sources=sources or None)
     try:
-        r = client.exec(sb["id"], payload["command"], timeout=payload.get("timeout", 600)) \
-            if payload.get("command") else None
+        r = (
+            client.exec(sb["id"], payload["command"], timeout=payload.get("timeout", 600))
+            if payload.get("command")
+            else None
+        )
     finally:
         client.delete_sandbox(sb["id"])
-    return {"sandbox_id": sb["id"], "exit_code": r["exit_code"] if r else None,
-            "stdout": r["stdout"] if r else None}
+    return {"sandbox_id": sb["id"], "exit_code": r["exit_code"] if r else None, "stdout": r["stdout"] if r else None}
 
 
 @dataclass
@@ -145,8 +174,15 @@ class Outcome:
 Event = Callable[..., None]
 
 
-def run_items(fleet: Fleet, kind: str, items: list[Item], *, on_result: Callable[[Item, dict], None] | None = None,
-              on_event: Event | None = None, progress: Any = None) -> Outcome:
+def run_items(
+    fleet: Fleet,
+    kind: str,
+    items: list[Item],
+    *,
+    on_result: Callable[[Item, dict[str, Any]], None] | None = None,
+    on_event: Event | None = None,
+    progress: Any = None,
+) -> Outcome:
     """Run every item once, somewhere; returns the first result of each (or its error)."""
     out = Outcome(job=uuid.uuid4().hex[:12])
     stats = out.stats
@@ -173,8 +209,9 @@ def run_items(fleet: Fleet, kind: str, items: list[Item], *, on_result: Callable
             emit("placed", id=item.id, node=node.name, attempt=attempt)
         if not inflight:
             if not fleet.placement.nodes:
-                raise RuntimeError("no node of the fleet is alive (nodes advertise the Ray resource "
-                                   f"{SLOT!r}; see `ray status`)")
+                raise RuntimeError(
+                    f"no node of the fleet is alive (nodes advertise the Ray resource {SLOT!r}; see `ray status`)"
+                )
             time.sleep(0.2)  # every node is unusable right now: wait for one to come back or be declared dead
             fleet.refresh(force=True)
             continue
@@ -183,39 +220,57 @@ def run_items(fleet: Fleet, kind: str, items: list[Item], *, on_result: Callable
             item, attempt, nid = inflight.pop(ref)
             _collect(fleet, ref, item, attempt, nid, pending, out, losses, emit, on_result)
         if progress is not None:
-            progress.show(done=len(out.results) + len(out.errors), running=len(inflight), retried=stats["retried"],
-                          errors=len(out.errors), nodes=len(fleet.placement.usable()))
+            progress.show(
+                done=len(out.results) + len(out.errors),
+                running=len(inflight),
+                retried=stats["retried"],
+                errors=len(out.errors),
+                nodes=len(fleet.placement.usable()),
+            )
     if progress is not None:
         progress.finish()
     stats["swept"] = fleet.sweep("fleet_job", out.job)
     return out
 
 
-def _submit(fleet: Fleet, node: NodeState, kind: str, item: Item, labels: dict[str, str], stats: dict) -> Any:
+def _submit(fleet: Fleet, node: NodeState, kind: str, item: Item, labels: dict[str, str], stats: dict[str, Any]) -> Any:
     pin = NodeAffinitySchedulingStrategy(node.node_id, soft=False)
     here = item.key is None or node.holds(item.key)
-    sources = [] if here else fleet.placement.sources(item.key, exclude=node.node_id)
+    sources = [] if here or item.key is None else fleet.placement.sources(item.key, exclude=node.node_id)
     fetched = None
     budget = fleet.io_budget(node.node_id)
     if sources and (budget or kind == "group"):
         # The layer's fetch holds one unit of the node's I/O budget (Ray releases it when the fetch ends, not when
         # the work ends); the work starts once the layer is there. (A group's start takes no sources: always first.)
         fetched = _fetch_layer.options(scheduling_strategy=pin, resources={IO: 1} if budget else {}).remote(
-            node.url, node.token, item.key, sources)
+            node.url, node.token, item.key, sources
+        )
         stats["fetch_tasks"] += 1
     if kind == "group":
         return _group_attempt.options(scheduling_strategy=pin, resources={SLOT: min(item.slots, node.slots)}).remote(
-            node.url, node.token, item.payload, fetched)
+            node.url, node.token, item.payload, fetched
+        )
     return _attempt.options(scheduling_strategy=pin, resources={SLOT: 1}).remote(
-        node.url, node.token, kind, item.payload, sources, labels, fetched)
+        node.url, node.token, kind, item.payload, sources, labels, fetched
+    )
 
 
-def _collect(fleet: Fleet, ref: Any, item: Item, attempt: int, nid: str, pending: deque, out: Outcome,
-             losses: dict[str, int], emit: Event, on_result: Callable[[Item, dict], None] | None) -> None:
+def _collect(
+    fleet: Fleet,
+    ref: Any,
+    item: Item,
+    attempt: int,
+    nid: str,
+    pending: deque[tuple[Item, int]],
+    out: Outcome,
+    losses: dict[str, int],
+    emit: Event,
+    on_result: Callable[[Item, dict[str, Any]], None] | None,
+) -> None:
     cfg = fleet.config
     try:
         result = ray.get(ref)
-    except NODE_LOST + (LayerUnavailable, ServerUnavailable, Busy, PeersOutdated) as e:
+    except (*NODE_LOST, LayerUnavailable, ServerUnavailable, Busy, PeersOutdated) as e:
         cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) else e
         fleet.placement.done(nid, item.key, ok=False, need=item.slots)
         node_died = isinstance(e, NODE_LOST) and not isinstance(e, ray.exceptions.RayTaskError)
@@ -236,7 +291,7 @@ def _collect(fleet: Fleet, ref: Any, item: Item, attempt: int, nid: str, pending
             out.errors[item.id] = f"{type(cause).__name__}: {cause}"
             emit("error", id=item.id, error=out.errors[item.id])
         return
-    except Exception as e:  # the item's own failure
+    except Exception as e:  # noqa: BLE001 - the item's own failure, reported as its error
         fleet.placement.done(nid, item.key, ok=False, need=item.slots)
         cause = e.cause if isinstance(e, ray.exceptions.RayTaskError) else e
         where = fleet.placement.nodes[nid].name if nid in fleet.placement.nodes else nid[:8]
@@ -244,8 +299,7 @@ def _collect(fleet: Fleet, ref: Any, item: Item, attempt: int, nid: str, pending
         out.errors[item.id] = f"{type(cause).__name__} on {where}: {text}"
         emit("error", id=item.id, error=out.errors[item.id])
         return
-    fleet.placement.done(nid, item.key, ok=_holds_after(result), digest=result.get("manifest_sha256"),
-                         need=item.slots)
+    fleet.placement.done(nid, item.key, ok=_holds_after(result), digest=result.get("manifest_sha256"), need=item.slots)
     if item.id in out.results or item.id in out.errors:
         out.stats["duplicates_discarded"] += 1
         return
@@ -260,6 +314,4 @@ def _holds_after(result: dict[str, Any]) -> bool:
     """Does the node hold the item's layer now? (A failed build or a missing environment leaves nothing.)"""
     if result.get("status") == "failed":
         return False
-    if result.get("status") == "error" and not result.get("manifest_sha256"):
-        return False
-    return True
+    return not (result.get("status") == "error" and not result.get("manifest_sha256"))

@@ -6,7 +6,8 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Iterator
+from typing import Any, Callable
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -46,7 +47,7 @@ class Fleet:
         self._last_refresh = 0.0
         self._peer_urls: tuple[str, ...] = ()
 
-    def __enter__(self) -> "Fleet":
+    def __enter__(self) -> Fleet:
         self.refresh(force=True)
         return self
 
@@ -57,9 +58,14 @@ class Fleet:
 
     def _alive(self) -> dict[str, dict[str, Any]]:
         only = self.config.only
-        return {n["NodeID"]: n for n in ray.nodes()
-                if n.get("Alive") and n.get("Resources", {}).get(SLOT, 0) > 0 and n["NodeID"] not in self._dead
-                and (only is None or node_name(n) in only)}
+        return {
+            n["NodeID"]: n
+            for n in ray.nodes()
+            if n.get("Alive")
+            and n.get("Resources", {}).get(SLOT, 0) > 0
+            and n["NodeID"] not in self._dead
+            and (only is None or node_name(n) in only)
+        }
 
     def _supervisor(self, node: dict[str, Any]) -> Any:
         nid = node["NodeID"]
@@ -68,16 +74,26 @@ class Fleet:
             return ray.get_actor(name, namespace=NAMESPACE)
         except ValueError:
             pass
-        opts: dict[str, Any] = dict(name=name, namespace=NAMESPACE, get_if_exists=True,
-                                    scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False))
+        opts: dict[str, Any] = {
+            "name": name,
+            "namespace": NAMESPACE,
+            "get_if_exists": True,
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(nid, soft=False),
+        }
         if self.config.detached:
             opts["lifetime"] = "detached"
         self.created.add(nid)
-        return NodeSupervisor.options(**opts).remote(
-            home=(node.get("Labels") or {}).get(HOME_LABEL), token=secrets.token_urlsafe(24),
-            command=self.config.command, slots=int(node["Resources"][SLOT]), host=node["NodeManagerAddress"],
-            repos_dir=self.config.repos_dir, dataset=self.config.dataset, shared_stores=self.config.shared_stores,
-            serve_args=self.config.serve_args)
+        return NodeSupervisor.options(**opts).remote(  # type: ignore[attr-defined]  # an actor class (ray.remote)
+            home=(node.get("Labels") or {}).get(HOME_LABEL),
+            token=secrets.token_urlsafe(24),
+            command=self.config.command,
+            slots=int(node["Resources"][SLOT]),
+            host=node["NodeManagerAddress"],
+            repos_dir=self.config.repos_dir,
+            dataset=self.config.dataset,
+            shared_stores=self.config.shared_stores,
+            serve_args=self.config.serve_args,
+        )
 
     def refresh(self, force: bool = False) -> None:
         """Drop nodes Ray declared dead; start (or find) a supervisor on every new node and learn its layers."""
@@ -94,15 +110,18 @@ class Fleet:
                 self.supervisors.pop(nid, None)
                 self._checks.pop(nid, None)
         now = time.monotonic()
-        new = {nid: n for nid, n in alive.items()
-               if nid not in self.placement.nodes and self._retry_at.get(nid, 0.0) <= now}
+        new = {
+            nid: n
+            for nid, n in alive.items()
+            if nid not in self.placement.nodes and self._retry_at.get(nid, 0.0) <= now
+        }
         started = {nid: self._supervisor(n) for nid, n in new.items()}
         infos = {nid: sup.info.remote() for nid, sup in started.items()}
         for nid, ref in infos.items():
             try:
                 info = ray.get(ref, timeout=180)
                 layers = Client(info["url"], info["token"], timeout=60).store_layers()
-            except Exception as e:  # died while joining: tried again at the next refresh
+            except Exception as e:  # noqa: BLE001 - died while joining: tried again at the next refresh
                 self.log(f"node {node_name(new[nid])} could not join: {type(e).__name__}: {str(e)[:300]}")
                 self.created.discard(nid)
                 self._retry_at[nid] = time.monotonic() + 10.0
@@ -110,8 +129,16 @@ class Fleet:
             n = new[nid]
             self.supervisors[nid] = started[nid]
             self._io[nid] = n["Resources"].get(IO, 0) >= 1
-            self.placement.add(NodeState(nid, node_name(n), info["url"], info["token"], int(n["Resources"][SLOT]),
-                                         layers={x["key"]: x["manifest_sha256"] for x in layers}))
+            self.placement.add(
+                NodeState(
+                    nid,
+                    node_name(n),
+                    info["url"],
+                    info["token"],
+                    int(n["Resources"][SLOT]),
+                    layers={x["key"]: x["manifest_sha256"] for x in layers},
+                )
+            )
             if self.joined or self.lost:
                 self.log(f"node {node_name(n)} joined with {len(layers)} layers")
             self.joined.append(nid)
@@ -125,7 +152,7 @@ class Fleet:
         for n in list(self.placement.nodes.values()):
             try:
                 self.client(n).set_peers([u for u in urls if u != n.url])
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - that node is refreshed (or dropped) like any other
                 self.log(f"node {n.name}: could not register peers: {type(e).__name__}")
                 self.suspect(n.node_id)
         self._peer_urls = urls
@@ -170,7 +197,7 @@ class Fleet:
                 info = ray.get(ref)
             except ray.exceptions.RayActorError:
                 continue  # the supervisor went with its node: out until Ray declares it dead
-            except Exception as e:  # its server cannot be started again: this fleet stops using the node
+            except Exception as e:  # noqa: BLE001 - its server cannot be started again: the node is left out
                 self.log(f"node {n.name if n else nid[:8]} left out: its server does not start: {str(e)[:300]}")
                 self._dead.add(nid)
                 self.placement.drop(nid)
@@ -189,25 +216,27 @@ class Fleet:
         for n in self.placement.usable():
             try:
                 out[n.name] = self.client(n).delete_sandboxes(**{label: value})
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - a sweep is best effort: the servers' idle timeouts remain
                 self.log(f"node {n.name}: sweep failed: {type(e).__name__}")
         return out
 
     def pulls(self) -> dict[str, list[dict[str, Any]]]:
         """Per node, the layers it brought in from elsewhere (from its ``cache/pulls.jsonl``)."""
-        refs = {self.placement.nodes[nid].name: sup.pulls.remote() for nid, sup in self.supervisors.items()
-                if nid in self.placement.nodes}
+        refs = {
+            self.placement.nodes[nid].name: sup.pulls.remote()
+            for nid, sup in self.supervisors.items()
+            if nid in self.placement.nodes
+        }
         out = {}
         for name, ref in refs.items():
             try:
                 out[name] = ray.get(ref, timeout=60)
-            except Exception:
+            except Exception:  # noqa: BLE001 - a node that does not answer has nothing to report
                 pass
         return out
 
     @contextlib.contextmanager
-    def sandbox(self, env_key: str, *, labels: dict[str, str] | None = None,
-                **create: Any) -> Iterator[dict[str, Any]]:
+    def sandbox(self, env_key: str, *, labels: dict[str, str] | None = None, **create: Any) -> Iterator[dict[str, Any]]:
         """A sandbox of environment ``env_key`` on the node placement picks (warm first), for work driven from here
         (e.g. one agent rollout): yields the server's answer plus ``url`` and ``token`` of that node's server (give
         ``runtime_url`` and the token to a SWE-ReX client). Deleted on exit, whatever happens inside."""
@@ -232,8 +261,18 @@ class Fleet:
                 self.placement.done(node.node_id, env_key, ok=True)
 
     def status(self) -> list[dict[str, Any]]:
-        return [{"node": n.name, "node_id": n.node_id, "url": n.url, "slots": n.slots, "running": n.running,
-                 "layers": len(n.layers), "usable": n.usable} for n in self.placement.nodes.values()]
+        return [
+            {
+                "node": n.name,
+                "node_id": n.node_id,
+                "url": n.url,
+                "slots": n.slots,
+                "running": n.running,
+                "layers": len(n.layers),
+                "usable": n.usable,
+            }
+            for n in self.placement.nodes.values()
+        ]
 
     def stop(self) -> None:
         """Stop the servers of the supervisors this fleet started (unless detached), closing their sandboxes."""
@@ -246,6 +285,6 @@ class Fleet:
             try:
                 ray.get(sup.stop.remote(), timeout=60)
                 ray.kill(sup)
-            except Exception:
+            except Exception:  # noqa: BLE001 - already gone
                 pass
         self.created.clear()

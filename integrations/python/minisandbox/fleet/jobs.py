@@ -21,7 +21,7 @@ from .dispatch import Item, run_items
 from .fleet import Fleet
 from .progress import Progress
 
-__all__ = ["prepare", "evaluate", "rollout_groups", "FleetJobError", "JOB_FILES"]
+__all__ = ["JOB_FILES", "FleetJobError", "evaluate", "prepare", "rollout_groups"]
 
 #: What an evaluation job may leave in its instance directory (the harness's five files and timings.json).
 JOB_FILES = ("patch.diff", "eval.sh", "test_output.txt", "report.json", "run_instance.log", "timings.json")
@@ -33,7 +33,7 @@ class FleetJobError(RuntimeError):
 
 def _cli_json(fleet: Fleet, args: list[str]) -> dict[str, Any]:
     argv = [*fleet.config.command, *args]
-    r = subprocess.run(argv, capture_output=True, text=True)
+    r = subprocess.run(argv, capture_output=True, text=True, check=False)
     if r.returncode != 0:
         raise FleetJobError(f"`minisandbox {' '.join(args[:1])}` failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
     lines = [line for line in r.stdout.splitlines() if line.strip()]
@@ -64,14 +64,18 @@ def _selection(instance_ids: list[str] | tuple[str, ...]) -> list[str]:
     return args
 
 
-def prepare(fleet: Fleet, dataset: str | list[dict[str, Any]], *, instance_ids: list[str] | tuple[str, ...] = (),
-            progress: bool | str = True,
-            on_event: Callable[..., None] | None = None) -> dict[str, Any]:
+def prepare(
+    fleet: Fleet,
+    dataset: str | list[dict[str, Any]],
+    *,
+    instance_ids: list[str] | tuple[str, ...] = (),
+    progress: bool | str = True,
+    on_event: Callable[..., None] | None = None,
+) -> dict[str, Any]:
     """Make every distinct environment of the dataset present on some node: one already holding it counts; the
     others are built, each once, on the least loaded nodes."""
     with tempfile.TemporaryDirectory(prefix="minisandbox-fleet-") as scratch:
-        args = ["prepare", "--dataset", _as_file(dataset, "dataset.json", scratch), "--plan",
-                *_selection(instance_ids)]
+        args = ["prepare", "--dataset", _as_file(dataset, "dataset.json", scratch), "--plan", *_selection(instance_ids)]
         plan = _cli_json(fleet, args)
     fleet.refresh(force=True)
     envs = plan["environments"]
@@ -101,23 +105,43 @@ def prepare(fleet: Fleet, dataset: str | list[dict[str, Any]], *, instance_ids: 
     for key, err in out.errors.items():
         status[key] = {"status": "failed", "node": placed.get(key), "error": err}
     rows = [{"env_key": e["env_key"], "instance_ids": e["instance_ids"], **status[e["env_key"]]} for e in envs]
-    return {"environments": rows, "errors": plan["errors"], "stats": out.stats,
-            "failed": sum(1 for r in rows if r["status"] == "failed") + len(plan["errors"])}
+    return {
+        "environments": rows,
+        "errors": plan["errors"],
+        "stats": out.stats,
+        "failed": sum(1 for r in rows if r["status"] == "failed") + len(plan["errors"]),
+    }
 
 
-def evaluate(fleet: Fleet, dataset: str | list[dict[str, Any]], predictions: str | list[dict[str, Any]], *,
-             run_id: str | None = None, report_dir: str = ".", instance_ids: list[str] | tuple[str, ...] = (),
-             timeout_s: float = 1800, rerun: bool = False,
-             progress: bool | str = True, on_event: Callable[..., None] | None = None) -> dict[str, Any]:
+def evaluate(
+    fleet: Fleet,
+    dataset: str | list[dict[str, Any]],
+    predictions: str | list[dict[str, Any]],
+    *,
+    run_id: str | None = None,
+    report_dir: str = ".",
+    instance_ids: list[str] | tuple[str, ...] = (),
+    timeout_s: float = 1800,
+    rerun: bool = False,
+    progress: bool | str = True,
+    on_event: Callable[..., None] | None = None,
+) -> dict[str, Any]:
     """Evaluate ``predictions`` (a file, ``"gold"``, ``"empty"`` or a list) on ``dataset`` over the whole fleet,
     as ``minisandbox evaluate`` does on one node: same files, same summary (``<model>.<run_id>.json``)."""
     run_id = run_id or "minisandbox-" + datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
     report_dir = os.path.abspath(report_dir)
     with tempfile.TemporaryDirectory(prefix="minisandbox-fleet-") as scratch:
-        run_args = ["--dataset", _as_file(dataset, "dataset.json", scratch), "--predictions",
-                    _as_file(predictions, "predictions.json", scratch) if not isinstance(predictions, str)
-                    else predictions, "--run-id", run_id, "--report-dir", report_dir,
-                    *_selection(instance_ids)]
+        run_args = [
+            "--dataset",
+            _as_file(dataset, "dataset.json", scratch),
+            "--predictions",
+            _as_file(predictions, "predictions.json", scratch) if not isinstance(predictions, str) else predictions,
+            "--run-id",
+            run_id,
+            "--report-dir",
+            report_dir,
+            *_selection(instance_ids),
+        ]
         plan = _cli_json(fleet, ["evaluate", *run_args, "--plan", *(["--rerun"] if rerun else [])])
         jobs = {j["instance_id"]: j for j in plan["jobs"]}
         built = _environments(fleet, list(jobs.values()), progress, on_event)
@@ -132,20 +156,45 @@ def evaluate(fleet: Fleet, dataset: str | list[dict[str, Any]], predictions: str
             if isinstance(prog, Progress):
                 prog.event(kind, **f)
 
-        items = [Item(i, j["env_key"], {"instance": j["instance"], "model_patch": j["model_patch"],
-                                        "model_name_or_path": j["model_name_or_path"], "timeout_seconds": timeout_s})
-                 for i, j in jobs.items()]
+        items = [
+            Item(
+                i,
+                j["env_key"],
+                {
+                    "instance": j["instance"],
+                    "model_patch": j["model_patch"],
+                    "model_name_or_path": j["model_name_or_path"],
+                    "timeout_seconds": timeout_s,
+                },
+            )
+            for i, j in jobs.items()
+        ]
         out = run_items(fleet, "evaluate", items, on_result=write, on_event=events, progress=prog)
         summary = _cli_json(fleet, ["evaluate", *run_args, "--summary-only", "--json"])
     statuses = {i: r.get("status") for i, r in out.results.items()}
-    return {"run_id": plan["run_id"], "model": plan["model"], "summary": summary["summary"],
-            "summary_path": summary["summaryPath"], "statuses": statuses, "errors": out.errors,
-            "build": built, "stats": out.stats, "job": out.job}
+    return {
+        "run_id": plan["run_id"],
+        "model": plan["model"],
+        "summary": summary["summary"],
+        "summary_path": summary["summaryPath"],
+        "statuses": statuses,
+        "errors": out.errors,
+        "build": built,
+        "stats": out.stats,
+        "job": out.job,
+    }
 
 
-def rollout_groups(fleet: Fleet, groups: list[tuple[str, int]], fn: Callable[[Any], Any], *,
-                   gold_check: bool | None = None, ttl_seconds: float | None = None,
-                   progress: bool | str = True, on_event: Callable[..., None] | None = None) -> dict[str, Any]:
+def rollout_groups(
+    fleet: Fleet,
+    groups: list[tuple[str, int]],
+    fn: Callable[[Any], Any],
+    *,
+    gold_check: bool | None = None,
+    ttl_seconds: float | None = None,
+    progress: bool | str = True,
+    on_event: Callable[..., None] | None = None,
+) -> dict[str, Any]:
     """Rollout groups over the fleet: each ``(instance_id, n)`` becomes a group of ``n`` rollouts started together
     on one node (one where the task's environment is warm, else the least loaded one, which fetches it first), and
     ``fn(group)`` runs in a Ray task on that node with a ``minisandbox.rl.Group`` (drive its rollouts, take their
@@ -159,18 +208,27 @@ def rollout_groups(fleet: Fleet, groups: list[tuple[str, int]], fn: Callable[[An
     if plan["errors"]:
         raise FleetJobError(f"no environment for: {', '.join(e['instance_id'] for e in plan['errors'])}")
     key_of = {i: e["env_key"] for e in plan["environments"] for i in e["instance_ids"]}
-    _environments(fleet, [{"env_key": e["env_key"], "instance": e["instance"]} for e in plan["environments"]],
-                  progress, on_event)
-    items = [Item(f"{iid}#{k}", key_of[iid], {"instance_id": iid, "n": n, "fn": fn, "gold_check": gold_check,
-                                              "ttl_seconds": ttl_seconds}, slots=n)
-             for k, (iid, n) in enumerate(groups)]
-    out = run_items(fleet, "group", items, on_event=on_event, progress=_progress(progress, "rollout groups",
-                                                                                  len(items)))
+    _environments(
+        fleet, [{"env_key": e["env_key"], "instance": e["instance"]} for e in plan["environments"]], progress, on_event
+    )
+    items = [
+        Item(
+            f"{iid}#{k}",
+            key_of[iid],
+            {"instance_id": iid, "n": n, "fn": fn, "gold_check": gold_check, "ttl_seconds": ttl_seconds},
+            slots=n,
+        )
+        for k, (iid, n) in enumerate(groups)
+    ]
+    out = run_items(
+        fleet, "group", items, on_event=on_event, progress=_progress(progress, "rollout groups", len(items))
+    )
     return {"results": out.results, "errors": out.errors, "stats": out.stats}
 
 
-def _environments(fleet: Fleet, jobs: list[dict[str, Any]], progress: bool | str,
-                  on_event: Callable[..., None] | None) -> dict[str, Any]:
+def _environments(
+    fleet: Fleet, jobs: list[dict[str, Any]], progress: bool | str, on_event: Callable[..., None] | None
+) -> dict[str, Any]:
     """Build what no node holds yet, each environment once (as a single-node run builds missing ones first)."""
     fleet.refresh(force=True)
     missing: dict[str, dict[str, Any]] = {}
@@ -180,8 +238,13 @@ def _environments(fleet: Fleet, jobs: list[dict[str, Any]], progress: bool | str
     if not missing:
         return {"built": 0, "failed": {}}
     prog = _progress(progress, "build environments", len(missing))
-    out = run_items(fleet, "prepare", [Item(k, k, {"instance": inst}) for k, inst in missing.items()],
-                    on_event=on_event, progress=prog)
+    out = run_items(
+        fleet,
+        "prepare",
+        [Item(k, k, {"instance": inst}) for k, inst in missing.items()],
+        on_event=on_event,
+        progress=prog,
+    )
     failed = {k: r.get("error") for k, r in out.results.items() if r.get("status") == "failed"}
     failed.update(out.errors)
     return {"built": sum(1 for r in out.results.values() if r.get("status") == "built"), "failed": failed}

@@ -71,8 +71,9 @@ class Placement:
 
     def sources(self, key: str, exclude: str) -> list[dict[str, Any]]:
         """Where a node can fetch ``key`` from: usable peers that hold it, least loaded first."""
-        holders = sorted((n for n in self.usable() if n.holds(key) and n.node_id != exclude),
-                         key=lambda n: (n.load(), n.name))
+        holders = sorted(
+            (n for n in self.usable() if n.holds(key) and n.node_id != exclude), key=lambda n: (n.load(), n.name)
+        )
         out = []
         for n in holders:
             src: dict[str, Any] = {"url": n.url, "token": n.token}

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 __all__ = ["Child"]
 
@@ -25,7 +25,7 @@ _PR_SET_PDEATHSIG = 1
 _forker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="minisandbox-forker")
 
 
-def _die_with_parent(parent_pid: int):
+def _die_with_parent(parent_pid: int) -> Callable[[], None]:
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
 
     def pre() -> None:
@@ -41,8 +41,9 @@ class Child:
     """Start ``argv`` (stdout and stderr appended to ``log_path``) and wait until it writes ``ready_file``
     (``{"url", "pid"}``). Raises RuntimeError with the log's tail when it exits first or takes too long."""
 
-    def __init__(self, argv: list[str], env: dict[str, str], ready_file: str, log_path: str,
-                 ready_timeout_s: float = 120.0) -> None:
+    def __init__(
+        self, argv: list[str], env: dict[str, str], ready_file: str, log_path: str, ready_timeout_s: float = 120.0
+    ) -> None:
         try:
             os.unlink(ready_file)
         except FileNotFoundError:
@@ -50,7 +51,12 @@ class Child:
         self.log_path = log_path
         with open(log_path, "ab") as log:
             self.proc: subprocess.Popen[bytes] = _forker.submit(
-                subprocess.Popen, argv, env=env, stdin=subprocess.PIPE, stdout=log, stderr=log,
+                subprocess.Popen,
+                argv,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=log,
                 preexec_fn=_die_with_parent(os.getpid()),
             ).result()
         deadline = time.monotonic() + ready_timeout_s

@@ -29,14 +29,17 @@ class Progress:
             self.stream.flush()
 
     def show(self, *, done: int, running: int, retried: int, errors: int, nodes: int) -> None:
-        line = (f"{self.title}: {done}/{self.total} done, {running} running, {retried} retried, {errors} errors, "
-                f"{nodes} node{'s' if nodes != 1 else ''}")
+        line = (
+            f"{self.title}: {done}/{self.total} done, {running} running, {retried} retried, {errors} errors, "
+            f"{nodes} node{'s' if nodes != 1 else ''}"
+        )
         if line == self.last:
             return
         self.last = line
         if self.json:
-            self.event("progress", done=done, total=self.total, running=running, retried=retried, errors=errors,
-                       nodes=nodes)
+            self.event(
+                "progress", done=done, total=self.total, running=running, retried=retried, errors=errors, nodes=nodes
+            )
             return
         self.stream.write(("\r\x1b[2K" + line) if self.tty else line + "\n")
         self.stream.flush()

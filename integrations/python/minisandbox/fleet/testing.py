@@ -19,16 +19,27 @@ from ray.cluster_utils import Cluster
 
 from .config import HOME_LABEL, IO, NAME_LABEL, NAMESPACE, SLOT
 
-__all__ = ["LocalCluster", "FAST_FAILURE"]
+__all__ = ["FAST_FAILURE", "LocalCluster"]
 
 #: Node death noticed in about a second instead of about fifteen (Ray's defaults: 3 s x 5 health checks).
-FAST_FAILURE = {"health_check_period_ms": 500, "health_check_failure_threshold": 3, "health_check_timeout_ms": 500,
-                "health_check_initial_delay_ms": 0}
+FAST_FAILURE = {
+    "health_check_period_ms": 500,
+    "health_check_failure_threshold": 3,
+    "health_check_timeout_ms": 500,
+    "health_check_initial_delay_ms": 0,
+}
 
 
 class LocalCluster:
-    def __init__(self, base: str, names: tuple[str, ...] = ("n0", "n1", "n2"), *, slots: int = 2, io: int = 2,
-                 fast_failure: bool = True) -> None:
+    def __init__(
+        self,
+        base: str,
+        names: tuple[str, ...] = ("n0", "n1", "n2"),
+        *,
+        slots: int = 2,
+        io: int = 2,
+        fast_failure: bool = True,
+    ) -> None:
         self.base, self.slots, self.io = base, slots, io
         # Ray never deletes its session dirs, and cluster_utils writes <tmp>/ray/ray_current_cluster whatever
         # temp_dir says: RAY_TMPDIR moves both (the driver and every node read it).
@@ -48,9 +59,14 @@ class LocalCluster:
         return os.path.join(self.base, name, "home")
 
     def node_args(self, name: str) -> dict[str, Any]:
-        return dict(num_cpus=1, node_ip_address="127.0.0.1", include_dashboard=False, object_store_memory=80 << 20,
-                    resources={SLOT: self.slots, IO: self.io},
-                    labels={NAME_LABEL: name, HOME_LABEL: self.home(name)})
+        return {
+            "num_cpus": 1,
+            "node_ip_address": "127.0.0.1",
+            "include_dashboard": False,
+            "object_store_memory": 80 << 20,
+            "resources": {SLOT: self.slots, IO: self.io},
+            "labels": {NAME_LABEL: name, HOME_LABEL: self.home(name)},
+        }
 
     def add(self, name: str, wait: bool = True) -> str:
         node = self.cluster.add_node(wait=wait, **self.node_args(name))

@@ -9,9 +9,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..errors import InvalidInputError
+from ..mini_output import mini_output, submission
 from .policy import Completion
-
-SUBMIT_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
 SYSTEM_TEMPLATE = """You are a helpful assistant that can interact with a computer shell to solve programming tasks.
 Your response must contain exactly ONE bash code block with ONE command (or commands connected with && or ||).
@@ -55,30 +55,29 @@ class AgentConfig:
 
 
 class Policy(Protocol):
-    def complete(self, messages: list[dict], *, user: str | None = None) -> Completion: ...
+    def complete(self, messages: list[dict[str, Any]], *, user: str | None = None) -> Completion: ...
 
 
 class Environment(Protocol):
-    def execute(self, command: str, timeout: float) -> dict: ...
+    def execute(self, command: str, timeout: float) -> dict[str, Any]: ...
 
 
 @dataclass
 class AgentResult:
-    messages: list[dict]
-    turns: list[dict]
+    messages: list[dict[str, Any]]
+    turns: list[dict[str, Any]]
     exit_status: str
     submission: str = ""
     agent_ms: float = 0.0
     error: str | None = None
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class MinimalAgent:
     """One trajectory: query, act, observe, until submitted, out of steps or time. Errors of the policy or the
     sandbox end the run and propagate (they are infrastructure failures, not the agent's)."""
 
-    def __init__(self, policy: Policy, env: Environment, config: AgentConfig | None = None, *,
-                 user: str | None = None):
+    def __init__(self, policy: Policy, env: Environment, config: AgentConfig | None = None, *, user: str | None = None):
         self.policy = policy
         self.env = env
         self.config = config or AgentConfig()
@@ -102,8 +101,11 @@ class MinimalAgent:
                 turn: dict[str, Any] = {"step": step}
                 res.turns.append(turn)
                 completion = self.policy.complete(res.messages, user=self.user)
-                turn.update(model_ms=round(completion.latency_ms, 1), finish_reason=completion.finish_reason,
-                            usage=completion.usage)
+                turn.update(
+                    model_ms=round(completion.latency_ms, 1),
+                    finish_reason=completion.finish_reason,
+                    usage=completion.usage,
+                )
                 res.messages.append({"role": "assistant", "content": completion.content})
                 actions = [a.strip() for a in re.findall(c.action_regex, completion.content, re.DOTALL)]
                 if len(actions) != 1:
@@ -118,10 +120,9 @@ class MinimalAgent:
                 t = time.perf_counter()
                 out = self.env.execute(actions[0], c.command_timeout)
                 turn.update(exec_ms=round((time.perf_counter() - t) * 1000, 1), returncode=out["returncode"])
-                lines = out["output"].lstrip().splitlines(keepends=True)
-                if lines and lines[0].strip() == SUBMIT_MARKER and out["returncode"] == 0:
-                    res.exit_status = "Submitted"
-                    res.submission = "".join(lines[1:])
+                submitted = submission(out)
+                if submitted is not None:
+                    res.exit_status, res.submission = "Submitted", submitted
                     return res
                 res.messages.append({"role": "user", "content": self._observation(out)})
             res.exit_status = "LimitsExceeded"
@@ -129,7 +130,7 @@ class MinimalAgent:
         finally:
             res.agent_ms = round((time.perf_counter() - started) * 1000, 1)
 
-    def _observation(self, out: dict) -> str:
+    def _observation(self, out: dict[str, Any]) -> str:
         text = out["output"]
         limit = self.config.max_output_chars
         if len(text) > limit:
@@ -146,13 +147,24 @@ class RolloutEnvironment:
     def __init__(self, rollout: Any, *, cwd: str = "/testbed", env: dict[str, str] | None = None):
         self.rollout = rollout
         self.cwd = cwd
-        self.env = {"PAGER": "cat", "MANPAGER": "cat", "LESS": "-R", "PIP_PROGRESS_BAR": "off", "TQDM_DISABLE": "1",
-                    **(env or {})}
+        self.env = {
+            "PAGER": "cat",
+            "MANPAGER": "cat",
+            "LESS": "-R",
+            "PIP_PROGRESS_BAR": "off",
+            "TQDM_DISABLE": "1",
+            **(env or {}),
+        }
 
-    def execute(self, command: str, timeout: float) -> dict:
-        r = self.rollout.exec(command, timeout=timeout, cwd=self.cwd, env=self.env, merge_output=True)
-        if r["timed_out"]:
-            return {"output": r["stdout"], "returncode": -1,
-                    "exception_info": f"An error occurred while executing the command: Command timed out after "
-                                      f"{timeout:g} seconds"}
-        return {"output": r["stdout"], "returncode": r["exit_code"], "exception_info": ""}
+    def execute(self, command: str, timeout: float) -> dict[str, Any]:
+        try:
+            r = self.rollout.exec(command, timeout=timeout, cwd=self.cwd, env=self.env, merge_output=True)
+        except InvalidInputError as e:
+            return refused(e)
+        return mini_output(r, command, timeout)
+
+
+def refused(e: InvalidInputError) -> dict[str, Any]:
+    """A command the server refused as given (a NUL byte, a bad directory...): the policy's own doing, so it is an
+    observation like a failed command, never an error that would end the trajectory as an infrastructure failure."""
+    return {"output": "", "returncode": -1, "exception_info": f"The command was refused: {e}"}

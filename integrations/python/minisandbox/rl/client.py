@@ -15,9 +15,9 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..client import Client
+from ..client import Client, exec_body
 
-__all__ = ["RolloutClient", "Group", "Rollout", "group_body", "exec_body", "reward_body"]
+__all__ = ["Group", "Rollout", "RolloutClient", "exec_body", "group_body", "reward_body"]
 
 #: Seconds to wait for calls that may build an environment or run a task's tests.
 LONG = 3600.0
@@ -31,19 +31,14 @@ def _given(**fields: Any) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
 
 
-def group_body(instance_id: str, n: int, gold_check: bool | None = None, ttl_seconds: float | None = None) -> dict:
+def group_body(
+    instance_id: str, n: int, gold_check: bool | None = None, ttl_seconds: float | None = None
+) -> dict[str, Any]:
     """``POST /rollouts/groups`` (the contract's ``CreateGroupRequest``)."""
     return _given(instance_id=instance_id, n=n, gold_check=gold_check, ttl_seconds=ttl_seconds)
 
 
-def exec_body(command: str | list[str], timeout: float | None = None, cwd: str | None = None,
-              env: dict[str, str] | None = None, stdin: str | None = None, merge_output: bool = False) -> dict:
-    """``POST /rollouts/<id>/exec`` (the native ``ExecRequest``)."""
-    return _given(command=command, timeout_ms=None if timeout is None else timeout * 1000, cwd=cwd, env=env,
-                  stdin=stdin, merge_output=merge_output)
-
-
-def reward_body(mode: str | None = None, timeout: float | None = None, reward: str | None = None) -> dict:
+def reward_body(mode: str | None = None, timeout: float | None = None, reward: str | None = None) -> dict[str, Any]:
     """``POST /rollouts/<id>/reward`` (``RewardRequest``)."""
     return _given(mode=mode, timeout_seconds=timeout, reward=reward)
 
@@ -61,18 +56,27 @@ class Rollout:
     parent: str | None = None
     sandbox_id: str | None = None
     from_pool: bool = False
-    info: dict = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
 
     @property
     def _path(self) -> str:
         return f"/rollouts/{_q(self.id)}"
 
-    def exec(self, command: str | list[str], *, timeout: float | None = None, cwd: str | None = None,
-             env: dict[str, str] | None = None, stdin: str | None = None, merge_output: bool = False) -> dict:
+    def exec(
+        self,
+        command: str | list[str],
+        *,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        stdin: str | None = None,
+        merge_output: bool = False,
+    ) -> dict[str, Any]:
         """One command in a fresh process (a string runs under ``bash -c``); ``timeout`` in seconds."""
         wait = None if timeout is None else timeout + 60
-        return self.client.request("POST", f"{self._path}/exec", exec_body(command, timeout, cwd, env, stdin,
-                                                                           merge_output), timeout=wait)
+        return self.client.request(
+            "POST", f"{self._path}/exec", exec_body(command, timeout, cwd, env, stdin, merge_output), timeout=wait
+        )
 
     def read_file(self, path: str) -> bytes:
         return self.client.request("GET", f"{self._path}/files?path={_q(path)}", raw=True)
@@ -80,18 +84,23 @@ class Rollout:
     def write_file(self, path: str, content: str) -> None:
         self.client.request("PUT", f"{self._path}/files", {"path": path, "content": content})
 
-    def reward(self, *, mode: str | None = None, timeout: float | None = None, reward: str | None = None) -> dict:
+    def reward(
+        self, *, mode: str | None = None, timeout: float | None = None, reward: str | None = None
+    ) -> dict[str, Any]:
         """The outcome: ``status`` "scored" (``reward`` is real, 0 included) or "infra_failure" (``reward`` None,
-        ``failure`` says why), ``resolved``, ``fail_to_pass`` / ``pass_to_pass`` counts, ``timings``, ``patch``."""
-        return self.client.request("POST", f"{self._path}/reward", reward_body(mode, timeout, reward),
-                                   timeout=(timeout or 3600) + 120)
+        ``failure`` says why), ``reason`` (why, either way: "graded", "empty_patch", "patch_apply_failed",
+        "eval_timeout", "sandbox_oom"... or the failure's kind), ``flags`` (test infrastructure the patch touches),
+        ``resolved``, ``fail_to_pass`` / ``pass_to_pass`` counts, ``timings``, ``patch``."""
+        return self.client.request(
+            "POST", f"{self._path}/reward", reward_body(mode, timeout, reward), timeout=(timeout or 3600) + 120
+        )
 
     def fork(self, k: int = 1) -> list[Rollout]:
         """``k`` children started from this rollout's current state: new rollouts of the same group."""
         r = self.client.request("POST", f"{self._path}/fork", {"k": k})
         return [_rollout(self.client, x) for x in r["rollouts"]]
 
-    def refresh(self) -> dict:
+    def refresh(self) -> dict[str, Any]:
         self.info = self.client.request("GET", self._path)
         return self.info
 
@@ -112,7 +121,7 @@ class Group:
     instance_id: str
     env_key: str
     problem_statement: str
-    timings: dict
+    timings: dict[str, Any]
     rollouts: list[Rollout]
 
     def rollout(self, repetition: int) -> Rollout:
@@ -136,42 +145,63 @@ class RolloutClient:
     """The rollout API of one server: groups, rollouts, prewarm, gold pre-checks. ``url`` and ``token`` as for
     ``minisandbox.Client``; or give one as ``client``."""
 
-    def __init__(self, url: str | None = None, token: str | None = None, *, client: Client | None = None,
-                 home: str | None = None):
+    def __init__(
+        self, url: str | None = None, token: str | None = None, *, client: Client | None = None, home: str | None = None
+    ):
         self.client = client or Client(url, token, home=home)
 
-    def start_group(self, instance_id: str, n: int, *, gold_check: bool | None = None,
-                    ttl_seconds: float | None = None) -> Group:
+    def start_group(
+        self, instance_id: str, n: int, *, gold_check: bool | None = None, ttl_seconds: float | None = None
+    ) -> Group:
         """``n`` rollouts of one task, started together (from the server's warm pool first)."""
-        g = self.client.request("POST", "/rollouts/groups", group_body(instance_id, n, gold_check, ttl_seconds),
-                                timeout=LONG)
+        g = self.client.request(
+            "POST", "/rollouts/groups", group_body(instance_id, n, gold_check, ttl_seconds), timeout=LONG
+        )
         return _group(self.client, g)
 
     def group(self, group_id: str) -> Group:
         return _group(self.client, self.client.request("GET", f"/rollouts/groups/{_q(group_id)}"))
 
-    def groups(self) -> list[dict]:
+    def groups(self) -> list[dict[str, Any]]:
         return self.client.request("GET", "/rollouts/groups")["groups"]
 
     def rollout(self, rollout_id: str) -> Rollout:
         return _rollout(self.client, self.client.request("GET", f"/rollouts/{_q(rollout_id)}"))
 
-    def prewarm(self, instance_ids: list[str], *, sandboxes: int = 0) -> dict:
+    def prewarm(self, instance_ids: list[str], *, sandboxes: int = 0) -> dict[str, Any]:
         """Get the next batch ready while this one trains: layers materialized and held, up to ``sandboxes`` per
         task ready in the server's warm pool."""
-        return self.client.request("POST", "/rollouts/prewarm", {"instance_ids": instance_ids,
-                                                                 "sandboxes": sandboxes}, timeout=LONG)
+        return self.client.request(
+            "POST", "/rollouts/prewarm", {"instance_ids": instance_ids, "sandboxes": sandboxes}, timeout=LONG
+        )
 
-    def gold_check(self, instance_id: str) -> dict:
+    def gold_check(self, instance_id: str) -> dict[str, Any]:
         """The task's gold verdict (checked now unless stored); ``TaskInvalidError`` when its gold patch fails."""
         return self.client.request("POST", "/rollouts/gold-check", {"instance_id": instance_id}, timeout=LONG)
 
 
-def _rollout(client: Client, r: dict) -> Rollout:
-    return Rollout(client, r["id"], r["group_id"], r["instance_id"], r["repetition"], r["trajectory_id"],
-                   r.get("parent"), r.get("sandbox_id"), bool(r.get("from_pool")), r)
+def _rollout(client: Client, r: dict[str, Any]) -> Rollout:
+    return Rollout(
+        client,
+        r["id"],
+        r["group_id"],
+        r["instance_id"],
+        r["repetition"],
+        r["trajectory_id"],
+        r.get("parent"),
+        r.get("sandbox_id"),
+        bool(r.get("from_pool")),
+        r,
+    )
 
 
-def _group(client: Client, g: dict) -> Group:
-    return Group(client, g["id"], g["instance_id"], g["env_key"], g.get("problem_statement", ""), g["timings"],
-                 [_rollout(client, r) for r in g["rollouts"]])
+def _group(client: Client, g: dict[str, Any]) -> Group:
+    return Group(
+        client,
+        g["id"],
+        g["instance_id"],
+        g["env_key"],
+        g.get("problem_statement", ""),
+        g["timings"],
+        [_rollout(client, r) for r in g["rollouts"]],
+    )

@@ -36,7 +36,7 @@ class TrajectoryWriter:
         self.close()
 
 
-def read_trajectories(path: str | Path) -> Iterator[dict]:
+def read_trajectories(path: str | Path) -> Iterator[dict[str, Any]]:
     with Path(path).open(encoding="utf-8") as f:
         for line in f:
             if line.strip():

@@ -8,14 +8,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .agent import AgentResult
+from ..errors import InvalidInputError
+from ..mini_output import check_submitted, mini_output
+from .agent import AgentResult, refused
 from .policy import OpenAIPolicy
 
 try:  # import-guarded: mini-swe-agent is optional
     import yaml
     from minisweagent.agents.default import DefaultAgent
     from minisweagent.config import get_config_path
-    from minisweagent.exceptions import Submitted
     from minisweagent.models.utils.actions_text import format_observation_messages, parse_regex_actions
 except ImportError as e:  # pragma: no cover - exercised where mini-swe-agent is absent
     _MISSING: ImportError | None = e
@@ -41,84 +42,120 @@ class MiniTextModel:
         self.user = user
         self.config = config  # the `model` section of a mini config (templates, action_regex)
         self.action_regex = config.get("action_regex", r"```mswea_bash_command\s*\n(.*?)\n```")
-        self.turns: list[dict] = []
+        self.turns: list[dict[str, Any]] = []
 
-    def query(self, messages: list[dict], **kwargs: Any) -> dict:
+    def query(self, messages: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
         c = self.policy.complete(messages, user=self.user)
-        self.turns.append({"step": len(self.turns), "model_ms": round(c.latency_ms, 1),
-                           "finish_reason": c.finish_reason, "usage": c.usage})
-        actions = parse_regex_actions(c.content, action_regex=self.action_regex,
-                                      format_error_template=self.config.get("format_error_template", "{{ error }}"),
-                                      template_kwargs={"finish_reason": c.finish_reason})
-        return {"role": "assistant", "content": c.content,
-                "extra": {"actions": actions, "cost": 0.0, "timestamp": time.time()}}
+        self.turns.append(
+            {
+                "step": len(self.turns),
+                "model_ms": round(c.latency_ms, 1),
+                "finish_reason": c.finish_reason,
+                "usage": c.usage,
+            }
+        )
+        actions = parse_regex_actions(
+            c.content,
+            action_regex=self.action_regex,
+            format_error_template=self.config.get("format_error_template", "{{ error }}"),
+            template_kwargs={"finish_reason": c.finish_reason},
+        )
+        return {
+            "role": "assistant",
+            "content": c.content,
+            "extra": {"actions": actions, "cost": 0.0, "timestamp": time.time()},
+        }
 
-    def format_message(self, **kwargs: Any) -> dict:
+    def format_message(self, **kwargs: Any) -> dict[str, Any]:
         return dict(kwargs)
 
-    def format_observation_messages(self, message: dict, outputs: list[dict],
-                                    template_vars: dict | None = None) -> list[dict]:
-        return format_observation_messages(outputs, observation_template=self.config["observation_template"],
-                                           template_vars=template_vars)
+    def format_observation_messages(
+        self, message: dict[str, Any], outputs: list[dict[str, Any]], template_vars: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        return format_observation_messages(
+            outputs, observation_template=self.config["observation_template"], template_vars=template_vars
+        )
 
-    def get_template_vars(self, **kwargs: Any) -> dict:
+    def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
         return {**self.config, **kwargs}
 
-    def serialize(self) -> dict:
-        return {"info": {"config": {"model": {"base_url": self.policy.base_url, "model": self.policy.model},
-                                    "model_type": f"{__name__}.{type(self).__name__}"}}}
+    def serialize(self) -> dict[str, Any]:
+        return {
+            "info": {
+                "config": {
+                    "model": {"base_url": self.policy.base_url, "model": self.policy.model},
+                    "model_type": f"{__name__}.{type(self).__name__}",
+                }
+            }
+        }
 
 
 class MiniRolloutEnvironment:
     """mini-swe-agent's Environment protocol over a rollout (what its docker environment does with `podman exec`)."""
 
-    def __init__(self, rollout: Any, *, cwd: str = "/testbed", timeout: float = 180.0, env: dict | None = None,
-                 turns: list[dict] | None = None):
+    def __init__(
+        self,
+        rollout: Any,
+        *,
+        cwd: str = "/testbed",
+        timeout: float = 180.0,
+        env: dict[str, Any] | None = None,
+        turns: list[dict[str, Any]] | None = None,
+    ):
         _require()
         self.rollout = rollout
-        self.config = {"cwd": cwd, "timeout": timeout, "env": env or {}}
+        self.config: dict[str, Any] = {"cwd": cwd, "timeout": timeout, "env": env or {}}
         self.turns = turns if turns is not None else []
 
-    def execute(self, action: dict, cwd: str = "", *, timeout: float | None = None) -> dict:
+    def execute(self, action: dict[str, Any], cwd: str = "", *, timeout: float | None = None) -> dict[str, Any]:
         command = action.get("command", "")
         t = time.perf_counter()
-        limit = timeout or self.config["timeout"]
-        r = self.rollout.exec(command, timeout=limit, cwd=cwd or self.config["cwd"], env=self.config["env"],
-                              merge_output=True)
+        limit: float = timeout or self.config["timeout"]
+        try:
+            r = self.rollout.exec(
+                command, timeout=limit, cwd=cwd or self.config["cwd"], env=self.config["env"], merge_output=True
+            )
+        except InvalidInputError as e:
+            return refused(e)
         if self.turns:
             self.turns[-1].update(exec_ms=round((time.perf_counter() - t) * 1000, 1), returncode=r["exit_code"])
-        if r["timed_out"]:
-            out = {"output": r["stdout"], "returncode": -1,
-                   "exception_info": f"An error occurred while executing the command: Command timed out after "
-                                     f"{limit:g} seconds",
-                   "extra": {"exception_type": "TimeoutExpired"}}
-        else:
-            out = {"output": r["stdout"], "returncode": r["exit_code"], "exception_info": ""}
-        lines = out["output"].lstrip().splitlines(keepends=True)
-        if lines and lines[0].strip() == "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" and out["returncode"] == 0:
-            submission = "".join(lines[1:])
-            raise Submitted({"role": "exit", "content": submission,
-                             "extra": {"exit_status": "Submitted", "submission": submission}})
+        out = mini_output(r, command, limit)
+        check_submitted(out)
         return out
 
-    def get_template_vars(self, **kwargs: Any) -> dict:
+    def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
         return {**self.config, **kwargs}
 
-    def serialize(self) -> dict:
-        return {"info": {"config": {"environment": self.config, "rollout": self.rollout.id,
-                                    "environment_type": f"{__name__}.{type(self).__name__}"}}}
+    def serialize(self) -> dict[str, Any]:
+        return {
+            "info": {
+                "config": {
+                    "environment": self.config,
+                    "rollout": self.rollout.id,
+                    "environment_type": f"{__name__}.{type(self).__name__}",
+                }
+            }
+        }
 
 
-def mini_config(name: str = "swebench_backticks") -> dict:
+def mini_config(name: str = "swebench_backticks") -> dict[str, Any]:
     """A config shipped with mini-swe-agent (agent and model sections are used)."""
     _require()
     with open(get_config_path(name)) as f:
         return yaml.safe_load(f)
 
 
-def run_mini_agent(policy: OpenAIPolicy, rollout: Any, task: str, *, config: dict | None = None,
-                   user: str | None = None, step_limit: int | None = None,
-                   command_timeout: float = 180.0, result: AgentResult | None = None) -> AgentResult:
+def run_mini_agent(
+    policy: OpenAIPolicy,
+    rollout: Any,
+    task: str,
+    *,
+    config: dict[str, Any] | None = None,
+    user: str | None = None,
+    step_limit: int | None = None,
+    command_timeout: float = 180.0,
+    result: AgentResult | None = None,
+) -> AgentResult:
     """One trajectory with mini-swe-agent's DefaultAgent; the same result shape as MinimalAgent's."""
     _require()
     cfg = config or mini_config()
@@ -126,8 +163,9 @@ def run_mini_agent(policy: OpenAIPolicy, rollout: Any, task: str, *, config: dic
     if step_limit is not None:
         agent_cfg["step_limit"] = step_limit
     model = MiniTextModel(policy, user=user, **cfg.get("model", {}))
-    env = MiniRolloutEnvironment(rollout, timeout=command_timeout, env=cfg.get("environment", {}).get("env"),
-                                 turns=model.turns)
+    env = MiniRolloutEnvironment(
+        rollout, timeout=command_timeout, env=cfg.get("environment", {}).get("env"), turns=model.turns
+    )
     agent = DefaultAgent(model, env, **agent_cfg)
     res = result or AgentResult([], [], "Running")
     started = time.perf_counter()
@@ -137,7 +175,8 @@ def run_mini_agent(policy: OpenAIPolicy, rollout: Any, task: str, *, config: dic
         res.submission = info.get("submission", "")
     finally:
         res.agent_ms = round((time.perf_counter() - started) * 1000, 1)
-        res.messages[:] = [{"role": m["role"], "content": m.get("content", "")} for m in agent.messages
-                           if m.get("role") != "exit"]
+        res.messages[:] = [
+            {"role": m["role"], "content": m.get("content", "")} for m in agent.messages if m.get("role") != "exit"
+        ]
         res.turns[:] = model.turns
     return res

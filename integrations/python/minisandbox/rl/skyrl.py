@@ -18,7 +18,7 @@ except ImportError:  # pragma: no cover - where SkyRL is absent
     _Base = object
 
 
-def _instance_id(row: int, batch: dict) -> str:
+def _instance_id(row: int, batch: dict[str, Any]) -> str:
     ids = batch.get("trajectory_ids")
     if ids:
         tid = ids[row]
@@ -31,11 +31,17 @@ def _instance_id(row: int, batch: dict) -> str:
     return found
 
 
-class MinisandboxGenerator(_Base):  # type: ignore[misc, valid-type]
+class MinisandboxGenerator(_Base):  # type: ignore[misc]
     """`generate(input_batch) -> output` with SkyRL's field names."""
 
-    def __init__(self, runner: TrajectoryRunner, tokenizer: ChatTokenizer, *, on_infra_failure: str = "mask",
-                 max_response_tokens: int | None = None):
+    def __init__(
+        self,
+        runner: TrajectoryRunner,
+        tokenizer: ChatTokenizer,
+        *,
+        on_infra_failure: str = "mask",
+        max_response_tokens: int | None = None,
+    ):
         if on_infra_failure not in ("mask", "mask_group"):
             raise ValueError("on_infra_failure must be 'mask' or 'mask_group'")
         self.runner = runner
@@ -43,7 +49,7 @@ class MinisandboxGenerator(_Base):  # type: ignore[misc, valid-type]
         self.on_infra_failure = on_infra_failure
         self.max_response_tokens = max_response_tokens
 
-    async def generate(self, input_batch: dict) -> dict:
+    async def generate(self, input_batch: dict[str, Any]) -> dict[str, Any]:
         rows = len(input_batch["prompts"])
         groups: OrderedDict[str, list[int]] = OrderedDict()
         for row in range(rows):
@@ -57,10 +63,12 @@ class MinisandboxGenerator(_Base):  # type: ignore[misc, valid-type]
                 by_row[row] = t
         return self._output([by_row[r] for r in range(rows)])
 
-    def _output(self, trajectories: list[Trajectory]) -> dict:
+    def _output(self, trajectories: list[Trajectory]) -> dict[str, Any]:
         failed_groups = {t.group_id for t in trajectories if t.status != "scored"}
-        out: dict[str, list[Any]] = {k: [] for k in ("prompt_token_ids", "response_ids", "rewards", "loss_masks",
-                                                      "stop_reasons", "trajectory_ids")}
+        out: dict[str, list[Any]] = {
+            k: []
+            for k in ("prompt_token_ids", "response_ids", "rewards", "loss_masks", "stop_reasons", "trajectory_ids")
+        }
         for t in trajectories:
             tok = tokenize_trajectory(t, self.tokenizer, max_response_tokens=self.max_response_tokens)
             masked = t.status != "scored" or (self.on_infra_failure == "mask_group" and t.group_id in failed_groups)
@@ -69,11 +77,13 @@ class MinisandboxGenerator(_Base):  # type: ignore[misc, valid-type]
             out["loss_masks"].append([0] * len(tok["response_mask"]) if masked else tok["response_mask"])
             out["rewards"].append(0.0 if masked or t.reward is None else float(t.reward))
             out["stop_reasons"].append(
-                "infra_failure" if t.status != "scored" else "length" if tok["truncated"] else t.exit_status)
+                "infra_failure" if t.status != "scored" else "length" if tok["truncated"] else t.exit_status
+            )
             out["trajectory_ids"].append({"instance_id": t.instance_id, "repetition_id": t.repetition})
         scored = [t for t in trajectories if t.status == "scored"]
         out["rollout_metrics"] = {  # type: ignore[assignment]
             "minisandbox/infra_failures": len(trajectories) - len(scored),
+            "minisandbox/flagged": sum(bool(t.flags) for t in scored),
             "minisandbox/resolved": sum(t.resolved for t in scored),
             "minisandbox/mean_reward": sum(t.reward or 0 for t in scored) / len(scored) if scored else 0.0,
         }

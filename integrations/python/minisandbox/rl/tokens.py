@@ -4,24 +4,39 @@ mask 1 on the policy's own tokens (assistant turns), 0 on observations and templ
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 
 class ChatTokenizer(Protocol):
     """What is used of a Hugging Face tokenizer."""
 
-    def apply_chat_template(self, conversation: list[dict], *, tokenize: bool = True,
-                            add_generation_prompt: bool = False, **kwargs: Any) -> list[int]: ...
+    def apply_chat_template(
+        self,
+        conversation: list[dict[str, Any]],
+        *,
+        tokenize: bool = True,
+        add_generation_prompt: bool = False,
+        **kwargs: Any,
+    ) -> list[int]: ...
 
 
-def _render(tokenizer: ChatTokenizer, messages: list[dict], generation_prompt: bool) -> list[int]:
+def _render(tokenizer: ChatTokenizer, messages: list[dict[str, Any]], generation_prompt: bool) -> list[int]:
     chat = [{"role": m["role"], "content": m["content"]} for m in messages]
     return list(tokenizer.apply_chat_template(chat, tokenize=True, add_generation_prompt=generation_prompt))
 
 
-def tokenize_trajectory(record: dict, tokenizer: ChatTokenizer, *, max_response_tokens: int | None = None) -> dict:
+class HasRecord(Protocol):
+    """A trajectory (``minisandbox.rl.Trajectory``): what it is as a record."""
+
+    def to_record(self) -> dict[str, Any]: ...
+
+
+def tokenize_trajectory(
+    record: Mapping[str, Any] | HasRecord, tokenizer: ChatTokenizer, *, max_response_tokens: int | None = None
+) -> dict[str, Any]:
     """{"prompt_ids", "response_ids", "response_mask", "truncated"} of a trajectory record (or Trajectory)."""
-    rec = record.to_record() if hasattr(record, "to_record") else record
+    rec = record if isinstance(record, Mapping) else record.to_record()
     messages = rec["messages"]
     k = rec.get("prompt_messages", 2)
     prompt = _render(tokenizer, messages[:k], True)

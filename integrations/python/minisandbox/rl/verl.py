@@ -21,7 +21,7 @@ except ImportError:  # pragma: no cover - where verl is absent
     _Base, AgentLoopOutput, register = object, None, None
 
 
-class MinisandboxAgentLoop(_Base):  # type: ignore[misc, valid-type]
+class MinisandboxAgentLoop(_Base):  # type: ignore[misc]
     """Settings come from `configure(...)` (once per worker) or the environment: MINISANDBOX_URL,
     MINISANDBOX_API_KEY, OPENAI_BASE_URL, MINISANDBOX_POLICY_MODEL."""
 
@@ -43,13 +43,15 @@ class MinisandboxAgentLoop(_Base):  # type: ignore[misc, valid-type]
             type(self).runner = TrajectoryRunner(RolloutClient(), policy)
         return type(self).runner  # type: ignore[return-value]
 
-    async def run(self, sampling_params: dict, **kwargs: Any) -> Any:
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> Any:
         extra = kwargs.get("extra_info") or {}
         instance_id = kwargs.get("instance_id") or extra.get("instance_id")
         if not instance_id:
             raise ValueError("the row has no instance_id (top level or extra_info)")
         runner = self._runner()
         [t] = await asyncio.to_thread(runner.run_group, instance_id, 1)
+        if self.tokenizer is None:
+            raise ValueError("MinisandboxAgentLoop needs a tokenizer (verl passes its own; else give tokenizer=...)")
         tok = tokenize_trajectory(t, self.tokenizer)
         mask = tok["response_mask"] if t.status == "scored" else [0] * len(tok["response_mask"])
         fields = {
@@ -58,14 +60,24 @@ class MinisandboxAgentLoop(_Base):  # type: ignore[misc, valid-type]
             "response_mask": mask,
             "reward_score": t.reward if t.status == "scored" else None,
             "num_turns": len(t.messages),
-            "extra_fields": {"minisandbox": {"status": t.status, "failure": t.failure, "trajectory_id": t.trajectory_id,
-                                             "exit_status": t.exit_status, "timings": t.timings}},
+            "extra_fields": {
+                "minisandbox": {
+                    "status": t.status,
+                    "reason": t.reason,
+                    "flags": t.flags,
+                    "failure": t.failure,
+                    "trajectory_id": t.trajectory_id,
+                    "exit_status": t.exit_status,
+                    "timings": t.timings,
+                }
+            },
         }
         if AgentLoopOutput is None:
             return fields
-        return AgentLoopOutput(**{k: v for k, v in fields.items() if k != "extra_fields"},
-                               metrics={}, extra_fields=fields["extra_fields"])
+        return AgentLoopOutput(
+            **{k: v for k, v in fields.items() if k != "extra_fields"}, metrics={}, extra_fields=fields["extra_fields"]
+        )
 
 
-if register is not None:  # pragma: no cover - only where verl is installed
-    MinisandboxAgentLoop = register("minisandbox")(MinisandboxAgentLoop)
+if register is not None:  # pragma: no cover - only where verl is installed (registers the class, returns it)
+    register("minisandbox")(MinisandboxAgentLoop)

@@ -4,4 +4,4 @@
 from .deployment import MinisandboxDeployment, MinisandboxDeploymentConfig
 from .runtime import MinisandboxRuntime
 
-__all__ = ["MinisandboxRuntime", "MinisandboxDeployment", "MinisandboxDeploymentConfig"]
+__all__ = ["MinisandboxDeployment", "MinisandboxDeploymentConfig", "MinisandboxRuntime"]

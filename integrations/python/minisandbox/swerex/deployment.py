@@ -17,44 +17,44 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 import aiohttp
 from pydantic import BaseModel
 
 from .runtime import (
-    default_token,
     DeploymentNotStartedError,
     DeploymentStartupError,
     IsAliveResponse,
     MinisandboxRuntime,
+    default_token,
 )
 
-__all__ = ["MinisandboxDeploymentConfig", "MinisandboxDeployment", "create_sandbox_body"]
+__all__ = ["MinisandboxDeployment", "MinisandboxDeploymentConfig", "create_sandbox_body"]
 
 
 class MinisandboxDeploymentConfig(BaseModel):
     """Where the server is and what sandbox to ask for (one of ``dir``, ``instance_id``, ``env_key``, or none)."""
 
     url: str = "http://127.0.0.1:8000"
-    auth_token: str | None = None
+    auth_token: Optional[str] = None
     """Default: the token file ``minisandbox serve`` wrote under ``home`` (see ``default_token``)."""
-    home: str | None = None
-    dir: str | None = None
-    instance_id: str | None = None
-    env_key: str | None = None
+    home: Optional[str] = None
+    dir: Optional[str] = None
+    instance_id: Optional[str] = None
+    env_key: Optional[str] = None
     network: bool = False
     limits: dict[str, int] = {}
     """memory_bytes, pids, cpu_seconds, disk_bytes"""
-    ttl_seconds: float | None = None
-    idle_timeout_seconds: float | None = None
+    ttl_seconds: Optional[float] = None
+    idle_timeout_seconds: Optional[float] = None
     env: dict[str, str] = {}
     labels: dict[str, str] = {}
     startup_timeout: float = 60.0
     """How long ``start()`` waits for the sandbox (creation may build an environment first)."""
     type: Literal["minisandbox"] = "minisandbox"
 
-    def get_deployment(self) -> "MinisandboxDeployment":
+    def get_deployment(self) -> MinisandboxDeployment:
         return MinisandboxDeployment.from_config(self)
 
 
@@ -81,7 +81,7 @@ class MinisandboxDeployment:
         self._hooks: list[Any] = []
 
     @classmethod
-    def from_config(cls, config: MinisandboxDeploymentConfig) -> "MinisandboxDeployment":
+    def from_config(cls, config: MinisandboxDeploymentConfig) -> MinisandboxDeployment:
         return cls(**config.model_dump())
 
     def add_hook(self, hook: Any) -> None:
@@ -125,14 +125,17 @@ class MinisandboxDeployment:
         body = create_sandbox_body(c)
         self._step("Creating sandbox")
         timeout = aiohttp.ClientTimeout(total=c.startup_timeout + 30)
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True), timeout=timeout) as session:
-            async with session.post(f"{c.url.rstrip('/')}/sandboxes", json=body, headers=self._headers) as resp:
-                data = await resp.json(content_type=None)
-                if resp.status != 201:
-                    detail = data.get("detail", data)
-                    raise DeploymentStartupError(
-                        f"minisandbox server refused to create a sandbox (HTTP {resp.status}): {detail}"
-                    )
+        connector = aiohttp.TCPConnector(force_close=True)
+        async with (
+            aiohttp.ClientSession(connector=connector, timeout=timeout) as session,
+            session.post(f"{c.url.rstrip('/')}/sandboxes", json=body, headers=self._headers) as resp,
+        ):
+            data = await resp.json(content_type=None)
+            if resp.status != 201:
+                detail = data.get("detail", data)
+                raise DeploymentStartupError(
+                    f"minisandbox server refused to create a sandbox (HTTP {resp.status}): {detail}"
+                )
         self._info = data
         self._runtime = MinisandboxRuntime(host=data["runtime_url"], auth_token=c.auth_token, logger=self.logger)
         self._step(f"Sandbox {data['id']} created, waiting for its runtime")
@@ -143,7 +146,7 @@ class MinisandboxDeployment:
         if self._runtime is not None:
             try:
                 await asyncio.wait_for(self._runtime.close(), 30)
-            except Exception as e:  # the sandbox may already be gone
+            except Exception as e:  # noqa: BLE001 - the sandbox may already be gone; deleting it follows
                 self.logger.debug("closing sessions failed: %r", e)
         if self._info is not None:
             async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:

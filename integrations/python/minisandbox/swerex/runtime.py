@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import builtins
 import importlib
+import importlib.util
 import logging
-import os
 import random
 import shutil
 import sys
@@ -23,49 +23,80 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
-
-from ..token import default_token
 from pydantic import BaseModel
 
+from ..token import default_token
+
 __all__ = [
-    "MinisandboxRuntime",
-    "default_token",
-    "IsAliveResponse",
-    "CreateBashSessionRequest",
-    "CreateBashSessionResponse",
     "BashAction",
+    "BashIncorrectSyntaxError",
     "BashInterruptAction",
     "BashObservation",
     "CloseBashSessionRequest",
     "CloseBashSessionResponse",
+    "CloseResponse",
     "Command",
     "CommandResponse",
-    "ReadFileRequest",
-    "ReadFileResponse",
-    "WriteFileRequest",
-    "WriteFileResponse",
-    "UploadRequest",
-    "UploadResponse",
-    "CloseResponse",
-    "SwerexException",
-    "SessionNotInitializedError",
-    "NonZeroExitCodeError",
-    "BashIncorrectSyntaxError",
     "CommandTimeoutError",
-    "NoExitCodeError",
-    "SessionExistsError",
-    "SessionDoesNotExistError",
+    "CreateBashSessionRequest",
+    "CreateBashSessionResponse",
     "DeploymentNotStartedError",
     "DeploymentStartupError",
+    "IsAliveResponse",
+    "MinisandboxRuntime",
+    "NoExitCodeError",
+    "NonZeroExitCodeError",
+    "ReadFileRequest",
+    "ReadFileResponse",
+    "SessionDoesNotExistError",
+    "SessionExistsError",
+    "SessionNotInitializedError",
+    "SwerexException",
+    "UploadRequest",
+    "UploadResponse",
+    "WriteFileRequest",
+    "WriteFileResponse",
+    "default_token",
 ]
 
-# ---------------------------------------------------------------------------------------------- exceptions
-
-try:  # the real classes when swe-rex is installed
-    from swerex.exceptions import (  # type: ignore[import-not-found]
+# swe-rex's own exception classes and models when it is installed (objects from both sides then mix), else the
+# stand-ins of .models, which are also what the type checker sees.
+_HAVE_SWEREX = importlib.util.find_spec("swerex") is not None
+if TYPE_CHECKING or not _HAVE_SWEREX:
+    from .models import (
+        BashAction,
+        BashIncorrectSyntaxError,
+        BashInterruptAction,
+        BashObservation,
+        CloseBashSessionRequest,
+        CloseBashSessionResponse,
+        CloseResponse,
+        Command,
+        CommandResponse,
+        CommandTimeoutError,
+        CreateBashSessionRequest,
+        CreateBashSessionResponse,
+        DeploymentNotStartedError,
+        DeploymentStartupError,
+        IsAliveResponse,
+        NoExitCodeError,
+        NonZeroExitCodeError,
+        ReadFileRequest,
+        ReadFileResponse,
+        SessionDoesNotExistError,
+        SessionExistsError,
+        SessionNotInitializedError,
+        SwerexException,
+        UploadRequest,
+        UploadResponse,
+        WriteFileRequest,
+        WriteFileResponse,
+    )
+else:
+    from swerex.exceptions import (
         BashIncorrectSyntaxError,
         CommandTimeoutError,
         DeploymentNotStartedError,
@@ -77,62 +108,7 @@ try:  # the real classes when swe-rex is installed
         SessionNotInitializedError,
         SwerexException,
     )
-
-    _HAVE_SWEREX = True
-except ImportError:
-    _HAVE_SWEREX = False
-
-    class SwerexException(Exception):
-        """Any exception that is raised by SWE-ReX."""
-
-    class SessionNotInitializedError(SwerexException, RuntimeError):
-        """Raised if we try to run a command in a shell that is not initialized."""
-
-    class NonZeroExitCodeError(SwerexException, RuntimeError):
-        """A command exited with a non-zero status and check was "raise"."""
-
-    class BashIncorrectSyntaxError(SwerexException, RuntimeError):
-        """The command was rejected by ``bash -n``; ``extra_info`` has ``bash_stdout`` and ``bash_stderr``."""
-
-        def __init__(self, message: str, *, extra_info: dict[str, Any] | None = None):
-            super().__init__(message)
-            self.extra_info = extra_info or {}
-
-    class CommandTimeoutError(SwerexException, RuntimeError, TimeoutError): ...
-
-    class NoExitCodeError(SwerexException, RuntimeError): ...
-
-    class SessionExistsError(SwerexException, ValueError): ...
-
-    class SessionDoesNotExistError(SwerexException, ValueError): ...
-
-    class DeploymentNotStartedError(SwerexException, RuntimeError):
-        def __init__(self, message: str = "Deployment not started"):
-            super().__init__(message)
-
-    class DeploymentStartupError(SwerexException, RuntimeError): ...
-
-
-_MIRRORS = {
-    cls.__name__: cls
-    for cls in (
-        SwerexException,
-        SessionNotInitializedError,
-        NonZeroExitCodeError,
-        BashIncorrectSyntaxError,
-        CommandTimeoutError,
-        NoExitCodeError,
-        SessionExistsError,
-        SessionDoesNotExistError,
-        DeploymentNotStartedError,
-        DeploymentStartupError,
-    )
-}
-
-# -------------------------------------------------------------------------------------------------- models
-
-try:
-    from swerex.runtime.abstract import (  # type: ignore[import-not-found]
+    from swerex.runtime.abstract import (
         BashAction,
         BashInterruptAction,
         BashObservation,
@@ -151,96 +127,22 @@ try:
         WriteFileRequest,
         WriteFileResponse,
     )
-except ImportError:
 
-    class IsAliveResponse(BaseModel):
-        is_alive: bool
-        message: str = ""
-
-        def __bool__(self) -> bool:
-            return self.is_alive
-
-    class CreateBashSessionRequest(BaseModel):
-        startup_source: list[str] = []
-        session: str = "default"
-        session_type: Literal["bash"] = "bash"
-        startup_timeout: float = 1.0
-
-    class CreateBashSessionResponse(BaseModel):
-        output: str = ""
-        session_type: Literal["bash"] = "bash"
-
-    class BashAction(BaseModel):
-        command: str
-        session: str = "default"
-        timeout: float | None = None
-        is_interactive_command: bool = False
-        is_interactive_quit: bool = False
-        check: Literal["silent", "raise", "ignore"] = "raise"
-        error_msg: str = ""
-        expect: list[str] = []
-        action_type: Literal["bash"] = "bash"
-
-    class BashInterruptAction(BaseModel):
-        session: str = "default"
-        timeout: float = 0.2
-        n_retry: int = 3
-        expect: list[str] = []
-        action_type: Literal["bash_interrupt"] = "bash_interrupt"
-
-    class BashObservation(BaseModel):
-        output: str = ""
-        exit_code: int | None = None
-        failure_reason: str = ""
-        expect_string: str = ""
-        session_type: Literal["bash"] = "bash"
-
-    class CloseBashSessionRequest(BaseModel):
-        session: str = "default"
-        session_type: Literal["bash"] = "bash"
-
-    class CloseBashSessionResponse(BaseModel):
-        session_type: Literal["bash"] = "bash"
-
-    class Command(BaseModel):
-        command: Union[str, list[str]]
-        timeout: float | None = None
-        shell: bool = False
-        check: bool = False
-        error_msg: str = ""
-        env: dict[str, str] | None = None
-        cwd: str | None = None
-        merge_output_streams: bool = False
-
-    class CommandResponse(BaseModel):
-        stdout: str = ""
-        stderr: str = ""
-        exit_code: int | None = None
-
-    class ReadFileRequest(BaseModel):
-        path: str
-        encoding: str | None = None
-        errors: str | None = None
-
-    class ReadFileResponse(BaseModel):
-        content: str = ""
-
-    class WriteFileRequest(BaseModel):
-        content: str
-        path: str
-
-    class WriteFileResponse(BaseModel):
-        pass
-
-    class UploadRequest(BaseModel):
-        source_path: str
-        target_path: str
-
-    class UploadResponse(BaseModel):
-        pass
-
-    class CloseResponse(BaseModel):
-        pass
+_MIRRORS = {
+    cls.__name__: cls
+    for cls in (
+        SwerexException,
+        SessionNotInitializedError,
+        NonZeroExitCodeError,
+        BashIncorrectSyntaxError,
+        CommandTimeoutError,
+        NoExitCodeError,
+        SessionExistsError,
+        SessionDoesNotExistError,
+        DeploymentNotStartedError,
+        DeploymentStartupError,
+    )
+}
 
 
 # ------------------------------------------------------------------------------------------------- runtime
@@ -327,7 +229,7 @@ class MinisandboxRuntime:
         if response.status >= 400:
             try:
                 data = await response.json()
-            except Exception:
+            except (aiohttp.ContentTypeError, ValueError):
                 data = await response.text()
             self.logger.error("Received error response %s: %s", response.status, data)
             response.raise_for_status()
@@ -336,28 +238,27 @@ class MinisandboxRuntime:
 
     async def is_alive(self, *, timeout: float | None = None) -> IsAliveResponse:
         """True when the sandbox answers; any failure (status, connection) is False with a message."""
+        limit = aiohttp.ClientTimeout(total=self.timeout if timeout is None else timeout)
         try:
-            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
-                async with session.get(
-                    f"{self._api_url}/is_alive",
-                    headers=self._headers,
-                    timeout=aiohttp.ClientTimeout(total=self.timeout if timeout is None else timeout),
-                ) as response:
-                    if response.status == 200:
-                        return IsAliveResponse(**(await response.json()))
-                    if response.status == 511:
-                        self._raise_transferred((await response.json())["swerexception"])
-                    try:
-                        detail = (await response.json()).get("detail")
-                    except Exception:
-                        detail = await response.text()
-                    return IsAliveResponse(
-                        is_alive=False,
-                        message=f"Status code {response.status} from {self._api_url}/is_alive. Message: {detail}",
-                    )
+            async with (
+                aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session,
+                session.get(f"{self._api_url}/is_alive", headers=self._headers, timeout=limit) as response,
+            ):
+                if response.status == 200:
+                    return IsAliveResponse(**(await response.json()))
+                if response.status == 511:
+                    self._raise_transferred((await response.json())["swerexception"])
+                try:
+                    detail = (await response.json()).get("detail")
+                except (aiohttp.ContentTypeError, ValueError, AttributeError):
+                    detail = await response.text()
+                return IsAliveResponse(
+                    is_alive=False,
+                    message=f"Status code {response.status} from {self._api_url}/is_alive. Message: {detail}",
+                )
         except SwerexException:
             raise
-        except Exception as e:  # connection refused, timeout...
+        except Exception as e:  # noqa: BLE001 - connection refused, timeout...: not alive, and why
             return IsAliveResponse(is_alive=False, message=f"Failed to connect to {self.host}: {e!r}")
 
     async def wait_until_alive(self, *, timeout: float = 60.0) -> None:
@@ -389,7 +290,7 @@ class MinisandboxRuntime:
                         try:
                             await self._handle_response_errors(resp)
                             return output_class(**await resp.json())
-                        except BaseException as e:  # the server answered: never retried
+                        except BaseException as e:  # noqa: BLE001 - the server answered: never retried, re-raised
                             raise _Answered(e) from None
             except _Answered as a:
                 raise a.exc from None
@@ -421,31 +322,39 @@ class MinisandboxRuntime:
 
     async def upload(self, request: UploadRequest) -> UploadResponse:
         """Copy a local file or directory to ``target_path`` in the sandbox (a directory travels as a zip)."""
-        source = Path(request.source_path).resolve()
-        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session:
-            if source.is_dir():
-                with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
-                    zip_path = Path(tmp) / "zipped_transfer.zip"
-                    shutil.make_archive(str(zip_path.with_suffix("")), "zip", source)
-                    with open(zip_path, "rb") as f:
-                        data = aiohttp.FormData()
-                        data.add_field("file", f, filename=zip_path.name, content_type="application/zip")
-                        data.add_field("target_path", request.target_path)
-                        data.add_field("unzip", "true")
-                        url = f"{self._api_url}/upload"
-                        async with session.post(url, data=data, headers=self._headers) as response:
-                            await self._handle_response_errors(response)
-                            return UploadResponse(**(await response.json()))
-            if source.is_file():
-                with open(source, "rb") as f:
-                    data = aiohttp.FormData()
-                    data.add_field("file", f, filename=source.name)
-                    data.add_field("target_path", request.target_path)
-                    data.add_field("unzip", "false")
-                    async with session.post(f"{self._api_url}/upload", data=data, headers=self._headers) as response:
-                        await self._handle_response_errors(response)
-                        return UploadResponse(**(await response.json()))
+        source = await asyncio.to_thread(Path(request.source_path).resolve)
+        if await asyncio.to_thread(source.is_dir):
+            tmp = await asyncio.to_thread(tempfile.mkdtemp)
+            try:
+                zip_path = Path(tmp) / "zipped_transfer.zip"
+                await asyncio.to_thread(shutil.make_archive, str(zip_path.with_suffix("")), "zip", source)
+                return await self._upload(zip_path, request.target_path, unzip=True)
+            finally:
+                await asyncio.to_thread(shutil.rmtree, tmp, True)
+        if await asyncio.to_thread(source.is_file):
+            return await self._upload(source, request.target_path, unzip=False)
         raise ValueError(f"Source path {source} is not a file or directory")
+
+    async def _upload(self, file: Path, target_path: str, *, unzip: bool) -> UploadResponse:
+        """POST one file as multipart (streamed: aiohttp reads it off the event loop)."""
+        f = await asyncio.to_thread(file.open, "rb")
+        try:
+            data = aiohttp.FormData()
+            if unzip:
+                data.add_field("file", f, filename=file.name, content_type="application/zip")
+            else:
+                data.add_field("file", f, filename=file.name)
+            data.add_field("target_path", target_path)
+            data.add_field("unzip", "true" if unzip else "false")
+            connector = aiohttp.TCPConnector(force_close=True)
+            async with (
+                aiohttp.ClientSession(connector=connector) as session,
+                session.post(f"{self._api_url}/upload", data=data, headers=self._headers) as response,
+            ):
+                await self._handle_response_errors(response)
+                return UploadResponse(**(await response.json()))
+        finally:
+            f.close()
 
     async def close(self) -> CloseResponse:
         """Close every session of the sandbox (the sandbox itself lives until its deployment stops)."""
@@ -453,6 +362,7 @@ class MinisandboxRuntime:
 
 
 if __name__ == "__main__":  # pragma: no cover - tiny manual check: python -m minisandbox.swerex.runtime URL [TOKEN]
+
     async def _main() -> None:
         rt = MinisandboxRuntime(host=sys.argv[1], auth_token=sys.argv[2] if len(sys.argv) > 2 else "")
         print(await rt.is_alive(timeout=5))

@@ -1,0 +1,300 @@
+/** The results file's shape (bench/results/<date>.json, `--out DIR` -> DIR/results.json). See README.md. */
+
+import type { Dist } from "../../src/util/stats.js";
+import type { ServerLoadResult } from "./server-load.js";
+export type { Dist, ServerLoadResult };
+
+/** A baseline or workload that could not run: why, and what to do about it. */
+export interface Unavailable {
+  available: false;
+  reason: string;
+}
+
+/** What `python -v` says about bytecode caches in one variant: nothing compiled from source, nothing written. */
+export interface PycCheck {
+  /** Modules compiled from source (a stale or missing .pyc) during the checked import. */
+  compiledFromSource: number;
+  /** .pyc files the interpreter wrote (0 with a valid cache). */
+  written: number;
+  /** .pyc files newer than the run's start found in the workspace after the timed runs (where observable). */
+  newerAfterTimedRuns: number | null;
+  /** sys.dont_write_bytecode inside (must be false: a clean environment). */
+  dontWriteBytecode: boolean | null;
+  ok: boolean;
+  /** First offending paths, for diagnosis. */
+  examples: string[];
+}
+
+export interface ReadyVariant {
+  available: true;
+  label: string;
+  /** How it is measured (command line shape). */
+  method: string;
+  /** Trivial first command (`echo`): the workspace's own cost. */
+  echo: Dist;
+  /** Real first command (`python -c "import <pkg>"`), from a fresh workspace as well. */
+  import: Dist | null;
+  pyc: PycCheck | null;
+  /** Failed runs (must be 0). */
+  failures: number;
+}
+
+export type ReadyVariantName =
+  | "minisandbox_warm"
+  | "minisandbox_warm_resolved"
+  | "minisandbox_cold"
+  | "bwrap_raw"
+  | "extract_per_task"
+  | "podman";
+
+export interface StoragePoint {
+  n: number;
+  /** The store: objects referenced by the N layers (each once) + their manifests. The ratios use this. */
+  minisandboxStoreBytes: number;
+  /** The store plus the node cache with all N layers materialized (its files are hard links, its directories not). */
+  minisandboxBytes: number;
+  /** Sum over the files' sizes (what the layers would take undeduplicated). */
+  minisandboxLogicalBytes: number;
+  /** One venv.tar.gz + testbed.tar.gz per task. */
+  targzBytes: number;
+  /** Podman's env layers alone for the N images (shared layers once), without the base OS and toolchain layers. */
+  podmanBytes: number | null;
+  /** Podman's actual disk use for the N images: every layer once, base OS and toolchain included. */
+  podmanTotalBytes: number | null;
+  /** Sum of `podman images` sizes (shared layers counted once per image, as podman lists them). */
+  podmanListedBytes: number | null;
+}
+
+export interface ConcurrencyLevel {
+  k: number;
+  /** From the first create to the last sandbox's first output. */
+  wallMs: number;
+  /** Per sandbox: create -> first output, all started at once. */
+  perSandbox: Dist | null;
+  failures: number;
+  errors: string[];
+  /** Idle sandbox with one open session: sum over its processes. */
+  rssPerIdleBytes: number | null;
+  pssPerIdleBytes: number | null;
+  processesPerIdle: number | null;
+}
+
+export interface EvalMeasurement {
+  available: true;
+  label: string;
+  instances: number;
+  workers: number;
+  wallMs: number;
+  instancesPerMinute: number;
+  /** Instances graded resolved with the gold patch (must equal `instances`). */
+  resolved: number;
+  /** Per instance: create/run -> graded. */
+  perInstance: Dist | null;
+  /** Mean time per instance outside the test run itself (sandbox, patch, grading, cleanup), where measured. */
+  overheadMs?: number;
+  detail?: unknown;
+}
+
+/** Workload 8: one layer from a node's server into a fresh store, four ways (median of `rounds`). */
+export interface LayerTransfer {
+  available: true;
+  /** Sum of the layer's file sizes (what every rate below divides). */
+  layerBytes: number;
+  files: number;
+  /** The same layer as one tar+zstd pack. */
+  packBytes: number;
+  rounds: number;
+  methods: Record<"http_objects" | "http_pack" | "shared_dir" | "plain_copy", { ms: number; mbPerS: number }>;
+  /** A second layer of the same repository, after the first: what actually moves. */
+  incremental: {
+    ms: number;
+    objectsMoved: number;
+    bytesMoved: number;
+    objectsPresent: number;
+    layerBytes: number;
+  } | null;
+}
+
+export interface FleetEvaluation {
+  nodes: number;
+  instances: number;
+  wallMs: number;
+  instancesPerMinute: number;
+  resolved: number;
+  errors: number;
+  placed: Record<string, number>;
+}
+
+/** Workload 8 on a 3-node Ray cluster simulated on this host. */
+export interface FleetCluster {
+  available: true;
+  clusterUpMs: number;
+  serversUpMs: number;
+  /** Placement's decision alone (choose + done), microseconds. */
+  decisionUs: number;
+  prefetchMs: number;
+  /**
+   * One sandbox at a time (create, `true`, delete): directly on a node vs through the fleet (placement + Ray task),
+   * in alternating rounds; the overhead is the median of the paired differences.
+   */
+  sandbox: { rounds: number; directP50Ms: number; fleetP50Ms: number; overheadP50Ms: number };
+  sandboxBurst: { sandboxes: number; wallMs: number; perSecond: number; errors: number };
+  evaluation: { oneNode: FleetEvaluation; threeNodes: FleetEvaluation };
+  /** The 3-node run's summary equals the 1-node run's, byte for byte. */
+  sameReport: boolean;
+  /** Layer fetches over the whole run: at most one per node and layer is the rule. */
+  fetches: { total: number; maxPerNodeAndLayer: number };
+}
+
+export interface FleetResult {
+  available: true;
+  cpus: number;
+  transfer: LayerTransfer | Unavailable;
+  cluster: FleetCluster | Unavailable;
+}
+
+export interface GroupReady {
+  available: true;
+  label: string;
+  method: string;
+  /** From the request to the first command's output in every member of the group. */
+  allReady: Dist;
+  failures: number;
+}
+
+export interface TrajectoryOverhead {
+  available: true;
+  label: string;
+  method: string;
+  trajectories: number;
+  /** Trajectories graded resolved (the agent's work is the gold patch: must equal `trajectories`). */
+  resolved: number;
+  /** Per trajectory: wall time minus the agent's commands minus the test run. */
+  overhead: Dist;
+  /** Mean of each part of the overhead (start, diff, reward outside the tests, close). */
+  meanParts: Record<string, number>;
+}
+
+export interface ForkLatency {
+  available: true;
+  label: string;
+  method: string;
+  /** Fork request → child started. */
+  fork: Dist;
+  /** Fork request → the child's first command output. */
+  firstOutput: Dist;
+}
+
+/** Workload 7: rollouts for RL trainers, side by side with mini-swe-agent's podman environment. */
+export interface RolloutResults {
+  available: true;
+  groupSize: number;
+  rounds: number;
+  group: Record<"minisandbox" | "minisandbox_warm_pool" | "podman", GroupReady | Unavailable>;
+  trajectory: Record<"minisandbox" | "minisandbox_in_place" | "podman", TrajectoryOverhead | Unavailable>;
+  fork: Record<"minisandbox" | "podman_commit", ForkLatency | Unavailable>;
+}
+
+export interface Target {
+  name: string;
+  target: string;
+  measured: string;
+  met: boolean | null;
+}
+
+export interface BenchResults {
+  schema: 1;
+  tool: "minisandbox bench";
+  date: string;
+  quick: boolean;
+  durationMs: number;
+  /** Wall time of each phase (setup = environments, archives' cache check, podman storage). */
+  phaseMs: Record<string, number>;
+  machine: {
+    hostname: string;
+    cpus: number;
+    cpuModel: string;
+    memoryBytes: number;
+    kernel: string;
+    os: string;
+    node: string;
+    bwrap: string | null;
+    podman: string | null;
+    podmanRuntime: string | null;
+    /** 1-minute load average when the run started and when it ended (other work on the machine skews timings). */
+    loadAverageStart: number;
+    loadAverageEnd: number;
+  };
+  source: {
+    kind: "fixture" | "dataset";
+    /** The dataset file's name (never a path of the machine that ran the bench). */
+    dataset: string;
+    repo: string;
+    instances: number;
+    python: string;
+    /** The instance every single-environment workload uses. */
+    instance: string;
+    envKey: string;
+    importModule: string;
+    /** Fixture only: the generated git history's size in MiB (0 = the calc repository alone); null for datasets. */
+    historyMiB: number | null;
+    /** Apparent bytes of the primary instance's testbed (checkout + .git). */
+    testbedBytes: number;
+    /** Of which its git packs (.git/objects/pack/*.pack). */
+    gitPackBytes: number;
+    venvBytes: number;
+    /** Time to build the environments this run needed (0 when all came from the bench's cache). */
+    buildMs: number;
+    builtEnvironments: number;
+  };
+  ready: { runs: number; variants: Record<ReadyVariantName, ReadyVariant | Unavailable> };
+  storage: { repo: string; points: StoragePoint[]; podman: Unavailable | { available: true; method: string } };
+  concurrency: {
+    levels: ConcurrencyLevel[];
+    /** Failures at K = 128 (null when that level did not run). */
+    k128_failures: number | null;
+    /** K sandboxes at once on an evicted layer: it must be materialized exactly once. */
+    cold_stampede: { k: number; wallMs: number; failures: number; materializations: number } | null;
+  };
+  session: { inProcess: Dist | Unavailable; http: Record<string, unknown> | Unavailable };
+  /** Workload 6: a real `serve` process under load, killed with SIGKILL and restarted, abandoned by clients. */
+  serverLoad: ServerLoadResult | Unavailable;
+  /** Workload 8: many nodes (layer transfer; the fleet on a simulated Ray cluster). */
+  fleet: FleetResult | Unavailable;
+  evaluation: {
+    minisandbox_engine: EvalMeasurement | Unavailable;
+    /** The same with one worker (overhead is judged at 1 and 2), when the main run uses more. */
+    minisandbox_engine_1worker?: EvalMeasurement | Unavailable;
+    minisandbox_steps: EvalMeasurement | Unavailable;
+    podman: EvalMeasurement | Unavailable;
+  };
+  rollout: RolloutResults | Unavailable;
+  ratios: {
+    warm_vs_extract: number | null;
+    warm_vs_podman: number | null;
+    cold_vs_extract: number | null;
+    storage_vs_targz: number | null;
+    /** podman's actual disk use for the N images (every layer once, base OS and toolchain included) ÷ store. */
+    storage_vs_podman: number | null;
+    /** Stricter: podman's env layers alone (no base OS, no toolchain, which a sandbox takes from the host) ÷ store. */
+    storage_vs_podman_env_layers: number | null;
+    warm_import_vs_extract_import: number | null;
+    warm_import_vs_podman_import: number | null;
+    /** Throughput of the eval engine (else the same steps) over podman's. */
+    eval_vs_podman: number | null;
+    /** The very same script through Sandbox.create + exec vs podman run -i. */
+    eval_steps_vs_podman: number | null;
+    /** Group of 8 ready, p50: podman (mini-swe-agent's environment) ÷ startGroup (no warm pool). */
+    rollout_group_vs_podman: number | null;
+    /** The same with the group taken from the warm pool (prewarmed while the previous step trained). */
+    rollout_group_pool_vs_podman: number | null;
+    /** Overhead per trajectory outside agent and tests, p50: podman ÷ minisandbox (fresh-sandbox reward). */
+    rollout_overhead_vs_podman: number | null;
+    /** Fork → child started, p50: podman commit + run ÷ Rollout.fork. */
+    fork_vs_podman_commit: number | null;
+  };
+  /** Why a ratio is null. */
+  ratio_reasons: Record<string, string>;
+  targets: Target[];
+  notes: string[];
+}
