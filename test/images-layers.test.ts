@@ -17,6 +17,7 @@ import {
   listImages,
   materializeLayer,
   openStore,
+  readDiff,
   readManifest,
   removeImage,
   storeIds,
@@ -184,7 +185,7 @@ test("long and non-UTF-8 names (GNU and pax) round-trip; gzip, zstd and plain la
   assert.equal(readFileSync(Buffer.concat([Buffer.from(`${rootfs}/`), latin])).toString(), "latin1");
 });
 
-test("links out of the tree stay in it: absolute names, symlinked parents, '..' in targets stay inside", async () => {
+test("links stay in the tree (absolute names, symlinked parents, '..' in targets); duplicates: last wins", async () => {
   const store = newStore();
   const before = readFileSync("/etc/passwd");
   const tar = makeTar([
@@ -194,8 +195,13 @@ test("links out of the tree stay in it: absolute names, symlinked parents, '..' 
     { name: "up", type: "symlink", linkname: "../../../../.." },
     f("up/tmp/planted", "inside"),
     f("/abs/file", "absolute names are relative to the image root"),
+    f("dup", "first"),
+    f("./dup", "second: the last of a name wins"),
   ]);
   const { root: rootfs } = await importAndMaterialize(store, { layers: [{ tar }] });
+  assert.equal(readFileSync(join(rootfs, "dup"), "utf8"), "second: the last of a name wins");
+  const diffId = `sha256:${createHash("sha256").update(tar).digest("hex")}`;
+  assert.deepEqual((await readDiff(store, diffId)).warnings, ["1 duplicate entries: the last one of each name wins"]);
   assert.equal(readFileSync(join(rootfs, "etc/passwd"), "utf8"), "image passwd");
   assert.equal(readFileSync(join(rootfs, "tmp/planted"), "utf8"), "inside");
   assert.equal(readFileSync(join(rootfs, "abs/file"), "utf8"), "absolute names are relative to the image root");

@@ -30,6 +30,7 @@ import {
   TestRegistry,
   TokenServer,
   type BuiltImage,
+  type Fault,
 } from "./oci.js";
 import { tempDir } from "./helpers.js";
 
@@ -64,6 +65,10 @@ await pushImage(plain.host, "test/small", "2", small("two"));
 await pushImage(plain.host, "test/big", "1", big);
 await pushImage(plain.host, "library/mirrored", "1", small("mirror"));
 await pushImage(plain.host, "test/gzip", "1", small("gzip", "gzip"));
+const wide = buildImage({
+  layers: Array.from({ length: 6 }, (_, i) => ({ tar: makeTar([{ name: `l${i}`, data: `${i}` }]) })),
+});
+await pushImage(plain.host, "test/wide", "1", wide);
 {
   const arm = buildImage({ layers: [{ tar: makeTar([{ name: "arch", data: "arm64" }]) }], architecture: "arm64" });
   const amd = buildImage({ layers: [{ tar: makeTar([{ name: "arch", data: "amd64" }]) }] });
@@ -296,6 +301,70 @@ test("a cut blob is resumed with Range; a lying manifest or blob is refused and 
   }
 });
 
+test("layers download in parallel, at most --jobs at a time", async () => {
+  const layer = (path: string) => wide.layers.some((l) => path.endsWith(l.digest));
+  proxy.rule = ({ path }) => (layer(path) ? { kind: "delay", ms: 300 } : undefined);
+  try {
+    for (const jobs of [2, 4]) {
+      proxy.peakBlobs = 0;
+      const r = await pull(newStore(), `${proxy.host}/test/wide:1`, { jobs });
+      assert.equal(r.layers.filter((l) => l.stored).length, 6);
+      assert.equal(proxy.peakBlobs, jobs, `${jobs} layers at once, never more`);
+    }
+  } finally {
+    proxy.rule = () => undefined;
+  }
+});
+
+test("a registry that keeps cutting a blob short: one line; the bytes kept, the next pull completes them", async () => {
+  const layer = big.layers[0]!.digest;
+  const store = newStore();
+  proxy.rule = ({ path }) => (path.endsWith(layer) ? { kind: "cut", afterBytes: 1 << 20 } : undefined);
+  try {
+    await assert.rejects(pull(store, `${proxy.host}/test/big:1`, { attempts: 2 }), (e: Error) =>
+      oneLine(e, RegistryError, /kept cutting the blob short \([1-9]\d* of 6\d{6} bytes\)/),
+    );
+    assert.deepEqual(await listImages(store), []);
+    const partial = join(imageDirs(store).downloads, layer.slice(7));
+    const kept = statSync(partial).size;
+    assert.ok(kept > 1 << 20, "the bytes of both attempts are kept for a resume");
+    proxy.rule = () => undefined;
+    const from = proxy.seen.length;
+    await pull(store, `${proxy.host}/test/big:1`);
+    assert.ok(proxy.seen.slice(from).some((s) => s.range === `bytes=${kept}-` && s.status === 206));
+    assert.deepEqual(readdirSync(imageDirs(store).downloads), []);
+    assert.equal((await verifyStore(store)).ok, true);
+  } finally {
+    proxy.rule = () => undefined;
+  }
+});
+
+test("a Docker schema 1 manifest or an unknown manifest type: refused, saying what to do", async () => {
+  const schema1 = JSON.stringify({ schemaVersion: 1, name: "test/small", tag: "1", fsLayers: [], history: [] });
+  const answer = (type: string, body: string): Fault => ({
+    kind: "status",
+    status: 200,
+    headers: { "content-type": type },
+    body,
+  });
+  try {
+    proxy.rule = ({ path }) =>
+      path.includes("/manifests/")
+        ? answer("application/vnd.docker.distribution.manifest.v1+prettyjws", schema1)
+        : undefined;
+    await assert.rejects(pull(newStore(), `${proxy.host}/test/small:1`), (e: Error) =>
+      oneLine(e, ImageInvalidError, /is a Docker schema 1 manifest .*push the image again/),
+    );
+    proxy.rule = ({ path }) =>
+      path.includes("/manifests/") ? answer("application/vnd.example.thing+json", '{"schemaVersion":2}') : undefined;
+    await assert.rejects(pull(newStore(), `${proxy.host}/test/small:1`), (e: Error) =>
+      oneLine(e, ImageInvalidError, /unsupported media type "application\/vnd\.example\.thing\+json" \(not an image/),
+    );
+  } finally {
+    proxy.rule = () => undefined;
+  }
+});
+
 test("mirrors are tried first, in order: a dead one is skipped and the next serves docker.io's image", async () => {
   const store = newStore();
   const dead = "http://127.0.0.1:9"; // discard port: nothing listens
@@ -385,7 +454,8 @@ test("CLI: exit 2 for bad input (a bad reference, an unknown image), 0 and JSON 
     ok.stdout,
     /^pulled 127\.0\.0\.1:\d+\/test\/small:1 from http:\/\/127\.0\.0\.1:\d+: sha256:\w{12}, 2 layers, 2 unpacked/,
   );
-  assert.match(ok.stderr, /2\/2 layers/, "progress: layers, bytes, ETA");
+  // Off a terminal: one line per layer with the bytes so far, of all, and the ETA from the byte rate.
+  assert.match(ok.stderr, /: 2\/2 layers sha256:\w+: \d+ new files \([\d.]+ \w*B\/[\d.]+ \w*B, ETA (\d+s|\?)\)/);
   const ls = JSON.parse((await cli(["--home", home, "images", "ls", "--json"]).done).stdout);
   assert.deepEqual(ls[0].refs, [
     `${plain.host}/test/small:1`,

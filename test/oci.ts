@@ -424,12 +424,16 @@ export type Fault =
   | { kind: "status"; status: number; headers?: Record<string, string>; body?: string }
   | { kind: "cut"; afterBytes: number }
   | { kind: "stall"; afterBytes: number }
+  | { kind: "delay"; ms: number }
   | { kind: "rewrite"; body: (original: Buffer) => Buffer; dropDigestHeader?: boolean };
 
 /** A proxy to a registry; `rule(method, path, headers)` decides each request's fault (undefined: pass through). */
 export class FaultProxy {
   readonly seen: { method: string; path: string; range?: string; status?: number }[] = [];
   rule: (req: { method: string; path: string }) => Fault | undefined = () => undefined;
+  /** Blob requests open at once: now, and the most since `peakBlobs` was last set to 0. */
+  private openBlobs = 0;
+  peakBlobs = 0;
   private constructor(readonly host: string) {}
 
   static async start(target: string): Promise<FaultProxy> {
@@ -450,7 +454,25 @@ export class FaultProxy {
     const entry: FaultProxy["seen"][number] = { method, path };
     if (req.headers.range) entry.range = req.headers.range;
     this.seen.push(entry);
+    if (path.includes("/blobs/")) {
+      this.peakBlobs = Math.max(this.peakBlobs, ++this.openBlobs);
+      res.once("close", () => this.openBlobs--);
+    }
     const fault = this.rule({ method, path });
+    if (fault?.kind === "delay")
+      return void setTimeout(() => this.forward(req, res, target, undefined, entry), fault.ms);
+    this.forward(req, res, target, fault, entry);
+  }
+
+  private forward(
+    req: IncomingMessage,
+    res: ServerResponse,
+    target: string,
+    fault: Fault | undefined,
+    entry: FaultProxy["seen"][number],
+  ): void {
+    const method = req.method ?? "GET";
+    const path = req.url ?? "/";
     if (fault?.kind === "status") {
       entry.status = fault.status;
       res.writeHead(fault.status, { "content-type": "application/json", ...fault.headers });
