@@ -4,6 +4,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { runBench, writeResults, type BenchResults } from "../bench/src/index.js";
 import { benchOptionsFrom } from "../bench/src/cli.js";
+import { ALL_WORKLOADS } from "../bench/src/run.js";
 import { parsePycProbe } from "../bench/src/pyc.js";
 import { summarize } from "../bench/src/stats.js";
 import { tempDir } from "./helpers.js";
@@ -29,6 +30,7 @@ test("bench: a tiny run of every workload gives well-formed results and files", 
     podman: false,
     fleetInstances: 1,
     fleetCluster: false,
+    workloads: ALL_WORKLOADS.filter((w) => w !== "images"), // below, with the image tests' images
     log: () => {},
   });
   assert.equal(r.schema, 1);
@@ -136,6 +138,38 @@ test("bench: a tiny run of every workload gives well-formed results and files", 
   assert.match(readFileSync(files.markdown, "utf8"), /## 7\. Rollouts for RL trainers/);
   assert.match(readFileSync(files.svg, "utf8"), /^<svg [^>]*xmlns="http:\/\/www.w3.org\/2000\/svg"/);
   assert.ok(existsSync(files.svg));
+});
+
+test("bench: the images workload pulls N images from a loopback registry and measures the store", {
+  timeout: 900_000, // the first run on a machine builds the image tests' images (then cached)
+}, async () => {
+  const work = tempDir("msb-bench-img-");
+  const r = await runBench({
+    quick: true,
+    work,
+    storageNs: [1, 2],
+    podman: false,
+    workloads: ["images"],
+    log: () => {},
+  });
+  const m = r.images;
+  assert.ok(m.available, JSON.stringify(m));
+  assert.equal(m.images, 2);
+  assert.deepEqual(
+    m.points.map((p) => p.n),
+    [1, 2],
+  );
+  const [one, two] = m.points;
+  assert.ok(one!.minisandboxStoreBytes > 0 && two!.minisandboxStoreBytes > one!.minisandboxStoreBytes);
+  assert.ok(two!.minisandboxStoreBytes < 2 * one!.minisandboxStoreBytes, "the 2nd image shares base and env");
+  assert.equal(one!.podmanBytes, null);
+  assert.ok(m.pulls.every((p) => p.minisandboxMs > 0 && p.podmanMs === null));
+  assert.equal(m.laterPullMeanMs.minisandbox, m.pulls[1]!.minisandboxMs);
+  assert.equal(r.ratios.images_pull_vs_podman, null);
+  assert.match(r.ratio_reasons.images_storage_vs_podman ?? "", /podman/);
+  assert.ok(!existsSync(join(work, "images")), "the registry, store and podman storage are removed after the run");
+  const files = writeResults(r, { outDir: join(work, "out") });
+  assert.match(readFileSync(files.markdown, "utf8"), /## 9\. Environments from images/);
 });
 
 test("bench: option parsing and helpers", () => {

@@ -4,7 +4,7 @@
  * or bearer tokens from a token service run here the way Docker Hub's works), pushes over the real v2 API, and a
  * proxy in front of a registry that can misbehave on cue (429, 5xx, cut or altered bodies).
  */
-import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { createHash, createPrivateKey, randomBytes, sign, X509Certificate } from "node:crypto";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer, request, type IncomingMessage, type ServerResponse } from "node:http";
@@ -12,6 +12,7 @@ import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { after } from "node:test";
 import { gzipSync } from "node:zlib";
+import { LoopbackRegistry, type RegistryAuth } from "../src/fixtures/registry.js";
 
 // ---------------------------------------------------------------------------------------------------- tar writer
 
@@ -216,64 +217,16 @@ export function writeOciLayout(dir: string, images: { ref: string; image: BuiltI
 
 // ---------------------------------------------------------------------------------------------------- registries
 
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
-  const port = (s.address() as AddressInfo).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
+export type { RegistryAuth };
 
-export type RegistryAuth =
-  | { htpasswd: string }
-  | { token: { realm: string; service: string; issuer: string; certFile: string } };
-
-/** The reference registry on 127.0.0.1, with its own config and storage, stopped after the test file. */
-export class TestRegistry {
-  private constructor(
-    readonly host: string,
-    private readonly child: ChildProcess,
-  ) {}
-
-  get url(): string {
-    return `http://${this.host}`;
-  }
-
-  static async start(dir: string, auth?: RegistryAuth): Promise<TestRegistry> {
-    mkdirSync(dir, { recursive: true });
-    const port = await freePort();
-    const config: Record<string, unknown> = {
-      version: 0.1,
-      log: { level: "error", accesslog: { disabled: true } },
-      storage: { filesystem: { rootdirectory: join(dir, "data") }, delete: { enabled: true } },
-      http: { addr: `127.0.0.1:${port}` },
-    };
-    if (auth && "htpasswd" in auth) config.auth = { htpasswd: { realm: "msb-test", path: auth.htpasswd } };
-    if (auth && "token" in auth)
-      config.auth = { token: { ...auth.token, rootcertbundle: auth.token.certFile, certFile: undefined } };
-    const file = join(dir, "config.yml");
-    writeFileSync(file, JSON.stringify(config));
-    const child = spawn("docker-registry", ["serve", file], { stdio: ["ignore", "ignore", "pipe"] });
-    let stderr = "";
-    child.stderr!.on("data", (b: Buffer) => (stderr += b.toString()));
-    const reg = new TestRegistry(`127.0.0.1:${port}`, child);
+/** The reference registry on 127.0.0.1 (src/fixtures/registry.ts), stopped after the test file. */
+export const TestRegistry = {
+  async start(dir: string, auth?: RegistryAuth): Promise<LoopbackRegistry> {
+    const reg = await LoopbackRegistry.start(dir, auth);
     after(() => reg.stop());
-    for (let i = 0; i < 200; i++) {
-      const ok = await fetch(`${reg.url}/v2/`).then(
-        (r) => r.status === 200 || r.status === 401,
-        () => false,
-      );
-      if (ok) return reg;
-      if (child.exitCode !== null) throw new Error(`docker-registry exited: ${stderr}`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    throw new Error(`docker-registry did not start: ${stderr}`);
-  }
-
-  stop(): void {
-    if (this.child.exitCode === null) this.child.kill("SIGKILL");
-  }
-}
+    return reg;
+  },
+};
 
 /** Push `image` as `repo:tag` over the v2 API (monolithic uploads), with an Authorization header if given. */
 export async function pushImage(

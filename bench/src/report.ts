@@ -1,5 +1,6 @@
 /** Ratios, targets, and the Markdown table and SVG chart written next to the results JSON. */
 import { formatBytes } from "../../src/util/size.js";
+import { IMAGES_RATIO_MEANINGS, imagesLines, imagesRatios, imagesTargets } from "./report-images.js";
 import { ROLLOUT_RATIO_MEANINGS, rolloutLines, rolloutRatios, rolloutTargets } from "./report-rollout.js";
 import { ratio } from "./stats.js";
 import type { Leftovers, ServerLoadResult } from "./server-load.js";
@@ -70,6 +71,7 @@ export function computeRatios(
       eval_vs_podman: evalRatio,
       eval_steps_vs_podman: stepsRatio,
       ...rolloutRatios(r, reasons),
+      ...imagesRatios(r, reasons),
     },
     ratio_reasons: reasons,
   };
@@ -92,6 +94,7 @@ export function computeTargets(r: Omit<BenchResults, "targets">): Target[] {
   evaluationTargets(r, at);
   t.push(...rolloutTargets(r));
   fleetTargets(r.fleet, at);
+  t.push(...imagesTargets(r));
   return t;
 }
 
@@ -215,6 +218,7 @@ export function renderMarkdown(r: BenchResults): string {
     "## 8. Many nodes (layer transfer over loopback; a 3-node Ray cluster simulated on this host)",
     "",
     ...fleetLines(r.fleet),
+    ...imagesLines(r),
   ];
   if (r.notes.length) L.push("", "## Notes", "", ...r.notes.map((n) => `- ${n}`));
   return `${L.join("\n")}\n`;
@@ -494,6 +498,7 @@ const RATIO_MEANINGS: Record<keyof BenchResults["ratios"], string> = {
   eval_vs_podman: "evaluation throughput: minisandbox eval engine (else harness steps) ÷ podman",
   eval_steps_vs_podman: "evaluation throughput, the very same script: Sandbox API ÷ podman run -i",
   ...ROLLOUT_RATIO_MEANINGS,
+  ...IMAGES_RATIO_MEANINGS,
 };
 
 /** Which environment: the fixture with its history size, or the dataset. */

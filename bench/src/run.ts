@@ -15,6 +15,7 @@ import { benchSessionHttp, benchSessionInProcess } from "./session.js";
 import { defaultWorkDir, setupEnvironment, type BenchEnvironment } from "./setup.js";
 import { benchStorage } from "./storage.js";
 import { benchFleet } from "./fleet.js";
+import { benchImages } from "./images.js";
 import type { BenchResults, Unavailable } from "./types.js";
 
 const PODMAN_STORAGE_METHOD =
@@ -22,7 +23,16 @@ const PODMAN_STORAGE_METHOD =
   "what podman really keeps on disk for these images (storage_vs_podman) — and the env layers alone " +
   "(storage_vs_podman_env_layers)";
 
-export type Workload = "ready" | "storage" | "concurrency" | "session" | "evaluation" | "server" | "rollout" | "fleet";
+export type Workload =
+  | "ready"
+  | "storage"
+  | "concurrency"
+  | "session"
+  | "evaluation"
+  | "server"
+  | "rollout"
+  | "fleet"
+  | "images";
 export const ALL_WORKLOADS: Workload[] = [
   "ready",
   "storage",
@@ -32,6 +42,7 @@ export const ALL_WORKLOADS: Workload[] = [
   "server",
   "rollout",
   "fleet",
+  "images",
 ];
 /** What `--dataset` runs (workloads 1, 2, 5 and 7); the others do not depend on the environment. */
 export const DATASET_WORKLOADS: Workload[] = ["ready", "storage", "evaluation", "rollout"];
@@ -288,6 +299,7 @@ async function skeleton(x: {
       podman: podman instanceof Podman ? notRun("evaluation") : podman,
     },
     rollout: notRun("rollout"),
+    images: notRun("images"),
     notes: x.notes,
   };
 }
@@ -419,6 +431,16 @@ const WORKLOADS: Record<Workload, (run: BenchRun) => Promise<void>> = {
         na(`podman evaluation failed: ${(err as Error).message.split("\n")[0]}`),
       );
     }
+  },
+  async images({ o, results, work, size, log }) {
+    log(`workload 9: environments from images, N = ${size.storageNs.join(", ")}`);
+    results.images = await benchImages({
+      work,
+      ns: o.dataset ? [] : size.storageNs,
+      historyMiB: size.historyMiB,
+      podman: o.podman !== false,
+      log,
+    }).catch((err: unknown) => na(`images workload failed: ${(err as Error).message.split("\n")[0]}`));
   },
   async rollout({ results, env, size, podman, log }) {
     log("workload 7: rollouts (group of 8 ready, overhead per trajectory, fork)");

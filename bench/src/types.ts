@@ -195,6 +195,26 @@ export interface RolloutResults {
   fork: Record<"minisandbox" | "podman_commit", ForkLatency | Unavailable>;
 }
 
+/** Workload 9: one image's pull by each side (the image's position in the sequence, 1 = the first). */
+export interface ImagePull {
+  image: number;
+  minisandboxMs: number;
+  podmanMs: number | null;
+}
+
+/** Workload 9: N instance images of one repository pulled from a loopback registry, side by side with podman. */
+export interface ImagesResult {
+  available: true;
+  images: number;
+  /** The fixture repository's generated history in MiB (in every instance image's /testbed). */
+  historyMiB: number;
+  pulls: ImagePull[];
+  /** Disk use after the N-th pull: the store, and podman's graph root. */
+  points: { n: number; minisandboxStoreBytes: number; podmanBytes: number | null }[];
+  /** Mean of the 2nd…Nth pulls (base and env layers already present). */
+  laterPullMeanMs: { minisandbox: number | null; podman: number | null };
+}
+
 export interface Target {
   name: string;
   target: string;
@@ -269,6 +289,7 @@ export interface BenchResults {
     podman: EvalMeasurement | Unavailable;
   };
   rollout: RolloutResults | Unavailable;
+  images: ImagesResult | Unavailable;
   ratios: {
     warm_vs_extract: number | null;
     warm_vs_podman: number | null;
@@ -292,6 +313,10 @@ export interface BenchResults {
     rollout_overhead_vs_podman: number | null;
     /** Fork → child started, p50: podman commit + run ÷ Rollout.fork. */
     fork_vs_podman_commit: number | null;
+    /** Images: podman's graph root ÷ the store after the largest N. */
+    images_storage_vs_podman: number | null;
+    /** Images: the mean of the 2nd…Nth pulls, podman ÷ minisandbox. */
+    images_pull_vs_podman: number | null;
   };
   /** Why a ratio is null. */
   ratio_reasons: Record<string, string>;
