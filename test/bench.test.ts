@@ -9,9 +9,11 @@ import { parsePycProbe } from "../bench/src/pyc.js";
 import { summarize } from "../bench/src/stats.js";
 import { tempDir } from "./helpers.js";
 
+// One work dir: the images workload's run reuses the environment the first run built.
+const work = tempDir("msb-bench-");
+
 // Behaviour, not speed: a tiny configuration of every workload must produce well-formed results.
 test("bench: a tiny run of every workload gives well-formed results and files", { timeout: 180_000 }, async () => {
-  const work = tempDir("msb-bench-");
   const r: BenchResults = await runBench({
     quick: true,
     work,
@@ -143,7 +145,6 @@ test("bench: a tiny run of every workload gives well-formed results and files", 
 test("bench: the images workload pulls N images from a loopback registry and measures the store", {
   timeout: 900_000, // the first run on a machine builds the image tests' images (then cached)
 }, async () => {
-  const work = tempDir("msb-bench-img-");
   const r = await runBench({
     quick: true,
     work,
@@ -168,7 +169,7 @@ test("bench: the images workload pulls N images from a loopback registry and mea
   assert.equal(r.ratios.images_pull_vs_podman, null);
   assert.match(r.ratio_reasons.images_storage_vs_podman ?? "", /podman/);
   assert.ok(!existsSync(join(work, "images")), "the registry, store and podman storage are removed after the run");
-  const files = writeResults(r, { outDir: join(work, "out") });
+  const files = writeResults(r, { outDir: join(work, "out-images") });
   assert.match(readFileSync(files.markdown, "utf8"), /## 9\. Environments from images/);
 });
 
