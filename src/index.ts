@@ -2,45 +2,7 @@
  * minisandbox's public TypeScript API: in-process sandboxes (`Sandbox`), the SDK of a server (`RemoteSandbox`),
  * environments, datasets and evaluation. ESM only: `import { Sandbox } from "minisandbox"`.
  */
-import { openWorkspace, type WorkspaceRequest } from "./env/workspace.js";
-import { pythonOnPath } from "./env/python-on-path.js";
-import { Sandbox as SandboxCore, type SandboxOptions } from "./sandbox/sandbox.js";
-import { resolveHome } from "./util/home.js";
-
-/** A directory sandbox may also ask for a host Python first on PATH (`python`, `python3`, `pip`), e.g. "3.11". */
-export type DirSandboxRequest = SandboxOptions & { python?: string };
-
-/** What `Sandbox.create` takes: a directory and mounts (`SandboxOptions`), or a task (`WorkspaceRequest`). */
-export type SandboxRequest = DirSandboxRequest | WorkspaceRequest;
-
-async function createDirSandbox(request: DirSandboxRequest): Promise<SandboxCore> {
-  const { python, ...options } = request;
-  if (python === undefined) return SandboxCore.create(options);
-  const py = await pythonOnPath(python, resolveHome(options.home));
-  return SandboxCore.create({
-    ...options,
-    toolchains: [...(options.toolchains ?? []), ...py.toolchains],
-    pathPrepend: [...py.pathPrepend, ...(options.pathPrepend ?? [])],
-  });
-}
-
-/** One running isolated workspace (see src/sandbox). */
-export type Sandbox = SandboxCore;
-
-/**
- * `Sandbox.create({ dir, limits })` starts a sandbox on a directory; `Sandbox.create({ instance, dataset })` one on
- * a task's environment, through `openWorkspace` (src/env/workspace.ts). `x instanceof Sandbox` works as for a class.
- */
-export const Sandbox = {
-  create(request: SandboxRequest = {}): Promise<Sandbox> {
-    const task = "instance" in request || "envKey" in request;
-    return task ? openWorkspace(request as WorkspaceRequest) : createDirSandbox(request as DirSandboxRequest);
-  },
-  [Symbol.hasInstance](value: unknown): value is SandboxCore {
-    return value instanceof SandboxCore;
-  },
-};
-
+export { Sandbox } from "./env/sandbox-api.js";
 export { SessionManager, type SandboxOptions, type SessionCreateOptions } from "./sandbox/sandbox.js";
 export type { ExecOptions, ExecResult, LimitHit } from "./sandbox/exec.js";
 export type { Limits } from "./sandbox/limits.js";
@@ -88,8 +50,24 @@ export {
 } from "./errors.js";
 export { loadDataset, type Instance } from "./tasks/index.js";
 export { specForInstance, specKey } from "./env/spec.js";
-export { builtInstances, prepareInstances, renderPrepare, type PrepareResult } from "./env/prepare.js";
-export { openWorkspace, resolveWorkspace, type Workspace, type WorkspaceRequest } from "./env/workspace.js";
+export {
+  builtInstances,
+  planPrepare,
+  prepareInstances,
+  renderPrepare,
+  type PreparePlan,
+  type PrepareResult,
+} from "./env/prepare.js";
+export {
+  openSandbox,
+  resolveWorkspace,
+  Workspace,
+  type SandboxRequest,
+  type StartOptions,
+  type WorkspaceKind,
+  type WorkspaceParts,
+} from "./env/workspace.js";
+export { ensurePresent, type Presence, type PresenceOptions } from "./env/environments.js";
 export {
   acquireImageRootfs,
   canonicalReference,
@@ -114,14 +92,24 @@ export { runDoctor } from "./sandbox/doctor.js";
 export {
   evaluate,
   evaluateAttempt,
+  planEvaluation,
   renderRun,
   renderValidation,
   runEvaluation,
   runResultJson,
+  summarizeEvaluation,
   validateInstances,
   validationSummary,
 } from "./eval/index.js";
-export type { EvaluateOptions, EvaluateResult, EvaluateTarget } from "./eval/index.js";
+export type {
+  EvaluateOptions,
+  EvaluateResult,
+  EvaluateTarget,
+  EvaluationPlan,
+  EvalSettings,
+  RunEvaluationOptions,
+} from "./eval/index.js";
+export { plan as planContract } from "./wire/index.js";
 export {
   RemoteSandbox,
   RemoteSessions,

@@ -20,6 +20,7 @@ import {
 } from "../src/client/index.js";
 import { runOk } from "../src/util/run.js";
 import type { Sandbox } from "../src/sandbox/sandbox.js";
+import { Workspace } from "../src/env/workspace.js";
 import { NotFoundError as CoreNotFound } from "../src/errors.js";
 import { processesMatching, tempDir, tempHome } from "./helpers.js";
 
@@ -36,7 +37,7 @@ before(async () => {
   const provider: WorkspaceProvider = {
     async forInstance(id) {
       if (id !== "app-1") throw new CoreNotFound(`instance ${id} not found`);
-      return { options: { dir: repo }, release: () => {}, meta: {} };
+      return { workspace: new Workspace({ kind: "instance", options: { dir: repo } }), meta: {} };
     },
     async evaluate(sb: Sandbox, id: string) {
       const r = await sb.exec(["python3", "-c", "import app; assert app.VALUE == 2"], { cwd: "/testbed" });

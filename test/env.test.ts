@@ -7,12 +7,13 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { makeFixtureDataset, makeSweSmithDataset, type FixtureDataset } from "../src/fixtures/generate.js";
 import { loadDataset } from "../src/tasks/index.js";
 import { prepareInstances } from "../src/env/prepare.js";
-import { envFor, nodeCacheFor } from "../src/env/environments.js";
+import { ensurePresent, envFor, nodeCacheFor } from "../src/env/environments.js";
+import { resolveWorkspace, Workspace } from "../src/env/workspace.js";
 import { buildLogPath } from "../src/env/build.js";
 import { depsKey } from "../src/env/deps-cache.js";
 import { openStore, storeStats, verifyStore } from "../src/env/store/index.js";
 import { GIT_INDEX_MTIME_SEC } from "../src/env/store/materialize.js";
-import { NotFoundError, Sandbox } from "../src/index.js";
+import { InvalidInputError, NotFoundError, NotImplementedError, Sandbox } from "../src/index.js";
 import { homeLayout } from "../src/util/home.js";
 import { CLI, tempDir, tempHome } from "./helpers.js";
 
@@ -229,11 +230,13 @@ test("SWE-smith tasks share one environment and start with their bug applied and
   const results = await prepareInstances(instances, { home, reposDir: ss.reposDir });
   assert.equal(new Set(results.map((r) => r.key)).size, 1);
   await using sb = await Sandbox.create({ home, instance: instances[0]! });
-  const r = await sb.exec("git status --porcelain | wc -l; git log -1 --format=%s; git diff HEAD~1 --stat | tail -1");
-  const [dirty, subject, stat] = r.stdout.trim().split("\n");
+  await sb.files.write("/tmp/fix.diff", instances[0]!.patch);
+  // The dataset's patch is the fix: it applies to the buggy testbed.
+  const r = await sb.exec("git status --porcelain | wc -l; git rev-list --count HEAD; git apply --check /tmp/fix.diff");
+  assert.equal(r.exitCode, 0, r.stderr);
+  const [dirty, commits] = r.stdout.trim().split("\n");
   assert.equal(dirty, "0");
-  assert.equal(subject, "minisandbox: task bug");
-  assert.match(stat!, /changed/);
+  assert.equal(commits, "1", "the bug is the testbed's only commit (details in testbed-history)");
 });
 
 test("a store on shared storage serves as a remote: another node pulls the layer and runs it", async () => {
@@ -246,4 +249,82 @@ test("a store on shared storage serves as a remote: another node pulls the layer
   assert.equal((await sb.exec(["git", "rev-parse", "HEAD"])).stdout.trim(), fx.instances[0]!.base_commit);
   const stats = await storeStats(openStore(homeLayout(node2).store));
   assert.equal(stats.layers, 1);
+});
+
+test("ensurePresent: an environment is present here, else fetched, else built, else a clear error", async () => {
+  const env = envFor(fx.instances[1]!, {});
+  assert.equal(await ensurePresent(env, { home }), "present");
+  const fresh = tempHome("msb-present-");
+  await assert.rejects(
+    ensurePresent(env, { home: fresh }),
+    (e) => e instanceof NotFoundError && /is not built/.test(e.message),
+  );
+  await assert.rejects(ensurePresent({ key: env.key }, { home: fresh, build: true }), /unknown environment/);
+  assert.equal(await ensurePresent(env, { home: fresh, build: true, reposDir: fx.reposDir }), "built");
+  assert.equal(await ensurePresent(env, { home: fresh, build: true }), "present");
+  const node = tempHome("msb-present-remote-");
+  writeFileSync(join(node, "config.json"), JSON.stringify({ cache: { remotes: [homeLayout(fresh).store] } }));
+  assert.equal(await ensurePresent({ key: env.key }, { home: node }), "fetched", "from the configured remote store");
+});
+
+test("one door: a workspace starts and sets up sandboxes, and gives its environment back after the last", async () => {
+  const ws = await resolveWorkspace({ home, instance: fx.instances[0]! });
+  assert.equal(ws.kind, "instance");
+  const a = await ws.start({ labels: { run: "a" }, env: { X: "1" } });
+  const b = await ws.start();
+  assert.equal(a.labels["instance"], fx.instances[0]!.instance_id);
+  assert.equal(a.labels["run"], "a");
+  assert.equal((await a.exec("echo $X $VIRTUAL_ENV")).stdout, "1 /opt/venv\n", "the caller's env over the layer's");
+  await a.close();
+  assert.equal(ws.isReleased, false, "another sandbox still holds it");
+  await b.close();
+  assert.equal(ws.isReleased, true);
+  await assert.rejects(ws.start(), /after it was released/);
+
+  let seen: Sandbox | undefined;
+  let released = 0;
+  const failing = new Workspace({
+    kind: "dir",
+    options: { home, dir: fx.repoPath },
+    setup: async (sb) => {
+      seen = sb;
+      throw new Error("setup boom");
+    },
+    release: () => void released++,
+  });
+  await assert.rejects(failing.start(), /setup boom/);
+  assert.equal(seen?.isClosed, true, "a sandbox whose setup failed is closed");
+  assert.equal(released, 1, "and its workspace given back");
+  const unused = new Workspace({ kind: "empty", options: { home }, release: () => void released++ });
+  unused.release();
+  unused.release();
+  assert.equal(released, 2, "a workspace never started is given back once");
+});
+
+test("one rule for python: first on PATH for a directory or an empty sandbox, refused for an environment", async () => {
+  await using plain = await Sandbox.create({ home, dir: fx.repoPath, python: "3.11", pathPrepend: ["/opt/own"] });
+  const r = await plain.exec("python --version && pip --version && echo $PATH");
+  const [version, pip, path] = r.stdout.trim().split("\n");
+  assert.match(version!, /^Python 3\.11\./);
+  assert.match(pip!, /\(python 3\.11\)/);
+  assert.match(path!, /^[^:]*toolchains\/bin\/3\.11[^:]*:\/opt\/own:/, "python first, then the caller's own entries");
+  const refused = /python is for a sandbox on a directory or an empty one/;
+  const task = { home, instance: fx.instances[0]!, python: "3.11" };
+  await assert.rejects(Sandbox.create(task), (e) => e instanceof InvalidInputError && refused.test(e.message));
+  await assert.rejects(Sandbox.create({ home, envKey: envFor(fx.instances[0]!, {}).key, python: "3.11" }), refused);
+  const cli = spawnSync(
+    process.execPath,
+    [CLI, "--home", home, "exec", "--instance", fx.instances[0]!.instance_id, "--dataset", fx.datasetPath].concat([
+      "--python",
+      "3.11",
+      "--",
+      "true",
+    ]),
+    { encoding: "utf8" },
+  );
+  assert.equal(cli.status, 2, cli.stderr);
+  assert.match(cli.stderr, refused);
+  assert.equal(cli.stderr.trim().split("\n").length, 1);
+  await assert.rejects(Sandbox.create({ home, dir: fx.repoPath, instance: fx.instances[0]! }), /at most one of/);
+  await assert.rejects(Sandbox.create({ home, image: "docker.io/library/python:3.11" }), NotImplementedError);
 });

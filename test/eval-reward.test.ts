@@ -13,7 +13,7 @@ import { makeFixtureDataset, makeSweSmithDataset, type FixtureDataset } from "..
 import { loadDataset } from "../src/tasks/index.js";
 import { envFor } from "../src/env/environments.js";
 import { prepareInstances } from "../src/env/prepare.js";
-import { openWorkspace } from "../src/env/workspace.js";
+import { openSandbox } from "../src/env/workspace.js";
 import { Sandbox } from "../src/index.js";
 import { evaluate, evaluateAttempt, evalSandboxSettings, runInstanceEvaluation } from "../src/eval/index.js";
 import type { Instance } from "../src/tasks/types.js";
@@ -184,7 +184,7 @@ describe("rewards", { concurrency: 3 }, () => {
 
   it("a sandbox that dies during the tests is that attempt's error, not a hang or a crash", async () => {
     const settings = await evalSandboxSettings(home, envFor(inst, {}).spec);
-    const fresh = await openWorkspace({ home, instance: inst, ...settings });
+    const fresh = await openSandbox({ home, instance: inst, ...settings });
     const started = performance.now();
     const pending = runInstanceEvaluation({ home, instance: inst, patch: inst.patch, sandbox: fresh });
     // eval.sh re-installs the package first (seconds): the sandbox is closed under it.

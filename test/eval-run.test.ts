@@ -179,6 +179,7 @@ test("gold patches resolve; the harness's files, summary and timing side files",
     const dir = join(goldCwd, "logs", "run_evaluation", "gold-run", "gold", inst.instance_id);
     assert.deepEqual(readdirSync(dir).sort(), [
       "eval.sh",
+      "integrity.json",
       "patch.diff",
       "report.json",
       "run_instance.log",
@@ -186,6 +187,8 @@ test("gold patches resolve; the harness's files, summary and timing side files",
       "timings.json",
     ]);
     assert.equal(readFileSync(join(dir, "patch.diff"), "utf8"), inst.patch);
+    const integrity = readJson<{ instance_id: string; flags: unknown[] }>(join(dir, "integrity.json"));
+    assert.deepEqual(integrity, { instance_id: inst.instance_id, flags: [] }, "gold touches no test infrastructure");
     assert.equal(
       readFileSync(join(dir, "eval.sh"), "utf8"),
       makeEvalScript({ instance: inst, spec: envFor(inst, {}).spec }),

@@ -1,7 +1,8 @@
 /**
  * The shape of src/ and bench/src: no import cycle (type-only imports and `import()` included), and every import
  * points to the importer's own folder or to a lower layer, so each layer can be read, tested and changed without those
- * above it. The bench is the top layer and lives outside src/: nothing in the product imports it.
+ * above it. The bench is the top layer and lives outside src/: nothing in the product imports it. One door to a
+ * sandbox (only src/env/workspace.ts starts one for a workspace); an SDK free of the engine.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -18,7 +19,8 @@ const BENCH = join(ROOT, "bench", "src");
 const LAYERS: string[][] = [
   ["errors.ts"],
   ["util"],
-  ["session", "tasks", "wire"],
+  ["wire"],
+  ["session", "tasks"],
   ["sandbox"],
   ["env"],
   ["fixtures"],
@@ -140,6 +142,68 @@ test("every import goes to the importer's own part of src/ or to a lower layer",
   assert.deepEqual(wrong, [], `imports against the layer order ${LAYERS.map((l) => l.join("/")).join(" → ")}`);
 });
 
+/** What the SDK may import: the wire contract, errors, util, and the in-process sandbox and session shapes. */
+const SDK_MAY_IMPORT = new Set(["client", "wire", "errors.ts", "util", "sandbox", "session"]);
+
+test("the SDK imports nothing of the engine: its types come from the wire contract", () => {
+  const wrong: string[] = [];
+  for (const [file, targets] of importGraph())
+    if (partOf(file) === "client")
+      for (const target of targets)
+        if (!SDK_MAY_IMPORT.has(partOf(target))) wrong.push(`${show(file)} -> ${show(target)}`);
+  assert.deepEqual(wrong, [], "src/client imports the engine (take the type from src/wire instead)");
+});
+
+/** The one door: the only module that starts a sandbox for a workspace (src/env/workspace.ts, `Workspace.start`). */
+const DOOR = "src/env/workspace.ts";
+/** Sandboxes that are not workspaces: the sandbox's own (its doctor), and the build sandbox that makes a layer. */
+const NOT_WORKSPACES = ["src/sandbox/", "src/env/build.ts"];
+
+/** `Sandbox.create(...)` calls in a file, on the core class (src/sandbox/sandbox.ts) however it was imported. */
+function sandboxCreations(file: string, text = readFileSync(file, "utf8")): number {
+  const source = ts.createSourceFile(file, text, ts.ScriptTarget.Latest, true);
+  const core = (spec: string): boolean => resolve(dirname(file), spec).replace(/\.js$/, ".ts") === CORE_SANDBOX;
+  const names = new Set<string>();
+  const namespaces = new Set<string>();
+  for (const st of source.statements) {
+    if (!ts.isImportDeclaration(st) || !ts.isStringLiteral(st.moduleSpecifier) || !core(st.moduleSpecifier.text))
+      continue;
+    const bindings = st.importClause?.namedBindings;
+    if (bindings && ts.isNamespaceImport(bindings)) namespaces.add(bindings.name.text);
+    if (bindings && ts.isNamedImports(bindings))
+      for (const el of bindings.elements) if ((el.propertyName ?? el.name).text === "Sandbox") names.add(el.name.text);
+  }
+  const isCore = (e: ts.Expression): boolean =>
+    (ts.isIdentifier(e) && names.has(e.text)) ||
+    (ts.isPropertyAccessExpression(e) &&
+      e.name.text === "Sandbox" &&
+      ts.isIdentifier(e.expression) &&
+      namespaces.has(e.expression.text));
+  let found = 0;
+  const visit = (node: ts.Node): void => {
+    if (ts.isCallExpression(node) && ts.isPropertyAccessExpression(node.expression)) {
+      const callee = node.expression;
+      if (callee.name.text === "create" && isCore(callee.expression)) found++;
+    }
+    ts.forEachChild(node, visit);
+  };
+  visit(source);
+  return found;
+}
+
+const CORE_SANDBOX = join(SRC, "sandbox", "sandbox.ts");
+
+test("one door: only src/env/workspace.ts starts a sandbox for a workspace (src/ and bench/src)", () => {
+  const doors: string[] = [];
+  for (const file of [...sourceFiles(SRC), ...sourceFiles(BENCH)]) {
+    const at = show(file);
+    if (at === DOOR || NOT_WORKSPACES.some((p) => at.startsWith(p))) continue;
+    if (sandboxCreations(file) > 0) doors.push(at);
+  }
+  assert.deepEqual(doors, [], "a second door: start sandboxes through resolveWorkspace / openSandbox instead");
+  assert.ok(sandboxCreations(join(ROOT, DOOR)) > 0, "the door itself starts them");
+});
+
 test("the checks see what they must: a planted cycle and a planted upward import are found", () => {
   const a = join(SRC, "util", "a.ts");
   const b = join(SRC, "util", "b.ts");
@@ -157,4 +221,13 @@ test("the checks see what they must: a planted cycle and a planted upward import
   );
   const typeOnly = specifiers(join(SRC, "eval", "runner", "sandbox.ts"));
   assert.ok(typeOnly.includes("../../env/workspace.js"), "type-only imports are part of the graph");
+  const plantedFile = join(SRC, "server", "x.ts");
+  const doors = [
+    'import { Sandbox } from "../sandbox/sandbox.js";\nawait Sandbox.create({});',
+    'import { Sandbox as Core } from "../sandbox/sandbox.js";\nconst s = await Core.create(o);',
+    'import * as sb from "../sandbox/sandbox.js";\nsb.Sandbox.create({ dir });',
+  ];
+  for (const text of doors) assert.equal(sandboxCreations(plantedFile, text), 1, text);
+  const notADoor = 'import { Sandbox } from "../index.js";\nawait Sandbox.create({ instance });';
+  assert.equal(sandboxCreations(plantedFile, notADoor), 0, "the root façade goes through the door");
 });

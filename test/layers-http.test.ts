@@ -20,6 +20,8 @@ import { envFor } from "../src/env/environments.js";
 import { hasLayer, openStore, pullLayer, readManifest } from "../src/env/store/index.js";
 import { startServer, type RunningServer } from "../src/server/server.js";
 import { envProvider } from "../src/server/env-provider.js";
+import { planPrepare } from "../src/env/prepare.js";
+import { plan } from "../src/wire/index.js";
 import { cachedFixtureStore, CLI, processesMatching, tempDir, tempHome } from "./helpers.js";
 import { call, runCli, type Json } from "./serve-process.js";
 
@@ -300,6 +302,28 @@ test("serve --ready-file and --exit-with-stdin: a supervisor's view of the serve
   assert.deepEqual(processesMatching(sb.json.id as string), [], "its sandbox closed with it");
 });
 
+test("prepare --plan prints the declared PreparePlan; a node takes its instance as it is, and only such", async () => {
+  const home = tempHome("msb-layers-p-");
+  const printed = await runCli(home, ["prepare", "--dataset", fx.datasetPath, "--plan"]);
+  assert.equal(printed.code, 0, printed.stderr);
+  const p = plan.PreparePlan.parse(JSON.parse(printed.stdout), ["stdout"]);
+  assert.deepEqual(plan.PreparePlan.fromCamel(planPrepare(fx.instances)), p, "the library's plan, nothing else");
+  assert.equal(p.environments.length, new Set(fx.instances.map((i) => envFor(i, {}).key)).size);
+  const first = p.environments.find((e) => e.env_key === keys[0])!;
+  assert.equal(first.instance.task_format, "swebench");
+  const present = await call(holder.url, "POST", "/environments", {
+    key: ADMIN,
+    body: { instance: first.instance, build: false },
+  });
+  assert.equal(present.status, 200, present.text);
+  assert.equal(present.json.status, "present");
+  assert.equal(present.json.env_key, first.env_key, "the plan's instance, taken as it is");
+  const { task_format: _, ...raw } = first.instance;
+  const rawRow = await call(holder.url, "POST", "/environments", { key: ADMIN, body: { instance: raw, build: false } });
+  assert.equal(rawRow.status, 422, "a row that was not normalized is refused, not guessed at");
+  assert.match(rawRow.text, /task_format/);
+});
+
 test("evaluate --plan lays a run out; --summary-only sums up what is on disk", async () => {
   const home = tempHome("msb-layers-e-");
   const ids = fx.instances.slice(0, 3).map((i) => i.instance_id);
@@ -314,12 +338,19 @@ test("evaluate --plan lays a run out; --summary-only sums up what is on disk", a
   const args = ["evaluate", "--dataset", fx.datasetPath, "--predictions", preds, "--run-id", "p1"];
   const sel = ids.flatMap((i) => ["--instance-ids", i]);
   const reportDir = join(work, "plan-report");
-  const plan = await runCli(home, [...args, ...sel, "--report-dir", reportDir, "--plan"]);
-  assert.equal(plan.code, 0, plan.stderr);
-  const p = JSON.parse(plan.stdout) as Json;
+  const printed = await runCli(home, [...args, ...sel, "--report-dir", reportDir, "--plan"]);
+  assert.equal(printed.code, 0, printed.stderr);
+  const p = plan.EvaluationPlan.parse(JSON.parse(printed.stdout), ["stdout"]);
   assert.deepEqual(
-    p.jobs.map((j: Json) => j.instance_id),
+    p.jobs.map((j) => j.instance_id),
     [ids[0]],
+  );
+  assert.deepEqual(
+    p.records.map((r) => [r.instance_id, r.status]),
+    [
+      [ids[1], "empty_patch"],
+      [ids[2], "no_prediction"],
+    ],
   );
   assert.equal(p.jobs[0].env_key, envFor(fx.instances[0]!, {}).key);
   assert.equal(p.jobs[0].log_dir, join(reportDir, "logs", "run_evaluation", "p1", "m__x", ids[0]!));
@@ -331,7 +362,7 @@ test("evaluate --plan lays a run out; --summary-only sums up what is on disk", a
   assert.equal(noRun.code, 2, "--plan without --run-id is refused");
   const summary = await runCli(home, [...args, ...sel, "--report-dir", reportDir, "--summary-only", "--json"]);
   assert.equal(summary.code, 0, summary.stderr);
-  const s = JSON.parse(summary.stdout) as Json;
+  const s = plan.EvaluationSummary.parse(JSON.parse(summary.stdout), ["stdout"]);
   assert.deepEqual(s.summary.error_ids, [ids[0]], "planned but not run: no report, an error as in the harness");
   assert.deepEqual(s.summary.empty_patch_ids, [ids[1]]);
   assert.deepEqual(s.summary.incomplete_ids, [ids[2]]);

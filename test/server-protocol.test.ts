@@ -14,6 +14,7 @@ import { buildZip, zipDirectory } from "../src/client/zip.js";
 import { NotFoundError } from "../src/errors.js";
 import { runOk } from "../src/util/run.js";
 import type { Sandbox } from "../src/sandbox/sandbox.js";
+import { Workspace } from "../src/env/workspace.js";
 import { cgroupsLeft, processesMatching, scratchDirs, tempDir, tempHome } from "./helpers.js";
 
 const TOKEN = "s3cret-token";
@@ -737,13 +738,14 @@ test("provider: instance sandboxes, evaluate and diff through a real provider; r
   writeFileSync(join(repo, "run_tests.sh"), "python3 -c 'import calc; assert calc.add(2, 3) == 5' && echo PASSED\n");
   await runOk("git", ["-C", repo, "add", "."]);
   await runOk("git", ["-C", repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"]);
-  let released = 0;
+  let [released, asked] = [0, 0];
   const provider: WorkspaceProvider = {
     async forInstance(id) {
+      asked++;
       if (id !== "calc-1") throw new NotFoundError(`instance ${id} not in the dataset`);
+      const options = { dir: repo, env: { PYTHONDONTWRITEBYTECODE: "1" } };
       return {
-        options: { dir: repo, env: { PYTHONDONTWRITEBYTECODE: "1" } },
-        release: () => released++,
+        workspace: new Workspace({ kind: "instance", options, release: () => void released++ }),
         meta: { repo: "calc" },
       };
     },
@@ -762,6 +764,9 @@ test("provider: instance sandboxes, evaluate and diff through a real provider; r
     assert.equal(unknown.status, 404);
     assert.match(unknown.json.detail, /nope/);
     assert.equal((await post("/sandboxes", { env_key: "abc" }, o)).status, 501);
+    const python = await post("/sandboxes", { instance_id: "calc-1", python: "3.11" }, o);
+    const refused = `${python.status} ${python.json.detail} asked:${asked}`;
+    assert.match(refused, /^400 python is for a sandbox on a directory.* asked:1$/, "refused before the provider");
     const sb = await newSandbox({ instance_id: "calc-1" }, s2.url);
     assert.equal(sb.instance_id, "calc-1");
     assert.deepEqual(sb.meta, { repo: "calc" });

@@ -18,7 +18,7 @@ import { specKey } from "../src/env/spec.js";
 import { prepareInstances } from "../src/env/prepare.js";
 import { makeSweSmithDataset } from "../src/fixtures/generate.js";
 import { loadDataset } from "../src/tasks/index.js";
-import { openWorkspace } from "../src/env/workspace.js";
+import { openSandbox } from "../src/env/workspace.js";
 import { evaluate } from "../src/eval/index.js";
 
 const work = tempDir("msb-history-");
@@ -164,7 +164,7 @@ describe("SWE-smith: the bug is the testbed's only commit", () => {
     // The bug's preimage (the fix) as blobs: every file the bug patch changes, as the snapshot has it.
     const changed = [...task!.bug_patch!.matchAll(/^diff --git a\/(\S+) /gm)].map((m) => m[1]!);
     const fixBlobs = changed.map((p) => git(sm.snapshotPath, "rev-parse", `${sm.snapshotCommit}:${p}`));
-    await using sb = await openWorkspace({ home, instance: task! });
+    await using sb = await openSandbox({ home, instance: task! });
     const sh = async (cmd: string) => (await sb.exec(cmd, { cwd: "/testbed" })).stdout;
     assert.equal((await sh("git log --all --format=%H")).trim().split("\n").length, 1, "one commit");
     assert.equal(await sh("git status --porcelain"), "", "the bug is committed");

@@ -6,7 +6,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { CONTRACT_FILE } from "../src/wire/contract-json.js";
-import { contractJson, native, swerex, WireValidationError } from "../src/wire/index.js";
+import { contractJson, model, native, rollout, row, swerex, t, WireValidationError } from "../src/wire/index.js";
 
 const details = (fn: () => unknown) => {
   try {
@@ -105,4 +105,69 @@ test("camelCase answers for the SDK: declared fields converted, nested models to
   assert.equal(camel.limits.memoryBytes, 1);
   assert.deepEqual(camel.labels, { instance_id: "x" });
   assert.deepEqual(camel.meta, { some_key: 1 });
+});
+
+test("one converter both ways: lists and nullables of models inside models, optional fields", () => {
+  const outcome = {
+    rollout_id: "g.0",
+    group_id: "g",
+    instance_id: "a__b-1",
+    repetition: 0,
+    status: "infra_failure" as const,
+    reward: null,
+    resolved: false,
+    resolution: null,
+    fail_to_pass: { passed: 1, total: 2 },
+    pass_to_pass: null,
+    failure: { kind: "timeout" as const, message: "too slow" },
+    mode: "fresh" as const,
+    patch: "",
+    timings: {
+      diff_ms: 1,
+      sandbox_ms: 2,
+      apply_ms: 3,
+      tests_ms: 4,
+      grading_ms: 5,
+      cleanup_ms: 6,
+      total_ms: 7,
+      overhead_ms: 8,
+    },
+  };
+  const info = { id: "g.0", group_id: "g", instance_id: "a__b-1", repetition: 0, trajectory_id: "a__b-1@0" };
+  const list = rollout.RolloutList.parse({
+    rollouts: [
+      {
+        ...info,
+        parent: null,
+        sandbox_id: null,
+        state: "lost",
+        from_pool: false,
+        start_ms: 1,
+        created_at: "t",
+        outcome,
+      },
+    ],
+  });
+  const camel = rollout.RolloutList.toCamel(list);
+  const first = camel.rollouts[0]!;
+  assert.equal(first.trajectoryId, "a__b-1@0");
+  assert.equal(first.outcome?.failToPass?.passed, 1, "a nullable model inside an optional model inside a list");
+  assert.equal(first.outcome?.passToPass, null);
+  assert.equal(first.outcome?.timings.overheadMs, 8);
+  assert.equal("failure" in first, false, "an absent optional field stays absent");
+  assert.deepEqual(rollout.RolloutList.fromCamel(camel), list, "and back, exactly");
+  assert.deepEqual(
+    rollout.RolloutList.fromCamel({ ...camel, extra: 1 } as typeof camel),
+    list,
+    "only what is declared",
+  );
+});
+
+test("a row keeps its keys and its undeclared fields, nested in a model too", () => {
+  const Row = row("Row", { instance_id: t.str(), FAIL_TO_PASS: t.list(t.str()) });
+  const Job = model("Job", { env_key: t.str(), instance: Row });
+  const job = Job.parse({ env_key: "k", instance: { instance_id: "x", FAIL_TO_PASS: ["t"], image_name: "i" } });
+  assert.deepEqual(job.instance, { instance_id: "x", FAIL_TO_PASS: ["t"], image_name: "i" }, "a row keeps its fields");
+  assert.deepEqual(Job.toCamel(job), { envKey: "k", instance: job.instance }, "and its keys");
+  assert.deepEqual(Job.fromCamel(Job.toCamel(job)), job);
 });

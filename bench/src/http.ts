@@ -2,7 +2,7 @@
  * Server benchmark: `run_in_session` round trips over real HTTP (one session, sequential), then N concurrent
  * sessions × M commands (throughput, latency, errors). Starts its own server on 127.0.0.1 unless given a URL.
  */
-import { Sandbox } from "../../src/sandbox/sandbox.js";
+import { openSandbox } from "../../src/env/workspace.js";
 import { startServer } from "../../src/server/server.js";
 import { summarize, type Dist } from "../../src/util/stats.js";
 
@@ -122,7 +122,7 @@ async function sequentialRoundTrips(client: BenchClient, n: number, warm: number
 
 /** 1b. The same commands in process (Sandbox API, no HTTP), for the HTTP overhead. */
 async function inProcessRoundTrips(home: string | undefined, n: number, warm: number): Promise<number[]> {
-  const sb = await Sandbox.create({ home });
+  const sb = await openSandbox({ home });
   try {
     const { session } = await sb.sessions.create("rt");
     const local: number[] = [];

@@ -6,7 +6,7 @@
 import { Sandbox } from "../../src/index.js";
 import { systemEntries, requireTool } from "../../src/sandbox/host.js";
 import { nodeCacheFor } from "../../src/env/environments.js";
-import { resolveWorkspace } from "../../src/env/workspace.js";
+import { resolveWorkspace, Workspace } from "../../src/env/workspace.js";
 import { TESTBED_PATH, VENV_PATH } from "../../src/env/types.js";
 import { ensureTarballs, extractRun, type Tarballs } from "./extract.js";
 import { Podman } from "./podman.js";
@@ -118,17 +118,19 @@ async function resolvedVariant(env: BenchEnvironment): Promise<Variant> {
     instance: env.primary,
     environment: { spec: env.primarySpec, key: env.primaryKey },
   });
-  const opts = ws.options;
-  // The paths stay valid across evictions (layers/<key>/…); `before` re-materializes after the cold variant's runs.
-  await ws.release();
+  // The same options on a workspace that holds no lease, held for the whole bench: the paths stay valid across
+  // evictions (layers/<key>/…), and `before` re-materializes after the cold variant's runs.
+  const pinned = new Workspace({ kind: ws.kind, options: ws.options });
+  pinned.hold();
+  ws.release();
   return {
     name: "minisandbox_warm_resolved",
     label: "minisandbox warm, env resolved once",
     method:
-      "resolveWorkspace() once (toolchain lookup, lease) then per run Sandbox.create(options) + exec: " +
+      "resolveWorkspace() once (toolchain lookup, lease) then per run workspace.start() + exec: " +
       "what a server or pool pays",
-    once: (command, started) => sandboxOnce(() => Sandbox.create(opts), command, started),
-    probe: () => sandboxProbe(() => Sandbox.create(opts), env.importModule),
+    once: (command, started) => sandboxOnce(() => pinned.start(), command, started),
+    probe: () => sandboxProbe(() => pinned.start(), env.importModule),
     before: async () => void (await nodeCacheFor(env.home).acquire(env.primaryKey)).release(),
   };
 }

@@ -7,6 +7,9 @@ and the contract disagree (a field renamed, a default changed, a type changed on
   the contract's fields, required fields, defaults and types.
 * Native and rollout APIs: the bodies the deployment, the mini-swe-agent environment and ``minisandbox.rl`` send
   validate against the contract's schemas (``jsonschema``), and the answer fields they read exist in the contract.
+* The fleet's plans (``plan``): the fields ``minisandbox.fleet`` reads of what ``prepare --plan``,
+  ``evaluate --plan`` and ``evaluate --summary-only --json`` print, and of a node's answers to its jobs, exist in
+  the contract.
 """
 
 from __future__ import annotations
@@ -62,6 +65,15 @@ READ_FIELDS = {
     ("rollout", "RolloutOutcome"): ["status", "reward", "resolved", "failure"],
     ("rollout", "GroupList"): ["groups"],
     ("rollout", "RolloutList"): ["rollouts"],
+    # What minisandbox.fleet reads of the plans the CLI prints (prepare --plan, evaluate --plan, --summary-only).
+    ("plan", "PreparePlan"): ["environments", "errors"],
+    ("plan", "PlannedEnvironment"): ["env_key", "instance_ids", "instance"],
+    ("plan", "PlanError"): ["instance_id"],
+    ("plan", "EvaluationPlan"): ["run_id", "model", "jobs"],
+    ("plan", "PlannedJob"): ["instance_id", "env_key", "log_dir", "instance", "model_patch", "model_name_or_path"],
+    ("plan", "EvaluationSummary"): ["summary", "summaryPath"],
+    ("native", "PrepareResponse"): ["status", "error"],
+    ("native", "EvaluationResponse"): ["status", "files"],
 }
 
 

@@ -5,6 +5,7 @@ import { planEvaluation, runEvaluation, summarizeEvaluation, type RunEvaluationO
 import { InvalidInputError } from "../errors.js";
 import { loadPredictions, unknownPredictionIds } from "../eval/predictions.js";
 import { loadDataset } from "../tasks/index.js";
+import { plan } from "../wire/index.js";
 import { fail, parsePositive } from "./common.js";
 import { addHarnessFlags, applyHarnessFlags, resolveDatasetArg } from "./harness-flags.js";
 import { addDatasetOptions } from "./prepare.js";
@@ -117,27 +118,9 @@ async function planOrSummary(o: EvaluateCliOptions, home: string): Promise<void>
   const opts = runOptions(o, home);
   if (o.summaryOnly) {
     const r = await summarizeEvaluation(opts);
-    if (o.json)
-      process.stdout.write(`${JSON.stringify({ summaryPath: r.summaryPath, summary: r.summary }, null, 2)}\n`);
+    if (o.json) process.stdout.write(`${JSON.stringify(plan.EvaluationSummary.fromCamel(r), null, 2)}\n`);
     else process.stdout.write(`${renderSummary(r.summary)}\nReport written to ${r.summaryPath}\n`);
     return;
   }
-  const plan = await planEvaluation(opts);
-  const json = {
-    run_id: plan.runId,
-    model: plan.model,
-    report_dir: plan.reportDir,
-    order: plan.order,
-    jobs: plan.jobs.map((j) => ({
-      instance_id: j.instance.instance_id,
-      env_key: j.envKey,
-      log_dir: j.logDir,
-      model_name_or_path: j.prediction.model_name_or_path,
-      model_patch: j.prediction.model_patch ?? "",
-      instance: j.instance,
-    })),
-    records: plan.records.map((r) => ({ instance_id: r.instanceId, status: r.status, error: r.error ?? null })),
-    unknown_prediction_ids: plan.unknownPredictionIds,
-  };
-  process.stdout.write(`${JSON.stringify(json)}\n`);
+  process.stdout.write(`${JSON.stringify(plan.EvaluationPlan.fromCamel(await planEvaluation(opts)))}\n`);
 }

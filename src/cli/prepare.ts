@@ -1,8 +1,8 @@
 import type { Command } from "commander";
-import { builtInstances, prepareInstances, renderPrepare, type PrepareResult } from "../env/prepare.js";
-import { envFor } from "../env/environments.js";
+import { builtInstances, planPrepare, prepareInstances, renderPrepare, type PrepareResult } from "../env/prepare.js";
 import { renderValidation, validateInstances, validationSummary } from "../eval/validate.js";
 import { loadDataset, type Instance } from "../tasks/index.js";
+import { plan } from "../wire/index.js";
 import { Progress } from "../util/progress.js";
 import { collect, fail, parsePositive } from "./common.js";
 import { addHarnessFlags, applyHarnessFlags, resolveDatasetArg } from "./harness-flags.js";
@@ -53,21 +53,8 @@ async function printPlan(o: PrepareCliOptions, home: string): Promise<void> {
   const ids = o.instanceIds.flat();
   const dataset = await resolveDatasetArg(o.dataset, o.split, home);
   const instances = await loadDataset(dataset, ids.length ? { instanceIds: ids } : {});
-  const environments = new Map<string, { env_key: string; instance_ids: string[]; instance: Instance }>();
-  const errors: { instance_id: string; error: string }[] = [];
-  for (const instance of instances) {
-    let key: string;
-    try {
-      key = envFor(instance, { specsFile: o.specs }).key;
-    } catch (e) {
-      errors.push({ instance_id: instance.instance_id, error: (e as Error).message });
-      continue;
-    }
-    const env = environments.get(key) ?? { env_key: key, instance_ids: [], instance };
-    env.instance_ids.push(instance.instance_id);
-    environments.set(key, env);
-  }
-  process.stdout.write(`${JSON.stringify({ environments: [...environments.values()], errors })}\n`);
+  const p = planPrepare(instances, { specsFile: o.specs });
+  process.stdout.write(`${JSON.stringify(plan.PreparePlan.fromCamel(p))}\n`);
 }
 
 async function prepare(home: string, o: PrepareCliOptions): Promise<void> {

@@ -1,8 +1,6 @@
 import type { Command } from "commander";
-import { InvalidInputError } from "../errors.js";
-import { Sandbox, type SandboxOptions } from "../index.js";
-import { pythonOnPath } from "../env/python-on-path.js";
-import { resolveHome } from "../util/home.js";
+import { openSandbox } from "../env/workspace.js";
+import type { Sandbox, SandboxOptions } from "../sandbox/sandbox.js";
 
 /** How exec/shell pick their workspace: a plain directory, or a dataset instance's environment. */
 export interface WorkspaceCliOptions {
@@ -20,19 +18,8 @@ export function addWorkspaceOptions(cmd: Command): Command {
     .option("--specs <FILE>", "environment spec overrides (JSON)");
 }
 
-/** Start the sandbox a command asked for. */
-export async function sandboxFor(
-  o: WorkspaceCliOptions,
-  common: Omit<SandboxOptions, "dir" | "overlays">,
-): Promise<Sandbox> {
-  if (!o.instance) {
-    if (o.python === undefined) return Sandbox.create({ ...common, dir: o.dir });
-    const py = await pythonOnPath(o.python, resolveHome(common.home));
-    return Sandbox.create({ ...common, dir: o.dir, toolchains: py.toolchains, pathPrepend: py.pathPrepend });
-  }
-  if (o.dir) throw new InvalidInputError("--dir and --instance are exclusive");
-  if (o.python !== undefined)
-    throw new InvalidInputError("--python is for --dir sandboxes: an instance runs its environment's own Python");
-  if (!o.dataset) throw new InvalidInputError("--instance needs --dataset FILE");
-  return Sandbox.create({ ...common, instance: o.instance, dataset: o.dataset, specsFile: o.specs });
+/** Start the sandbox a command asked for: the flags as one request to the door, which checks them. */
+export function sandboxFor(o: WorkspaceCliOptions, common: Omit<SandboxOptions, "dir" | "overlays">): Promise<Sandbox> {
+  const { dir, instance, dataset, specs, python } = o;
+  return openSandbox({ ...common, dir, instance, dataset, specsFile: specs, python });
 }

@@ -83,7 +83,7 @@ export class HttpClient {
    * naming the fields that drifted). HTTP errors become typed errors.
    */
   // biome-ignore lint/suspicious/noExplicitAny: any model of the contract
-  async call<M extends Model<any>>(
+  async call<M extends Model<any, any>>(
     method: string,
     path: string,
     response: M,
@@ -98,7 +98,7 @@ export class HttpClient {
   }
 
   // biome-ignore lint/suspicious/noExplicitAny: any model of the contract
-  async read<M extends Model<any>>(res: Response, response: M, what: string): Promise<OutOf<M>> {
+  async read<M extends Model<any, any>>(res: Response, response: M, what: string): Promise<OutOf<M>> {
     const text = await res.text();
     let data: unknown = text;
     try {

@@ -9,7 +9,13 @@ export {
 export { RemoteSessions, RemoteSession, type RemoteRunOptions, type InterruptOptions } from "./remote-sessions.js";
 export { RemoteFiles } from "./remote-files.js";
 export type { RemoteCommandHandle, RemoteExecOptions, RemoteExecResult } from "./remote-exec.js";
-export { RolloutClient, RemoteRolloutGroup, RemoteRollout, type StartGroupOptions } from "./rollouts.js";
+export {
+  RolloutClient,
+  RemoteRolloutGroup,
+  RemoteRollout,
+  type RemoteRewardOptions,
+  type StartGroupOptions,
+} from "./rollouts.js";
 export {
   AuthError,
   UnauthorizedError,

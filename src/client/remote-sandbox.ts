@@ -49,7 +49,7 @@ export interface RemoteSandboxCreateOptions extends ConnectOptions {
   env?: Record<string, string>;
   cwd?: string;
   labels?: Record<string, string>;
-  /** A host Python on the server (e.g. "3.11"), first on PATH as python, python3, pip. */
+  /** A host Python on the server (e.g. "3.11"), first on PATH as python, python3, pip (not with an instance). */
   python?: string;
   /** A SWE-ReX client's `close()` on `runtimeUrl` deletes the sandbox (default: closes its sessions only). */
   deleteOnClose?: boolean;

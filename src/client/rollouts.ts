@@ -3,20 +3,26 @@
  * N rollouts of one task, commands and files per rollout, rewards (`status: "scored" | "infra_failure"`), forks,
  * prewarm and gold pre-checks. A command on a lost rollout throws `SandboxLostError`, as in-process.
  */
-import type { PhaseTimings } from "../eval/runner/timings.js";
-import type {
-  GoldVerdict,
-  GroupInfo,
-  PrewarmReport,
-  RewardOptions,
-  RolloutInfo,
-  RolloutOutcome,
-} from "../rollout/index.js";
+import { InvalidInputError } from "../errors.js";
+import { type CamelOf, rollout as wire, swerex } from "../wire/index.js";
 import { readTokenFile } from "../wire/token-file.js";
-import { rollout as wire, swerex } from "../wire/index.js";
 import { HttpClient } from "./http.js";
 import type { ConnectOptions } from "./remote-sandbox.js";
 import { type RemoteExecOptions, type RemoteExecResult, remoteExecAt } from "./remote-exec.js";
+
+/** The rollout API's answers in camelCase: the wire contract's models (src/wire/rollout.ts), as in-process. */
+export type RolloutOutcome = CamelOf<typeof wire.RolloutOutcome>;
+export type RolloutInfo = CamelOf<typeof wire.RolloutInfo>;
+export type GroupInfo = CamelOf<typeof wire.GroupInfo>;
+export type PrewarmReport = CamelOf<typeof wire.PrewarmReport>;
+export type GoldVerdict = CamelOf<typeof wire.GoldVerdict>;
+
+/** How a remote reward is graded: where, within how long, and how (a remote reward is "binary" or "fraction"). */
+export interface RemoteRewardOptions {
+  mode?: RolloutOutcome["mode"];
+  timeoutMs?: number;
+  reward?: NonNullable<wire.RewardIn["reward"]>;
+}
 
 export interface StartGroupOptions {
   instanceId: string;
@@ -53,7 +59,7 @@ export class RolloutClient {
 
   async groups(): Promise<GroupInfo[]> {
     const r = await this.api.call("GET", "/rollouts/groups", wire.GroupList, undefined, { what: "list groups" });
-    return r.groups.map(groupFromWire);
+    return wire.GroupList.toCamel(r).groups;
   }
 
   /** A rollout by id (`<group id>.<repetition>`). */
@@ -66,33 +72,14 @@ export class RolloutClient {
   async prewarm(instanceIds: string[], o: { sandboxes?: number } = {}): Promise<PrewarmReport> {
     const body = { instance_ids: instanceIds, sandboxes: o.sandboxes ?? 0 };
     const r = await this.api.call("POST", "/rollouts/prewarm", wire.PrewarmReport, body, { what: "prewarm" });
-    return {
-      tasks: r.tasks.map((t) => ({
-        instanceId: t.instance_id,
-        envKey: t.env_key,
-        layer: t.layer,
-        layerMs: t.layer_ms,
-        warmSandboxes: t.warm_sandboxes,
-        ...(t.gold_check ? { goldCheck: t.gold_check } : {}),
-        ...(t.error ? { error: t.error } : {}),
-      })),
-      pool: r.pool,
-      durationMs: r.duration_ms,
-    };
+    return wire.PrewarmReport.toCamel(r);
   }
 
   /** The task's gold verdict (checked unless stored); TaskInvalidError when its gold patch fails. */
   async goldCheck(instanceId: string): Promise<GoldVerdict> {
     const body = { instance_id: instanceId };
     const v = await this.api.call("POST", "/rollouts/gold-check", wire.GoldVerdict, body, { what: "gold check" });
-    return {
-      instanceId: v.instance_id,
-      envKey: v.env_key,
-      passed: v.passed,
-      checkedAt: v.checked_at,
-      source: v.source,
-      ...(v.problem ? { problem: v.problem } : {}),
-    };
+    return wire.GoldVerdict.toCamel(v);
   }
 }
 
@@ -107,7 +94,7 @@ export class RemoteRolloutGroup implements AsyncDisposable {
     g: wire.GroupInfo,
   ) {
     this.id = g.id;
-    this.info = groupFromWire(g);
+    this.info = wire.GroupInfo.toCamel(g);
     this.problemStatement = g.problem_statement;
     this.rollouts = g.rollouts.map((r) => new RemoteRollout(client, r));
   }
@@ -144,7 +131,7 @@ export class RemoteRollout {
     private readonly client: RolloutClient,
     r: wire.RolloutInfo,
   ) {
-    this.info = rolloutFromWire(r);
+    this.info = wire.RolloutInfo.toCamel(r);
     this.id = r.id;
     this.groupId = r.group_id;
     this.instanceId = r.instance_id;
@@ -178,15 +165,16 @@ export class RemoteRollout {
   }
 
   /** The reward: a real grade, or an infrastructure failure (`status`); never throws for a lost rollout. */
-  async reward(o: Omit<RewardOptions, "logDir"> = {}): Promise<RolloutOutcome> {
-    if (typeof o.reward === "function") throw new Error("a remote reward is 'binary' or 'fraction'");
+  async reward(o: RemoteRewardOptions = {}): Promise<RolloutOutcome> {
+    if (typeof o.reward === "function") throw new InvalidInputError("a remote reward is 'binary' or 'fraction'");
     const body: wire.RewardIn = {
       mode: o.mode,
       timeout_seconds: o.timeoutMs === undefined ? undefined : o.timeoutMs / 1000,
       reward: o.reward,
     };
     const r = await this.client.api.call("POST", `${this.path}/reward`, wire.RolloutOutcome, body, { what: "reward" });
-    return outcomeFromWire(r);
+    // A server before reasons: an infrastructure failure's kind, else a graded outcome.
+    return { ...wire.RolloutOutcome.toCamel(r), reason: r.reason ?? r.failure?.kind ?? "graded" };
   }
 
   /** `k` children from this rollout's current state: new rollouts of the same group. */
@@ -196,80 +184,11 @@ export class RemoteRollout {
   }
 
   async refresh(): Promise<RolloutInfo> {
-    this.info = rolloutFromWire(await this.client.api.call("GET", this.path, wire.RolloutInfo, undefined));
+    this.info = wire.RolloutInfo.toCamel(await this.client.api.call("GET", this.path, wire.RolloutInfo, undefined));
     return this.info;
   }
 
   async close(): Promise<void> {
     await this.client.api.call("DELETE", this.path, wire.ClosedResponse, undefined, { what: `close ${this.id}` });
   }
-}
-
-function timingsFromWire(t: wire.RolloutOutcome["timings"]): PhaseTimings {
-  return {
-    diffMs: t.diff_ms,
-    sandboxMs: t.sandbox_ms,
-    applyMs: t.apply_ms,
-    testsMs: t.tests_ms,
-    gradingMs: t.grading_ms,
-    cleanupMs: t.cleanup_ms,
-    totalMs: t.total_ms,
-    overheadMs: t.overhead_ms,
-  };
-}
-
-export function outcomeFromWire(o: wire.RolloutOutcome): RolloutOutcome {
-  return {
-    rolloutId: o.rollout_id,
-    groupId: o.group_id,
-    instanceId: o.instance_id,
-    repetition: o.repetition,
-    status: o.status,
-    reward: o.reward,
-    resolved: o.resolved,
-    resolution: o.resolution,
-    failToPass: o.fail_to_pass,
-    passToPass: o.pass_to_pass,
-    ...(o.failure ? { failure: o.failure } : {}),
-    reason: o.reason ?? o.failure?.kind ?? "graded",
-    ...(o.note ? { note: o.note } : {}),
-    flags: o.flags ?? [],
-    mode: o.mode,
-    patch: o.patch,
-    timings: timingsFromWire(o.timings),
-  };
-}
-
-function rolloutFromWire(r: wire.RolloutInfo): RolloutInfo {
-  return {
-    id: r.id,
-    groupId: r.group_id,
-    instanceId: r.instance_id,
-    repetition: r.repetition,
-    trajectoryId: r.trajectory_id,
-    parent: r.parent,
-    sandboxId: r.sandbox_id,
-    state: r.state,
-    fromPool: r.from_pool,
-    startMs: r.start_ms,
-    createdAt: r.created_at,
-    ...(r.failure ? { failure: r.failure } : {}),
-    ...(r.outcome ? { outcome: outcomeFromWire(r.outcome) } : {}),
-  };
-}
-
-function groupFromWire(g: wire.GroupInfo): GroupInfo {
-  return {
-    id: g.id,
-    instanceId: g.instance_id,
-    envKey: g.env_key,
-    createdAt: g.created_at,
-    timings: {
-      goldCheckMs: g.timings.gold_check_ms,
-      workspaceMs: g.timings.workspace_ms,
-      startMs: g.timings.start_ms,
-      readyMs: g.timings.ready_ms,
-    },
-    rollouts: g.rollouts.map(rolloutFromWire),
-  };
 }

@@ -5,7 +5,8 @@ import type { Instance } from "../tasks/types.js";
 import { specForInstance, specKey } from "./spec.js";
 import type { EnvSpec, LayerKey } from "./types.js";
 import { buildEnvironment } from "./build.js";
-import { hasLayer, openStore } from "./store/index.js";
+import { hasLayer, openStore, type HttpSource } from "./store/index.js";
+import { LayerUnavailableError, NotFoundError } from "../errors.js";
 import { NodeCache } from "./cache/index.js";
 
 /** What we remember about a built environment (next to its layer): the spec and the validation verdict. */
@@ -89,6 +90,49 @@ export function ensureBuilt(
     inflight.set(id, p);
   }
   return p;
+}
+
+/** How an environment came to be present: it was here, it was fetched, or it was built now. */
+export type Presence = "present" | "fetched" | "built";
+
+export interface PresenceOptions extends EnvOptions {
+  /** Peers' servers to fetch the layer from (after the remote stores of the home's configuration). */
+  sources?: readonly HttpSource[];
+  /** Build it when no store or source has it (default false). Needs the spec. */
+  build?: boolean;
+  onStep?: (step: string) => void;
+}
+
+/**
+ * An environment made present in this home's store: already here, else fetched (the configured remote stores, then
+ * `sources`), else built (`build`, with the spec known). Throws `LayerUnavailableError` when sources were given,
+ * none had it and it may not be built (another node may have it), `NotFoundError` when nothing has it and it may not
+ * be built, the build's `BuildError`; any other failure of a source (a corrupt remote store) as it is.
+ */
+export async function ensurePresent(env: { key: LayerKey; spec?: EnvSpec }, o: PresenceOptions): Promise<Presence> {
+  if (await isBuilt(o.home, env.key)) return "present";
+  const sources = o.sources ?? [];
+  const build = (o.build ?? false) && env.spec !== undefined;
+  if (sources.length > 0 || readCacheConfig(o.home).remotes?.length) {
+    try {
+      await nodeCacheFor(o.home).fetch(env.key, { sources });
+      return "fetched";
+    } catch (e) {
+      const absent = e instanceof LayerUnavailableError || e instanceof NotFoundError;
+      if (!absent || !build) throw e;
+    }
+  }
+  if (!build) throw notPresent(env);
+  const done = await ensureBuilt({ ...o, spec: env.spec!, key: env.key });
+  return done === "built" ? "built" : "present";
+}
+
+function notPresent(env: { key: LayerKey; spec?: EnvSpec }): NotFoundError {
+  if (!env.spec) return new NotFoundError(`unknown environment ${env.key} (not here, and no source has it)`);
+  return new NotFoundError(
+    `environment ${env.key.slice(0, 12)} (${env.spec.repo}@${env.spec.commit.slice(0, 12)}) is not built: ` +
+      "run `minisandbox prepare` first",
+  );
 }
 
 const caches = new Map<string, NodeCache>();

@@ -1,4 +1,6 @@
+import { asTaskInstance } from "../tasks/index.js";
 import type { Instance } from "../tasks/types.js";
+import type { CamelOf, plan } from "../wire/index.js";
 import { pool, table } from "../util/progress.js";
 import { BuildError } from "../errors.js";
 import { explainBuildFailure } from "./build-diagnosis.js";
@@ -16,6 +18,32 @@ export interface PrepareResult {
   /** For failures with a known remedy: what to do, in one line. */
   fix?: string;
   logFile?: string;
+}
+
+/** `prepare --plan` (the wire's `PreparePlan`, camelCase): each distinct environment once, the instances without. */
+export type PreparePlan = CamelOf<typeof plan.PreparePlan>;
+
+/**
+ * The instances grouped by environment, nothing built: each distinct environment once, with the first of its
+ * instances (what a node builds it from), and the instances whose spec cannot be made. For running elsewhere (a
+ * fleet); `plan.PreparePlan.fromCamel(p)` is what `prepare --plan` prints.
+ */
+export function planPrepare(instances: readonly Instance[], opts: { specsFile?: string } = {}): PreparePlan {
+  const environments = new Map<string, PreparePlan["environments"][number]>();
+  const errors: PreparePlan["errors"] = [];
+  for (const instance of instances) {
+    let key: string;
+    try {
+      key = envFor(instance, opts).key;
+    } catch (e) {
+      errors.push({ instanceId: instance.instance_id, error: (e as Error).message });
+      continue;
+    }
+    const env = environments.get(key) ?? { envKey: key, instanceIds: [], instance: asTaskInstance(instance) };
+    env.instanceIds.push(instance.instance_id);
+    environments.set(key, env);
+  }
+  return { environments: [...environments.values()], errors };
 }
 
 /** Build every instance's environment (each distinct one once), `workers` at a time; already-built ones are skipped. */

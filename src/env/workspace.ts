@@ -1,23 +1,20 @@
 /**
- * The one place a task becomes a workspace: instance → spec → built layer → node-cache lease → sandbox options
- * (testbed and venv copy-on-write over the layer, the interpreter read-only, the venv first on PATH) → sandbox, with
- * the task's own setup (SWE-smith: its bug patch, applied and committed). A built environment's key works too.
+ * The one door to a sandbox: every way of asking for one (a directory, a dataset instance, a built environment's
+ * key, an empty one; an OCI image once images are in the store) becomes a `Workspace` here, and only a workspace
+ * starts sandboxes (`Workspace.start`). An instance goes spec → environment made present (here, else fetched, else
+ * built: `ensurePresent`) → node-cache lease → sandbox options (testbed and venv copy-on-write over the layer, the
+ * interpreter read-only, the venv first on PATH), with the task's own setup (SWE-smith: its bug patch, applied and
+ * committed). The SDK's `Sandbox.create`, the CLI, the server, rollouts and evaluation all come through here and add
+ * only what is theirs (limits, labels, registry entries).
  */
-import { InvalidInputError, NotFoundError, SandboxError } from "../errors.js";
+import { InvalidInputError, NotFoundError, NotImplementedError, SandboxError } from "../errors.js";
 import { Sandbox, type SandboxOptions } from "../sandbox/sandbox.js";
 import { loadDataset } from "../tasks/index.js";
 import type { Instance } from "../tasks/types.js";
 import { homeLayout, resolveHome } from "../util/home.js";
 import type { CacheLease } from "./cache/index.js";
-import {
-  ensureBuilt,
-  envFor,
-  isBuilt,
-  nodeCacheFor,
-  readCacheConfig,
-  readEnvRecord,
-  writeEnvRecord,
-} from "./environments.js";
+import { ensurePresent, envFor, nodeCacheFor, readEnvRecord, writeEnvRecord } from "./environments.js";
+import { pythonOnPath } from "./python-on-path.js";
 import { isLayerKey, openStore, readManifest, type HttpSource } from "./store/index.js";
 import { specKey } from "./spec.js";
 import { findToolchain, type Toolchain } from "./toolchains.js";
@@ -30,16 +27,32 @@ export interface InstanceEnv {
   key: LayerKey;
 }
 
-/** A workspace on a task's environment; every sandbox option but `dir` and `overlays` applies on top of it. */
-export interface WorkspaceRequest extends Omit<SandboxOptions, "dir" | "overlays"> {
+/** Where a workspace comes from (the server's `source`). */
+export type WorkspaceKind = "dir" | "instance" | "env_key" | "image" | "empty";
+
+/**
+ * Every way of asking for a sandbox: at most one of `dir`, `instance`, `envKey`, `image` (none: an empty sandbox),
+ * and the sandbox's own options (limits, env, labels...), applied over what the environment brings.
+ */
+export interface SandboxRequest extends SandboxOptions {
   /** The task: the instance itself, or its id in `dataset`. */
   instance?: Instance | string;
   /** Or a built environment by its key, without a task. */
   envKey?: LayerKey;
+  /**
+   * Or an OCI image by reference (e.g. "docker.io/swebench/sweb.eval.x86_64.sympy_1776_sympy-20590:latest"), run
+   * from the store without a container runtime. Not supported yet: such a request is refused (`imageWorkspace`).
+   */
+  image?: string;
+  /**
+   * A host Python (e.g. "3.11") first on PATH as python, python3, pip: for a directory or an empty sandbox only.
+   * An instance, an environment key or an image runs its own interpreter: `python` there is refused, not ignored.
+   */
+  python?: string;
   dataset?: string;
   specsFile?: string;
   reposDir?: string;
-  /** Build the environment first if the store lacks it (default false: fail with a clear message). */
+  /** Build the environment when neither this home nor a source has it (default false: a clear error). */
   build?: boolean;
   /** The instance's environment when the caller has it already (default: computed from `specsFile`). */
   environment?: InstanceEnv;
@@ -47,65 +60,254 @@ export interface WorkspaceRequest extends Omit<SandboxOptions, "dir" | "overlays
   sources?: readonly HttpSource[];
 }
 
-/** A resolved workspace: what `Sandbox.create` needs, and what to do once the sandbox is up and once it is gone. */
-export interface Workspace extends InstanceEnv {
-  instance?: Instance;
-  /** The environment's mounts, interpreter, variables and labels, under the request's own options. */
+/** What a workspace is made of; a provider of the server may compose one itself. */
+export interface WorkspaceParts {
+  kind: WorkspaceKind;
+  /** Options of every sandbox started on it (`start` adds the caller's own over them). */
   options: SandboxOptions;
-  /** Runs once the sandbox is up, before anyone uses it. */
-  setup: (sandbox: Sandbox) => Promise<void>;
-  /** Gives the layer back to the node cache: once the sandbox is gone, or was never made. */
-  release: () => Promise<void>;
+  instance?: Instance;
+  env?: InstanceEnv;
+  /** Runs once each sandbox is up, before anyone uses it (SWE-smith: the task's bug patch). */
+  setup?: (sandbox: Sandbox) => Promise<void>;
+  /** Gives what the workspace holds back (its node-cache lease): once, when nothing holds the workspace any more. */
+  release?: () => void | Promise<void>;
 }
 
-/** Resolve a request into sandbox options on a leased layer (building it first with `build`). */
-export async function resolveWorkspace(req: WorkspaceRequest): Promise<Workspace> {
-  const { instance: ref, envKey, dataset, specsFile, reposDir, build, environment, sources, ...own } = req;
-  if ((ref === undefined) === (envKey === undefined))
-    throw new InvalidInputError("a workspace needs an instance or an environment key (one of them)");
+/** The sandbox options a caller adds to a workspace's own when it starts one (never where its files come from). */
+export type StartOptions = Omit<SandboxOptions, "dir" | "overlays" | "dirRoots">;
+
+/**
+ * Sandbox options on an environment, shared by every sandbox started on it (a group's rollouts, their forks, a warm
+ * pool). Whoever holds it (`hold`) keeps it; each sandbox holds it until it closes; when the last holder lets go the
+ * environment is given back. A workspace nobody ever started must be let go with `release()`.
+ */
+export class Workspace {
+  readonly kind: WorkspaceKind;
+  readonly options: SandboxOptions;
+  readonly instance?: Instance;
+  readonly env?: InstanceEnv;
+  private readonly parts: WorkspaceParts;
+  private holders = 0;
+  private released = false;
+  private readonly onRelease: ((done: Promise<void>) => void)[] = [];
+
+  constructor(parts: WorkspaceParts) {
+    this.parts = parts;
+    this.kind = parts.kind;
+    this.options = parts.options;
+    if (parts.instance) this.instance = parts.instance;
+    if (parts.env) this.env = parts.env;
+  }
+
+  get isReleased(): boolean {
+    return this.released;
+  }
+
+  /** One more holder; the returned function lets go (once, however often it is called). */
+  hold(): () => void {
+    if (this.released) throw new SandboxError("workspace used after it was released");
+    this.holders++;
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      if (--this.holders === 0) this.giveBack();
+    };
+  }
+
+  /** Let go of a workspace that no sandbox holds (one never started, or done with): it is given back now. */
+  release(): void {
+    if (this.holders === 0 && !this.released) this.giveBack();
+  }
+
+  /** Called with the release's promise when the workspace is given back (e.g. to await it at shutdown). */
+  onReleased(fn: (done: Promise<void>) => void): void {
+    this.onRelease.push(fn);
+  }
+
+  /**
+   * A sandbox on the workspace, set up for its task; it holds the workspace until it closes. `own` (limits,
+   * network, env, labels...) goes over the workspace's options. A sandbox that fails to start or to be set up is
+   * closed, and lets go of the workspace.
+   */
+  async start(own: StartOptions = {}): Promise<Sandbox> {
+    const letGo = this.hold();
+    let sb: Sandbox;
+    try {
+      sb = await Sandbox.create(withOwn(this.options, own));
+    } catch (e) {
+      letGo();
+      throw e;
+    }
+    sb.onClose(letGo);
+    try {
+      await this.parts.setup?.(sb);
+    } catch (e) {
+      await sb.close();
+      throw e;
+    }
+    return sb;
+  }
+
+  /** A sandbox made from one of this workspace's (a fork) holds it too, until it closes. */
+  adopt(sandbox: Sandbox): void {
+    sandbox.onClose(this.hold());
+  }
+
+  /** Called at once (a lease's release starts now); its promise goes to whoever waits for it. */
+  private giveBack(): void {
+    this.released = true;
+    let done: Promise<void>;
+    try {
+      done = Promise.resolve(this.parts.release?.()).then(() => undefined);
+    } catch (e) {
+      done = Promise.reject(e);
+    }
+    done.catch(() => undefined);
+    for (const fn of this.onRelease) fn(done);
+  }
+}
+
+/**
+ * The one merge of options, wherever a workspace meets a request: what the caller gives wins field by field (what it
+ * leaves undefined does not count, here or inside env, labels and limits, which merge key by key); mounts,
+ * toolchains and PATH entries add up, the environment's first.
+ */
+export function withOwn(base: SandboxOptions, own: SandboxOptions): SandboxOptions {
+  const out: Record<string, unknown> = { ...base };
+  for (const [k, v] of Object.entries(own)) if (v !== undefined) out[k] = v;
+  const merged: SandboxOptions = {
+    env: keyByKey(base.env, own.env),
+    labels: keyByKey(base.labels, own.labels),
+    limits: keyByKey(base.limits, own.limits),
+    overlays: addUp(base.overlays, own.overlays),
+    binds: addUp(base.binds, own.binds),
+    toolchains: addUp(base.toolchains, own.toolchains),
+    pathPrepend: addUp(base.pathPrepend, own.pathPrepend),
+  };
+  for (const [k, v] of Object.entries(merged)) if (v !== undefined) out[k] = v;
+  return out as SandboxOptions;
+}
+
+const addUp = <T>(a: T[] | undefined, b: T[] | undefined): T[] | undefined =>
+  a === undefined ? b : b === undefined ? a : [...a, ...b];
+
+function keyByKey<T extends object>(a: T | undefined, b: T | undefined): T | undefined {
+  if (a === undefined || b === undefined) return a ?? b;
+  const given = Object.entries(b).filter(([, v]) => v !== undefined);
+  return { ...a, ...Object.fromEntries(given) };
+}
+
+/** The kind of workspace a request asks for; more than one source is bad input. */
+export function kindOf(req: SandboxRequest): WorkspaceKind {
+  const given = (["dir", "instance", "envKey", "image"] as const).filter((k) => req[k] !== undefined);
+  if (given.length > 1)
+    throw new InvalidInputError(
+      `a sandbox comes from at most one of dir, instance, envKey, image (got ${given.join(", ")})`,
+    );
+  const kinds = { dir: "dir", instance: "instance", envKey: "env_key", image: "image" } as const;
+  return given[0] ? kinds[given[0]] : "empty";
+}
+
+/**
+ * The one rule for `python`: a host interpreter first on PATH, for sandboxes that have no environment of their own
+ * (a directory, an empty one). An instance, an environment key or an image runs its own interpreter, which a host
+ * Python on PATH would silently shadow or be shadowed by: refused, as bad input.
+ */
+export function checkPython(kind: WorkspaceKind, python: string | undefined): void {
+  if (python === undefined || kind === "dir" || kind === "empty") return;
+  throw new InvalidInputError(
+    "python is for a sandbox on a directory or an empty one: an instance, an environment key or an image runs " +
+      "its own environment's interpreter; leave python out",
+  );
+}
+
+/** Resolve any request into its workspace (the environment present and leased); `start()` it, then `release()`. */
+export async function resolveWorkspace(req: SandboxRequest): Promise<Workspace> {
+  const kind = kindOf(req);
+  checkPython(kind, req.python);
+  if (kind === "image") return imageWorkspace(req);
+  if (kind === "instance" || kind === "env_key") return taskWorkspace(req);
+  return dirWorkspace(req);
+}
+
+/** A sandbox for any request, set up; closing it gives its environment back. */
+export async function openSandbox(req: SandboxRequest = {}): Promise<Sandbox> {
+  const ws = await resolveWorkspace(req);
+  try {
+    return await ws.start();
+  } finally {
+    ws.release();
+  }
+}
+
+/** The request's own sandbox options: everything but how the workspace is found. */
+function ownOptions(req: SandboxRequest): SandboxOptions {
+  const { instance, envKey, image, python, dataset, specsFile, reposDir, build, environment, sources, ...own } = req;
+  return own;
+}
+
+/** A directory (or nothing) with, on request, a host Python first on PATH. */
+async function dirWorkspace(req: SandboxRequest): Promise<Workspace> {
+  const own = ownOptions(req);
+  const kind = own.dir === undefined ? "empty" : "dir";
+  if (req.python === undefined) return new Workspace({ kind, options: own });
+  const py = await pythonOnPath(req.python, resolveHome(own.home));
+  return new Workspace({ kind, options: withOwn({ toolchains: py.toolchains, pathPrepend: py.pathPrepend }, own) });
+}
+
+/**
+ * The slot for OCI images: a reference resolved to a layer of the store (its root filesystem) and run without a
+ * container runtime. Until images are in the store, a clear refusal.
+ */
+function imageWorkspace(req: SandboxRequest): Promise<Workspace> {
+  const why = `image ${req.image}: sandboxes from OCI images are not supported yet`;
+  return Promise.reject(new NotImplementedError(`${why}; use a dataset instance or a directory`));
+}
+
+/** An instance's (or a built environment's) workspace: the layer made present, leased, mounted copy-on-write. */
+async function taskWorkspace(req: SandboxRequest): Promise<Workspace> {
   const home = resolveHome(req.home);
-  const instance = typeof ref === "string" ? await instanceById(ref, dataset) : ref;
-  const wanted = instance ? (environment ?? envFor(instance, { specsFile })).key : envKey!;
-  if (sources?.length && isLayerKey(wanted) && !(await isBuilt(home, wanted)))
-    await nodeCacheFor(home).fetch(wanted, { sources });
-  const { spec, key } = instance ? (environment ?? envFor(instance, { specsFile })) : await builtEnv(home, envKey!);
-  if (build && instance) await ensureBuilt({ home, spec, key, specsFile, reposDir });
-  const { options, lease } = await layerWorkspace(home, spec, key);
-  const taskLabel: Record<string, string> = instance ? { instance: instance.instance_id } : {};
-  return {
-    instance,
-    spec,
-    key,
-    options: {
-      ...options,
-      ...own,
-      home,
-      env: { ...options.env, ...own.env },
-      labels: { ...options.labels, ...taskLabel, ...own.labels },
-    },
+  if (req.envKey !== undefined && !isLayerKey(req.envKey)) throw new NotFoundError(`unknown environment ${req.envKey}`);
+  const instance = typeof req.instance === "string" ? await instanceById(req.instance, req.dataset) : req.instance;
+  const env = instance ? (req.environment ?? envFor(instance, { specsFile: req.specsFile })) : undefined;
+  const present = { home, sources: req.sources, specsFile: req.specsFile, reposDir: req.reposDir };
+  await ensurePresent(env ?? { key: req.envKey! }, { ...present, build: (req.build ?? false) && env !== undefined });
+  const { spec, key } = env ?? (await builtEnv(home, req.envKey!));
+  const toolchain = await toolchainFor(home, spec.python);
+  const lease = await nodeCacheFor(home).acquire(key);
+  const options = withOwn(layerOptions(home, spec, key, lease, toolchain, instance), ownOptions({ ...req, home }));
+  return new Workspace({
+    kind: instance ? "instance" : "env_key",
+    options,
+    env: { spec, key },
+    ...(instance ? { instance } : {}),
     setup: (sb) => (instance ? applyTaskSetup(sb, instance, spec) : Promise.resolve()),
     release: () => lease.release(),
-  };
+  });
 }
 
-/** A sandbox on a task's environment, set up; closing it releases the layer. */
-export async function openWorkspace(req: WorkspaceRequest): Promise<Sandbox> {
-  const ws = await resolveWorkspace(req);
-  let sb: Sandbox;
-  try {
-    sb = await Sandbox.create(ws.options);
-  } catch (e) {
-    await ws.release();
-    throw e;
-  }
-  sb.onClose(() => void ws.release());
-  try {
-    await ws.setup(sb);
-  } catch (e) {
-    await sb.close();
-    throw e;
-  }
-  return sb;
+/** Sandbox options for a built layer: its trees copy-on-write, its interpreter, its venv first on PATH. */
+function layerOptions(
+  home: string,
+  spec: EnvSpec,
+  key: LayerKey,
+  lease: CacheLease,
+  toolchain: Toolchain,
+  instance: Instance | undefined,
+): SandboxOptions {
+  return {
+    home,
+    overlays: [
+      { lower: [lease.trees["testbed"]!], target: TESTBED_PATH },
+      { lower: [lease.trees["venv"]!], target: VENV_PATH },
+    ],
+    toolchains: toolchain.mounts,
+    pathPrepend: [`${VENV_PATH}/bin`],
+    env: { VIRTUAL_ENV: VENV_PATH, ...spec.env },
+    cwd: TESTBED_PATH,
+    labels: { env: key, repo: spec.repo, ...(instance ? { instance: instance.instance_id } : {}) },
+  };
 }
 
 /** What a task needs once its sandbox is up: SWE-smith's bug patch, the testbed's only commit (`task-setup.ts`). */
@@ -118,7 +320,7 @@ async function applyTaskSetup(sb: Sandbox, instance: Instance, spec: EnvSpec): P
 }
 
 async function instanceById(id: string, dataset: string | undefined): Promise<Instance> {
-  if (!dataset) throw new SandboxError(`instance ${id}: a dataset is needed (--dataset FILE)`);
+  if (!dataset) throw new InvalidInputError(`instance ${id} given by id: a dataset is needed (--dataset FILE)`);
   const [instance] = await loadDataset(dataset, { instanceIds: [id] });
   return instance!;
 }
@@ -136,36 +338,6 @@ async function builtEnv(home: string, key: string): Promise<InstanceEnv> {
   if (!spec || specKey(spec) !== key) throw new NotFoundError(`unknown environment ${key}`);
   writeEnvRecord(home, { key, spec });
   return { spec, key };
-}
-
-/** Sandbox options for a built layer: its trees copy-on-write, its interpreter, its venv first on PATH. */
-async function layerWorkspace(
-  home: string,
-  spec: EnvSpec,
-  key: LayerKey,
-): Promise<{ options: SandboxOptions; lease: CacheLease }> {
-  if (!(await isBuilt(home, key)) && !readCacheConfig(home).remotes?.length)
-    throw new NotFoundError(
-      `environment ${key.slice(0, 12)} (${spec.repo}@${spec.commit.slice(0, 12)}) is not built: ` +
-        "run `minisandbox prepare` first",
-    );
-  const toolchain = await toolchainFor(home, spec.python);
-  const lease = await nodeCacheFor(home).acquire(key);
-  return {
-    lease,
-    options: {
-      home,
-      overlays: [
-        { lower: [lease.trees["testbed"]!], target: TESTBED_PATH },
-        { lower: [lease.trees["venv"]!], target: VENV_PATH },
-      ],
-      toolchains: toolchain.mounts,
-      pathPrepend: [`${VENV_PATH}/bin`],
-      env: { VIRTUAL_ENV: VENV_PATH, ...spec.env },
-      cwd: TESTBED_PATH,
-      labels: { env: key, repo: spec.repo },
-    },
-  };
 }
 
 const toolchains = new Map<string, Promise<Toolchain>>();

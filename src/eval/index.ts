@@ -38,13 +38,19 @@ export {
   GIT_APPLY_CMDS,
   DEFAULT_TIMEOUT_SECONDS,
   TIMINGS_FILE,
+  type EvalSettings,
   type InstanceEvalInput,
   type InstanceEvalResult,
   type EvalFailure,
   type EvalErrorKind,
 } from "./runner/instance.js";
 export { agentDiff, pristineListing, type AgentDiff } from "./runner/agent-diff.js";
-export { evalSandboxSettings, type EvalSandboxSettings } from "./runner/sandbox.js";
+export {
+  evalSandboxRequest,
+  evalSandboxSettings,
+  type EvalSandboxInput,
+  type EvalSandboxSettings,
+} from "./runner/sandbox.js";
 export { timingStats, describeTimings, PHASES, type PhaseTimings, type TimingStats } from "./runner/timings.js";
 export {
   validateInstances,

@@ -6,43 +6,34 @@
  */
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { errMessage, LayerUnavailableError, LimitError, MinisandboxError } from "../errors.js";
-import { envFor, ensureBuilt, isBuilt, nodeCacheFor } from "../env/environments.js";
+import { errMessage, LayerUnavailableError, LimitError, MinisandboxError, NotFoundError } from "../errors.js";
+import { ensurePresent, envFor } from "../env/environments.js";
 import type { HttpSource } from "../env/store/index.js";
 import type { InstanceEnv } from "../env/workspace.js";
-import type { Limits } from "../sandbox/limits.js";
 import type { Sandbox } from "../sandbox/sandbox.js";
-import type { Instance } from "../tasks/types.js";
 import { appendInstanceLog, LOG_FILES } from "./report.js";
 import {
   clearInstanceOutputs,
+  INTEGRITY_FILE,
   runInstanceEvaluation,
   TIMINGS_FILE,
   type EvalErrorKind,
+  type InstanceEvalInput,
   type InstanceEvalResult,
 } from "./runner/instance.js";
 import type { PhaseTimings } from "./runner/timings.js";
 
-export interface EvalJobInput {
-  home: string;
-  instance: Instance;
-  /** The instance's environment when already computed (else from `specsFile`). */
-  env?: InstanceEnv;
+/** One job: an instance evaluation (`InstanceEvalInput`, the run's settings in it unchanged) whose files go to
+ * `logDir`, on an environment made present first. */
+export interface EvalJobInput extends Omit<InstanceEvalInput, "logDir" | "sandbox" | "inPlace"> {
   patch: string;
   model: string;
   /** Where the harness's files go. */
   logDir: string;
-  timeoutMs?: number;
-  specsFile?: string;
-  reposDir?: string;
-  limits?: Limits;
   /** Build the environment when neither this node nor a source has it (default false: "Environment Missing"). */
   build?: boolean;
   /** Peers to fetch the environment's layer from when this node lacks it. */
   sources?: readonly HttpSource[];
-  /** Make the fresh sandbox the instance is evaluated in (default: the runner opens one). */
-  openSandbox?: (env: InstanceEnv) => Promise<Sandbox>;
-  onWarning?: (message: string) => void;
 }
 
 export interface EvalJobResult {
@@ -100,52 +91,30 @@ export async function runEvalJob(input: EvalJobInput): Promise<EvalJobResult> {
       return failed(input, "Environment Missing", errMessage(e));
     }
   }
-  let layer: EvalJobResult["layer"] = "present";
-  if (!(await isBuilt(input.home, env.key))) {
-    if (input.sources?.length) {
-      try {
-        await nodeCacheFor(input.home).fetch(env.key, { sources: input.sources });
-        layer = "fetched";
-      } catch (e) {
-        if (e instanceof LayerUnavailableError && !input.build) throw e;
-      }
-    }
-    if (layer !== "fetched" && input.build) {
-      try {
-        await ensureBuilt({ home: input.home, ...env, specsFile: input.specsFile, reposDir: input.reposDir });
-        layer = "built";
-      } catch (e) {
-        return failed(input, "Environment Build Failed", `environment build failed: ${errMessage(e)}`, env.key);
-      }
-    }
+  let layer: EvalJobResult["layer"];
+  try {
+    layer = await ensurePresent(env, { ...input, build: input.build ?? false });
+  } catch (e) {
+    // No source had it: another node may (run the job there). Nothing has it and it may not be built: the
+    // evaluation records "Environment Missing" itself, with its log and timings, as it does for a missing layer.
+    if (e instanceof LayerUnavailableError) throw e;
+    if (!(e instanceof NotFoundError))
+      return failed(input, "Environment Build Failed", `environment build failed: ${errMessage(e)}`, env.key);
   }
   await clearInstanceOutputs(input.logDir);
   let notHere: unknown;
   const open = input.openSandbox;
   const openSandbox = open
-    ? async (): Promise<Sandbox> => {
+    ? async (e: InstanceEnv): Promise<Sandbox> => {
         try {
-          return await open(env);
-        } catch (e) {
-          if (isRetryable(e)) notHere = e;
-          throw e;
+          return await open(e);
+        } catch (err) {
+          if (isRetryable(err)) notHere = err;
+          throw err;
         }
       }
     : undefined;
-  const r = await runInstanceEvaluation({
-    home: input.home,
-    instance: input.instance,
-    env,
-    patch: input.patch,
-    model: input.model,
-    timeoutMs: input.timeoutMs,
-    specsFile: input.specsFile,
-    reposDir: input.reposDir,
-    limits: input.limits,
-    logDir: input.logDir,
-    ...(openSandbox ? { openSandbox } : {}),
-    onWarning: input.onWarning,
-  });
+  const r = await runInstanceEvaluation({ ...input, env, ...(openSandbox ? { openSandbox } : {}) });
   if (notHere !== undefined) throw notHere;
   return {
     instanceId: r.instanceId,
@@ -155,12 +124,12 @@ export async function runEvalJob(input: EvalJobInput): Promise<EvalJobResult> {
     timings: r.timings,
     warnings: r.warnings,
     envKey: env.key,
-    layer,
+    ...(layer ? { layer } : {}),
   };
 }
 
-/** The files a job may leave, by name (the harness's five and `timings.json`). */
-export const JOB_FILES = [...Object.values(LOG_FILES), TIMINGS_FILE] as const;
+/** The files a job may leave, by name (the harness's five, `timings.json` and `integrity.json`). */
+export const JOB_FILES = [...Object.values(LOG_FILES), TIMINGS_FILE, INTEGRITY_FILE] as const;
 
 /** Run one job in a scratch directory under `scratchRoot` and return its files' bytes (the directory is removed). */
 export async function runEvalJobToFiles(

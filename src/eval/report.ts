@@ -9,6 +9,7 @@ import { InvalidInputError } from "../errors.js";
 import { DEFAULT_MODEL, isEmptyPatch } from "./predictions.js";
 import { pyJsonDumps, pySorted } from "./pystr.js";
 import type { InstanceReport, InstanceReportFile, Prediction } from "./types.js";
+import type { OutOf, plan } from "../wire/index.js";
 
 /** Relative to the directory the run writes into (the harness's working directory). */
 export const RUN_EVALUATION_LOG_DIR = join("logs", "run_evaluation");
@@ -86,23 +87,8 @@ export async function appendInstanceLog(dir: string, level: LogLevel, message: s
 }
 
 /** The run summary, field for field and in the order the harness writes it. */
-export interface RunSummary {
-  total_instances: number;
-  submitted_instances: number;
-  completed_instances: number;
-  resolved_instances: number;
-  unresolved_instances: number;
-  empty_patch_instances: number;
-  error_instances: number;
-  completed_ids: string[];
-  incomplete_ids: string[];
-  empty_patch_ids: string[];
-  submitted_ids: string[];
-  resolved_ids: string[];
-  unresolved_ids: string[];
-  error_ids: string[];
-  schema_version: 2;
-}
+/** The harness's run summary (`<model>.<run_id>.json`), declared with the fleet's plans (src/wire/plan.ts). */
+export type RunSummary = OutOf<typeof plan.RunSummary>;
 
 /** A report.json as found: its content, or "invalid" (empty, not JSON, or without the instance's entry). */
 export type FoundReport = InstanceReportFile | "invalid";

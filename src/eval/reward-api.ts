@@ -10,15 +10,15 @@ import type { Instance } from "../tasks/types.js";
 import { loadDataset, selectInstances } from "../tasks/index.js";
 import { Sandbox } from "../sandbox/sandbox.js";
 import type { Limits } from "../sandbox/limits.js";
-import { ensureBuilt, envFor } from "../env/environments.js";
-import { openWorkspace, type InstanceEnv } from "../env/workspace.js";
+import { ensurePresent, envFor } from "../env/environments.js";
+import { openSandbox, type InstanceEnv } from "../env/workspace.js";
 import { resolveHome } from "../util/home.js";
 import { InvalidInputError, NotFoundError } from "../errors.js";
 import { gradeInstance, reward as rewardOf, type Grade, type RewardSpec } from "./grading.js";
 import { integrityFlags, type IntegrityFlag } from "./integrity.js";
 import type { InstanceReportFile } from "./types.js";
 import { agentDiff, pristineListing } from "./runner/agent-diff.js";
-import { evalSandboxSettings } from "./runner/sandbox.js";
+import { evalSandboxRequest } from "./runner/sandbox.js";
 import { runInstanceEvaluation, type EvalFailure, type InstanceEvalResult } from "./runner/instance.js";
 import { emptyTimings, roundTimings, type PhaseTimings } from "./runner/timings.js";
 
@@ -133,7 +133,7 @@ export async function evaluate(target: EvaluateTarget, opts: EvaluateOptions = {
   if (a.live && opts.inPlace) return evaluateInPlace(a, a.live, opts);
   if (opts.build ?? true) {
     try {
-      await ensureBuilt({ home: a.home, ...a.env, reposDir: opts.reposDir, specsFile: opts.specsFile });
+      await ensurePresent(a.env, { home: a.home, build: true, reposDir: opts.reposDir, specsFile: opts.specsFile });
     } catch (e) {
       return errored(a, { kind: "Environment Build Failed", message: (e as Error).message }, a.givenPatch ?? "");
     }
@@ -213,13 +213,7 @@ async function openFresh(
 ): Promise<{ fresh: Sandbox; sandboxMs: number } | EvaluateResult> {
   const t = performance.now();
   try {
-    const fresh = await openWorkspace({
-      home: a.home,
-      instance: a.instance,
-      environment: a.env,
-      limits: opts.limits,
-      ...(await evalSandboxSettings(a.home, a.env.spec)),
-    });
+    const fresh = await openSandbox(await evalSandboxRequest({ ...a, limits: opts.limits }));
     return { fresh, sandboxMs: performance.now() - t };
   } catch (e) {
     a.timings.sandboxMs = performance.now() - t;
@@ -237,13 +231,7 @@ function cachedPristineListing(a: Attempt, opts: EvaluateOptions): Promise<Buffe
   let p = listings.get(id);
   if (!p) {
     p = (async () => {
-      await using fresh = await openWorkspace({
-        home: a.home,
-        instance: a.instance,
-        environment: a.env,
-        limits: opts.limits,
-        ...(await evalSandboxSettings(a.home, a.env.spec)),
-      });
+      await using fresh = await openSandbox(await evalSandboxRequest({ ...a, limits: opts.limits }));
       return await pristineListing(fresh);
     })();
     listings.set(id, p);

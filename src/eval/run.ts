@@ -7,10 +7,10 @@
 import { existsSync } from "node:fs";
 import { mkdir, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
-import { loadDataset, selectInstances } from "../tasks/index.js";
+import { asTaskInstance, loadDataset, selectInstances } from "../tasks/index.js";
 import type { Instance } from "../tasks/types.js";
-import type { Limits } from "../sandbox/limits.js";
 import type { LayerKey } from "../env/types.js";
+import type { CamelOf, plan } from "../wire/index.js";
 import type { InstanceEnv } from "../env/workspace.js";
 import { envFor, isBuilt } from "../env/environments.js";
 import { prepareInstances } from "../env/prepare.js";
@@ -27,13 +27,13 @@ import {
   type RunSummary,
 } from "./report.js";
 import type { Prediction } from "./types.js";
-import { DEFAULT_TIMEOUT_SECONDS, type EvalFailure, type EvalErrorKind } from "./runner/instance.js";
+import { DEFAULT_TIMEOUT_SECONDS, type EvalErrorKind, type EvalFailure, type EvalSettings } from "./runner/instance.js";
 import { runEvalJob, writeErrorLog } from "./job.js";
 import { roundTimings, timingStats, type PhaseTimings } from "./runner/timings.js";
 import { evalPipSettings } from "./runner/sandbox.js";
 
-export interface RunEvaluationOptions {
-  home: string;
+/** A run: its dataset and predictions, how it runs, and what every job shares (`EvalSettings`, passed unchanged). */
+export interface RunEvaluationOptions extends EvalSettings {
   /** Dataset file (JSON, JSONL, parquet) or already loaded instances. */
   dataset: string | Instance[];
   /** Predictions file, "gold", "empty", or already loaded predictions. */
@@ -46,17 +46,12 @@ export interface RunEvaluationOptions {
   workers?: number;
   /** Environments built at once when some are missing (default: workers). */
   buildWorkers?: number;
-  /** Whole-instance timeout (default 1800 s, as the harness). */
-  timeoutMs?: number;
-  reposDir?: string;
-  specsFile?: string;
   /** Where `logs/run_evaluation/...` and the summary go (default: the current directory, as the harness). */
   reportDir?: string;
   /** Build missing environments first (default true); otherwise their instances are errors. */
   build?: boolean;
   /** Re-run instances that already have a report.json in this run (default false: skipped, as the harness). */
   rerun?: boolean;
-  limits?: Limits;
   /** Progress bars on stderr (default true). */
   progress?: boolean;
   /** Default: one line on stderr. */
@@ -64,7 +59,8 @@ export interface RunEvaluationOptions {
   onInstance?: (record: InstanceRunRecord) => void;
 }
 
-export type InstanceRunStatus = "resolved" | "unresolved" | "error" | "empty_patch" | "no_prediction" | "skipped";
+/** How an instance of a run ended (or why it needed no job). */
+export type InstanceRunStatus = (typeof plan.RUN_STATUSES)[number];
 
 export interface InstanceRunRecord {
   instanceId: string;
@@ -149,26 +145,10 @@ export async function runEvaluation(opts: RunEvaluationOptions): Promise<RunEval
   };
 }
 
-/** One job of a planned run: what to evaluate, on which environment, and where its files go. */
-export interface PlannedJob {
-  instance: Instance;
-  prediction: Prediction;
-  envKey: LayerKey;
-  logDir: string;
-}
-
-/** A run laid out, nothing evaluated: its jobs run elsewhere (a fleet), then `summarizeEvaluation` sums it up. */
-export interface EvaluationPlan {
-  runId: string;
-  model: string;
-  reportDir: string;
-  /** Every dataset instance of the run (after the instance-id filter), in order. */
-  order: string[];
-  jobs: PlannedJob[];
-  /** Instances that need no job: already run, no prediction, empty patch, or an error already recorded. */
-  records: InstanceRunRecord[];
-  unknownPredictionIds: string[];
-}
+/** A run laid out, nothing evaluated (the wire's `EvaluationPlan`, camelCase): its jobs run elsewhere (a fleet), then
+ * `summarizeEvaluation` sums it up. `plan.EvaluationPlan.fromCamel(p)` is what `evaluate --plan` prints. */
+export type EvaluationPlan = CamelOf<typeof plan.EvaluationPlan>;
+export type PlannedJob = EvaluationPlan["jobs"][number];
 
 /**
  * Everything `runEvaluation` does before building and evaluating: predictions for unknown ids and specs that cannot
@@ -186,20 +166,27 @@ export async function planEvaluation(opts: RunEvaluationOptions): Promise<Evalua
     reportDir: run.reportDir,
     order,
     jobs: runnable.map((j) => ({
-      instance: j.instance,
-      prediction: j.prediction,
+      instanceId: j.instance.instance_id,
       envKey: j.env!.key,
       logDir: j.logDir,
+      modelNameOrPath: j.prediction.model_name_or_path,
+      modelPatch: j.prediction.model_patch ?? "",
+      instance: asTaskInstance(j.instance),
     })),
-    records: [...run.records.values()].filter((r) => !planned.has(r.instanceId)),
+    records: [...run.records.values()]
+      .filter((r) => !planned.has(r.instanceId))
+      .map((r) => ({ instanceId: r.instanceId, status: r.status, error: r.error ?? null })),
     unknownPredictionIds: unknown,
   };
 }
 
-/** The run summary from the report.json files on disk (as `runEvaluation` ends), written next to them. */
+/**
+ * The run summary from the report.json files on disk (as `runEvaluation` ends), written next to them; what
+ * `evaluate --summary-only --json` prints is its `plan.EvaluationSummary` part.
+ */
 export async function summarizeEvaluation(
   opts: RunEvaluationOptions,
-): Promise<{ runId: string; model: string; summary: RunSummary; summaryPath: string }> {
+): Promise<CamelOf<typeof plan.EvaluationSummary> & { runId: string; model: string }> {
   const run = await startRun(opts);
   const { reportDir, runId, model } = run;
   const datasetIds = run.instances.map((i) => i.instance_id);
@@ -211,6 +198,8 @@ export async function summarizeEvaluation(
 /** One evaluation run: its settings, its inputs, and the records so far. */
 interface Run {
   opts: RunEvaluationOptions;
+  /** What every job gets, as given (the timeout's default filled in). */
+  settings: EvalSettings;
   started: number;
   startedAt: Date;
   workers: number;
@@ -263,8 +252,10 @@ async function startRun(opts: RunEvaluationOptions): Promise<Run> {
   // Fail early on ids that cannot name a directory.
   summaryFileName(model, runId);
   const showProgress = opts.progress ?? true;
-  const settings = { opts, started, startedAt, workers, timeoutMs, reportDir, runId, showProgress };
-  return { ...settings, datasetName, all, instances, predictions, byId, model, records: new Map(), warnings, warn };
+  const { home, specsFile, reposDir, limits, network } = opts;
+  const settings: EvalSettings = { home, specsFile, reposDir, timeoutMs, limits, network };
+  const state = { opts, settings, started, startedAt, workers, timeoutMs, reportDir, runId, showProgress };
+  return { ...state, datasetName, all, instances, predictions, byId, model, records: new Map(), warnings, warn };
 }
 
 /** Predictions for ids the dataset does not have: an error record each (and a run_instance.log), never run. */
@@ -432,15 +423,11 @@ async function evaluateJobs(run: Run, toRun: Job[]): Promise<{ timed: Timed[]; e
   await pool(toRun, run.workers, async (job) => {
     const id = job.instance.instance_id;
     const r = await runEvalJob({
-      home: opts.home,
+      ...run.settings,
       instance: job.instance,
       env: job.env,
       patch: job.prediction.model_patch ?? "",
       model: job.prediction.model_name_or_path,
-      timeoutMs: run.timeoutMs,
-      specsFile: opts.specsFile,
-      reposDir: opts.reposDir,
-      limits: opts.limits,
       logDir: job.logDir,
       onWarning: (m) => run.warn(`${id}: ${m}`),
     });

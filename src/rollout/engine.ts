@@ -3,7 +3,7 @@
  * pre-checks; the live rollouts by id. One per process and home is enough (the HTTP server holds one).
  */
 import { envFor, nodeCacheFor } from "../env/environments.js";
-import { resolveWorkspace } from "../env/workspace.js";
+import { resolveWorkspace, type Workspace } from "../env/workspace.js";
 import { InvalidInputError, LimitError, NotFoundError, UnavailableError } from "../errors.js";
 import { evaluate, type EvaluateOptions } from "../eval/reward-api.js";
 import { evalSandboxSettings } from "../eval/runner/sandbox.js";
@@ -14,7 +14,6 @@ import { pool } from "../util/progress.js";
 import { GoldChecks, type GoldVerdict } from "./gold.js";
 import { MAX_GROUP_SIZE, RolloutGroup, type GroupSettings } from "./group.js";
 import type { Rollout } from "./rollout.js";
-import { SharedWorkspace } from "./shared-workspace.js";
 import type { GroupRequest, PrewarmReport, PrewarmTask, RolloutEngineOptions, RolloutOwner } from "./types.js";
 import { REWARD_MODES } from "./types.js";
 import { WarmPool } from "./warm-pool.js";
@@ -28,8 +27,8 @@ export class RolloutEngine {
   private readonly opts: RolloutEngineOptions;
   private readonly pool: WarmPool;
   private readonly gold: GoldChecks;
-  private readonly shares = new Map<string, SharedWorkspace>();
-  private readonly resolving = new Map<string, Promise<SharedWorkspace>>();
+  private readonly shares = new Map<string, Workspace>();
+  private readonly resolving = new Map<string, Promise<Workspace>>();
   private readonly live = new Map<string, RolloutGroup>();
   private readonly byId = new Map<string, Rollout>();
   /** Per owner: the layers of its prewarmed batch, held until its next prewarm. */
@@ -90,7 +89,7 @@ export class RolloutEngine {
   }
 
   /** The task's shared workspace: the live one, or resolved now (layer materialized, one lease). */
-  private workspaceFor(instance: Instance): Promise<SharedWorkspace> {
+  private workspaceFor(instance: Instance): Promise<Workspace> {
     const env = envFor(instance, { specsFile: this.opts.specsFile });
     const id = taskKey(instance, env.key);
     const existing = this.shares.get(id);
@@ -114,11 +113,11 @@ export class RolloutEngine {
           ...settings,
           labels: { purpose: "rollout" },
         });
-        const share = new SharedWorkspace(ws, () => {
-          if (this.shares.get(id) === share) this.shares.delete(id);
+        ws.onReleased(() => {
+          if (this.shares.get(id) === ws) this.shares.delete(id);
         });
-        this.shares.set(id, share);
-        return share;
+        this.shares.set(id, ws);
+        return ws;
       })().finally(() => this.resolving.delete(id));
       this.resolving.set(id, p);
     }
@@ -126,7 +125,7 @@ export class RolloutEngine {
   }
 
   /** The task's shared workspace, held (a share let go meanwhile is resolved again). */
-  private async holdWorkspace(instance: Instance): Promise<{ share: SharedWorkspace; letGo: () => void }> {
+  private async holdWorkspace(instance: Instance): Promise<{ share: Workspace; letGo: () => void }> {
     for (;;) {
       const share = await this.workspaceFor(instance);
       if (!share.isReleased) return { share, letGo: share.hold() };
@@ -155,7 +154,7 @@ export class RolloutEngine {
     const slot = poolKey(owner, taskKey(instance, envFor(instance, { specsFile: this.opts.specsFile }).key));
     this.reserve(req.n, owner, Math.min(req.n, this.pool.sizeFor(slot)));
     const warm = this.pool.take(slot, req.n);
-    let held: { share: SharedWorkspace; letGo: () => void };
+    let held: { share: Workspace; letGo: () => void };
     try {
       held = await this.holdWorkspace(instance);
     } catch (e) {
@@ -338,7 +337,7 @@ export class RolloutEngine {
     return out;
   }
 
-  private async fillPool(task: string, share: SharedWorkspace, want: number, owner: RolloutOwner): Promise<void> {
+  private async fillPool(task: string, share: Workspace, want: number, owner: RolloutOwner): Promise<void> {
     const missing = Math.min(want - this.pool.sizeFor(task), this.pool.free, this.roomOf(owner));
     if (missing <= 0) return;
     // Reserved while they start (so concurrent fills and groups see them), then counted as the owner's pool.

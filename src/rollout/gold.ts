@@ -10,18 +10,11 @@ import { readEnvRecord } from "../env/environments.js";
 import { SandboxError, TaskInvalidError } from "../errors.js";
 import type { EvaluateResult } from "../eval/reward-api.js";
 import type { Instance } from "../tasks/types.js";
+import type { CamelOf, rollout as wire } from "../wire/index.js";
 import { classifyOutcome } from "./outcome.js";
 
-export interface GoldVerdict {
-  instanceId: string;
-  envKey: string;
-  passed: boolean;
-  checkedAt: string;
-  /** How it was decided: this check, or the environment's validation. */
-  source: "gold-check" | "validation";
-  /** Why it failed. */
-  problem?: string;
-}
+/** A task's gold verdict (the wire contract's `GoldVerdict`, camelCase): also how it is stored. */
+export type GoldVerdict = CamelOf<typeof wire.GoldVerdict>;
 
 function verdictPath(home: string, envKey: string, instanceId: string): string {
   return join(home, "rollout", "gold", envKey, `${encodeURIComponent(instanceId)}.json`);

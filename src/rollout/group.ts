@@ -4,10 +4,10 @@
  */
 import { randomBytes } from "node:crypto";
 import { InvalidInputError, NotFoundError } from "../errors.js";
+import type { Workspace } from "../env/workspace.js";
 import type { Sandbox } from "../sandbox/sandbox.js";
 import type { Instance } from "../tasks/types.js";
 import { Rollout, type RolloutContext } from "./rollout.js";
-import type { SharedWorkspace } from "./shared-workspace.js";
 import type { GroupInfo, GroupTimings } from "./types.js";
 
 export type GroupSettings = Omit<RolloutContext, "groupId" | "instance" | "fork" | "onEnd"> & {
@@ -32,7 +32,7 @@ export class RolloutGroup {
   /** `workspace` must be held by the caller until `start` returns; then the group's sandboxes hold it. */
   constructor(
     readonly instance: Instance,
-    private readonly workspace: SharedWorkspace,
+    private readonly workspace: Workspace,
     private readonly settings: GroupSettings,
   ) {}
 
@@ -41,7 +41,7 @@ export class RolloutGroup {
   }
 
   get envKey(): string {
-    return this.workspace.envKey;
+    return this.workspace.env!.key;
   }
 
   get isClosed(): boolean {
@@ -111,7 +111,8 @@ export class RolloutGroup {
     const t0 = performance.now();
     let children: Sandbox[];
     try {
-      children = await this.workspace.fork(parent.sandbox!, k);
+      children = await parent.sandbox!.fork(k);
+      for (const child of children) this.workspace.adopt(child);
     } catch (e) {
       this.settings.unreserve(k);
       throw e;
@@ -137,6 +138,7 @@ export class RolloutGroup {
       instanceId: this.instanceId,
       envKey: this.envKey,
       createdAt: this.createdAt.toISOString(),
+      problemStatement: this.instance.problem_statement ?? "",
       timings: { ...this.timings },
       rollouts: this.rollouts.map((r) => r.info()),
     };

@@ -1,69 +1,30 @@
-/** What the rollout engine takes and gives: options, outcomes, descriptions. */
-import type { PhaseTimings } from "../eval/runner/timings.js";
-import type { RewardSpec, ResolutionStatus } from "../eval/grading.js";
-import type { IntegrityFlag } from "../eval/integrity.js";
-import type { EvalCause } from "../eval/runner/instance.js";
+/**
+ * What the rollout engine takes and gives. What it gives (outcomes, rollouts, groups, prewarm reports, gold verdicts)
+ * is the rollout API's wire contract (src/wire/rollout.ts) in its camelCase form: declared once there, converted by
+ * the contract's own `toCamel` / `fromCamel`.
+ */
+import type { RewardSpec } from "../eval/grading.js";
 import type { Limits } from "../sandbox/limits.js";
 import type { Instance } from "../tasks/types.js";
+import type { CamelOf, rollout as wire } from "../wire/index.js";
+
+/** A rollout's reward, or the reason there is none (see the wire model for each field). */
+export type RolloutOutcome = CamelOf<typeof wire.RolloutOutcome>;
+/** A rollout as lists and the HTTP API show it; `trajectoryId` is `<instance_id>@<repetition>`. */
+export type RolloutInfo = CamelOf<typeof wire.RolloutInfo>;
+export type GroupInfo = CamelOf<typeof wire.GroupInfo>;
+export type GroupTimings = CamelOf<typeof wire.GroupTimings>;
+export type PrewarmTask = CamelOf<typeof wire.PrewarmTask>;
+export type PrewarmReport = CamelOf<typeof wire.PrewarmReport>;
+export type TestCounts = CamelOf<typeof wire.TestCounts>;
+export type RolloutState = RolloutInfo["state"];
+/** Why an outcome is not a reward to learn from. */
+export type InfraFailureKind = CamelOf<typeof wire.RolloutFailure>["kind"];
 
 /** Where a reward is graded: a fresh sandbox of the environment (default), or the rollout's own (the paper's way). */
-export type RewardMode = "fresh" | "in_place";
+export type RewardMode = RolloutOutcome["mode"];
 
 export const REWARD_MODES: readonly RewardMode[] = ["fresh", "in_place"];
-
-/** Why an outcome is not a reward to learn from. */
-export type InfraFailureKind = "timeout" | "build_error" | "sandbox_lost" | "sandbox_failed" | "eval_error";
-
-/**
- * Why a scored outcome has its reward: `graded` (the tests ran and were graded), or a 0 the attempt caused —
- * `empty_patch`, `patch_apply_failed`, what its patch's code did in the reward sandbox (`eval_timeout`,
- * `eval_crash`, `eval_oom`, `grading_failed`), what the agent did to its own sandbox (`testbed_broken`: no diff
- * could be taken; `sandbox_oom`: its memory use ended the sandbox), or `rollout_expired` (past its time limit after
- * the agent's first command).
- */
-export type ScoredReason =
-  | "graded"
-  | "empty_patch"
-  | "patch_apply_failed"
-  | EvalCause
-  | "sandbox_oom"
-  | "rollout_expired";
-
-/** A scored outcome's reason, or an infrastructure failure's kind. */
-export type OutcomeReason = ScoredReason | InfraFailureKind;
-
-export interface TestCounts {
-  passed: number;
-  total: number;
-}
-
-/** A rollout's reward, or the reason there is none. */
-export interface RolloutOutcome {
-  rolloutId: string;
-  groupId: string;
-  instanceId: string;
-  repetition: number;
-  /** "scored": `reward` is a real grade, 0 included. "infra_failure": drop or mask it, never learn from it. */
-  status: "scored" | "infra_failure";
-  /** null exactly when `status` is "infra_failure". */
-  reward: number | null;
-  resolved: boolean;
-  /** FULL / PARTIAL / NO when the tests were graded. */
-  resolution: ResolutionStatus | null;
-  failToPass: TestCounts | null;
-  passToPass: TestCounts | null;
-  failure?: { kind: InfraFailureKind; message: string };
-  /** Why: a scored outcome's `ScoredReason`, or `failure.kind`. */
-  reason: OutcomeReason;
-  /** Why a scored attempt got no grade from its tests, in words (e.g. the first line of the apply error). */
-  note?: string;
-  /** What the graded patch touches that changes how tests run (conftest.py, pytest settings...): filter or penalise. */
-  flags: IntegrityFlag[];
-  mode: RewardMode;
-  /** The graded diff. */
-  patch: string;
-  timings: PhaseTimings;
-}
 
 export interface RewardOptions {
   mode?: RewardMode;
@@ -135,65 +96,4 @@ export interface GroupRequest {
   goldCheck?: boolean;
   /** Override the engine's rollout TTL. */
   ttlMs?: number;
-}
-
-export type RolloutState = "ready" | "rewarding" | "closed" | "lost" | "failed";
-
-/** A rollout as lists and the HTTP API show it. */
-export interface RolloutInfo {
-  id: string;
-  groupId: string;
-  instanceId: string;
-  repetition: number;
-  /** `<instance_id>@<repetition>`, the trajectory id trainers use. */
-  trajectoryId: string;
-  /** The rollout this one was forked from. */
-  parent: string | null;
-  sandboxId: string | null;
-  state: RolloutState;
-  /** Taken ready from the warm pool. */
-  fromPool: boolean;
-  /** From the request to this rollout ready (a fork: the fork's time). */
-  startMs: number;
-  createdAt: string;
-  /** Why the rollout is lost or failed. */
-  failure?: { kind: InfraFailureKind; message: string };
-  outcome?: RolloutOutcome;
-}
-
-export interface GroupTimings {
-  goldCheckMs: number;
-  /** Resolving the workspace (materializing the layer when it was not on this node). */
-  workspaceMs: number;
-  /** Starting the N sandboxes, together. */
-  startMs: number;
-  /** From the request to every rollout ready. */
-  readyMs: number;
-}
-
-export interface GroupInfo {
-  id: string;
-  instanceId: string;
-  envKey: string;
-  createdAt: string;
-  timings: GroupTimings;
-  rollouts: RolloutInfo[];
-}
-
-export interface PrewarmTask {
-  instanceId: string;
-  envKey: string | null;
-  /** "materialized": this call put the layer on the node; "cached": it was there already. */
-  layer: "materialized" | "cached" | null;
-  layerMs: number;
-  /** Sandboxes of this task ready in the pool after the call. */
-  warmSandboxes: number;
-  goldCheck?: "passed" | "failed";
-  error?: string;
-}
-
-export interface PrewarmReport {
-  tasks: PrewarmTask[];
-  pool: { size: number; max: number };
-  durationMs: number;
 }

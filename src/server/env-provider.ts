@@ -1,16 +1,15 @@
 import { join } from "node:path";
 import type { Sandbox } from "../sandbox/sandbox.js";
 import { loadDataset, type Instance } from "../tasks/index.js";
-import { openWorkspace, resolveWorkspace } from "../env/workspace.js";
-import { ensureBuilt, envFor, isBuilt, nodeCacheFor, readCacheConfig } from "../env/environments.js";
+import { openSandbox, resolveWorkspace, type InstanceEnv, type Workspace } from "../env/workspace.js";
+import { ensurePresent, envFor } from "../env/environments.js";
 import { evaluate } from "../eval/reward-api.js";
 import { runEvalJobToFiles } from "../eval/job.js";
-import { evalSandboxSettings } from "../eval/runner/sandbox.js";
+import { evalSandboxRequest } from "../eval/runner/sandbox.js";
 import { agentDiff, pristineListing } from "../eval/runner/agent-diff.js";
-import { errMessage, LayerUnavailableError, NotFoundError } from "../errors.js";
+import { BuildError, errMessage, NotFoundError } from "../errors.js";
 import { withOneLineMessage } from "../env/build-diagnosis.js";
 import { homeLayout } from "../util/home.js";
-import type { InstanceEnv } from "../env/workspace.js";
 import type {
   EvaluationJob,
   LayerSources,
@@ -30,19 +29,13 @@ export function envProvider(opts: {
   reposDir?: string;
   specsFile?: string;
 }): WorkspaceProvider {
-  const byId = new Map(opts.instances.map((i) => [i.instance_id, i]));
+  const instance = instanceLookup(opts.instances);
   // Layer leases are given back asynchronously; a server shutting down waits for them (no lease file outlives it).
   const releasing = new Pending();
-  // Image-based runners lower-case ids (docker image names): a unique case-insensitive match is that instance.
-  const byLower = new Map<string, Instance | null>();
-  for (const i of opts.instances) {
-    const k = i.instance_id.toLowerCase();
-    byLower.set(k, byLower.has(k) ? null : i);
-  }
-  const instance = (id: string): Instance => {
-    const found = byId.get(id) ?? byLower.get(id.toLowerCase()) ?? undefined;
-    if (!found) throw new NotFoundError(`unknown instance ${id} (the server's dataset has ${byId.size} instances)`);
-    return found;
+  /** A workspace whose release the server's shutdown waits for (no lease file outlives it). */
+  const tracked = (workspace: Workspace, meta: Record<string, unknown>): ProvidedWorkspace => {
+    workspace.onReleased((done) => releasing.track(done));
+    return { workspace, meta };
   };
   return {
     async forInstance(id: string, o: LayerSources = {}): Promise<ProvidedWorkspace> {
@@ -58,81 +51,77 @@ export function envProvider(opts: {
       }).catch((e) => {
         throw withOneLineMessage(e);
       });
-      return {
-        options: ws.options,
-        release: () => releasing.track(ws.release()),
-        setup: ws.setup,
-        meta: { instance_id: inst.instance_id, env_key: ws.key, repo: ws.spec.repo, base_commit: inst.base_commit },
-      };
+      const meta = { instance_id: inst.instance_id, env_key: ws.env!.key, repo: ws.env!.spec.repo };
+      return tracked(ws, { ...meta, base_commit: inst.base_commit });
     },
     async forEnvKey(key: string, o: LayerSources = {}): Promise<ProvidedWorkspace> {
       const ws = await resolveWorkspace({ home: opts.home, envKey: key, sources: o.sources });
-      return {
-        options: ws.options,
-        release: () => releasing.track(ws.release()),
-        meta: { env_key: key, repo: ws.spec.repo },
-      };
+      return tracked(ws, { env_key: key, repo: ws.env!.spec.repo });
     },
-    evaluate: (sandbox: Sandbox, id: string) =>
-      evaluate(sandbox, {
-        instance: instance(id),
-        home: opts.home,
-        reposDir: opts.reposDir,
-        specsFile: opts.specsFile,
-      }).then((r) => ({
-        instance_id: r.instanceId,
-        resolved: r.resolved,
-        status: r.status,
-        reward: r.reward,
-        report: r.report,
-        timings: r.timings,
-        error: r.error ?? null,
-      })),
+    evaluate: (sandbox: Sandbox, id: string) => evaluateSandbox(opts, instance(id), sandbox),
     diff: (sandbox: Sandbox) => {
       const id = sandbox.labels["instance"];
       if (!id) throw new NotFoundError(`sandbox ${sandbox.id} was not created from a dataset instance`);
       return workspaceDiff(opts, instance(id), sandbox);
     },
-    listInstances: async () => [...byId.keys()],
+    listInstances: async () => opts.instances.map((i) => i.instance_id),
     settle: () => releasing.settle(),
     prepare: (inst, o) => prepareHere(opts, inst, o),
-    evaluateJob: (job, open) => evaluateJobHere(opts, releasing, job, open),
+    evaluateJob: (job, open) =>
+      evaluateJobHere(opts, job, async (env) => {
+        const ws = await resolveWorkspace(await evalSandboxRequest({ home: opts.home, instance: job.instance, env }));
+        const meta = { instance_id: job.instance.instance_id, env_key: env.key, repo: env.spec.repo, purpose: "eval" };
+        return open(tracked(ws, meta));
+      }),
   };
 }
 
 type ProviderOptions = { home: string; reposDir?: string; specsFile?: string };
 
+/** An instance by id; image-based runners lower-case ids (docker image names): a unique case-insensitive match too. */
+function instanceLookup(instances: readonly Instance[]): (id: string) => Instance {
+  const byId = new Map(instances.map((i) => [i.instance_id, i]));
+  const byLower = new Map<string, Instance | null>();
+  for (const i of instances) {
+    const k = i.instance_id.toLowerCase();
+    byLower.set(k, byLower.has(k) ? null : i);
+  }
+  return (id) => {
+    const found = byId.get(id) ?? byLower.get(id.toLowerCase()) ?? undefined;
+    if (!found) throw new NotFoundError(`unknown instance ${id} (the server's dataset has ${byId.size} instances)`);
+    return found;
+  };
+}
+
+/** A live sandbox graded in a fresh one of its task (the rewards API), as the evaluate route answers it. */
+async function evaluateSandbox(opts: ProviderOptions, instance: Instance, sandbox: Sandbox) {
+  const { home, reposDir, specsFile } = opts;
+  const r = await evaluate(sandbox, { instance, home, reposDir, specsFile });
+  const { instanceId, resolved, status, reward, report, timings } = r;
+  return { instance_id: instanceId, resolved, status, reward, report, timings, error: r.error ?? null };
+}
+
 /** The agent's changes: the base is a fresh sandbox of the same task (files its build left untracked are not). */
 async function workspaceDiff(opts: ProviderOptions, instance: Instance, sandbox: Sandbox): Promise<string> {
   let listing: Buffer;
   {
-    await using fresh = await openWorkspace({ home: opts.home, instance, specsFile: opts.specsFile });
+    await using fresh = await openSandbox({ home: opts.home, instance, specsFile: opts.specsFile });
     listing = await pristineListing(fresh);
   }
   return (await agentDiff(sandbox, listing)).patch;
 }
 
-/** One job of a run planned elsewhere, in a sandbox the server makes (`open`); its files come back. */
+/** One job of a run planned elsewhere, in a sandbox the server makes (`openSandbox`); its files come back. */
 function evaluateJobHere(
   opts: ProviderOptions,
-  releasing: Pending,
   job: EvaluationJob,
-  open: (workspace: ProvidedWorkspace) => Promise<Sandbox>,
+  openSandbox: (env: InstanceEnv) => Promise<Sandbox>,
 ) {
-  const openSandbox = async (env: InstanceEnv): Promise<Sandbox> => {
-    const settings = await evalSandboxSettings(opts.home, env.spec);
-    const ws = await resolveWorkspace({ home: opts.home, instance: job.instance, environment: env, ...settings });
-    return open({
-      options: ws.options,
-      release: () => releasing.track(ws.release()),
-      setup: ws.setup,
-      meta: { instance_id: job.instance.instance_id, env_key: ws.key, repo: ws.spec.repo, purpose: "eval" },
-    });
-  };
   const { home, specsFile, reposDir } = opts;
-  const { instance, patch, model, timeoutMs, build, sources } = job;
-  const input = { home, instance, patch, model, timeoutMs, specsFile, reposDir, build, sources, openSandbox };
-  return runEvalJobToFiles(input, join(homeLayout(home).root, "server", "jobs"));
+  return runEvalJobToFiles(
+    { home, specsFile, reposDir, ...job, openSandbox },
+    join(homeLayout(home).root, "server", "jobs"),
+  );
 }
 
 /** Promises still running, awaited together at the end. */
@@ -149,34 +138,25 @@ class Pending {
   }
 }
 
-/** A row's environment made present here: already here, else fetched from a source, else built (with `build`). */
+/** A row's environment made present here (`ensurePresent`); a spec that cannot be made or a failed build is the
+ * row's failure, an environment no source has (and that may not be built) the node's error. */
 async function prepareHere(
   opts: ProviderOptions,
   instance: Instance,
   o: LayerSources & { build: boolean },
 ): Promise<PrepareOutcome> {
-  let env: ReturnType<typeof envFor>;
+  let env: InstanceEnv;
   try {
     env = envFor(instance, { specsFile: opts.specsFile });
   } catch (e) {
     return { envKey: null, status: "failed", error: errMessage(e) };
   }
-  if (await isBuilt(opts.home, env.key)) return { envKey: env.key, status: "present", error: null };
-  if (o.sources?.length || readCacheConfig(opts.home).remotes?.length) {
-    try {
-      await nodeCacheFor(opts.home).fetch(env.key, { sources: o.sources });
-      return { envKey: env.key, status: "fetched", error: null };
-    } catch (e) {
-      const absent = e instanceof LayerUnavailableError || e instanceof NotFoundError;
-      if (!absent || !o.build) throw e;
-    }
-  }
-  if (!o.build) throw new NotFoundError(`environment ${env.key} is not on this node and no source has it`);
   try {
-    const status = await ensureBuilt({ home: opts.home, ...env, specsFile: opts.specsFile, reposDir: opts.reposDir });
-    return { envKey: env.key, status: status === "built" ? "built" : "present", error: null };
+    const status = await ensurePresent(env, { ...opts, sources: o.sources, build: o.build });
+    return { envKey: env.key, status, error: null };
   } catch (e) {
-    return { envKey: env.key, status: "failed", error: errMessage(e) };
+    if (e instanceof BuildError) return { envKey: env.key, status: "failed", error: errMessage(e) };
+    throw e;
   }
 }
 

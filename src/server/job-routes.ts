@@ -9,8 +9,8 @@ import { join } from "node:path";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { NotImplementedError, UnavailableError } from "../errors.js";
 import type { Sandbox } from "../sandbox/sandbox.js";
-import { normalizeInstance, type Instance } from "../tasks/index.js";
-import { native } from "../wire/index.js";
+import type { Instance } from "../tasks/index.js";
+import { native, type plan } from "../wire/index.js";
 import { LIFECYCLE } from "./lifecycle-sandboxes.js";
 import type { ProvidedWorkspace } from "./provider.js";
 import type { Principal } from "./auth.js";
@@ -18,14 +18,9 @@ import { principalOf, type RouteContext } from "./route-context.js";
 import { toHttpSource } from "./peers.js";
 import { layerDigest, requireAdmin } from "./store-routes.js";
 
-/** A row as a plan sends it (already normalized: `task_format` set) or as a dataset has it. */
-function instanceFromWire(raw: Record<string, unknown>): Instance {
-  const format = raw.task_format;
-  if (format !== "swebench" && format !== "swesmith") return normalizeInstance(raw, "instance");
-  // Normalized already: check the shape only (normalizing a SWE-smith row twice would reverse its patch again).
-  const instance = normalizeInstance(raw, "instance", "swebench");
-  instance.task_format = format;
-  return instance;
+/** The instance of a job, as its plan gave it: normalized already (the wire's `TaskInstance`), taken as it is. */
+function jobInstance(body: { instance: plan.TaskInstance }): Instance {
+  return body.instance;
 }
 
 export function registerJobRoutes(app: FastifyInstance, ctx: RouteContext): void {
@@ -42,7 +37,7 @@ async function prepareRoute(ctx: RouteContext, req: FastifyRequest): Promise<nat
   const provider = ctx.registry.provider;
   if (!provider?.prepare) throw new NotImplementedError("this server's workspace provider cannot build environments");
   ctx.peers.check(body.sources);
-  const instance = instanceFromWire(body.instance);
+  const instance = jobInstance(body);
   const started = performance.now();
   const r = await provider.prepare(instance, { sources: body.sources.map(toHttpSource), build: body.build });
   return {
@@ -65,7 +60,7 @@ async function evaluationRoute(
   const provider = ctx.registry.provider;
   if (!provider?.evaluateJob) throw new NotImplementedError("this server's workspace provider cannot evaluate jobs");
   ctx.peers.check(body.sources);
-  const instance = instanceFromWire(body.instance);
+  const instance = jobInstance(body);
   const sandboxes = new JobSandbox(ctx, reply, principalOf(req), instance.instance_id, body.labels ?? {});
   const { result, files } = await provider.evaluateJob(
     {
@@ -121,15 +116,15 @@ class JobSandbox {
     if (sb && !sb.isClosed) void this.ctx.registry.delete(sb.id, "delete").catch(() => undefined);
   }
 
-  async open(workspace: ProvidedWorkspace): Promise<Sandbox> {
+  async open(provided: ProvidedWorkspace): Promise<Sandbox> {
     const wentAway = (): UnavailableError => new UnavailableError("the client went away; evaluation abandoned");
     if (this.gone) {
-      workspace.release();
+      provided.workspace.release();
       throw wentAway();
     }
     const { registry } = this.ctx;
     const req = { instance_id: this.instanceId, labels: this.labels };
-    const e = await registry.create(req, this.who, { provided: workspace });
+    const e = await registry.create(req, this.who, { provided });
     this.sandbox = e.sandbox;
     if (this.gone) {
       this.drop();

@@ -1,16 +1,17 @@
-import type { Sandbox, SandboxOptions } from "../sandbox/sandbox.js";
+import type { Sandbox } from "../sandbox/sandbox.js";
 import type { HttpSource } from "../env/store/index.js";
-import type { EvalJobResult } from "../eval/job.js";
+import type { Workspace } from "../env/workspace.js";
+import type { EvalJobInput, EvalJobResult } from "../eval/job.js";
 import type { Instance } from "../tasks/index.js";
 
 /** What a provider hands the server for one new sandbox. */
 export interface ProvidedWorkspace {
-  /** Options for `Sandbox.create` (overlays, toolchains, env, cwd); the server adds home, network, limits, labels. */
-  options: SandboxOptions;
-  /** Called once when the sandbox is gone (closed, deleted, reaped, or its creation failed). */
-  release: () => void;
-  /** Runs once the sandbox is up, before anyone sees it (e.g. a SWE-smith task's bug patch). */
-  setup?: (sandbox: Sandbox) => Promise<void>;
+  /**
+   * The workspace (src/env/workspace.ts: `resolveWorkspace`, or `new Workspace({ kind, options, setup, release })`);
+   * the server starts the sandbox on it, adding network, limits, env, cwd and labels, and lets go of it when the
+   * sandbox is gone (closed, deleted, reaped) or was never made.
+   */
+  workspace: Workspace;
   /** Shown by `GET /sandboxes/:id` (e.g. env key, layer keys, build time). Must be JSON-serialisable. */
   meta: Record<string, unknown>;
 }
@@ -27,15 +28,11 @@ export interface PrepareOutcome {
   error: string | null;
 }
 
-/** One job of a run planned elsewhere: an instance (a dataset row) and its prediction. */
-export interface EvaluationJob extends LayerSources {
-  instance: Instance;
-  patch: string;
-  model: string;
-  timeoutMs?: number;
+/** One job of a run planned elsewhere: an instance and its prediction, as the job runner takes them. */
+export type EvaluationJob = Pick<EvalJobInput, "instance" | "patch" | "model" | "timeoutMs" | "sources"> & {
   /** Build the environment when neither this node nor a source has it. */
   build: boolean;
-}
+};
 
 /**
  * How the server turns dataset instances and environment keys into sandboxes, and how it evaluates and diffs them.

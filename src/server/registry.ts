@@ -1,9 +1,11 @@
 /**
  * The live sandboxes of one server: creation (server-wide and per-principal caps), lookup (a principal sees only its
- * own sandboxes; an admin sees all), deletion, TTL and idle reaping, and closing everything at shutdown. Each entry
- * releases the provider's hold exactly once, whatever ends the sandbox.
+ * own sandboxes; an admin sees all), deletion, TTL and idle reaping, and closing everything at shutdown. Each sandbox
+ * is started on its workspace (the one door, src/env/workspace.ts), which gives its environment back exactly once,
+ * whatever ends the sandbox.
  */
-import { Sandbox } from "../sandbox/sandbox.js";
+import type { WorkspaceKind } from "../env/workspace.js";
+import type { Sandbox } from "../sandbox/sandbox.js";
 import type { Limits } from "../sandbox/limits.js";
 import type { BindMount } from "../sandbox/plan.js";
 import { ForbiddenError, LimitError } from "../errors.js";
@@ -19,7 +21,7 @@ import type { native } from "../wire/index.js";
 
 type CreateSandboxRequest = native.CreateSandboxRequest;
 import type { ProvidedWorkspace, WorkspaceProvider } from "./provider.js";
-import { limitsFor, resolveSource, type ResolvedSource, type SourceKind } from "./sandbox-source.js";
+import { limitsFor, resolveSource, type ResolvedSource } from "./sandbox-source.js";
 
 export type CloseReason = "delete" | "ttl" | "idle" | "shutdown" | "exited";
 
@@ -34,7 +36,7 @@ export interface Entry {
   lastActive: number;
   /** Requests in progress on this sandbox (a sandbox busy with a long command is never idle). */
   inflight: number;
-  source: SourceKind;
+  source: WorkspaceKind;
   dir?: string;
   instanceId?: string;
   envKey?: string;
@@ -203,52 +205,46 @@ export class SandboxRegistry {
     try {
       const sourceCtx = { provider: this.o.provider, roots: this.o.roots, home: this.o.home };
       source = opts.provided
-        ? { kind: "instance", options: opts.provided.options, provided: opts.provided, done: () => {} }
+        ? { ...opts.provided, done: () => {} }
         : await resolveSource(req, sourceCtx, opts.trustedDir, opts.trustedBinds);
+      source.workspace.onReleased((done) => done.catch((err) => this.o.log.warn({ err }, "provider release failed")));
       const entry = await this.launch(req, who, source, opts);
+      const kind = source.workspace.kind;
       this.o.metrics.creations.inc({ result: "ok" });
-      this.o.metrics.creationLatency.observe({ source: source.kind }, (performance.now() - started) / 1000);
+      this.o.metrics.creationLatency.observe({ source: kind }, (performance.now() - started) / 1000);
       const ms = Math.round(performance.now() - started);
-      this.o.log.info(
-        { sandbox: entry.id, owner: who.name, source: source.kind, dir: entry.dir, ms },
-        "sandbox created",
-      );
+      this.o.log.info({ sandbox: entry.id, owner: who.name, source: kind, dir: entry.dir, ms }, "sandbox created");
       for (const n of entry.sandbox.notices) this.o.log.warn({ sandbox: entry.id }, n);
       return entry;
     } catch (e) {
-      releaseQuietly(source, this.o.log);
       this.o.metrics.creations.inc({ result: "error" });
       throw e;
     } finally {
+      // A workspace that no sandbox holds (creation failed or refused) is given back here; else when its sandbox ends.
+      source?.workspace.release();
       source?.done();
       this.starting.set(who.name, (this.starting.get(who.name) ?? 1) - 1);
     }
   }
 
+  /** The sandbox, started on the workspace with what is the server's: network, limits, env, cwd, labels. */
   private async launch(req: CreateSandboxRequest, who: Principal, src: ResolvedSource, o: CreateOptions) {
-    const base = src.options;
-    const labels: Record<string, string> = { ...(base.labels ?? {}), ...(req.labels ?? {}) };
+    const labels: Record<string, string> = { ...(req.labels ?? {}) };
     if (req.instance_id) labels.instance_id = req.instance_id;
     if (req.env_key) labels.env_key = req.env_key;
+    const base = src.workspace.options;
     const network = req.network ?? base.network ?? false;
     const limits = limitsFor(req.limits, maximaFor(who, this.o.defaultLimits));
-    const sandbox = await Sandbox.create({
-      ...base,
+    const sandbox = await src.workspace.start({
       home: this.o.home,
       network,
-      limits: { ...(base.limits ?? {}), ...limits },
-      env: { ...(base.env ?? {}), ...(req.env ?? {}) },
-      cwd: req.cwd ?? base.cwd,
+      limits,
+      env: req.env,
+      cwd: req.cwd,
       labels,
     });
-    try {
-      await src.provided?.setup?.(sandbox);
-    } catch (e) {
-      await sandbox.close();
-      throw e;
-    }
     const entry = this.entryFor(sandbox, req, who, src, o);
-    sandbox.onClose(() => this.closed(entry, src));
+    sandbox.onClose(() => this.closed(entry));
     if (this.closing) {
       entry.closeReason = "shutdown";
       await sandbox.close();
@@ -270,23 +266,22 @@ export class SandboxRegistry {
       idleTimeoutMs: idle ? idle * 1000 : undefined,
       lastActive: Date.now(),
       inflight: 0,
-      source: src.kind,
+      source: src.workspace.kind,
       dir: src.dir,
       instanceId: req.instance_id,
       envKey: req.env_key,
       network: sb.network,
       limits: sb.limits,
       labels: sb.labels,
-      meta: src.provided?.meta ?? {},
+      meta: src.meta,
       isDefault: o.isDefault ?? false,
       deleteOnClose: (req.delete_on_close ?? false) && !o.isDefault,
     };
     return entry;
   }
 
-  /** A sandbox ended (deleted, reaped, or by itself): release the provider's hold, forget it. */
-  private closed(entry: Entry, src: ResolvedSource): void {
-    releaseQuietly(src, this.o.log);
+  /** A sandbox ended (deleted, reaped, or by itself): forget it (its workspace lets go of itself). */
+  private closed(entry: Entry): void {
     if (this.entries.get(entry.id) !== entry) return;
     this.entries.delete(entry.id);
     entry.closeReason ??= "exited";
@@ -335,17 +330,4 @@ function maximaFor(who: Principal, server: Limits = {}): Limits {
     if (values.length) out[k] = Math.min(...values);
   }
   return out;
-}
-
-const released = new WeakSet<ResolvedSource>();
-
-/** Give the provider's hold back, once per source. */
-function releaseQuietly(src: ResolvedSource | undefined, log: Logger): void {
-  if (!src?.provided || released.has(src)) return;
-  released.add(src);
-  try {
-    src.provided.release();
-  } catch (e) {
-    log.warn({ err: e }, "provider release failed");
-  }
 }

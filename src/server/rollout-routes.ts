@@ -5,15 +5,7 @@
  */
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { InvalidInputError, LimitError, NotFoundError, NotImplementedError } from "../errors.js";
-import type { PhaseTimings } from "../eval/runner/timings.js";
-import type {
-  Rollout,
-  RolloutEngine,
-  RolloutGroup,
-  RolloutInfo,
-  RolloutOutcome,
-  RolloutOwner,
-} from "../rollout/index.js";
+import type { Rollout, RolloutEngine, RolloutGroup, RolloutOwner } from "../rollout/index.js";
 import { rollout as wire } from "../wire/index.js";
 import type { Principal } from "./auth.js";
 import { readBounded, writeBounded } from "./bounded-io.js";
@@ -36,12 +28,12 @@ export function registerRolloutRoutes(app: FastifyInstance, ctx: RouteContext, e
     });
     access.own(g, principalOf(req));
     reply.code(201);
-    return groupToWire(g);
+    return wire.GroupInfo.fromCamel(g.info());
   });
-  app.get("/rollouts/groups", { config }, async (req) => ({
-    groups: access.groups(principalOf(req)).map(groupToWire),
-  }));
-  app.get("/rollouts/groups/:gid", { config }, async (req) => groupToWire(access.group(req)));
+  app.get("/rollouts/groups", { config }, async (req) =>
+    wire.GroupList.fromCamel({ groups: access.groups(principalOf(req)).map((g) => g.info()) }),
+  );
+  app.get("/rollouts/groups/:gid", { config }, async (req) => wire.GroupInfo.fromCamel(access.group(req).info()));
   app.delete("/rollouts/groups/:gid", { config }, async (req) => {
     const g = access.group(req);
     await access.engine().closeGroup(g.id);
@@ -51,30 +43,11 @@ export function registerRolloutRoutes(app: FastifyInstance, ctx: RouteContext, e
     const r = wire.PrewarmRequest.parse(req.body);
     const owner = ownerOf(ctx, principalOf(req));
     const report = await access.engine().prewarm(r.instance_ids, { sandboxes: r.sandboxes, owner });
-    return {
-      tasks: report.tasks.map((t) => ({
-        instance_id: t.instanceId,
-        env_key: t.envKey,
-        layer: t.layer,
-        layer_ms: t.layerMs,
-        warm_sandboxes: t.warmSandboxes,
-        ...(t.goldCheck ? { gold_check: t.goldCheck } : {}),
-        ...(t.error ? { error: t.error } : {}),
-      })),
-      pool: report.pool,
-      duration_ms: report.durationMs,
-    };
+    return wire.PrewarmReport.fromCamel(report);
   });
   app.post("/rollouts/gold-check", { config }, async (req) => {
     const v = await access.engine().goldCheck(wire.GoldCheckRequest.parse(req.body).instance_id);
-    return {
-      instance_id: v.instanceId,
-      env_key: v.envKey,
-      passed: v.passed,
-      checked_at: v.checkedAt,
-      source: v.source,
-      ...(v.problem ? { problem: v.problem } : {}),
-    };
+    return wire.GoldVerdict.fromCamel(v);
   });
   registerRolloutWork(app, ctx, access);
 }
@@ -90,7 +63,7 @@ function ownerOf(ctx: RouteContext, who: Principal): RolloutOwner {
 
 /** Routes on one rollout: inspect, commands, files, reward, fork, close. */
 function registerRolloutWork(app: FastifyInstance, ctx: RouteContext, access: RolloutAccess): void {
-  app.get("/rollouts/:rid", { config }, async (req) => rolloutToWire(access.rollout(req).info()));
+  app.get("/rollouts/:rid", { config }, async (req) => wire.RolloutInfo.fromCamel(access.rollout(req).info()));
   app.post("/rollouts/:rid/exec", { config }, (req, reply) =>
     runExecRequest(ctx, () => access.rollout(req), req.body, reply),
   );
@@ -126,13 +99,13 @@ function registerRolloutWork(app: FastifyInstance, ctx: RouteContext, access: Ro
       ...(r.timeout_seconds !== undefined ? { timeoutMs: r.timeout_seconds * 1000 } : {}),
       ...(r.reward ? { reward: r.reward } : {}),
     });
-    return outcomeToWire(o);
+    return wire.RolloutOutcome.fromCamel(o);
   });
   app.post("/rollouts/:rid/fork", { config }, async (req, reply) => {
     const { k } = wire.ForkRequest.parse(req.body);
     const children = await access.rollout(req).fork(k);
     reply.code(201);
-    return { rollouts: children.map((c) => rolloutToWire(c.info())) };
+    return wire.RolloutList.fromCamel({ rollouts: children.map((c) => c.info()) });
   });
   app.delete("/rollouts/:rid", { config }, async (req) => {
     const r = access.rollout(req);
@@ -196,75 +169,4 @@ class RolloutAccess {
     if (!g || !this.sees(g, principalOf(req))) throw missing;
     return r;
   }
-}
-
-function groupToWire(g: RolloutGroup): wire.GroupInfo {
-  const info = g.info();
-  return {
-    id: info.id,
-    instance_id: info.instanceId,
-    env_key: info.envKey,
-    created_at: info.createdAt,
-    problem_statement: g.instance.problem_statement ?? "",
-    timings: {
-      gold_check_ms: info.timings.goldCheckMs,
-      workspace_ms: info.timings.workspaceMs,
-      start_ms: info.timings.startMs,
-      ready_ms: info.timings.readyMs,
-    },
-    rollouts: info.rollouts.map(rolloutToWire),
-  };
-}
-
-function rolloutToWire(r: RolloutInfo): wire.RolloutInfo {
-  return {
-    id: r.id,
-    group_id: r.groupId,
-    instance_id: r.instanceId,
-    repetition: r.repetition,
-    trajectory_id: r.trajectoryId,
-    parent: r.parent,
-    sandbox_id: r.sandboxId,
-    state: r.state,
-    from_pool: r.fromPool,
-    start_ms: r.startMs,
-    created_at: r.createdAt,
-    ...(r.failure ? { failure: r.failure } : {}),
-    ...(r.outcome ? { outcome: outcomeToWire(r.outcome) } : {}),
-  };
-}
-
-function timingsToWire(t: PhaseTimings): wire.RolloutOutcome["timings"] {
-  return {
-    diff_ms: t.diffMs,
-    sandbox_ms: t.sandboxMs,
-    apply_ms: t.applyMs,
-    tests_ms: t.testsMs,
-    grading_ms: t.gradingMs,
-    cleanup_ms: t.cleanupMs,
-    total_ms: t.totalMs,
-    overhead_ms: t.overheadMs,
-  };
-}
-
-export function outcomeToWire(o: RolloutOutcome): wire.RolloutOutcome {
-  return {
-    rollout_id: o.rolloutId,
-    group_id: o.groupId,
-    instance_id: o.instanceId,
-    repetition: o.repetition,
-    status: o.status,
-    reward: o.reward,
-    resolved: o.resolved,
-    resolution: o.resolution,
-    fail_to_pass: o.failToPass,
-    pass_to_pass: o.passToPass,
-    ...(o.failure ? { failure: o.failure } : {}),
-    reason: o.reason,
-    ...(o.note ? { note: o.note } : {}),
-    flags: o.flags,
-    mode: o.mode,
-    patch: o.patch,
-    timings: timingsToWire(o.timings),
-  };
 }

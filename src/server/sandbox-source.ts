@@ -1,29 +1,23 @@
 /**
  * Where a new sandbox's workspace comes from: a host directory (only under the allowed roots, mounted through the
- * descriptor that was checked), a dataset instance or an environment key (through the provider), or nothing.
+ * descriptor that was checked), a dataset instance or an environment key (through the provider), or nothing. Each
+ * becomes a workspace of the one door (src/env/workspace.ts), under its one rule for `python`.
  */
 import { availableParallelism } from "node:os";
-import type { SandboxOptions } from "../sandbox/sandbox.js";
+import { checkPython, kindOf, resolveWorkspace, type WorkspaceKind } from "../env/workspace.js";
 import type { BindMount } from "../sandbox/plan.js";
-import { pythonOnPath } from "../env/python-on-path.js";
 import type { Limits } from "../sandbox/limits.js";
-import { RequestValidationError } from "../errors.js";
-import type { DirRoots } from "./dir-roots.js";
-import { NotImplementedError } from "../errors.js";
+import { NotImplementedError, RequestValidationError } from "../errors.js";
 import type { native } from "../wire/index.js";
-
-type CreateSandboxRequest = native.CreateSandboxRequest;
+import type { DirRoots } from "./dir-roots.js";
 import type { ProvidedWorkspace, WorkspaceProvider } from "./provider.js";
 import { toHttpSource } from "./peers.js";
 
-export type SourceKind = "dir" | "instance" | "env_key" | "empty";
+type CreateSandboxRequest = native.CreateSandboxRequest;
 
-export interface ResolvedSource {
-  kind: SourceKind;
-  options: SandboxOptions;
+export interface ResolvedSource extends ProvidedWorkspace {
   /** Real path of a `{dir}` sandbox's directory. */
   dir?: string;
-  provided?: ProvidedWorkspace;
   /** Once the sandbox is up (or failed to start): nothing more needs the checked directory open. */
   done(): void;
 }
@@ -37,7 +31,7 @@ export interface SourceContext {
 
 /**
  * `trustedDir` / `trustedBinds`: the operator's own directory and binds (`serve --dir --bind`), not a client's: no
- * root check. `python` (any source) adds that host interpreter, first on PATH after the workspace's own venv.
+ * root check.
  */
 export async function resolveSource(
   req: CreateSandboxRequest,
@@ -45,55 +39,42 @@ export async function resolveSource(
   trustedDir?: string,
   trustedBinds?: BindMount[],
 ): Promise<ResolvedSource> {
-  const src = await resolveWorkspaceSource(req, ctx, trustedDir);
-  if (trustedBinds?.length) src.options = { ...src.options, binds: [...(src.options.binds ?? []), ...trustedBinds] };
-  if (req.python === undefined) return src;
+  const nothing = (): void => {};
+  const kind: WorkspaceKind =
+    trustedDir !== undefined ? "dir" : kindOf({ dir: req.dir, instance: req.instance_id, envKey: req.env_key });
+  checkPython(kind, req.python);
+  if (kind === "instance" || kind === "env_key") return { ...(await provided(req, ctx)), done: nothing };
+  const binds = trustedBinds?.length ? { binds: trustedBinds } : {};
+  const at = { home: ctx.home, python: req.python, ...binds };
+  if (trustedDir !== undefined)
+    return { workspace: await resolveWorkspace({ ...at, dir: trustedDir }), meta: {}, dir: trustedDir, done: nothing };
+  if (req.dir === undefined) return { workspace: await resolveWorkspace(at), meta: {}, done: nothing };
+  // Checked here (roots, the server's secrets) on the opened directory; the sandbox re-checks the roots on the
+  // very object it mounts (`dirRoots`), which is this descriptor's.
+  const opened = ctx.roots.open(req.dir);
   try {
-    const py = await pythonOnPath(req.python, ctx.home);
-    const o = src.options;
-    src.options = {
-      ...o,
-      toolchains: [...(o.toolchains ?? []), ...py.toolchains],
-      pathPrepend: [...(o.pathPrepend ?? []), ...py.pathPrepend],
-    };
-    return src;
+    const workspace = await resolveWorkspace({ ...at, dir: opened.mountSource, dirRoots: [...ctx.roots.roots] });
+    return { workspace, meta: {}, dir: opened.realPath, done: opened.close };
   } catch (e) {
-    src.done();
-    src.provided?.release();
+    opened.close();
     throw e;
   }
 }
 
-async function resolveWorkspaceSource(
-  req: CreateSandboxRequest,
-  ctx: SourceContext,
-  trustedDir?: string,
-): Promise<ResolvedSource> {
-  const nothing = (): void => {};
-  if (trustedDir !== undefined) return { kind: "dir", options: { dir: trustedDir }, dir: trustedDir, done: nothing };
-  if (req.dir !== undefined) {
-    // Checked here (roots, the server's secrets) on the opened directory; the sandbox re-checks the roots on the
-    // very object it mounts (`dirRoots`), which is this descriptor's.
-    const opened = ctx.roots.open(req.dir);
-    const options = { dir: opened.mountSource, dirRoots: [...ctx.roots.roots] };
-    return { kind: "dir", options, dir: opened.realPath, done: opened.close };
-  }
+/** An instance's or an environment key's workspace, from the server's provider. */
+async function provided(req: CreateSandboxRequest, ctx: SourceContext): Promise<ProvidedWorkspace> {
+  const sources = req.sources?.map(toHttpSource);
   if (req.instance_id !== undefined) {
     if (!ctx.provider)
       throw new NotImplementedError(
         "this server has no workspace provider: start it with a dataset (serve --dataset FILE) " +
           "to create sandboxes from instance ids",
       );
-    const provided = await ctx.provider.forInstance(req.instance_id, { sources: req.sources?.map(toHttpSource) });
-    return { kind: "instance", options: provided.options, provided, done: nothing };
+    return ctx.provider.forInstance(req.instance_id, { sources });
   }
-  if (req.env_key !== undefined) {
-    if (!ctx.provider?.forEnvKey)
-      throw new NotImplementedError("this server's workspace provider cannot create sandboxes from environment keys");
-    const provided = await ctx.provider.forEnvKey(req.env_key, { sources: req.sources?.map(toHttpSource) });
-    return { kind: "env_key", options: provided.options, provided, done: nothing };
-  }
-  return { kind: "empty", options: {}, done: nothing };
+  if (!ctx.provider?.forEnvKey)
+    throw new NotImplementedError("this server's workspace provider cannot create sandboxes from environment keys");
+  return ctx.provider.forEnvKey(req.env_key!, { sources });
 }
 
 /** The request's limits under the server's maxima (which are also the defaults): above one, a 422 naming it. */

@@ -1,4 +1,5 @@
 import { InvalidInputError } from "../errors.js";
+import type { plan } from "../wire/index.js";
 import type { Instance, TaskFormat } from "./types.js";
 import { normalizeSweSmithRow, sweSmithSnapshot } from "./swesmith.js";
 
@@ -83,4 +84,9 @@ export function normalizeInstance(raw: unknown, where = "instance", format: "aut
   }
   for (const f of TEXT_FIELDS) row[f] ??= "";
   return row as Instance;
+}
+
+/** An instance as a plan carries it to other nodes: normalized, its format said (a hand-built one's: swebench). */
+export function asTaskInstance(instance: Instance): plan.TaskInstance {
+  return { ...instance, task_format: instance.task_format ?? "swebench" };
 }

@@ -4,6 +4,7 @@
  * evaluate an instance) with its files returned.
  */
 import { model, type Out } from "./model.js";
+import { TaskInstance } from "./plan.js";
 import { t } from "./types.js";
 
 /** A peer's server to fetch a layer from; `manifest_sha256` is what that peer's manifest must hash to. */
@@ -50,7 +51,7 @@ export const PeersResponse = model("PeersResponse", {
 
 export const PrepareRequest = model(
   "PrepareRequest",
-  { instance: t.dict(t.any()), sources: t.list(PeerSource).default([]), build: t.bool().default(true) },
+  { instance: TaskInstance, sources: t.list(PeerSource).default([]), build: t.bool().default(true) },
   { extra: "forbid", objectError: "dict" },
 );
 export const PrepareResponse = model("PrepareResponse", {
@@ -66,7 +67,7 @@ export const PrepareResponse = model("PrepareResponse", {
 export const EvaluationRequest = model(
   "EvaluationRequest",
   {
-    instance: t.dict(t.any()),
+    instance: TaskInstance,
     model_patch: t.str(),
     model_name_or_path: t.str(),
     timeout_seconds: t.float().gt(0).optional(),
@@ -85,7 +86,8 @@ export const EvaluationResponse = model("EvaluationResponse", {
   error: t.dict(t.str()).nullable(),
   /** How the environment got to this node: present, fetched or built. */
   layer: t.str().nullable(),
-  /** The harness's files (and timings.json), base64: written as they are into the run's instance directory. */
+  /** The harness's files (and timings.json, integrity.json), base64: written as they are into the run's instance
+   * directory. */
   files: t.dict(t.str()),
   warnings: t.list(t.str()),
   /** sha256 of the layer's manifest on this node. */

@@ -15,13 +15,15 @@ import {
 } from "./schema.js";
 
 // biome-ignore lint/suspicious/noExplicitAny: a shape holds fields of any type
-export type Shape = Record<string, Type<any> | Field<any, Mode, any>>;
+export type Shape = Record<string, Type<any, any> | Field<any, Mode, any>>;
 
-type TypeOf<V> = V extends Field<infer T, Mode, infer _> ? T : V extends Type<infer T> ? T : never;
+// biome-ignore lint/suspicious/noExplicitAny: matching any field
+type TypeOf<V> = V extends Field<infer T, Mode, any> ? T : V extends Type<infer T, unknown> ? T : never;
 // biome-ignore lint/suspicious/noExplicitAny: matching any field
 type ModeOf<V> = V extends Field<any, infer M, any> ? M : "required";
 // biome-ignore lint/suspicious/noExplicitAny: matching any field
 type InnerOf<V> = V extends Field<any, Mode, infer Ty> ? Ty : V;
+type CamelTypeOf<V> = InnerOf<V> extends Type<unknown, infer C> ? C : never;
 type Simplify<T> = { [K in keyof T]: T[K] } & {};
 
 /** What `parse` returns: defaulted fields present, optional ones possibly absent. */
@@ -39,20 +41,19 @@ export type In<S extends Shape> = Simplify<
 >;
 
 export type CamelCase<S extends string> = S extends `${infer H}_${infer R}` ? `${H}${Capitalize<CamelCase<R>>}` : S;
-type CamelValue<V, T> = InnerOf<V> extends Model<infer S2> ? Camel<S2> : T;
 
-/** `Out<S>` with camelCase keys (nested models too; maps such as labels keep their keys). */
+/** `Out<S>` with camelCase keys, and each field's value in its own camelCase form (nested models, lists of them). */
 export type Camel<S extends Shape> = Simplify<
   {
-    [K in keyof S as ModeOf<S[K]> extends "optional" ? never : CamelCase<K & string>]: CamelValue<S[K], TypeOf<S[K]>>;
+    [K in keyof S as ModeOf<S[K]> extends "optional" ? never : CamelCase<K & string>]: CamelTypeOf<S[K]>;
   } & {
-    [K in keyof S as ModeOf<S[K]> extends "optional" ? CamelCase<K & string> : never]?: CamelValue<S[K], TypeOf<S[K]>>;
+    [K in keyof S as ModeOf<S[K]> extends "optional" ? CamelCase<K & string> : never]?: CamelTypeOf<S[K]>;
   }
 >;
 
 export interface ModelOptions {
-  /** Unknown fields: ignored (pydantic's default) or refused (`extra_forbidden`). */
-  extra?: "ignore" | "forbid";
+  /** Unknown fields: ignored (pydantic's default), refused (`extra_forbidden`) or kept as they are (`allow`). */
+  extra?: "ignore" | "forbid" | "allow";
   /** The error for a body that is not an object: pydantic model (`model_attributes_type`) or dict (`dict_type`). */
   objectError?: "model" | "dict";
   /** A missing body: an error (`missing`), or the same as `{}`. */
@@ -64,11 +65,14 @@ export interface ModelOptions {
 const camel = (k: string): string => k.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase());
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
 
-export class Model<S extends Shape> extends Type<Out<S>> {
+/** A model: an object of declared fields. `C` is its camelCase form (a `row`'s keys are data: it is itself). */
+export class Model<S extends Shape, C = Camel<S>> extends Type<Out<S>, C> {
   constructor(
     readonly name: string,
     readonly shape: S,
     readonly options: ModelOptions = {},
+    /** Its keys are data (a dataset row): kept as they are in camelCase form. */
+    readonly keepsKeys = false,
   ) {
     super();
   }
@@ -91,15 +95,12 @@ export class Model<S extends Shape> extends Type<Out<S>> {
       else if (f.mode === "required")
         errors.push({ type: "missing", loc: [...loc, name], msg: "Field required", input: v });
     }
-    if (this.options.extra === "forbid")
-      for (const k of Object.keys(v))
-        if (!(k in this.shape))
-          errors.push({
-            type: "extra_forbidden",
-            loc: [...loc, k],
-            msg: "Extra inputs are not permitted",
-            input: v[k],
-          });
+    for (const k of Object.keys(v)) {
+      if (k in this.shape) continue;
+      if (this.options.extra === "allow") out[k] = v[k];
+      else if (this.options.extra === "forbid")
+        errors.push({ type: "extra_forbidden", loc: [...loc, k], msg: "Extra inputs are not permitted", input: v[k] });
+    }
     if (errors.length === before) this.options.check?.(out, v, loc, errors);
     return errors.length > before ? INVALID : (out as Out<S>);
   }
@@ -129,14 +130,28 @@ export class Model<S extends Shape> extends Type<Out<S>> {
     return out;
   }
 
-  /** The same value with camelCase keys, nested models included. */
-  toCamel(v: Out<S>): Camel<S> {
+  /** The same value with camelCase keys, each field's value converted by its type (nested models, lists...). */
+  override toCamel(v: Out<S>): C {
+    if (this.keepsKeys) return v as C;
     const out: Record<string, unknown> = {};
-    for (const [k, x] of Object.entries(v as Record<string, unknown>)) {
-      const f = k in this.shape ? this.field(k) : undefined;
-      out[camel(k)] = f?.type instanceof Model && isObject(x) ? f.type.toCamel(x) : x;
+    const given = v as Record<string, unknown>;
+    for (const name of Object.keys(this.shape)) {
+      const x = given[name];
+      if (x !== undefined) out[camel(name)] = this.field(name).type.toCamel(x);
     }
-    return out as Camel<S>;
+    return out as C;
+  }
+
+  /** The wire form of a camelCase value: the declared fields under their own names (anything else is left out). */
+  override fromCamel(v: C): Out<S> {
+    if (this.keepsKeys) return v as Out<S>;
+    const out: Record<string, unknown> = {};
+    const given = v as Record<string, unknown>;
+    for (const name of Object.keys(this.shape)) {
+      const x = given[camel(name)];
+      if (x !== undefined) out[name] = this.field(name).type.fromCamel(x);
+    }
+    return out as Out<S>;
   }
 
   jsonSchema(): JsonSchema {
@@ -163,9 +178,18 @@ export function model<S extends Shape>(name: string, shape: S, options?: ModelOp
   return new Model(name, shape, options);
 }
 
+/**
+ * A model whose keys are data, not API names (a dataset row: `instance_id`, `FAIL_TO_PASS`): its camelCase form is
+ * itself, and fields it does not declare are kept.
+ */
+export function row<S extends Shape>(name: string, shape: S, options?: ModelOptions): Model<S, Out<S>> {
+  return new Model<S, Out<S>>(name, shape, { extra: "allow", ...options }, true);
+}
+
 // biome-ignore lint/suspicious/noExplicitAny: a union of any models
-type Models = Record<string, Model<any>>;
-type UnionOut<M extends Models> = { [K in keyof M]: M[K] extends Model<infer S> ? Out<S> : never }[keyof M];
+type Models = Record<string, Model<any, any>>;
+// biome-ignore lint/suspicious/noExplicitAny: matching any model
+type UnionOut<M extends Models> = { [K in keyof M]: M[K] extends Model<infer S, any> ? Out<S> : never }[keyof M];
 
 /** A discriminated union (pydantic `Field(discriminator=...)`): the tag picks the model; absent, it defaults. */
 export class Tagged<M extends Models> {
@@ -208,8 +232,10 @@ export class Tagged<M extends Models> {
   }
 }
 
-type ShapeOf<M> = M extends Model<infer S> ? S : never;
+// biome-ignore lint/suspicious/noExplicitAny: matching any model
+type ShapeOf<M> = M extends Model<infer S, any> ? S : never;
 /** The parsed type of a model value (`typeof SandboxInfo` → its fields). */
 export type OutOf<M> = Out<ShapeOf<M>>;
 export type InOf<M> = In<ShapeOf<M>>;
-export type CamelOf<M> = Camel<ShapeOf<M>>;
+/** A model's camelCase form: the TypeScript APIs' shape of the same value. */
+export type CamelOf<M> = M extends Type<unknown, infer C> ? C : never;

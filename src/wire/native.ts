@@ -50,7 +50,10 @@ export const CreateSandboxRequest = model(
     env: t.dict(t.str()).optional(),
     cwd: t.str().optional(),
     labels: t.dict(t.str()).optional(),
-    /** A host Python (e.g. "3.11") mounted read-only, first on PATH as python, python3, pip. */
+    /**
+     * A host Python (e.g. "3.11") mounted read-only, first on PATH as python, python3, pip: for a `dir` or an empty
+     * sandbox; refused (400) with `instance_id` or `env_key`, whose environment runs its own interpreter.
+     */
     python: t.str().optional(),
     /** SWE-ReX's `POST …/close` deletes the sandbox (default: it closes the sessions only, as SWE-ReX's server). */
     delete_on_close: t.bool().optional(),
@@ -80,7 +83,8 @@ export const SandboxInfo = model("SandboxInfo", {
   idle_timeout_seconds: t.float().nullable(),
   last_active_at: t.str(),
   busy: t.bool(),
-  source: t.literal("dir", "instance", "env_key", "empty"),
+  /** Where its workspace came from (the one door's kinds: src/env/workspace.ts). */
+  source: t.literal("dir", "instance", "env_key", "image", "empty"),
   dir: t.str().nullable(),
   instance_id: t.str().nullable(),
   env_key: t.str().nullable(),

@@ -13,7 +13,13 @@ export const RolloutFailure = model("RolloutFailure", {
   message: t.str(),
 });
 
-/** Why a scored outcome has its reward (a 0 the attempt caused names how), or an infrastructure failure's kind. */
+/**
+ * Why a scored outcome has its reward: `graded` (the tests ran and were graded), or a 0 the attempt caused —
+ * `empty_patch`, `patch_apply_failed`, what its patch's code did in the reward sandbox (`eval_timeout`,
+ * `eval_crash`, `eval_oom`, `grading_failed`), what the agent did to its own sandbox (`testbed_broken`: no diff
+ * could be taken; `sandbox_oom`: its memory use ended the sandbox), or `rollout_expired` (past its time limit after
+ * the agent's first command). Or an infrastructure failure's kind (the last five).
+ */
 export const OUTCOME_REASONS = [
   "graded",
   "empty_patch",
@@ -51,25 +57,32 @@ export const RewardTimings = model("RewardTimings", {
   overhead_ms: t.float(),
 });
 
+/** A rollout's reward, or the reason there is none. */
 export const RolloutOutcome = model("RolloutOutcome", {
   rollout_id: t.str(),
   group_id: t.str(),
   instance_id: t.str(),
   repetition: t.int(),
-  /** "scored": `reward` is a real grade (0 included); "infra_failure": drop or mask it. */
+  /** "scored": `reward` is a real grade (0 included); "infra_failure": drop or mask it, never learn from it. */
   status: t.literal("scored", "infra_failure"),
+  /** null exactly when `status` is "infra_failure". */
   reward: t.float().nullable(),
   resolved: t.bool(),
+  /** FULL / PARTIAL / NO when the tests were graded. */
   resolution: t.literal("FULL", "PARTIAL", "NO").nullable(),
   fail_to_pass: TestCounts.nullable(),
   pass_to_pass: TestCounts.nullable(),
   failure: RolloutFailure.optional(),
-  /** Absent from servers before it: then `failure.kind`, or "graded" for a scored outcome. */
+  /** Why: a scored outcome's reason, or `failure.kind`. Absent from servers before it: then `failure.kind`, or
+   * "graded" for a scored outcome. */
   reason: t.literal(...OUTCOME_REASONS).optional(),
+  /** Why a scored attempt got no grade from its tests, in words (e.g. the line of the apply error that says why). */
   note: t.str().optional(),
-  /** Test infrastructure the graded patch touches (absent: none, or a server before it). */
-  flags: t.list(IntegrityFlag).optional(),
+  /** Test infrastructure the graded patch touches (absent: none, or a server before it): filter or penalise. */
+  flags: t.list(IntegrityFlag).default([]),
+  /** Where it was graded: a fresh sandbox of the environment, or the rollout's own (the paper's way). */
   mode: t.literal("fresh", "in_place"),
+  /** The graded diff. */
   patch: t.str(),
   timings: RewardTimings,
 });
@@ -79,21 +92,29 @@ export const RolloutInfo = model("RolloutInfo", {
   group_id: t.str(),
   instance_id: t.str(),
   repetition: t.int(),
+  /** `<instance_id>@<repetition>`, the trajectory id trainers use. */
   trajectory_id: t.str(),
+  /** The rollout this one was forked from. */
   parent: t.str().nullable(),
   sandbox_id: t.str().nullable(),
   state: t.literal("ready", "rewarding", "closed", "lost", "failed"),
+  /** Taken ready from the warm pool. */
   from_pool: t.bool(),
+  /** From the request to this rollout ready (a fork: the fork's time). */
   start_ms: t.float(),
   created_at: t.str(),
+  /** Why the rollout is lost or failed. */
   failure: RolloutFailure.optional(),
   outcome: RolloutOutcome.optional(),
 });
 
 export const GroupTimings = model("GroupTimings", {
   gold_check_ms: t.float(),
+  /** Resolving the workspace (materializing the layer when it was not on this node). */
   workspace_ms: t.float(),
+  /** Starting the N sandboxes, together. */
   start_ms: t.float(),
+  /** From the request to every rollout ready. */
   ready_ms: t.float(),
 });
 
@@ -154,8 +175,10 @@ export const PrewarmRequest = model(
 export const PrewarmTask = model("PrewarmTask", {
   instance_id: t.str(),
   env_key: t.str().nullable(),
+  /** "materialized": this call put the layer on the node; "cached": it was there already. */
   layer: t.literal("materialized", "cached").nullable(),
   layer_ms: t.float(),
+  /** Sandboxes of this task ready in the pool after the call. */
   warm_sandboxes: t.int(),
   gold_check: t.literal("passed", "failed").optional(),
   error: t.str().optional(),
@@ -178,7 +201,9 @@ export const GoldVerdict = model("GoldVerdict", {
   env_key: t.str(),
   passed: t.bool(),
   checked_at: t.str(),
+  /** How it was decided: this check, or the environment's validation. */
   source: t.literal("gold-check", "validation"),
+  /** Why it failed. */
   problem: t.str().optional(),
 });
 

@@ -28,13 +28,25 @@ export type JsonSchema = Record<string, unknown>;
 /** Returned by `read` when the value had errors (they are in `errors`). */
 export const INVALID: unique symbol = Symbol("invalid");
 
-/** A value type: reads (validates and coerces) a JSON value, and describes itself as JSON schema. */
-export abstract class Type<T> {
+/**
+ * A value type: reads (validates and coerces) a JSON value, describes itself as JSON schema, and converts a value to
+ * its camelCase form `C` and back (the TypeScript APIs' shape of the same value: models rename their fields, lists,
+ * nullables and maps convert what they hold, everything else is itself).
+ */
+export abstract class Type<T, C = T> {
   declare readonly _t: T;
+  declare readonly _c: C;
   abstract read(v: unknown, loc: Loc, errors: ValidationDetail[]): T | typeof INVALID;
   abstract jsonSchema(): JsonSchema;
 
-  nullable(): Type<T | null> {
+  toCamel(v: T): C {
+    return v as unknown as C;
+  }
+  fromCamel(v: C): T {
+    return v as unknown as T;
+  }
+
+  nullable(): Type<T | null, C | null> {
     return new Nullable(this);
   }
   /** Absent (or null) is allowed and stays absent. */
@@ -50,7 +62,7 @@ export abstract class Type<T> {
 export type Mode = "required" | "default" | "optional";
 
 /** A model field: its type and whether it is required, defaulted or optional. */
-export class Field<T, M extends Mode, Ty extends Type<T> = Type<T>> {
+export class Field<T, M extends Mode, Ty extends Type<T, unknown> = Type<T>> {
   constructor(
     readonly type: Ty,
     readonly mode: M,
@@ -63,12 +75,18 @@ export function fail(errors: ValidationDetail[], d: ValidationDetail): typeof IN
   return INVALID;
 }
 
-class Nullable<T> extends Type<T | null> {
-  constructor(readonly inner: Type<T>) {
+class Nullable<T, C> extends Type<T | null, C | null> {
+  constructor(readonly inner: Type<T, C>) {
     super();
   }
   read(v: unknown, loc: Loc, errors: ValidationDetail[]): T | null | typeof INVALID {
     return v === null ? null : this.inner.read(v, loc, errors);
+  }
+  override toCamel(v: T | null): C | null {
+    return v === null ? null : this.inner.toCamel(v);
+  }
+  override fromCamel(v: C | null): T | null {
+    return v === null ? null : this.inner.fromCamel(v);
   }
   jsonSchema(): JsonSchema {
     return { anyOf: [this.inner.jsonSchema(), { type: "null" }] };

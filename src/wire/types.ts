@@ -147,12 +147,18 @@ function readInt(v: unknown, loc: Loc, errors: ValidationDetail[]): number | typ
   return fail(errors, { type: "int_type", loc, msg: "Input should be a valid integer", input: v });
 }
 
-export class List<T> extends Type<T[]> {
+export class List<T, C = T> extends Type<T[], C[]> {
   constructor(
-    readonly item: Type<T>,
+    readonly item: Type<T, C>,
     readonly minLength = 0,
   ) {
     super();
+  }
+  override toCamel(v: T[]): C[] {
+    return v.map((x) => this.item.toCamel(x));
+  }
+  override fromCamel(v: C[]): T[] {
+    return v.map((x) => this.item.fromCamel(x));
   }
   read(v: unknown, loc: Loc, errors: ValidationDetail[]) {
     if (!Array.isArray(v))
@@ -174,9 +180,16 @@ export class List<T> extends Type<T[]> {
   }
 }
 
-export class Dict<T> extends Type<Record<string, T>> {
-  constructor(readonly value: Type<T>) {
+/** A map (labels, env): its keys are data and stay as they are; its values convert. */
+export class Dict<T, C = T> extends Type<Record<string, T>, Record<string, C>> {
+  constructor(readonly value: Type<T, C>) {
     super();
+  }
+  override toCamel(v: Record<string, T>): Record<string, C> {
+    return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, this.value.toCamel(x)]));
+  }
+  override fromCamel(v: Record<string, C>): Record<string, T> {
+    return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, this.value.fromCamel(x)]));
   }
   read(v: unknown, loc: Loc, errors: ValidationDetail[]) {
     if (typeof v !== "object" || v === null || Array.isArray(v))
@@ -231,8 +244,8 @@ export const t = {
   bool: (): Type<boolean> => new Bool(),
   float: (): Num => new Num(false),
   int: (): Num => new Num(true),
-  list: <T>(item: Type<T>, minLength = 0): Type<T[]> => new List(item, minLength),
-  dict: <T>(value: Type<T>): Type<Record<string, T>> => new Dict(value),
+  list: <T, C = T>(item: Type<T, C>, minLength = 0): Type<T[], C[]> => new List(item, minLength),
+  dict: <T, C = T>(value: Type<T, C>): Type<Record<string, T>, Record<string, C>> => new Dict(value),
   strOrList: (): Type<string | string[]> => new StrOrList(),
   any: (): Type<unknown> => new Anything(),
 };

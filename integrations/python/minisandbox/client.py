@@ -164,7 +164,8 @@ class Client:
     def prepare_environment(
         self, instance: dict[str, Any], *, sources: Sequence[Mapping[str, Any]] = (), build: bool = True
     ) -> dict[str, Any]:
-        """Make a dataset row's environment present on this node: already here, fetched, or built."""
+        """Make an instance's environment present on this node: already here, fetched, or built. ``instance`` is
+        normalized, as a plan gives it (``task_format`` set: the contract's ``TaskInstance``)."""
         return self.request("POST", "/environments", {"instance": instance, "sources": list(sources), "build": build})
 
     def evaluate_job(
@@ -178,7 +179,8 @@ class Client:
         sources: Sequence[Mapping[str, Any]] = (),
         build: bool = True,
     ) -> dict[str, Any]:
-        """Evaluate one instance as the SWE-bench harness does; the answer carries its files (base64)."""
+        """Evaluate one instance (normalized, as a plan gives it) as the SWE-bench harness does; the answer carries
+        its files (base64)."""
         body: dict[str, Any] = {
             "instance": instance,
             "model_patch": model_patch,

@@ -65,7 +65,7 @@ class MinisandboxEnvironmentConfig:
     allow_empty: bool = False
     """Without any selection, an empty sandbox instead of an error."""
     python: str | None = None
-    """A host Python (e.g. "3.11") first on PATH in the sandbox."""
+    """A host Python (e.g. "3.11") first on PATH, for a ``dir`` or empty sandbox (refused with an instance or key)."""
     cwd: str = ""
     """Working directory of commands ("": the sandbox's, /testbed when it has one)."""
     env: dict[str, str] = field(default_factory=dict)

@@ -10,11 +10,12 @@ import { join } from "node:path";
 import { NotFoundError } from "../../errors.js";
 import { envFor, readEnvRecord } from "../../env/environments.js";
 import { TESTBED_PATH } from "../../env/types.js";
-import { openWorkspace, type InstanceEnv } from "../../env/workspace.js";
+import { openSandbox, type InstanceEnv } from "../../env/workspace.js";
 import type { ExecResult } from "../../sandbox/exec.js";
 import type { Limits } from "../../sandbox/limits.js";
 import type { Sandbox } from "../../sandbox/sandbox.js";
 import type { Instance } from "../../tasks/types.js";
+import type { CamelOf, plan } from "../../wire/index.js";
 import { pyRepr } from "../../util/pyrepr.js";
 import { makeEvalScript } from "../eval-script.js";
 import { gradeInstance, type Grade, type ResolutionStatus } from "../grading.js";
@@ -22,7 +23,7 @@ import { integrityFlags, type IntegrityFlag } from "../integrity.js";
 import { MARKERS } from "../parsers.js";
 import { LOG_FILES, timeoutNote, writeInstanceFiles } from "../report.js";
 import type { InstanceReportFile } from "../types.js";
-import { evalSandboxSettings } from "./sandbox.js";
+import { evalSandboxRequest } from "./sandbox.js";
 import {
   applyScript,
   evalRunScript,
@@ -45,31 +46,32 @@ export const TIMINGS_FILE = "timings.json";
 /** Beside report.json too: the patch's integrity flags (written whenever a patch was graded). */
 export const INTEGRITY_FILE = "integrity.json";
 
-/** Why an instance has no grade. */
-export type EvalErrorKind =
-  | "Patch Apply Failed"
-  | "Tests Timed Out"
-  | "Tests Errored"
-  | "Environment Build Failed"
-  | "Environment Missing"
-  | "Sandbox Failed"
-  | "Unknown Instance"
-  | "Grading Failed";
+/** Why an instance has no grade: the harness's error kinds (declared with the fleet's plans, src/wire/plan.ts). */
+export type EvalErrorKind = EvalFailure["kind"];
+
+export type EvalFailure = CamelOf<typeof plan.EvalFailure>;
+
+/** Set when the failure is the attempt's own doing: a real grade of 0 for a trainer (see the wire's `EVAL_CAUSES`). */
+export type EvalCause = NonNullable<EvalFailure["cause"]>;
 
 /**
- * Set when the failure is the attempt's own doing (its patch's code ran, or the agent's sandbox was in the way): a
- * real grade of 0 for a trainer. Absent: something outside the attempt's reach failed (infrastructure).
+ * What every evaluation of a run shares. It goes down unchanged, field for field: `RunEvaluationOptions` extends it,
+ * each job's `EvalJobInput` (which is an `InstanceEvalInput`) carries it, and `evalSandboxRequest` makes the fresh
+ * sandbox's request from it.
  */
-export type EvalCause = "eval_timeout" | "eval_crash" | "eval_oom" | "testbed_broken" | "grading_failed";
-
-export interface EvalFailure {
-  kind: EvalErrorKind;
-  message: string;
-  cause?: EvalCause;
+export interface EvalSettings {
+  home: string;
+  specsFile?: string;
+  reposDir?: string;
+  /** Whole-instance timeout (default 1800 s, as the harness). */
+  timeoutMs?: number;
+  limits?: Limits;
+  /** Network in the evaluation's sandbox (default false: verdicts must not depend on it). */
+  network?: boolean;
+  onWarning?: (message: string) => void;
 }
 
-export interface InstanceEvalInput {
-  home: string;
+export interface InstanceEvalInput extends EvalSettings {
   instance: Instance;
   /** The instance's environment (computed from specsFile when absent). */
   env?: InstanceEnv;
@@ -77,19 +79,12 @@ export interface InstanceEvalInput {
   patch: string | Buffer | null;
   /** Model name, for log lines only. */
   model?: string;
-  /** Whole-instance timeout (default 1800 s). */
-  timeoutMs?: number;
-  specsFile?: string;
-  reposDir?: string;
-  limits?: Limits;
-  /** Default false. */
-  network?: boolean;
   /** Write the harness's files (patch.diff, eval.sh, test_output.txt, report.json, run_instance.log) here. */
   logDir?: string;
   /** A fresh sandbox of the instance's environment to use (it is closed afterwards); default: one is created. */
   sandbox?: Sandbox;
-  /** Or how to create it (timed as the sandbox phase); default: `openWorkspace` with the evaluation's settings. */
-  openSandbox?: () => Promise<Sandbox>;
+  /** Or how to create it (timed as the sandbox phase); default: `openSandbox(await evalSandboxRequest(input))`. */
+  openSandbox?: (env: InstanceEnv) => Promise<Sandbox>;
   /**
    * `sandbox` is the agent's own, graded in place: `patch` is already in its /testbed (it is graded, not applied
    * again), and the sandbox stays open afterwards.
@@ -101,7 +96,6 @@ export interface InstanceEvalInput {
   preamble?: string[];
   /** Warn when the environment's stored validation verdict is invalid (default true). */
   checkValidation?: boolean;
-  onWarning?: (message: string) => void;
 }
 
 export interface InstanceEvalResult {
@@ -239,14 +233,8 @@ class InstanceRun {
     if (!this.sandbox) {
       try {
         this.sandbox = input.openSandbox
-          ? await input.openSandbox()
-          : await openWorkspace({
-              home: input.home,
-              instance: input.instance,
-              environment: env,
-              limits: input.limits,
-              ...(await evalSandboxSettings(input.home, env.spec, { network: input.network })),
-            });
+          ? await input.openSandbox(env)
+          : await openSandbox(await evalSandboxRequest({ ...input, env }));
       } catch (e) {
         this.timings.sandboxMs = performance.now() - t;
         return this.fail(e instanceof NotFoundError ? "Environment Missing" : "Sandbox Failed", (e as Error).message);

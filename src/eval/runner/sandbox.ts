@@ -6,7 +6,9 @@
 import { pipSettings, withoutCredentials, type PipSettings } from "../../env/pip-config.js";
 import { findToolchain } from "../../env/toolchains.js";
 import type { EnvSpec } from "../../env/types.js";
-import type { WorkspaceRequest } from "../../env/workspace.js";
+import type { InstanceEnv, SandboxRequest } from "../../env/workspace.js";
+import type { Limits } from "../../sandbox/limits.js";
+import type { Instance } from "../../tasks/types.js";
 
 const pipByPython = new Map<string, Promise<PipSettings>>();
 
@@ -30,10 +32,10 @@ export function evalPipSettings(home: string, python: string): Promise<PipSettin
   return p;
 }
 
-export type EvalSandboxSettings = Required<Pick<WorkspaceRequest, "network" | "binds" | "env" | "labels">>;
+export type EvalSandboxSettings = Required<Pick<SandboxRequest, "network" | "binds" | "env" | "labels">>;
 
 /**
- * The part of an evaluation's workspace request that makes it one: give it to `openWorkspace` with the instance.
+ * The part of an evaluation's sandbox request that makes it one (`evalSandboxRequest` adds the instance).
  * `network` defaults to false: the harness's verdicts must not depend on the network.
  */
 export async function evalSandboxSettings(
@@ -55,5 +57,25 @@ export async function evalSandboxSettings(
       ...spec.env,
     },
     labels: { purpose: "eval" },
+  };
+}
+
+/** What a fresh evaluation sandbox is asked with: the instance on its environment, under the evaluation's limits. */
+export interface EvalSandboxInput {
+  home: string;
+  instance: Instance;
+  env: InstanceEnv;
+  limits?: Limits;
+  network?: boolean;
+}
+
+/** The one request of a fresh evaluation sandbox, for the door (`openSandbox`, `resolveWorkspace`). */
+export async function evalSandboxRequest(e: EvalSandboxInput): Promise<SandboxRequest> {
+  return {
+    home: e.home,
+    instance: e.instance,
+    environment: e.env,
+    ...(e.limits ? { limits: e.limits } : {}),
+    ...(await evalSandboxSettings(e.home, e.env.spec, { network: e.network })),
   };
 }

@@ -14,9 +14,12 @@ import argparse
 import json
 import shlex
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .config import NAMESPACE, FleetConfig, default_command
+
+if TYPE_CHECKING:  # ray is imported by main, not when the module is
+    from .fleet import Fleet
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -83,62 +86,81 @@ def main(argv: list[str] | None = None) -> int:
         if a.json
         else (lambda m: print(f"minisandbox fleet: {m}", file=sys.stderr))
     )
-    progress = "json" if a.json else True
     if a.command == "down":
         return _down(ray)
     fleet = Fleet(_config(a, detached=a.command == "up"), log=log)
     try:
         fleet.refresh(force=True)
         if a.command in ("status", "up"):
-            nodes = fleet.status()
-            if a.json:
-                _emit(a, "result", {"nodes": nodes})
-            else:
-                for n in nodes:
-                    print(f"{n['node']}\t{n['url']}\t{n['slots']} slots\t{n['layers']} layers")
-            return 0 if nodes else 1
+            return _status(a, fleet)
         if a.command == "prepare":
-            out = jobs.prepare(fleet, a.dataset, instance_ids=a.instance_ids, progress=progress)
-            if a.json:
-                _emit(a, "result", out)
-            else:
-                for e in out["environments"]:
-                    print(
-                        f"{e['env_key'][:12]}\t{e['status']}\t{e['node'] or '-'}\t{len(e['instance_ids'])} instances"
-                        + (f"\t{e['error'].splitlines()[0]}" if e.get("error") else "")
-                    )
-                for e in out["errors"]:
-                    print(f"{e['instance_id']}: {e['error']}")
-            return 1 if out["failed"] else 0
-        out = jobs.evaluate(
-            fleet,
-            a.dataset,
-            a.predictions,
-            run_id=a.run_id,
-            report_dir=a.report_dir,
-            instance_ids=a.instance_ids,
-            timeout_s=a.timeout,
-            rerun=a.rerun,
-            progress=progress,
-        )
-        if a.json:
-            _emit(a, "result", out)
-        else:
-            s = out["summary"]
-            print(
-                f"{s['total_instances']} instances: {s['resolved_instances']} resolved, "
-                f"{s['unresolved_instances']} unresolved, {s['error_instances']} errors, "
-                f"{s['empty_patch_instances']} empty patches"
-            )
-            for iid, err in sorted(out["errors"].items()):
-                print(f"  {iid}: not evaluated: {err}", file=sys.stderr)
-            print(f"Report written to {out['summary_path']}")
-        return 0
+            return _prepare(a, fleet)
+        return _evaluate(a, fleet)
     except jobs.FleetJobError as e:
         print(f"minisandbox fleet: {e}", file=sys.stderr)
         return 2
     finally:
         fleet.stop()
+
+
+def _progress(a: argparse.Namespace) -> bool | str:
+    return "json" if a.json else True
+
+
+def _status(a: argparse.Namespace, fleet: Fleet) -> int:
+    nodes = fleet.status()
+    if a.json:
+        _emit(a, "result", {"nodes": nodes})
+    else:
+        for n in nodes:
+            print(f"{n['node']}\t{n['url']}\t{n['slots']} slots\t{n['layers']} layers")
+    return 0 if nodes else 1
+
+
+def _prepare(a: argparse.Namespace, fleet: Fleet) -> int:
+    from . import jobs
+
+    out = jobs.prepare(fleet, a.dataset, instance_ids=a.instance_ids, progress=_progress(a))
+    if a.json:
+        _emit(a, "result", out)
+    else:
+        for e in out["environments"]:
+            print(
+                f"{e['env_key'][:12]}\t{e['status']}\t{e['node'] or '-'}\t{len(e['instance_ids'])} instances"
+                + (f"\t{e['error'].splitlines()[0]}" if e.get("error") else "")
+            )
+        for e in out["errors"]:
+            print(f"{e['instance_id']}: {e['error']}")
+    return 1 if out["failed"] else 0
+
+
+def _evaluate(a: argparse.Namespace, fleet: Fleet) -> int:
+    from . import jobs
+
+    out = jobs.evaluate(
+        fleet,
+        a.dataset,
+        a.predictions,
+        run_id=a.run_id,
+        report_dir=a.report_dir,
+        instance_ids=a.instance_ids,
+        timeout_s=a.timeout,
+        rerun=a.rerun,
+        progress=_progress(a),
+    )
+    if a.json:
+        _emit(a, "result", out)
+        return 0
+    s = out["summary"]
+    print(
+        f"{s['total_instances']} instances: {s['resolved_instances']} resolved, "
+        f"{s['unresolved_instances']} unresolved, {s['error_instances']} errors, "
+        f"{s['empty_patch_instances']} empty patches"
+    )
+    for iid, err in sorted(out["errors"].items()):
+        print(f"  {iid}: not evaluated: {err}", file=sys.stderr)
+    print(f"Report written to {out['summary_path']}")
+    return 0
 
 
 def _down(ray: Any) -> int:

@@ -17,14 +17,12 @@ import sys
 import tempfile
 from typing import Any, Callable
 
+from .._generated import JOB_FILES
 from .dispatch import Item, run_items
 from .fleet import Fleet
 from .progress import Progress
 
 __all__ = ["JOB_FILES", "FleetJobError", "evaluate", "prepare", "rollout_groups"]
-
-#: What an evaluation job may leave in its instance directory (the harness's five files and timings.json).
-JOB_FILES = ("patch.diff", "eval.sh", "test_output.txt", "report.json", "run_instance.log", "timings.json")
 
 
 class FleetJobError(RuntimeError):
@@ -90,14 +88,12 @@ def prepare(
             items.append(Item(key, key, {"instance": env["instance"]}))
     prog = _progress(progress, "prepare", len(items))
     placed: dict[str, str] = {}
+    forward = _forward(prog, on_event)
 
     def events(kind: str, **f: Any) -> None:
         if kind == "placed":
             placed[f["id"]] = f["node"]
-        if on_event:
-            on_event(kind, **f)
-        if isinstance(prog, Progress):
-            prog.event(kind, **f)
+        forward(kind, **f)
 
     out = run_items(fleet, "prepare", items, on_event=events, progress=prog)
     for key, r in out.results.items():
@@ -132,14 +128,9 @@ def evaluate(
     report_dir = os.path.abspath(report_dir)
     with tempfile.TemporaryDirectory(prefix="minisandbox-fleet-") as scratch:
         run_args = [
-            "--dataset",
-            _as_file(dataset, "dataset.json", scratch),
-            "--predictions",
-            _as_file(predictions, "predictions.json", scratch) if not isinstance(predictions, str) else predictions,
-            "--run-id",
-            run_id,
-            "--report-dir",
-            report_dir,
+            *("--dataset", _as_file(dataset, "dataset.json", scratch)),
+            *("--predictions", _as_file(predictions, "predictions.json", scratch)),
+            *("--run-id", run_id, "--report-dir", report_dir),
             *_selection(instance_ids),
         ]
         plan = _cli_json(fleet, ["evaluate", *run_args, "--plan", *(["--rerun"] if rerun else [])])
@@ -150,39 +141,38 @@ def evaluate(
         def write(item: Item, result: dict[str, Any]) -> None:
             _write_files(jobs[item.id]["log_dir"], result.get("files") or {})
 
-        def events(kind: str, **f: Any) -> None:
-            if on_event:
-                on_event(kind, **f)
-            if isinstance(prog, Progress):
-                prog.event(kind, **f)
-
-        items = [
-            Item(
-                i,
-                j["env_key"],
-                {
-                    "instance": j["instance"],
-                    "model_patch": j["model_patch"],
-                    "model_name_or_path": j["model_name_or_path"],
-                    "timeout_seconds": timeout_s,
-                },
-            )
-            for i, j in jobs.items()
-        ]
-        out = run_items(fleet, "evaluate", items, on_result=write, on_event=events, progress=prog)
+        items = [Item(i, j["env_key"], _job_payload(j, timeout_s)) for i, j in jobs.items()]
+        out = run_items(fleet, "evaluate", items, on_result=write, on_event=_forward(prog, on_event), progress=prog)
         summary = _cli_json(fleet, ["evaluate", *run_args, "--summary-only", "--json"])
-    statuses = {i: r.get("status") for i, r in out.results.items()}
     return {
         "run_id": plan["run_id"],
         "model": plan["model"],
         "summary": summary["summary"],
         "summary_path": summary["summaryPath"],
-        "statuses": statuses,
+        "statuses": {i: r.get("status") for i, r in out.results.items()},
         "errors": out.errors,
         "build": built,
         "stats": out.stats,
         "job": out.job,
     }
+
+
+def _job_payload(job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    """What a node's ``POST /evaluations`` takes for one planned job."""
+    keys = ("instance", "model_patch", "model_name_or_path")
+    return {**{k: job[k] for k in keys}, "timeout_seconds": timeout_s}
+
+
+def _forward(prog: Progress | None, on_event: Callable[..., None] | None) -> Callable[..., None]:
+    """A job's events, to the caller's callback and to the progress display."""
+
+    def events(kind: str, **f: Any) -> None:
+        if on_event:
+            on_event(kind, **f)
+        if isinstance(prog, Progress):
+            prog.event(kind, **f)
+
+    return events
 
 
 def rollout_groups(
