@@ -7,7 +7,7 @@
  * committed). The SDK's `Sandbox.create`, the CLI, the server, rollouts and evaluation all come through here and add
  * only what is theirs (limits, labels, registry entries).
  */
-import { InvalidInputError, NotFoundError, NotImplementedError, SandboxError } from "../errors.js";
+import { InvalidInputError, NotFoundError, SandboxError } from "../errors.js";
 import { Sandbox, type SandboxOptions } from "../sandbox/sandbox.js";
 import { loadDataset } from "../tasks/index.js";
 import type { Instance } from "../tasks/types.js";
@@ -15,7 +15,9 @@ import { homeLayout, resolveHome } from "../util/home.js";
 import type { CacheLease } from "./cache/index.js";
 import { ensurePresent, envFor, nodeCacheFor, readEnvRecord, writeEnvRecord } from "./environments.js";
 import { pythonOnPath } from "./python-on-path.js";
-import { isLayerKey, openStore, readManifest, type HttpSource } from "./store/index.js";
+import { acquireImageRootfs, findStoredImage, imageRuntime } from "./images/index.js";
+import { imageFor, type ImagePolicy } from "./instance-image.js";
+import { canChown, isLayerKey, openStore, readManifest, storeIds, type HttpSource } from "./store/index.js";
 import { specKey } from "./spec.js";
 import { findToolchain, type Toolchain } from "./toolchains.js";
 import { BUG_COMMIT_SCRIPT, BUG_ON_TOP_SCRIPT, SETUP_ENV } from "./task-setup.js";
@@ -50,6 +52,11 @@ export interface SandboxRequest extends SandboxOptions {
    */
   python?: string;
   dataset?: string;
+  /**
+   * Which rows run on an image instead of an environment built from their spec (`instance-image.ts`; default
+   * `auto`: the row's own image_name / docker_image when the store holds it). Not with `environment`.
+   */
+  images?: ImagePolicy;
   specsFile?: string;
   reposDir?: string;
   /** Build the environment when neither this home nor a source has it (default false: a clear error). */
@@ -226,9 +233,20 @@ export function checkPython(kind: WorkspaceKind, python: string | undefined): vo
 export async function resolveWorkspace(req: SandboxRequest): Promise<Workspace> {
   const kind = kindOf(req);
   checkPython(kind, req.python);
-  if (kind === "image") return imageWorkspace(req);
-  if (kind === "instance" || kind === "env_key") return taskWorkspace(req);
-  return dirWorkspace(req);
+  if (kind === "image") return imageWorkspace(req, req.image!);
+  if (kind === "env_key") return taskWorkspace({ ...req, instance: undefined });
+  if (kind === "dir" || kind === "empty") return dirWorkspace(req);
+  const instance = typeof req.instance === "string" ? await instanceById(req.instance, req.dataset) : req.instance!;
+  const image = req.environment ? undefined : await instanceImage(resolveHome(req.home), instance, req.images);
+  return image ? imageWorkspace({ ...req, instance }, image) : taskWorkspace({ ...req, instance });
+}
+
+/** The image a row's environment is under the policy (`auto`: the row's own, if the store has it), if any. */
+async function instanceImage(home: string, instance: Instance, policy?: ImagePolicy): Promise<string | undefined> {
+  const pick = imageFor(instance, policy ?? { kind: "auto" });
+  if (!pick || pick.required) return pick?.ref;
+  const store = openStore(homeLayout(home).store);
+  return (await findStoredImage(store, pick.ref).catch(() => undefined)) ? pick.ref : undefined;
 }
 
 /** A sandbox for any request, set up; closing it gives its environment back. */
@@ -243,7 +261,8 @@ export async function openSandbox(req: SandboxRequest = {}): Promise<Sandbox> {
 
 /** The request's own sandbox options: everything but how the workspace is found. */
 function ownOptions(req: SandboxRequest): SandboxOptions {
-  const { instance, envKey, image, python, dataset, specsFile, reposDir, build, environment, sources, ...own } = req;
+  const { instance, envKey, image, images, python, dataset, specsFile, reposDir, build, environment, sources, ...own } =
+    req;
   return own;
 }
 
@@ -257,19 +276,45 @@ async function dirWorkspace(req: SandboxRequest): Promise<Workspace> {
 }
 
 /**
- * The slot for OCI images: a reference resolved to a layer of the store (its root filesystem) and run without a
- * container runtime. Until images are in the store, a clear refusal.
+ * An OCI image from the store: its root filesystem (materialized once per node, leased) becomes the sandbox's `/`,
+ * copy-on-write, with the image config's Env, WorkingDir and User (`images/runtime.ts`); the caller's options go
+ * over them. Its files keep their owners inside (the store's id range, mapped onto the sandbox's).
  */
-function imageWorkspace(req: SandboxRequest): Promise<Workspace> {
-  const why = `image ${req.image}: sandboxes from OCI images are not supported yet`;
-  return Promise.reject(new NotImplementedError(`${why}; use a dataset instance or a directory`));
+async function imageWorkspace(req: SandboxRequest, ref: string): Promise<Workspace> {
+  const home = resolveHome(req.home);
+  const cache = nodeCacheFor(home);
+  const { image, root, lease } = await acquireImageRootfs(cache, ref);
+  const instance = typeof req.instance === "object" ? req.instance : undefined;
+  try {
+    const run = await imageRuntime(cache.store, image);
+    const owner = canChown() ? storeIds(cache.store).base : undefined;
+    const base: SandboxOptions = {
+      home,
+      rootfs: { path: root, ...(owner === undefined ? {} : { owner }), home: run.home },
+      env: run.env,
+      cwd: run.cwd,
+      uid: run.uid,
+      gid: run.gid,
+      labels: { image: ref, env: image.rootfs, ...(instance ? { instance: instance.instance_id } : {}) },
+    };
+    const options = withOwn(base, ownOptions({ ...req, home }));
+    return new Workspace({
+      kind: instance ? "instance" : "image",
+      options,
+      ...(instance ? { instance, setup: (sb: Sandbox) => applyBugOnTop(sb, instance) } : {}),
+      release: () => lease.release(),
+    });
+  } catch (e) {
+    await lease.release();
+    throw e;
+  }
 }
 
 /** An instance's (or a built environment's) workspace: the layer made present, leased, mounted copy-on-write. */
-async function taskWorkspace(req: SandboxRequest): Promise<Workspace> {
+async function taskWorkspace(req: SandboxRequest & { instance?: Instance }): Promise<Workspace> {
   const home = resolveHome(req.home);
   if (req.envKey !== undefined && !isLayerKey(req.envKey)) throw new NotFoundError(`unknown environment ${req.envKey}`);
-  const instance = typeof req.instance === "string" ? await instanceById(req.instance, req.dataset) : req.instance;
+  const instance = req.instance;
   const env = instance ? (req.environment ?? envFor(instance, { specsFile: req.specsFile })) : undefined;
   const present = { home, sources: req.sources, specsFile: req.specsFile, reposDir: req.reposDir };
   await ensurePresent(env ?? { key: req.envKey! }, { ...present, build: (req.build ?? false) && env !== undefined });
@@ -312,8 +357,16 @@ function layerOptions(
 
 /** What a task needs once its sandbox is up: SWE-smith's bug patch, the testbed's only commit (`task-setup.ts`). */
 async function applyTaskSetup(sb: Sandbox, instance: Instance, spec: EnvSpec): Promise<void> {
+  return applyBugPatch(sb, instance, spec.history === "full" ? BUG_ON_TOP_SCRIPT : BUG_COMMIT_SCRIPT);
+}
+
+/** On an image, the testbed's history is the image's: the bug is committed on top of it. */
+function applyBugOnTop(sb: Sandbox, instance: Instance): Promise<void> {
+  return applyBugPatch(sb, instance, BUG_ON_TOP_SCRIPT);
+}
+
+async function applyBugPatch(sb: Sandbox, instance: Instance, script: string): Promise<void> {
   if (!instance.bug_patch) return;
-  const script = spec.history === "full" ? BUG_ON_TOP_SCRIPT : BUG_COMMIT_SCRIPT;
   const r = await sb.exec(script, { stdin: instance.bug_patch, env: SETUP_ENV, cwd: TESTBED_PATH });
   if (r.exitCode !== 0)
     throw new SandboxError(`could not apply the bug patch of ${instance.instance_id}: ${r.stderr.trim()}`);

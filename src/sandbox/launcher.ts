@@ -134,7 +134,7 @@ function launchArgv(req: LaunchRequest): string[] {
     ...(req.seccomp ? [] : ["--no-seccomp"]),
     ...(holdsRange ? ["--holds-id-range"] : []),
   );
-  a.push(...initMaskArgs(), req.label);
+  a.push(...initMaskArgs(req.plan), req.label);
   return a;
 }
 

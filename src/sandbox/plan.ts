@@ -19,7 +19,10 @@ export interface OverlayMount {
   target: string;
 }
 
-/** A directory a sandbox wrote, and the first host id of the range that owns its files (root mode). */
+/**
+ * A tree whose files belong to an id range of their own, and the first host id of that range (root mode): one a
+ * sandbox wrote (a fork's snapshot: that sandbox's range), or an image's root filesystem (the store's range).
+ */
 export interface SandboxLower {
   path: string;
   owner?: number;
@@ -41,6 +44,11 @@ export interface BindMount {
 export interface MountPlan {
   hostname: string;
   network: boolean;
+  /**
+   * Copy-on-write trees. One whose target is `/` (first, if any) is the sandbox's whole root (an image's): then no
+   * host system directory is shown, the host's /etc is not masked (it is not there), and no private home is mounted
+   * over the image's own.
+   */
   overlays: OverlayMount[];
   binds: BindMount[];
   /** Host directories bind-mounted read-only at their own path (interpreters). */
@@ -77,7 +85,14 @@ export const SANDBOX_CAPS = [
 // Paths end up inside overlay mount options and a shell script's env: refuse the characters that break them.
 const UNSAFE = /[,:\n\r\0\\]/;
 
+/** Whether the plan's first tree is the sandbox's root (an image's) rather than the host's system directories. */
+export function ownsRoot(plan: Pick<MountPlan, "overlays">): boolean {
+  return plan.overlays[0]?.target === "/";
+}
+
 export function checkPlanPaths(plan: MountPlan): void {
+  if (plan.overlays.some((o, i) => o.target === "/" && i > 0))
+    throw new InvalidInputError("only the first copy-on-write tree may be the sandbox's root");
   for (const o of plan.overlays) {
     for (const l of [...(o.sandboxLowers ?? []).map((s) => s.path), ...o.lower]) {
       if (UNSAFE.test(l) || !l.startsWith("/"))
@@ -109,7 +124,7 @@ export function planSources(plan: MountPlan, initBinary: string): PlanSource[] {
   return [
     { name: "init", path: dirname(initBinary), kind: "shared" },
     { name: "ctl", path: plan.controlDir, kind: "live" },
-    ...systemEntries().flatMap((e, i) =>
+    ...(ownsRoot(plan) ? [] : systemEntries()).flatMap((e, i) =>
       e.symlinkTo ? [] : [{ name: `s${i}`, path: e.path, kind: "system" as const }],
     ),
     ...plan.toolchains.map((path, i) => ({ name: `t${i}`, path, kind: "shared" as const })),
@@ -136,8 +151,9 @@ export function bwrapArgs(plan: MountPlan, scratch: string, initBinary: string):
     "--unshare-uts",
   ];
   if (!plan.network) a.push("--unshare-net");
-  a.push("--hostname", plan.hostname, "--bind", `${scratch}/root`, "/");
-  for (const [i, e] of systemEntries().entries()) {
+  const own = ownsRoot(plan);
+  a.push("--hostname", plan.hostname, "--bind", own ? `${scratch}/m/0` : `${scratch}/root`, "/");
+  for (const [i, e] of (own ? [] : systemEntries()).entries()) {
     if (e.symlinkTo) a.push("--symlink", e.symlinkTo, e.path);
     else a.push("--ro-bind", `${scratch}/b/s${i}`, e.path);
   }
@@ -146,12 +162,9 @@ export function bwrapArgs(plan: MountPlan, scratch: string, initBinary: string):
   // /dev is bwrap's own small tmpfs: read-only, with /dev/shm on the sized scratch instead.
   a.push("--dev", "/dev", "--bind", `${scratch}/shm`, "/dev/shm", "--remount-ro", "/dev");
   a.push("--bind", `${scratch}/tmp`, "/tmp");
-  // bwrap would create missing parents 0700, locking a non-root user out of its own home.
-  const homeParent = plan.home.slice(0, plan.home.lastIndexOf("/"));
-  if (homeParent && homeParent !== "/root") a.push("--perms", "0755", "--dir", homeParent);
-  a.push("--bind", `${scratch}/home`, plan.home);
+  if (!own) a.push(...homeArgs(plan.home, scratch));
   for (const [i, t] of plan.toolchains.entries()) a.push("--ro-bind", `${scratch}/b/t${i}`, t);
-  for (const [i, o] of plan.overlays.entries()) a.push("--bind", `${scratch}/m/${i}`, o.target);
+  for (const [i, o] of plan.overlays.entries()) if (!own || i > 0) a.push("--bind", `${scratch}/m/${i}`, o.target);
   for (const [i, b] of plan.binds.entries())
     a.push(b.readOnly ? "--ro-bind" : "--bind", `${scratch}/b/x${i}`, b.target);
   a.push(
@@ -171,18 +184,27 @@ export function bwrapArgs(plan: MountPlan, scratch: string, initBinary: string):
   return a;
 }
 
+/** The private home from the scratch (a sandbox on the host's system directories has no home of its own). */
+function homeArgs(home: string, scratch: string): string[] {
+  // bwrap would create missing parents 0700, locking a non-root user out of its own home.
+  const parent = home.slice(0, home.lastIndexOf("/"));
+  const perms = parent && parent !== "/root" ? ["--perms", "0755", "--dir", parent] : [];
+  return [...perms, "--bind", `${scratch}/home`, home];
+}
+
 /**
  * Docker's masks as arguments of pid 1 (msb-helper init), which makes them before anything else runs: /proc's knobs
  * read-only, /proc's sensitive files and /etc's secrets empty (files read as /dev/null, directories as an empty
  * read-only tmpfs).
  */
-export function initMaskArgs(): string[] {
+export function initMaskArgs(plan: Pick<MountPlan, "overlays">): string[] {
   const proc = procCover();
   const mask = (m: MaskedPath): string[] => [m.kind === "dir" ? "--mask-dir" : "--mask-file", m.path];
   return [
     ...proc.readOnly.flatMap((p) => ["--read-only", p]),
     ...proc.masked.flatMap(mask),
-    ...etcSecrets().flatMap(mask),
+    // An image's /etc is its own: its secrets are the image's, and the host's are not in the sandbox at all.
+    ...(ownsRoot(plan) ? [] : etcSecrets()).flatMap(mask),
   ];
 }
 

@@ -9,6 +9,7 @@ export {
   removeStoredImage,
   type ImageRootfs,
 } from "./stored.js";
+export { imageRuntime, type ImageRuntime } from "./runtime.js";
 export type { ImageEvent, LayerOutcome, StoreImageResult } from "./store-image.js";
 export { canonicalReference, formatReference, parseReference, type ImageRef } from "./reference.js";
 export { DEFAULT_PLATFORM, formatPlatform, parsePlatform } from "./platform.js";
