@@ -8,7 +8,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, linkSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, linkSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { importImage } from "../src/env/images/index.js";
@@ -18,6 +18,7 @@ import { NotFoundError } from "../src/errors.js";
 import { fixtureImages } from "../src/fixtures/images.js";
 import { homeLayout } from "../src/util/home.js";
 import { tempDir } from "./helpers.js";
+import { call, startServe } from "./serve-process.js";
 
 const CLI = fileURLToPath(new URL("../src/cli/index.js", import.meta.url));
 const dir = tempDir("msb-img-run-");
@@ -27,6 +28,15 @@ const instance = set.images.find((i) => i.kind === "instance")!;
 const store = openStore(homeLayout(home).store);
 const imported = await importImage(store, set.layout, { name: instance.name });
 const ref = imported.refs[0]!;
+
+/** Lease files of the home's node cache (each sandbox on an image holds one while it lives). */
+function leaseFiles(): string[] {
+  const leases = join(home, "cache", "leases");
+  if (!existsSync(leases)) return [];
+  return readdirSync(leases, { recursive: true })
+    .map(String)
+    .filter((f) => f.includes("/lease-"));
+}
 
 /** The same image with its config edited (a layout of its own whose blobs are links to the fixture's). */
 function withConfig(edit: (config: Record<string, unknown>) => void): string {
@@ -55,7 +65,7 @@ function withConfig(edit: (config: Record<string, unknown>) => void): string {
   return out;
 }
 
-test("a sandbox on an image: its root filesystem, owners, Env and WorkingDir; the host's system is not there", async () => {
+test("a sandbox on an image: its root filesystem, owners, Env and WorkingDir; none of the host's system", async () => {
   await using sb = await openSandbox({ home, image: ref });
   const r = await sb.exec(
     "pwd; id -u; echo $PATH; cat /etc/debian_version; stat -c %u:%g:%a /home/nonroot; " +
@@ -109,7 +119,7 @@ test("writes are copy-on-write: the image, the store and a neighbour on the same
   assert.equal((await again.exec(["test", "-e", "/etc/planted"])).exitCode, 1);
 });
 
-test("the config's User applies (name, home from the image's passwd), and the caller's options go over it", async () => {
+test("the config's User applies (name, home from the image's passwd); the caller's options go over it", async () => {
   const layout = withConfig((c) => {
     c.User = "nonroot";
     c.WorkingDir = "/home/nonroot";
@@ -149,4 +159,28 @@ test("an image not in the store: one line saying how to get it (API and CLI, exi
   assert.equal(ok.status, 0, ok.stderr);
   assert.match(ok.stdout, /^\/testbed\n12\./);
   assert.ok(existsSync(join(home, "cache")), "the root filesystem was materialized in the node cache");
+});
+
+test("a server's sandbox on an image (POST /sandboxes {image}): the image's root; one source at most", async () => {
+  const server = await startServe(home, ["--auth-token", "tok"]);
+  const key = "tok";
+  const made = await call(server.url, "POST", "/sandboxes", { key, body: { image: ref } });
+  assert.equal(made.status, 201, made.text);
+  assert.equal(made.json.source, "image");
+  const id = made.json.id;
+  const r = await call(server.url, "POST", `/sandboxes/${id}/exec`, {
+    key,
+    body: { command: "pwd; cat /etc/debian_version" },
+  });
+  assert.equal(r.status, 200, r.text);
+  assert.match(r.json.stdout, /^\/testbed\n12\./);
+  assert.equal(leaseFiles().length, 1, "the live sandbox holds its image's root filesystem");
+  await call(server.url, "POST", "/sandboxes", { key, body: { image: ref } }); // left for the shutdown to close
+  const two = await call(server.url, "POST", "/sandboxes", { key, body: { image: ref, env_key: "x" } });
+  assert.equal(two.status, 422);
+  assert.match(two.text, /at most one of dir, instance_id, env_key, image/);
+  const absent = await call(server.url, "POST", "/sandboxes", { key, body: { image: "absent:1" } });
+  assert.equal(absent.status, 404);
+  assert.equal(await server.stop(), 0);
+  assert.deepEqual(leaseFiles(), [], "no lease outlives the server");
 });

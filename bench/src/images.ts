@@ -6,14 +6,15 @@
  * inode once): the store (objects, image records, the flattened root filesystems' manifests) against podman's
  * graph root (overlay layers, their tar-split metadata, image records).
  */
-import { mkdirSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { fixtureImages, type FixtureImage } from "../../src/fixtures/images.js";
 import { LoopbackRegistry } from "../../src/fixtures/registry.js";
 import { findTool } from "../../src/sandbox/host.js";
 import { diskUsage } from "./du.js";
-import { CLEAN_ENV, mustRun } from "./proc.js";
+import { CLEAN_ENV, mustRun, timedRun } from "./proc.js";
 import type { ImagePull, ImagesResult, Unavailable } from "./types.js";
 
 const CLI = fileURLToPath(new URL("../../src/cli/index.js", import.meta.url));
@@ -64,24 +65,42 @@ async function push(layout: string, image: FixtureImage, host: string): Promise<
 }
 
 async function pullAll(o: ImagesOptions, images: FixtureImage[], host: string, dir: string): Promise<ImagesResult> {
-  const home = join(dir, "home");
+  // podman refuses a runroot path longer than 50 characters.
+  const runroot = mkdtempSync(join(tmpdir(), "msb-bench-podman-"));
   const graph = join(dir, "podman");
-  const podmanArgs = ["--root", join(graph, "storage"), "--runroot", join(graph, "run"), "--storage-driver", "overlay"];
+  const podman = ["--root", graph, "--runroot", runroot, "--storage-driver", "overlay"];
+  try {
+    const side = o.podman ? { args: podman, graph } : undefined;
+    const { pulls, points } = await pullEach(o, images, host, join(dir, "home"), side);
+    return { available: true, images: images.length, historyMiB: o.historyMiB, pulls, points, ...summary(pulls) };
+  } finally {
+    if (o.podman) await timedRun("podman", [...podman, "system", "reset", "--force"], { timeoutMs: 600_000 });
+    rmSync(runroot, { recursive: true, force: true });
+  }
+}
+
+/** Each image by each side in turn; after the N-th, both sides' disk use. */
+async function pullEach(
+  o: ImagesOptions,
+  images: FixtureImage[],
+  host: string,
+  home: string,
+  podman: { args: string[]; graph: string } | undefined,
+): Promise<Pick<ImagesResult, "pulls" | "points">> {
   const pulls: ImagePull[] = [];
   const points: ImagesResult["points"] = [];
   for (const [i, image] of images.entries()) {
     const ref = `${host}/${image.name}`;
     const ours = await timed(process.execPath, [CLI, "--home", home, "images", "pull", "--json", ref]);
-    const theirs = o.podman ? await timed("podman", [...podmanArgs, "pull", "-q", "--tls-verify=false", ref]) : null;
+    const theirs = podman ? await timed("podman", [...podman.args, "pull", "-q", "--tls-verify=false", ref]) : null;
     pulls.push({ image: i + 1, minisandboxMs: ours, podmanMs: theirs });
     o.log(`images: pulled ${i + 1}/${images.length} (ours ${ours} ms, podman ${theirs ?? "-"} ms)`);
     if (!o.ns.includes(i + 1)) continue;
     const store = await diskUsage([join(home, "store")]);
-    const podman = o.podman ? await diskUsage([join(graph, "storage")]) : null;
-    points.push({ n: i + 1, minisandboxStoreBytes: store.allocated, podmanBytes: podman?.allocated ?? null });
+    const graph = podman ? await diskUsage([podman.graph]) : null;
+    points.push({ n: i + 1, minisandboxStoreBytes: store.allocated, podmanBytes: graph?.allocated ?? null });
   }
-  if (o.podman) await mustRun("podman", [...podmanArgs, "system", "reset", "--force"], { timeoutMs: 600_000 });
-  return { available: true, images: images.length, historyMiB: o.historyMiB, pulls, points, ...summary(pulls) };
+  return { pulls, points };
 }
 
 async function timed(cmd: string, args: string[]): Promise<number> {
