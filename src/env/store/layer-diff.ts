@@ -10,10 +10,10 @@ import * as fsp from "node:fs/promises";
 import { join } from "node:path";
 import { DiskFullError, errCode, ImageInvalidError, StoreCorruptError, TarFormatError } from "../../errors.js";
 import { readTar, type TarHeader } from "../../util/tar.js";
-import { scratchName, syncFilesystem, writeFileAtomic } from "./fsutil.js";
+import { scratchName, syncFiles, writeFileAtomic } from "./fsutil.js";
 import { IMAGE_ID_COUNT, NOBODY_ID } from "./ids.js";
 import { digestHex, ensureImageDirs, imageDirs } from "./image-layout.js";
-import { imageObjectId, type ObjectId, type Store } from "./layout.js";
+import { imageObjectId, objectPath, type ObjectId, type Store } from "./layout.js";
 import type { Xattrs } from "./manifest.js";
 import { displayName, encodeName, type EncodedName } from "./names.js";
 import { hasObject, placeObject, putBufferSync, writeHashed } from "./objects.js";
@@ -147,13 +147,16 @@ export async function unpackLayer(
     bytes: s.bytes,
     warnings: warningsOf(s),
   };
-  await writeDiffRecord(store, record, what);
+  await writeDiffRecord(store, record, [...s.added.keys()], what);
   return { record, newObjects: s.added.size, newBytes: [...s.added.values()].reduce((a, b) => a + b, 0) };
 }
 
-async function writeDiffRecord(store: Store, record: DiffRecord, what: string): Promise<void> {
+async function writeDiffRecord(store: Store, record: DiffRecord, added: ObjectId[], what: string): Promise<void> {
   try {
-    await syncFilesystem(store.objectsDir);
+    await syncFiles(
+      added.map((id) => objectPath(store, id)),
+      store.objectsDir,
+    );
     await writeFileAtomic(diffPath(store, record.diffId), JSON.stringify(record), store.tmpDir);
   } catch (e) {
     throw unpackError(e, what);
