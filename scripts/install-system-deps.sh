@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # System packages minisandbox needs (Debian/Ubuntu). Safe to re-run.
 set -euo pipefail
-pkgs=(bubblewrap gcc libc6-dev libseccomp-dev util-linux bsdutils procps zstd tar git python3 python3-venv)
+# chromium: the tests open the dashboard and the HTML reports in a real headless browser.
+pkgs=(bubblewrap gcc libc6-dev libseccomp-dev util-linux bsdutils procps zstd tar git python3 python3-venv chromium)
 # For the image tests: a registry (htpasswd and token auth), tools that push, build and unpack images, a Debian root.
 pkgs+=(docker-registry skopeo umoci podman runc debootstrap apache2-utils openssl)
 missing=()
@@ -11,6 +12,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# The browser tests run /usr/bin/chromium (MSB_CHROMIUM names another); without one they are skipped, loudly.
+[ -x /usr/bin/chromium ] || echo "install-system-deps: no /usr/bin/chromium; browser tests need MSB_CHROMIUM" >&2
 
 # Root-mode sandboxes map root inside to a subordinate id range, never to host uid 0, and each sandbox gets a range
 # of its own (65536 ids) from a pool: reserve that pool, so that no other tool hands it out (the same default as

@@ -128,6 +128,12 @@ test("bench: a tiny run of every workload gives well-formed results and files", 
   assert.equal(r.ratios.rollout_group_vs_podman, null);
   assert.ok(r.targets.some((t) => t.name.startsWith("fork of a rollout") && typeof t.met === "boolean"));
 
+  const d = r.dashboard;
+  assert.ok(d.available, JSON.stringify(d));
+  assert.equal(d.sandboxes, 16);
+  assert.ok(d.commandUnwatched.n > 0 && d.commandWatched.n > 0 && d.eventIntervalMs.n > 0 && d.eventBytes > 0);
+  assert.ok(d.browser.available || d.browser.reason, JSON.stringify(d.browser));
+
   assert.ok(r.targets.length >= 8);
   for (const t of r.targets) assert.ok(t.met === null || typeof t.met === "boolean");
 
@@ -170,7 +176,7 @@ test("bench: the images workload pulls N images from a loopback registry and mea
   assert.match(r.ratio_reasons.images_storage_vs_podman ?? "", /podman/);
   assert.ok(!existsSync(join(work, "images")), "the registry, store and podman storage are removed after the run");
   const files = writeResults(r, { outDir: join(work, "out-images") });
-  assert.match(readFileSync(files.markdown, "utf8"), /## 9\. Environments from images/);
+  assert.match(readFileSync(files.markdown, "utf8"), /## 10\. Environments from images/);
 });
 
 test("bench: option parsing and helpers", () => {

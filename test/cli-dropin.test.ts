@@ -65,6 +65,9 @@ test("bad input: exit 2 and exactly one line on stderr, whatever the kind", asyn
     [["serve", "--python", "3.11"], /--python and --bind apply to the default sandbox: give --dir DIR too/],
     [["serve", "--dir", "/tmp", "--bind", "/no/such/dir"], /--bind: \/no\/such\/dir is not a directory/],
     [["demo", "--instances", "lots"], /--instances expects a positive integer/],
+    [["serve", "--dataset", garbage, "--warm-pool", "0"], /--warm-pool expects a positive number, got 0/],
+    [["serve", "--dataset", garbage, "--warm-pool", "-4"], /--warm-pool expects a positive number, got -4/],
+    [["serve", "--warm-pool", "8"], /--warm-pool needs --dataset/],
   ];
   for (const [args, re] of cases) {
     const r = await cli(["--home", home, ...args], { HF_HOME: tempDir() });

@@ -168,6 +168,7 @@ test("a sandbox and an evaluation on a layer fetched from a peer; the job's file
   assert.equal(ev.json.layer, "fetched");
   assert.deepEqual(Object.keys(ev.json.files).sort(), [
     "eval.sh",
+    "integrity.json",
     "patch.diff",
     "report.json",
     "run_instance.log",

@@ -1,6 +1,7 @@
 /**
- * What the npm package ships: the product (compiled src/, the native helper, the spec table, the Python package),
- * never the bench, the tests or their fixtures; and every module it ships imports only modules it ships.
+ * What the npm package ships: the product (compiled src/, the dashboard's browser modules, the native helper, the
+ * spec table, the Python package), never the bench, the tests or their fixtures; and every module it ships imports
+ * only modules it ships.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -30,6 +31,7 @@ test("the npm package ships the product and nothing of the bench or the tests", 
     "dist/src/index.js",
     "dist/src/index.d.ts",
     "dist/src/cli/index.js",
+    "dist/web/src/dashboard/app.js",
     "dist/native/msb-helper",
     "data/swebench-python-specs.json",
     "cjs/index.cjs",

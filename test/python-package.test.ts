@@ -65,6 +65,8 @@ test("the Python package's tests (pytest, a real server and sandboxes)", { timeo
       MINISANDBOX_TEST_REPOS: repos,
       MINISANDBOX_TEST_HOME: home,
       MINISANDBOX_PYTEST_REPORT: report,
+      // Where verl's and SkyRL's sources are (test_framework_sources.py; default: .mirror beside the checkout).
+      ...(process.env.MINISANDBOX_MIRRORS ? { MINISANDBOX_MIRRORS: process.env.MINISANDBOX_MIRRORS } : {}),
     },
     timeoutMs: 540_000,
   });

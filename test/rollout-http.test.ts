@@ -136,6 +136,12 @@ describe("rollouts over HTTP: the TypeScript SDK", { concurrency: 1 }, () => {
       [[inst.instance_id, 2, undefined]],
     );
     assert.deepEqual(report.pool, { size: 2, max: 2 });
+    await assert.rejects(client.prewarm([inst.instance_id], { sandboxes: 0 }), InvalidInputError);
+    const none = await call(serve.url, "POST", "/rollouts/prewarm", {
+      key: ADMIN,
+      body: { instance_ids: [inst.instance_id], sandboxes: -1 },
+    });
+    assert.deepEqual([none.status, none.json.detail.map((d: Json) => d.loc.join("."))], [422, ["body.sandboxes"]]);
     const group = await client.startGroup({ instanceId: inst.instance_id, n: 3, goldCheck: true });
     assert.deepEqual(
       group.rollouts.map((r) => r.fromPool),
@@ -429,7 +435,7 @@ describe("rollouts over HTTP: the Python package (minisandbox.rl)", { concurrenc
       ]);
     const policy = await scriptedPolicy(
       new Map([
-        [0, ["git status --short", heredoc(inst.patch!)]],
+        [0, ["git status --short", null, heredoc(inst.patch!)]], // a malformed reply in the middle
         [1, [heredoc(fx.partialFix.patch)]],
       ]),
       () => {},
@@ -445,7 +451,11 @@ describe("rollouts over HTTP: the Python package (minisandbox.rl)", { concurrenc
       JSON.stringify(ts),
     );
     assert.match(ts[0].prompt_text, /mswea_bash_command/, "mini's own swebench templates");
+    // The malformed reply stays as the assistant turn it is (mask 1), followed by mini's format error.
+    const turn = ["assistant", "user"];
+    assert.deepEqual(ts[0].roles, ["system", "user", ...turn, ...turn, ...turn, "assistant"]);
     assert.equal(ts[0].mask_ones, ts[0].assistant_chars);
-    assert.ok(ts[0].turns.length === 3 && ts[0].turns[0].exec_ms > 0);
+    assert.ok(ts[0].turns.length === 4 && ts[0].turns[0].exec_ms > 0);
+    assert.equal(ts[0].turns[1].format_error, true);
   });
 });

@@ -13,7 +13,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { envFor, nodeCacheFor } from "../src/env/environments.js";
 import { prepareInstances } from "../src/env/prepare.js";
 import { makeFixtureDataset, type FixtureDataset } from "../src/fixtures/generate.js";
-import { LimitError, NotFoundError, SandboxLostError, TaskInvalidError } from "../src/errors.js";
+import { InvalidInputError, LimitError, NotFoundError, SandboxLostError, TaskInvalidError } from "../src/errors.js";
 import { type Rollout, RolloutEngine, type RolloutOutcome } from "../src/index.js";
 import type { Instance } from "../src/tasks/types.js";
 import { processesMatching, scratchDirs, tempDir, tempHome } from "./helpers.js";
@@ -47,7 +47,10 @@ after(async () => {
 });
 
 /** What each attempt of the group does (the test plays the policy). */
-const apply = (patch: string) => (r: Rollout) => r.exec("git apply -", { stdin: patch });
+const apply = (patch: string) => async (r: Rollout) => {
+  const res = await r.exec("git apply -", { stdin: patch });
+  assert.equal(res.exitCode, 0, `rollout ${r.repetition}: git apply: ${res.stdout}${res.stderr}`);
+};
 const explain = (o: RolloutOutcome): string => JSON.stringify({ ...o, patch: o.patch.slice(0, 300) });
 
 describe("rollouts", { concurrency: 1 }, () => {
@@ -269,6 +272,17 @@ describe("rollouts", { concurrency: 1 }, () => {
       await assert.rejects(short.startGroup({ instance: "no-such-task", n: 1 }), NotFoundError);
       const bad = await short.prewarm(["no-such-task"]);
       assert.match(bad.tasks[0]!.error ?? "", /unknown task/);
+      // A pool or a prewarm that would hold nothing is refused, never a silent no-op.
+      for (const max of [0, -1, 1.5])
+        assert.throws(() => new RolloutEngine({ home, warmPool: { max } }), /warmPool\.max must be a whole number/);
+      for (const sandboxes of [0, -2, 2.5])
+        await assert.rejects(short.prewarm([inst.instance_id], { sandboxes }), /sandboxes must be a whole number/);
+      await assert.rejects(engine.prewarm([inst.instance_id], { sandboxes: 2 }), (e: Error) => {
+        assert.ok(e instanceof InvalidInputError);
+        assert.match(e.message, /no warm pool to hold them: start the server with --warm-pool N/);
+        return true;
+      });
+      assert.equal((await engine.prewarm([inst.instance_id])).tasks[0]!.warmSandboxes, 0, "layers only");
     } finally {
       await short.close();
     }

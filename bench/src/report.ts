@@ -1,8 +1,10 @@
 /** Ratios, targets, and the Markdown table and SVG chart written next to the results JSON. */
 import { formatBytes } from "../../src/util/size.js";
 import { IMAGES_RATIO_MEANINGS, imagesLines, imagesRatios, imagesTargets } from "./report-images.js";
+import type { Dist } from "../../src/util/stats.js";
 import { ROLLOUT_RATIO_MEANINGS, rolloutLines, rolloutRatios, rolloutTargets } from "./report-rollout.js";
 import { ratio } from "./stats.js";
+import type { DashboardBenchResult } from "./dashboard.js";
 import type { Leftovers, ServerLoadResult } from "./server-load.js";
 import type { BenchResults, FleetResult, ReadyVariant, ReadyVariantName, Target, Unavailable } from "./types.js";
 
@@ -218,6 +220,10 @@ export function renderMarkdown(r: BenchResults): string {
     "## 8. Many nodes (layer transfer over loopback; a 3-node Ray cluster simulated on this host)",
     "",
     ...fleetLines(r.fleet),
+    "",
+    "## 9. The dashboard with many live sandboxes (a real serve process; event streams read as a browser does)",
+    "",
+    ...dashboardLines(r.dashboard),
     ...imagesLines(r),
   ];
   if (r.notes.length) L.push("", "## Notes", "", ...r.notes.map((n) => `- ${n}`));
@@ -483,6 +489,32 @@ function serverLoadLines(s: ServerLoadResult | Unavailable | undefined): string[
       `SIGKILL with ${s.kill.liveAtKill} live sandboxes, then restart: ` +
       `${s.kill.reapedAtRestart} reaped, ${left(s.kill.leftoversAfterRestart)}. ` +
       `Clients gone mid-upload and mid-command: ${left(s.disconnects.leftovers)}.`,
+  ];
+}
+
+function dashboardLines(d: DashboardBenchResult | Unavailable | undefined): string[] {
+  if (!d) return ["Not run."];
+  if (!d.available) return [`Not available — ${d.reason}`];
+  const row = (what: string, x: Dist, cpu: number): string => `| ${what} | ${ms(x.p50Ms)} | ${ms(x.p99Ms)} | ${cpu}% |`;
+  const b = d.browser;
+  const page = b.available
+    ? `The page in headless Chromium: all ${d.sandboxes} rows shown ${ms(b.firstRenderMs)} after it was opened; ` +
+      `while it follows the updates its 50 ms timer runs late by p50 ${ms(b.timerLagMs.p50Ms)}, ` +
+      `p99 ${ms(b.timerLagMs.p99Ms)}, at most ${ms(b.timerLagMs.maxMs)}.`
+    : `The page in a browser: not measured — ${b.reason}.`;
+  return [
+    `${d.sandboxes} live sandboxes, each with a bash session (created in ${(d.createWallMs / 1000).toFixed(1)} s). ` +
+      `8 clients × ${d.commandUnwatched.n / 8} session round trips:`,
+    "",
+    "| | round trip p50 | p99 | server CPU |",
+    "|---|---|---|---|",
+    row("nobody watching", d.commandUnwatched, d.serverCpuUnwatched),
+    row("two dashboard streams open", d.commandWatched, d.serverCpuWatched),
+    "",
+    `A live sample of all ${d.sandboxes} sandboxes (memory, CPU, newest process) takes p50 ${ms(d.sampleMs.p50Ms)}, ` +
+      `p99 ${ms(d.sampleMs.p99Ms)} of the server's event loop (in slices of 50, the API's work in between); an event ` +
+      `every ${ms(d.eventIntervalMs.p50Ms)} (p50), ${(d.eventBytes / 1024).toFixed(0)} KiB each.`,
+    page,
   ];
 }
 

@@ -10,6 +10,7 @@ import { timedRun } from "./proc.js";
 import { benchReady } from "./ready.js";
 import { benchRollout } from "./rollout.js";
 import { computeRatios, computeTargets } from "./report.js";
+import { benchDashboard } from "./dashboard.js";
 import { benchServerLoad } from "./server-load.js";
 import { benchSessionHttp, benchSessionInProcess } from "./session.js";
 import { defaultWorkDir, setupEnvironment, type BenchEnvironment } from "./setup.js";
@@ -32,6 +33,7 @@ export type Workload =
   | "server"
   | "rollout"
   | "fleet"
+  | "dashboard"
   | "images";
 export const ALL_WORKLOADS: Workload[] = [
   "ready",
@@ -42,6 +44,7 @@ export const ALL_WORKLOADS: Workload[] = [
   "server",
   "rollout",
   "fleet",
+  "dashboard",
   "images",
 ];
 /** What `--dataset` runs (workloads 1, 2, 5 and 7); the others do not depend on the environment. */
@@ -293,6 +296,7 @@ async function skeleton(x: {
     session: { inProcess: notRun("session round trip"), http: notRun("HTTP round trip") },
     serverLoad: notRun("server load"),
     fleet: notRun("many nodes"),
+    dashboard: notRun("dashboard"),
     evaluation: {
       minisandbox_engine: notRun("evaluation"),
       minisandbox_steps: notRun("evaluation"),
@@ -395,6 +399,14 @@ const WORKLOADS: Record<Workload, (run: BenchRun) => Promise<void>> = {
       na(`server load failed: ${(e as Error).message.split("\n")[0]}`),
     );
   },
+  async dashboard({ o, results, work, log }) {
+    const q = o.quick ?? false;
+    const sizes = { sandboxes: q ? 16 : 500, commands: q ? 20 : 200, watchSeconds: q ? 3 : 15 };
+    log(`workload 9: the dashboard with ${sizes.sandboxes} live sandboxes`);
+    results.dashboard = await benchDashboard({ ...sizes, workDir: work }).catch((e: unknown) =>
+      na(`dashboard failed: ${(e as Error).message.split("\n")[0]}`),
+    );
+  },
   async fleet({ o, results, env, work, log }) {
     const instances = fleetInstances(o);
     log(`workload 8: many nodes (layer transfer; ${instances} instance(s) on 1 vs 3 simulated nodes)`);
@@ -433,7 +445,7 @@ const WORKLOADS: Record<Workload, (run: BenchRun) => Promise<void>> = {
     }
   },
   async images({ o, results, work, size, log }) {
-    log(`workload 9: environments from images, N = ${size.storageNs.join(", ")}`);
+    log(`workload 10: environments from images, N = ${size.storageNs.join(", ")}`);
     results.images = await benchImages({
       work,
       ns: o.dataset ? [] : size.storageNs,

@@ -57,9 +57,10 @@ interface Serve {
   stderr: () => string;
 }
 
-async function startServe(home: string, tokensFile: string, maxSandboxes: number): Promise<Serve> {
+/** `minisandbox serve` in a child process on a free port, once it listens. */
+export async function startServe(home: string, tokensFile: string, maxSandboxes: number, more: string[] = []) {
   const args = ["--home", home, "serve", "--port", "0", "--log-level", "silent", "--tokens-file", tokensFile];
-  const child = spawn(process.execPath, [CLI, ...args, "--max-sandboxes", String(maxSandboxes)], {
+  const child = spawn(process.execPath, [CLI, ...args, "--max-sandboxes", String(maxSandboxes), ...more], {
     stdio: ["ignore", "ignore", "pipe"],
   });
   const exited = new Promise((r) => child.once("exit", r));
@@ -76,10 +77,12 @@ async function startServe(home: string, tokensFile: string, maxSandboxes: number
     });
     void exited.then(() => reject(new Error(`serve exited: ${stderr}`)));
   });
-  return { url, child, exited, stderr: () => stderr };
+  const serve: Serve = { url, child, exited, stderr: () => stderr };
+  return serve;
 }
 
-async function request(url: string, key: string, method: string, body?: unknown, signal?: AbortSignal) {
+/** One JSON request with a token; anything but 2xx throws. */
+export async function request(url: string, key: string, method: string, body?: unknown, signal?: AbortSignal) {
   const res = await fetch(url, {
     method,
     headers: { "X-API-Key": key, ...(body === undefined ? {} : { "content-type": "application/json" }) },
@@ -127,7 +130,7 @@ function readdirSafe(dir: string): string[] {
   }
 }
 
-function rss(pid: number): number {
+export function rss(pid: number): number {
   try {
     const m = /^VmRSS:\s+(\d+) kB$/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
     return m ? Number(m[1]) * 1024 : 0;

@@ -1,6 +1,7 @@
 /** The results file's shape (bench/results/<date>.json, `--out DIR` -> DIR/results.json). See README.md. */
 
 import type { Dist } from "../../src/util/stats.js";
+import type { DashboardBenchResult } from "./dashboard.js";
 import type { ServerLoadResult } from "./server-load.js";
 export type { Dist, ServerLoadResult };
 
@@ -195,14 +196,14 @@ export interface RolloutResults {
   fork: Record<"minisandbox" | "podman_commit", ForkLatency | Unavailable>;
 }
 
-/** Workload 9: one image's pull by each side (the image's position in the sequence, 1 = the first). */
+/** Workload 10: one image's pull by each side (the image's position in the sequence, 1 = the first). */
 export interface ImagePull {
   image: number;
   minisandboxMs: number;
   podmanMs: number | null;
 }
 
-/** Workload 9: N instance images of one repository pulled from a loopback registry, side by side with podman. */
+/** Workload 10: N instance images of one repository pulled from a loopback registry, side by side with podman. */
 export interface ImagesResult {
   available: true;
   images: number;
@@ -281,6 +282,8 @@ export interface BenchResults {
   serverLoad: ServerLoadResult | Unavailable;
   /** Workload 8: many nodes (layer transfer; the fleet on a simulated Ray cluster). */
   fleet: FleetResult | Unavailable;
+  /** Workload 9: the dashboard with hundreds of live sandboxes, and what watching costs the API. */
+  dashboard: DashboardBenchResult | Unavailable;
   evaluation: {
     minisandbox_engine: EvalMeasurement | Unavailable;
     /** The same with one worker (overhead is judged at 1 and 2), when the main run uses more. */

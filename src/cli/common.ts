@@ -2,6 +2,7 @@ import type { Command } from "commander";
 import { parseSize } from "../util/size.js";
 import type { Limits } from "../sandbox/limits.js";
 import { BuildError, errCode, errorCode, InvalidInputError } from "../errors.js";
+import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { explainBuildFailure, renderBuildFailure } from "../env/build-diagnosis.js";
 import { statSync } from "node:fs";
@@ -143,4 +144,18 @@ export function fail(e: unknown): never {
   process.stderr.write(`minisandbox: ${msg}\n`);
   if (process.env.MINISANDBOX_DEBUG && e instanceof Error) process.stderr.write(`${e.stack}\n`);
   process.exit(exitCodeFor(e));
+}
+
+/** Hand a file or URL to the desktop's browser (`xdg-open`, macOS `open`); without one, say what to open. */
+export function openInBrowser(target: string): void {
+  const opener = process.platform === "darwin" ? "open" : "xdg-open";
+  const say = (): void =>
+    void process.stderr.write(`minisandbox: no browser to open here (${opener}); open ${target}\n`);
+  try {
+    const child = spawn(opener, [target], { detached: true, stdio: "ignore" });
+    child.once("error", say);
+    child.unref();
+  } catch {
+    say();
+  }
 }

@@ -6,7 +6,7 @@ import { InvalidInputError } from "../errors.js";
 import { loadPredictions, unknownPredictionIds } from "../eval/predictions.js";
 import { loadDataset } from "../tasks/index.js";
 import { plan } from "../wire/index.js";
-import { fail, parsePositive } from "./common.js";
+import { fail, openInBrowser, parsePositive } from "./common.js";
 import { addHarnessFlags, applyHarnessFlags, resolveDatasetArg } from "./harness-flags.js";
 import { addDatasetOptions } from "./prepare.js";
 
@@ -26,6 +26,8 @@ interface EvaluateCliOptions {
   json?: boolean;
   plan?: boolean;
   summaryOnly?: boolean;
+  html?: boolean;
+  open?: boolean;
 }
 
 export function registerEvaluateCommand(program: Command, getHome: () => string): void {
@@ -45,6 +47,8 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
     .option("--json", "machine-readable output")
     .option("--plan", "evaluate nothing: print the run's jobs as JSON (for running them elsewhere, e.g. a fleet)")
     .option("--summary-only", "evaluate nothing: write the run summary from the report.json files on disk")
+    .option("--html", "also write <model>.<run_id>.html beside the summary: a self-contained report for a browser")
+    .option("--open", "open the HTML report in a browser (implies --html)")
     .action(async (opts: EvaluateCliOptions) => {
       try {
         const o = applyHarnessFlags(opts);
@@ -69,9 +73,11 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
           reportDir: o.reportDir,
           build: o.build,
           rerun: o.rerun ?? false,
+          html: o.html || o.open,
         });
         if (o.json) process.stdout.write(`${JSON.stringify(runResultJson(r), null, 2)}\n`);
         else process.stdout.write(renderRun(r));
+        if (o.open && r.htmlPath) openInBrowser(r.htmlPath);
         process.exitCode = 0;
       } catch (e) {
         fail(e);
@@ -107,6 +113,7 @@ function runOptions(o: EvaluateCliOptions, home: string): RunEvaluationOptions {
     reportDir: o.reportDir,
     rerun: o.rerun ?? false,
     progress: false,
+    html: o.html || o.open,
   };
 }
 
@@ -120,6 +127,8 @@ async function planOrSummary(o: EvaluateCliOptions, home: string): Promise<void>
     const r = await summarizeEvaluation(opts);
     if (o.json) process.stdout.write(`${JSON.stringify(plan.EvaluationSummary.fromCamel(r), null, 2)}\n`);
     else process.stdout.write(`${renderSummary(r.summary)}\nReport written to ${r.summaryPath}\n`);
+    if (r.htmlPath && !o.json) process.stdout.write(`HTML report written to ${r.htmlPath}\n`);
+    if (o.open && r.htmlPath) openInBrowser(r.htmlPath);
     return;
   }
   process.stdout.write(`${JSON.stringify(plan.EvaluationPlan.fromCamel(await planEvaluation(opts)))}\n`);

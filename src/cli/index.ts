@@ -11,6 +11,8 @@ import { registerDemoCommand } from "./demo.js";
 import { registerEvaluateCommand } from "./evaluate.js";
 import { registerServeCommand } from "./serve.js";
 import { envProviderFactory } from "../server/env-provider.js";
+import { registerDashboardCommand } from "./dashboard.js";
+import { registerViewCommand } from "./view.js";
 import { fail, packageVersion, usageError } from "./common.js";
 
 const program = new Command();
@@ -35,6 +37,8 @@ registerStoreCommand(program, getHome);
 registerImagesCommand(program, getHome);
 registerDemoCommand(program, getHome);
 registerServeCommand(program, getHome, envProviderFactory);
+registerDashboardCommand(program, getHome);
+registerViewCommand(program);
 
 try {
   await program.parseAsync(process.argv);

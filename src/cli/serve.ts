@@ -36,7 +36,7 @@ interface ServeOptions extends NodeServeOptions {
   maxUpload: string;
   publicUrl?: string;
   logLevel: string;
-  warmPool: string;
+  warmPool?: string;
   maxRollouts?: string;
   rewardMode: string;
 }
@@ -98,7 +98,7 @@ export function registerServeCommand(program: Command, getHome: () => string, pr
     .option("--max-read <SIZE>", "largest file read_file returns", "64M")
     .option("--file-timeout <SECONDS>", "deadline of one file read or write in a sandbox", "60")
     .option("--public-url <URL>", "base URL put in runtime_url (default: the Host the client used)")
-    .option("--warm-pool <N>", "rollouts (with --dataset): sandboxes prewarm may hold ready", "0")
+    .option("--warm-pool <N>", "rollouts (with --dataset): sandboxes prewarm may hold ready (default: no pool)")
     .option("--max-rollouts <N>", "rollouts (with --dataset): live rollouts at most (default: --max-sandboxes)")
     .option("--reward-mode <MODE>", "rollouts (with --dataset): where rewards are graded, fresh or in_place", "fresh")
     .option("--log-level <LEVEL>", "fatal, error, warn, info, debug, trace or silent", "info")
@@ -119,6 +119,7 @@ export function registerServeCommand(program: Command, getHome: () => string, pr
 
 async function serverOptions(o: ServeOptions, home: string, providerFactory?: ProviderFactory) {
   const authToken = o.authToken ?? (process.env.MINISANDBOX_AUTH_TOKEN || undefined);
+  const rollouts = o.dataset ? rolloutOptions(o, o.dataset) : noRollouts(o); // its flags checked before any work
   let provider: WorkspaceProvider | undefined;
   if (o.specs && !o.dataset)
     throw new InvalidInputError("--specs applies to the instances of --dataset: give --dataset FILE too");
@@ -164,8 +165,15 @@ async function serverOptions(o: ServeOptions, home: string, providerFactory?: Pr
     publicUrl: o.publicUrl,
     peerAllow: o.peerAllow,
     logger: o.logLevel === "silent" ? false : { level: o.logLevel },
-    rollouts: o.dataset ? rolloutOptions(o, o.dataset) : undefined,
+    rollouts,
   };
+}
+
+/** Without --dataset there is no rollout API: a warm pool asked for would hold nothing, so it is refused. */
+function noRollouts(o: ServeOptions): undefined {
+  if (o.warmPool !== undefined)
+    throw new InvalidInputError("--warm-pool needs --dataset (the rollout API whose groups take from the pool)");
+  return undefined;
 }
 
 function rolloutOptions(o: ServeOptions, dataset: string): ServerOptions["rollouts"] {
@@ -178,7 +186,7 @@ function rolloutOptions(o: ServeOptions, dataset: string): ServerOptions["rollou
     ...(o.specs ? { specsFile: o.specs } : {}),
     build: true,
     rewardMode: mode,
-    warmPool: { max: integer(o.warmPool, "--warm-pool", true) ?? 0 },
+    ...(o.warmPool === undefined ? {} : { warmPool: { max: integer(o.warmPool, "--warm-pool")! } }),
     ...(max !== undefined ? { maxRollouts: max } : {}),
   };
 }

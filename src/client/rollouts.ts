@@ -70,7 +70,7 @@ export class RolloutClient {
 
   /** Get the next batch ready: layers materialized and held, up to `sandboxes` per task in the warm pool. */
   async prewarm(instanceIds: string[], o: { sandboxes?: number } = {}): Promise<PrewarmReport> {
-    const body = { instance_ids: instanceIds, sandboxes: o.sandboxes ?? 0 };
+    const body = { instance_ids: instanceIds, ...(o.sandboxes === undefined ? {} : { sandboxes: o.sandboxes }) };
     const r = await this.api.call("POST", "/rollouts/prewarm", wire.PrewarmReport, body, { what: "prewarm" });
     return wire.PrewarmReport.toCamel(r);
   }

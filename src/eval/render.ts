@@ -19,6 +19,7 @@ const PHASE_LABELS: Record<(typeof PHASES)[number], string> = {
 export function renderRun(r: RunEvaluationResult): string {
   const out: string[] = [renderSummary(r.summary), ...renderErrors(r), ...renderTimings(r)];
   out.push(`Report written to ${r.summaryPath}`, `Timings written to ${r.timingsPath}`);
+  if (r.htmlPath) out.push(`HTML report written to ${r.htmlPath}`);
   return `${out.join("\n")}\n`;
 }
 
@@ -58,6 +59,7 @@ export function runResultJson(r: RunEvaluationResult): Record<string, unknown> {
     model: r.model,
     summaryPath: r.summaryPath,
     timingsPath: r.timingsPath,
+    ...(r.htmlPath ? { htmlPath: r.htmlPath } : {}),
     summary: r.summary,
     instances: r.instances,
     unknownPredictionIds: r.unknownPredictionIds,

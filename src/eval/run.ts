@@ -29,6 +29,7 @@ import {
 import type { Prediction } from "./types.js";
 import { DEFAULT_TIMEOUT_SECONDS, type EvalErrorKind, type EvalFailure, type EvalSettings } from "./runner/instance.js";
 import { runEvalJob, writeErrorLog } from "./job.js";
+import { writeHtmlReport } from "./html-report.js";
 import { roundTimings, timingStats, type PhaseTimings } from "./runner/timings.js";
 import { evalPipSettings } from "./runner/sandbox.js";
 
@@ -52,6 +53,8 @@ export interface RunEvaluationOptions extends EvalSettings {
   build?: boolean;
   /** Re-run instances that already have a report.json in this run (default false: skipped, as the harness). */
   rerun?: boolean;
+  /** Also write `<model>.<run_id>.html` beside the summary (a self-contained report; the harness's files unchanged). */
+  html?: boolean;
   /** Progress bars on stderr (default true). */
   progress?: boolean;
   /** Default: one line on stderr. */
@@ -99,6 +102,8 @@ export interface RunEvaluationResult {
   summary: RunSummary;
   summaryPath: string;
   timingsPath: string;
+  /** With `html`. */
+  htmlPath?: string;
   timings: RunTimings;
   /** One record per dataset instance (after the instance-id filter), then one per unknown prediction id. */
   instances: InstanceRunRecord[];
@@ -132,12 +137,14 @@ export async function runEvaluation(opts: RunEvaluationOptions): Promise<RunEval
   const timingsPath = join(reportDir, timingsFileName(model, runId));
   await mkdir(reportDir, { recursive: true });
   await writeFile(timingsPath, `${JSON.stringify(timings, null, 2)}\n`);
+  const htmlPath = opts.html ? await htmlReport(run, summary, timings) : undefined;
   return {
     runId,
     model,
     summary,
     summaryPath,
     timingsPath,
+    ...(htmlPath ? { htmlPath } : {}),
     timings,
     instances: [...order, ...unknown].map((id) => run.records.get(id)!).filter(Boolean),
     unknownPredictionIds: unknown,
@@ -192,7 +199,21 @@ export async function summarizeEvaluation(
   const datasetIds = run.instances.map((i) => i.instance_id);
   const summary = await makeRunSummaryFromDisk({ baseDir: reportDir, runId, datasetIds, predictions: run.byId });
   const summaryPath = await writeRunSummary(reportDir, summary, model, runId);
-  return { runId, model, summary, summaryPath };
+  const htmlPath = opts.html ? await htmlReport(run, summary) : undefined;
+  return { runId, model, summary, summaryPath, ...(htmlPath ? { htmlPath } : {}) };
+}
+
+function htmlReport(run: Run, summary: RunSummary, timings?: RunTimings): Promise<string> {
+  return writeHtmlReport({
+    reportDir: run.reportDir,
+    runId: run.runId,
+    model: run.model,
+    summary,
+    instances: run.instances,
+    predictions: run.byId,
+    dataset: run.datasetName,
+    ...(timings ? { timings } : {}),
+  });
 }
 
 /** One evaluation run: its settings, its inputs, and the records so far. */

@@ -44,7 +44,7 @@ export class RolloutEngine {
       throw new InvalidInputError(`rewardMode must be one of ${REWARD_MODES.join(", ")}`, { field: "rewardMode" });
     this.opts = opts;
     this.home = resolveHome(opts.home);
-    this.pool = new WarmPool(opts.warmPool?.max ?? 0, opts.warmPool?.ttlMs ?? 15 * 60_000);
+    this.pool = new WarmPool(warmPoolMax(opts.warmPool), opts.warmPool?.ttlMs ?? 15 * 60_000);
     this.gold = new GoldChecks(this.home, (instance) =>
       evaluate({ instance, patch: instance.patch ?? "" }, { ...this.evaluateOptions(), reward: "binary" }),
     );
@@ -185,6 +185,7 @@ export class RolloutEngine {
       evaluateOptions: this.evaluateOptions(),
       rewardMode: this.opts.rewardMode ?? "fresh",
       ttlMs,
+      ...(this.opts.onOutcome ? { onOutcome: this.opts.onOutcome } : {}),
       onRolloutStart: (r) => this.byId.set(r.id, r),
       onRolloutEnd: (r) => {
         this.unreserve(1, owner);
@@ -286,9 +287,7 @@ export class RolloutEngine {
   ): Promise<PrewarmReport> {
     this.open();
     const t0 = performance.now();
-    const perTask = opts.sandboxes ?? 0;
-    if (!Number.isInteger(perTask) || perTask < 0 || perTask > MAX_GROUP_SIZE)
-      throw new InvalidInputError(`sandboxes must be an integer from 0 to ${MAX_GROUP_SIZE}`, { field: "sandboxes" });
+    const perTask = this.sandboxesPerTask(opts.sandboxes);
     const owner = opts.owner ?? ANONYMOUS_OWNER;
     const held = new Map<string, () => void>();
     const report = await pool(tasks, 4, (ref) => this.prewarmTask(ref, perTask, held, owner));
@@ -301,6 +300,24 @@ export class RolloutEngine {
       pool: { size: this.pool.size, max: this.pool.max },
       durationMs: round(performance.now() - t0),
     };
+  }
+
+  /** Pool sandboxes per task a prewarm asks for: none when absent; fewer than 1, or no pool to hold them: refused. */
+  private sandboxesPerTask(sandboxes: number | undefined): number {
+    if (sandboxes === undefined) return 0;
+    if (!Number.isInteger(sandboxes) || sandboxes < 1 || sandboxes > MAX_GROUP_SIZE)
+      throw new InvalidInputError(
+        `sandboxes must be a whole number from 1 to ${MAX_GROUP_SIZE}, got ${sandboxes}; ` +
+          "leave it out to prewarm layers only",
+        { field: "sandboxes" },
+      );
+    if (this.pool.max === 0)
+      throw new InvalidInputError(
+        `prewarm asked for ${sandboxes} sandboxes per task, but there is no warm pool to hold them: start the server ` +
+          "with --warm-pool N (RolloutEngine: warmPool: { max: N }), or leave sandboxes out to prewarm layers only",
+        { field: "sandboxes" },
+      );
+    return sandboxes;
   }
 
   private async prewarmTask(
@@ -361,6 +378,17 @@ export class RolloutEngine {
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }
+}
+
+/** The pool's size: absent is no pool; a pool of 0 or fewer sandboxes would hold nothing and is refused. */
+function warmPoolMax(o: RolloutEngineOptions["warmPool"]): number {
+  if (o === undefined) return 0;
+  if (!Number.isInteger(o.max) || o.max < 1)
+    throw new InvalidInputError(
+      `warmPool.max must be a whole number of sandboxes, at least 1, got ${o.max}; leave warmPool out for no pool`,
+      { field: "warmPool.max" },
+    );
+  return o.max;
 }
 
 const ANONYMOUS_OWNER: RolloutOwner = { name: "" };

@@ -34,6 +34,8 @@ export interface RolloutContext {
   fork: (parent: Rollout, k: number) => Promise<Rollout[]>;
   /** Called once when the rollout is over (closed, lost or failed). */
   onEnd: (rollout: Rollout) => void;
+  /** Told of each outcome as it is decided. */
+  onOutcome?: (outcome: RolloutOutcome) => void;
 }
 
 export interface RolloutStart {
@@ -201,6 +203,11 @@ export class Rollout {
 
   private remember(o: RolloutOutcome): RolloutOutcome {
     this.lastOutcome = o;
+    try {
+      this.ctx.onOutcome?.(o);
+    } catch {
+      // a listener's failure changes no reward
+    }
     return o;
   }
 

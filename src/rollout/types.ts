@@ -36,8 +36,8 @@ export interface RewardOptions {
 }
 
 export interface WarmPoolOptions {
-  /** Sandboxes held ready at most, over all tasks (default 0: no pool). */
-  max?: number;
+  /** Sandboxes held ready at most, over all tasks: at least 1 (no `warmPool`: no pool). */
+  max: number;
   /** A pool sandbox not taken within this time is closed (default 15 min). */
   ttlMs?: number;
 }
@@ -72,6 +72,8 @@ export interface RolloutEngineOptions {
   warmPool?: WarmPoolOptions;
   /** Live rollouts at most (default 256); more is a LimitError. */
   maxRollouts?: number;
+  /** Told of every outcome as it is decided (e.g. a server's dashboard counts them); it cannot change one. */
+  onOutcome?: (outcome: RolloutOutcome) => void;
 }
 
 /**

@@ -1,14 +1,20 @@
 import { readFileSync, readdirSync } from "node:fs";
 
-/** Fields of /proc/<pid>/stat after the command name (field 3, the state, first); undefined once it exited. */
-function statFields(pid: number | string): string[] | undefined {
+/** A process's command name and the fields of /proc/<pid>/stat after it (field 3, the state, first), in one read. */
+export function processStat(pid: number | string): { comm: string; fields: string[] } | undefined {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
     // The command name may contain spaces and parentheses: fields start after the last ')'.
-    return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    const end = stat.lastIndexOf(")");
+    return { comm: stat.slice(stat.indexOf("(") + 1, end), fields: stat.slice(end + 2).split(" ") };
   } catch {
     return undefined;
   }
+}
+
+/** Fields of /proc/<pid>/stat after the command name; undefined once it exited. */
+function statFields(pid: number | string): string[] | undefined {
+  return processStat(pid)?.fields;
 }
 
 /** Start time of a process (clock ticks since boot), used to tell a live process from a reused pid. */

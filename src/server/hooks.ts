@@ -6,12 +6,14 @@ import { createHash } from "node:crypto";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import "./fastify-types.js";
 import type { Authenticator } from "./auth.js";
+import { isDashboardAsset } from "./dashboard-assets.js";
 import type { ServerMetrics } from "./metrics.js";
 import type { RateLimiter } from "./rate-limit.js";
 import type { ReplayStore } from "./replay.js";
 
-/** Paths answered without a token (a liveness probe that says nothing about sandboxes). */
+/** Paths answered without a token: a liveness probe that says nothing about sandboxes, the dashboard's files. */
 const OPEN_PATHS = new Set(["/healthz"]);
+const isOpen = (path: string): boolean => OPEN_PATHS.has(path) || isDashboardAsset(path);
 
 export interface HookDeps {
   auth: Authenticator;
@@ -22,7 +24,7 @@ export interface HookDeps {
 
 export function registerHooks(app: FastifyInstance, deps: HookDeps): void {
   app.addHook("onRequest", async (req, reply) => {
-    if (OPEN_PATHS.has(req.url.split("?")[0]!)) return;
+    if (isOpen(req.url.split("?")[0]!)) return;
     const who = deps.auth.identify(req.headers["x-api-key"]);
     if (!who.ok) return reply.code(who.status).send({ detail: who.detail });
     req.principal = who.principal;

@@ -29,6 +29,13 @@ class Counter {
   }
 }
 
+export interface HistogramTotals {
+  buckets: readonly number[];
+  counts: number[];
+  sum: number;
+  count: number;
+}
+
 class Histogram {
   private readonly series = new Map<string, { counts: number[]; sum: number; count: number }>();
   constructor(
@@ -46,6 +53,16 @@ class Histogram {
     for (let i = 0; i < this.buckets.length; i++) if (value <= this.buckets[i]!) s.counts[i]!++;
     s.sum += value;
     s.count++;
+  }
+  /** Every series added up: observations at or under each bucket (as rendered), their sum and count. */
+  merged(): HistogramTotals {
+    const t: HistogramTotals = { buckets: this.buckets, counts: this.buckets.map(() => 0), sum: 0, count: 0 };
+    for (const s of this.series.values()) {
+      for (let i = 0; i < s.counts.length; i++) t.counts[i]! += s.counts[i]!;
+      t.sum += s.sum;
+      t.count += s.count;
+    }
+    return t;
   }
   render(): string {
     const lines = [`# HELP ${this.name} ${this.help}`, `# TYPE ${this.name} histogram`];

@@ -15,7 +15,12 @@ import { principalOf, type RouteContext } from "./route-context.js";
 
 const config = LIFECYCLE;
 
-export function registerRolloutRoutes(app: FastifyInstance, ctx: RouteContext, engine: RolloutEngine | undefined) {
+/** Registers the routes; returns who may see which group (the dashboard shows each principal its own). */
+export function registerRolloutRoutes(
+  app: FastifyInstance,
+  ctx: RouteContext,
+  engine: RolloutEngine | undefined,
+): RolloutAccess {
   const access = new RolloutAccess(engine);
   app.post("/rollouts/groups", { config }, async (req, reply) => {
     const r = wire.CreateGroupRequest.parse(req.body);
@@ -50,6 +55,7 @@ export function registerRolloutRoutes(app: FastifyInstance, ctx: RouteContext, e
     return wire.GoldVerdict.fromCamel(v);
   });
   registerRolloutWork(app, ctx, access);
+  return access;
 }
 
 /** A principal as the engine's owner: its token's cap covers its plain sandboxes and its rollouts together. */
@@ -115,7 +121,7 @@ function registerRolloutWork(app: FastifyInstance, ctx: RouteContext, access: Ro
 }
 
 /** The engine, and which principal may see which group. */
-class RolloutAccess {
+export class RolloutAccess {
   private readonly owners = new WeakMap<RolloutGroup, string>();
   constructor(private readonly rollouts: RolloutEngine | undefined) {}
 
@@ -127,6 +133,11 @@ class RolloutAccess {
 
   own(g: RolloutGroup, who: Principal): void {
     this.owners.set(g, who.name);
+  }
+
+  /** The principal that started a group. */
+  ownerOf(g: RolloutGroup): string | undefined {
+    return this.owners.get(g);
   }
 
   private sees(g: RolloutGroup, who: Principal): boolean {

@@ -37,8 +37,10 @@ import { SandboxRegistry } from "./registry.js";
 import { ReplayStore } from "./replay.js";
 import { principalOf, type RouteContext } from "./route-context.js";
 import { registerRuntimeRoutes } from "./runtime-routes.js";
-import { RolloutEngine } from "../rollout/index.js";
+import { RolloutEngine, type RolloutOutcome } from "../rollout/index.js";
 import { registerRolloutRoutes } from "./rollout-routes.js";
+import { Dashboard } from "./dashboard.js";
+import { registerDashboardRoutes } from "./dashboard-routes.js";
 import { UploadScratch } from "./scratch.js";
 
 export { isLoopback, type ServerOptions } from "./options.js";
@@ -120,6 +122,15 @@ function registerManyNodeRoutes(app: FastifyInstance, ctx: RouteContext): void {
   registerJobRoutes(app, ctx);
 }
 
+/** The rollout API over an engine on the server's home (with `rollouts`); the dashboard counts its outcomes. */
+function registerRollouts(app: FastifyInstance, ctx: RouteContext, o: ServerOptions, dashboard: Dashboard) {
+  const engine = rolloutEngine(o, ctx.home, (outcome) => dashboard.outcome(outcome));
+  if (engine) ctx.registry.countAlso({ of: (name) => engine.sandboxesOf(name), total: () => engine.sandboxesOf(null) });
+  const access = registerRolloutRoutes(app, ctx, engine);
+  if (engine) dashboard.attachRollouts({ engine, access, poolMax: o.rollouts?.warmPool?.max ?? 0 });
+  return engine;
+}
+
 /** Layer leases of a server that was killed: their holder is gone. */
 async function pruneStaleLeases(home: string): Promise<void> {
   await nodeCacheFor(home)
@@ -148,10 +159,9 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
   registerTaskRoutes(app, ctx);
   registerSdkRoutes(app, ctx);
   registerManyNodeRoutes(app, ctx);
-  const rollouts = rolloutEngine(opts, home);
-  if (rollouts)
-    ctx.registry.countAlso({ of: (name) => rollouts.sandboxesOf(name), total: () => rollouts.sandboxesOf(null) });
-  registerRolloutRoutes(app, ctx, rollouts);
+  const dashboard = new Dashboard(ctx);
+  const rollouts = registerRollouts(app, ctx, opts, dashboard);
+  registerDashboardRoutes(app, dashboard);
   registerRuntimeRoutes(
     app,
     "/sandboxes/:id",
@@ -160,6 +170,7 @@ export async function startServer(opts: ServerOptions = {}): Promise<RunningServ
   );
   await registerKeyedRuntimes(app, ctx);
   const close = once(async () => {
+    dashboard.close();
     await rollouts?.close();
     await ctx.registry.closeAll();
     await ctx.registry.provider?.settle?.();
@@ -209,10 +220,14 @@ async function serveDefault(app: FastifyInstance, ctx: RouteContext, o: ServerOp
 }
 
 /** The rollout engine (with `rollouts`): its sandboxes under the same maxima as the registry's. */
-function rolloutEngine(o: ServerOptions, home: string): RolloutEngine | undefined {
+function rolloutEngine(
+  o: ServerOptions,
+  home: string,
+  onOutcome: (outcome: RolloutOutcome) => void,
+): RolloutEngine | undefined {
   if (!o.rollouts) return undefined;
   const { maxRollouts, maxima } = admission(o);
-  return new RolloutEngine({ limits: maxima, ...o.rollouts, maxRollouts, home });
+  return new RolloutEngine({ limits: maxima, ...o.rollouts, maxRollouts, home, onOutcome });
 }
 
 function overcommitWarnings(o: ServerOptions): string[] {

@@ -123,7 +123,11 @@ export const RunSummary = row("RunSummary", {
 });
 
 /** `evaluate --summary-only --json` (its one camelCase key kept as it has always been printed). */
-export const EvaluationSummary = model("EvaluationSummary", { summaryPath: t.str(), summary: RunSummary });
+export const EvaluationSummary = model("EvaluationSummary", {
+  summaryPath: t.str(),
+  htmlPath: t.str().optional(),
+  summary: RunSummary,
+});
 
 export type TaskInstance = OutOf<typeof TaskInstance>;
 export type EvaluationPlan = OutOf<typeof EvaluationPlan>;

@@ -168,7 +168,7 @@ export const WriteFileRequest = model(
 
 export const PrewarmRequest = model(
   "PrewarmRequest",
-  { instance_ids: t.list(t.str()), sandboxes: t.int().gt(-1).le(MAX_GROUP).default(0) },
+  { instance_ids: t.list(t.str()), sandboxes: t.int().gt(0).le(MAX_GROUP).optional() },
   { extra: "forbid", objectError: "dict" },
 );
 

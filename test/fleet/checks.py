@@ -19,7 +19,7 @@ cfg = json.loads(Path(sys.argv[1]).read_text())
 
 import ray  # noqa: E402
 from minisandbox import Client  # noqa: E402
-from minisandbox.fleet import Fleet, FleetConfig, evaluate, prepare, rollout_groups  # noqa: E402
+from minisandbox.fleet import Fleet, FleetConfig, evaluate, prepare, rollout_groups, status_html  # noqa: E402
 from minisandbox.fleet.testing import LocalCluster  # noqa: E402
 
 
@@ -177,6 +177,7 @@ gold = evaluate(
     run_id="fleet-gold",
     report_dir=cfg["out_dir"],
     progress=False,
+    html=True,
     on_event=lambda kind, **f: kind == "placed" and placed.update([f["node"]]),
 )
 check(
@@ -188,6 +189,19 @@ check(
     resolved=gold["summary"]["resolved_instances"],
 )
 check("three_nodes_same_instance_reports", same_reports(gold, "ref-gold") == [], differ=same_reports(gold, "ref-gold"))
+html_page = read(gold["html_path"]) if gold["html_path"] else ""
+status_page = read(status_html(fleet, os.path.join(cfg["out_dir"], "fleet.html")))
+check(
+    "status_page_shows_where_each_environment_is_warm",
+    all(n["node"] in status_page and all(k[:16] in status_page for k in n["layer_keys"]) for n in fleet.status()),
+    nodes=[n["node"] for n in fleet.status()],
+)
+check(
+    "html_report_beside_the_summary",
+    gold["html_path"] == gold["summary_path"][: -len(".json")] + ".html"
+    and html_page.count('class="pill k-resolved"') == gold["summary"]["resolved_instances"],
+    html=gold["html_path"],
+)
 check("work_spread_over_all_nodes", len(placed) == 3 and gold["stats"]["placed_warm"] > 0, placed=dict(placed))
 f = fetches(fleet)
 check(

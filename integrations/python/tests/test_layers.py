@@ -25,7 +25,7 @@ LAYERS: list[set[str]] = [
 #: Parts that must import only the standard library (and each other): what `pip install` without extras gives.
 STDLIB_ONLY = {"_generated", "errors", "token", "mini_output", "client", "minisweagent", "sweagent", "configs", "rl"}
 #: Imported only inside try/except ImportError (optional frameworks) or by the extras.
-OPTIONAL = {"minisweagent", "yaml", "skyrl_train", "verl", "pyarrow"}
+OPTIONAL = {"minisweagent", "yaml", "skyrl", "skyrl_train", "verl", "pyarrow"}
 
 
 def part_of(module: str) -> str:

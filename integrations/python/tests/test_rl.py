@@ -5,10 +5,8 @@ loop and mini-swe-agent's own agent are tested by test/rollout-http.test.ts."""
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +26,10 @@ from minisandbox.rl import (
     tokenize_trajectory,
 )
 from minisandbox.rl.client import Group
-from minisandbox.rl.skyrl import MinisandboxGenerator, _instance_id
+from minisandbox.rl.skyrl import MinisandboxGenerator, TrajectoryID, task_of
 
 from .conftest import Server
+from .loopback import JSONServer
 
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
@@ -176,37 +175,34 @@ def test_format_errors_step_limits_long_outputs_and_timeouts(group: Group) -> No
     assert res.turns[1]["returncode"] == -1
 
 
+def test_the_wall_time_limit_bounds_the_run_and_its_commands(group: Group) -> None:
+    env = RolloutEnvironment(group.rollouts[2])
+    res = MinimalAgent(ScriptedPolicy(["sleep 30", "ls"]), env, AgentConfig(wall_time_limit=2, command_timeout=60)).run(
+        "x"
+    )
+    assert res.exit_status == "TimeExceeded"
+    assert len(res.turns) == 1, "no turn starts after the wall time"
+    assert res.turns[0]["returncode"] == -1, "the command had what was left of the wall time, not its own 60 s"
+    assert "<returncode>-1</returncode>" in res.messages[3]["content"]
+
+
 def test_the_runner_refuses_an_unknown_agent(server: Server) -> None:
     with pytest.raises(ValueError, match="'minimal' or 'mini-swe-agent'"):
         TrajectoryRunner(RolloutClient(server.url, server.token), OpenAIPolicy("http://127.0.0.1:9/v1"), agent="x")
 
 
-class Endpoint:
+class Endpoint(JSONServer):
     """An OpenAI-compatible chat endpoint on loopback that answers with its queue of (status, body)."""
 
     def __init__(self) -> None:
         self.answers: list[tuple[int, Any]] = []
         self.requests: list[tuple[dict[str, str], dict[str, Any]]] = []
-        outer = self
+        super().__init__(self._answer)
+        self.url = f"{self.url}/v1"
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                outer.requests.append(({k.lower(): v for k, v in self.headers.items()}, body))
-                status, answer = outer.answers.pop(0)
-                data = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+    def _answer(self, path: str, headers: dict[str, str], body: Any) -> tuple[int, Any]:
+        self.requests.append((headers, body))
+        return self.answers.pop(0)
 
 
 def chat(content: Any, finish: str = "stop") -> dict[str, Any]:
@@ -217,8 +213,7 @@ def chat(content: Any, finish: str = "stop") -> dict[str, Any]:
 def endpoint() -> Iterator[Endpoint]:
     e = Endpoint()
     yield e
-    e.httpd.shutdown()
-    e.httpd.server_close()
+    e.close()
 
 
 def test_the_policy_sends_the_chat_and_retries_server_errors(endpoint: Endpoint) -> None:
@@ -259,7 +254,7 @@ def test_skyrl_masks_infrastructure_failures_alone_or_with_their_group() -> None
     assert masked["stop_reasons"] == ["Submitted", "Submitted", "infra_failure"]
     assert [sum(m) > 0 for m in masked["loss_masks"]] == [True, True, False]
     assert masked["rollout_metrics"]["minisandbox/infra_failures"] == 1
-    assert masked["trajectory_ids"][2] == {"instance_id": "t", "repetition_id": 2}
+    assert masked["trajectory_ids"][2] == TrajectoryID("t", 2)
     grouped = MinisandboxGenerator(runner, CharTokenizer(), on_infra_failure="mask_group")._output([ok, zero, lost])
     assert [sum(m) > 0 for m in grouped["loss_masks"]] == [True, False, False], "the whole GRPO group is masked"
     with pytest.raises(ValueError, match="mask_group"):
@@ -267,7 +262,9 @@ def test_skyrl_masks_infrastructure_failures_alone_or_with_their_group() -> None
 
 
 def test_skyrl_rows_name_their_instance() -> None:
-    assert _instance_id(0, {"trajectory_ids": [{"instance_id": "a"}]}) == "a"
-    assert _instance_id(1, {"env_extras": [{}, {"instance": {"instance_id": "b"}}]}) == "b"
+    assert task_of(0, {"trajectory_ids": [{"instance_id": "a"}]}) == "a"
+    assert task_of(1, {"env_extras": [{}, {"instance": {"instance_id": "b"}}]}) == "b"
+    rows = {"trajectory_ids": [TrajectoryID("0", 0)], "env_extras": [{"instance_id": "c"}]}
+    assert task_of(0, rows) == "c", "SkyRL's trajectory ids name the prompt's uid (a row index), not the task"
     with pytest.raises(ValueError, match="row 0: no instance id"):
-        _instance_id(0, {"env_extras": [{}]})
+        task_of(0, {"env_extras": [{}]})

@@ -445,7 +445,8 @@ class InstanceRun {
     const flags = await this.integrity();
     if (input.logDir) {
       const status = outcome.status === "error" ? `error: ${outcome.error?.kind}` : outcome.status;
-      const body = { instance_id: id, status, resolution: outcome.resolution, ...rounded };
+      const cause = outcome.error?.cause ? { cause: outcome.error.cause } : {};
+      const body = { instance_id: id, status, ...cause, resolution: outcome.resolution, ...rounded };
       await writeFile(join(input.logDir, TIMINGS_FILE), `${JSON.stringify(body, null, 2)}\n`).catch(() => {});
     }
     return { ...outcome, timings: rounded, warnings: this.warnings, flags, log: await this.log.flush() };

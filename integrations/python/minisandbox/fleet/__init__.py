@@ -31,6 +31,7 @@ __all__ = [
     "evaluate",
     "prepare",
     "rollout_groups",
+    "status_html",
 ]
 
 _LAZY = {
@@ -38,6 +39,7 @@ _LAZY = {
     "evaluate": "jobs",
     "prepare": "jobs",
     "rollout_groups": "jobs",
+    "status_html": "jobs",
     "FleetJobError": "jobs",
     "Progress": "progress",
 }

@@ -50,7 +50,8 @@ def _parser() -> argparse.ArgumentParser:
         "--instance-ids", nargs="+", action="extend", default=[], help="only these instances (repeatable)"
     )
     sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("status", parents=[common], help="nodes, slots and layers")
+    st = sub.add_parser("status", parents=[common], help="nodes, slots and layers")
+    st.add_argument("--html", metavar="FILE", help="also write the nodes and where each environment is warm as a page")
     sub.add_parser("up", parents=[common], help="start a server on every node, left running (detached)")
     sub.add_parser("down", parents=[common], help="stop the servers `up` started")
     sub.add_parser("prepare", parents=[common, data], help="every environment of a dataset present on some node")
@@ -60,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--report-dir", default=".", help="where logs/run_evaluation/... and the summary go")
     ev.add_argument("--timeout", type=float, default=1800, help="whole-instance timeout in seconds")
     ev.add_argument("--rerun", action="store_true", help="re-run instances that already have a report.json")
+    ev.add_argument("--html", action="store_true", help="also write <model>.<run_id>.html beside the summary")
     return p
 
 
@@ -109,6 +111,10 @@ def _progress(a: argparse.Namespace) -> bool | str:
 
 def _status(a: argparse.Namespace, fleet: Fleet) -> int:
     nodes = fleet.status()
+    if getattr(a, "html", None):
+        from . import jobs
+
+        print(f"HTML status written to {jobs.status_html(fleet, a.html)}", file=sys.stderr)
     if a.json:
         _emit(a, "result", {"nodes": nodes})
     else:
@@ -146,6 +152,7 @@ def _evaluate(a: argparse.Namespace, fleet: Fleet) -> int:
         instance_ids=a.instance_ids,
         timeout_s=a.timeout,
         rerun=a.rerun,
+        html=a.html,
         progress=_progress(a),
     )
     if a.json:
@@ -160,6 +167,8 @@ def _evaluate(a: argparse.Namespace, fleet: Fleet) -> int:
     for iid, err in sorted(out["errors"].items()):
         print(f"  {iid}: not evaluated: {err}", file=sys.stderr)
     print(f"Report written to {out['summary_path']}")
+    if out["html_path"]:
+        print(f"HTML report written to {out['html_path']}")
     return 0
 
 

@@ -269,6 +269,7 @@ class Fleet:
                 "slots": n.slots,
                 "running": n.running,
                 "layers": len(n.layers),
+                "layer_keys": sorted(n.layers),
                 "usable": n.usable,
             }
             for n in self.placement.nodes.values()

@@ -22,7 +22,7 @@ from .dispatch import Item, run_items
 from .fleet import Fleet
 from .progress import Progress
 
-__all__ = ["JOB_FILES", "FleetJobError", "evaluate", "prepare", "rollout_groups"]
+__all__ = ["JOB_FILES", "FleetJobError", "evaluate", "prepare", "rollout_groups", "status_html"]
 
 
 class FleetJobError(RuntimeError):
@@ -41,6 +41,19 @@ def _cli_json(fleet: Fleet, args: list[str]) -> dict[str, Any]:
         return json.loads(lines[-1]) if lines[-1].startswith("{") else json.loads(r.stdout)
     except ValueError as e:
         raise FleetJobError(f"`minisandbox {' '.join(args[:1])}` printed no JSON: {e}") from None
+
+
+def status_html(fleet: Fleet, path: str) -> str:
+    """The fleet's nodes and where each environment is warm, as one self-contained page (``minisandbox view``)."""
+    with tempfile.TemporaryDirectory(prefix="minisandbox-fleet-") as scratch:
+        status = os.path.join(scratch, "status.json")
+        with open(status, "w") as f:
+            json.dump({"nodes": fleet.status()}, f)
+        argv = [*fleet.config.command, "view", status, "-o", path]
+        r = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        raise FleetJobError(f"`minisandbox view` failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
+    return r.stdout.strip()
 
 
 def _as_file(value: str | list[dict[str, Any]], name: str, scratch: str) -> str:
@@ -119,11 +132,13 @@ def evaluate(
     instance_ids: list[str] | tuple[str, ...] = (),
     timeout_s: float = 1800,
     rerun: bool = False,
+    html: bool = False,
     progress: bool | str = True,
     on_event: Callable[..., None] | None = None,
 ) -> dict[str, Any]:
     """Evaluate ``predictions`` (a file, ``"gold"``, ``"empty"`` or a list) on ``dataset`` over the whole fleet,
-    as ``minisandbox evaluate`` does on one node: same files, same summary (``<model>.<run_id>.json``)."""
+    as ``minisandbox evaluate`` does on one node: same files, same summary (``<model>.<run_id>.json``); with
+    ``html``, the same self-contained report beside it (``<model>.<run_id>.html``, written by the CLI)."""
     run_id = run_id or "minisandbox-" + datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
     report_dir = os.path.abspath(report_dir)
     with tempfile.TemporaryDirectory(prefix="minisandbox-fleet-") as scratch:
@@ -143,12 +158,13 @@ def evaluate(
 
         items = [Item(i, j["env_key"], _job_payload(j, timeout_s)) for i, j in jobs.items()]
         out = run_items(fleet, "evaluate", items, on_result=write, on_event=_forward(prog, on_event), progress=prog)
-        summary = _cli_json(fleet, ["evaluate", *run_args, "--summary-only", "--json"])
+        summary = _cli_json(fleet, ["evaluate", *run_args, "--summary-only", "--json", *(["--html"] if html else [])])
     return {
         "run_id": plan["run_id"],
         "model": plan["model"],
         "summary": summary["summary"],
         "summary_path": summary["summaryPath"],
+        "html_path": summary.get("htmlPath"),
         "statuses": {i: r.get("status") for i, r in out.results.items()},
         "errors": out.errors,
         "build": built,

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from ..errors import InvalidInputError
 from ..mini_output import mini_output, submission
-from .policy import Completion
+from .policy import Completion, ResponseLengthExceeded
 
 SYSTEM_TEMPLATE = """You are a helpful assistant that can interact with a computer shell to solve programming tasks.
 Your response must contain exactly ONE bash code block with ONE command (or commands connected with && or ||).
@@ -54,6 +54,16 @@ class AgentConfig:
     action_regex: str = ACTION_REGEX
 
 
+def opening(config: AgentConfig, task: str, prompt: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The trajectory's first messages: the given prompt (role and content), or system + task from the templates."""
+    if prompt:
+        return [{"role": m["role"], "content": m["content"]} for m in prompt]
+    return [
+        {"role": "system", "content": config.system_template},
+        {"role": "user", "content": config.instance_template.replace("{task}", task)},
+    ]
+
+
 class Policy(Protocol):
     def complete(self, messages: list[dict[str, Any]], *, user: str | None = None) -> Completion: ...
 
@@ -74,61 +84,73 @@ class AgentResult:
 
 
 class MinimalAgent:
-    """One trajectory: query, act, observe, until submitted, out of steps or time. Errors of the policy or the
-    sandbox end the run and propagate (they are infrastructure failures, not the agent's)."""
+    """One trajectory: query, act, observe, until submitted, out of steps, time or response tokens. Errors of the
+    policy or the sandbox end the run and propagate (they are infrastructure failures, not the agent's)."""
 
     def __init__(self, policy: Policy, env: Environment, config: AgentConfig | None = None, *, user: str | None = None):
         self.policy = policy
         self.env = env
         self.config = config or AgentConfig()
         self.user = user
+        self._format_errors = 0
 
-    def run(self, task: str, result: AgentResult | None = None) -> AgentResult:
-        """Run to the end. `result` (filled as the run goes) keeps what happened if an exception ends it."""
+    def run(
+        self, task: str, result: AgentResult | None = None, *, prompt: list[dict[str, Any]] | None = None
+    ) -> AgentResult:
+        """Run to the end. `result` (filled as the run goes) keeps what happened if an exception ends it. `prompt`:
+        the opening messages (a trainer's dataset prompt) instead of the templates over `task`."""
         c = self.config
         res = result or AgentResult([], [], "Running")
-        res.messages[:] = [
-            {"role": "system", "content": c.system_template},
-            {"role": "user", "content": c.instance_template.replace("{task}", task)},
-        ]
+        res.messages[:] = opening(c, task, prompt)
         started = time.perf_counter()
-        format_errors = 0
+        self._format_errors = 0
         try:
             for step in range(c.step_limit if c.step_limit > 0 else 10**9):
-                if c.wall_time_limit and time.perf_counter() - started >= c.wall_time_limit:
+                left = c.wall_time_limit - (time.perf_counter() - started) if c.wall_time_limit else None
+                if left is not None and left <= 0:
                     res.exit_status = "TimeExceeded"
                     return res
-                turn: dict[str, Any] = {"step": step}
-                res.turns.append(turn)
-                completion = self.policy.complete(res.messages, user=self.user)
-                turn.update(
-                    model_ms=round(completion.latency_ms, 1),
-                    finish_reason=completion.finish_reason,
-                    usage=completion.usage,
-                )
-                res.messages.append({"role": "assistant", "content": completion.content})
-                actions = [a.strip() for a in re.findall(c.action_regex, completion.content, re.DOTALL)]
-                if len(actions) != 1:
-                    format_errors += 1
-                    res.messages.append({"role": "user", "content": FORMAT_ERROR.format(n=len(actions))})
-                    turn["format_error"] = True
-                    if 0 < c.max_consecutive_format_errors <= format_errors:
-                        res.exit_status = "RepeatedFormatError"
-                        return res
-                    continue
-                format_errors = 0
-                t = time.perf_counter()
-                out = self.env.execute(actions[0], c.command_timeout)
-                turn.update(exec_ms=round((time.perf_counter() - t) * 1000, 1), returncode=out["returncode"])
-                submitted = submission(out)
-                if submitted is not None:
-                    res.exit_status, res.submission = "Submitted", submitted
+                ended = self._step(step, res, left)
+                if ended is not None:
+                    res.exit_status = ended
                     return res
-                res.messages.append({"role": "user", "content": self._observation(out)})
             res.exit_status = "LimitsExceeded"
+            return res
+        except ResponseLengthExceeded:
+            res.exit_status = "ResponseLengthExceeded"
             return res
         finally:
             res.agent_ms = round((time.perf_counter() - started) * 1000, 1)
+
+    def _step(self, step: int, res: AgentResult, time_left: float | None) -> str | None:
+        """One turn: the reply (kept whatever its form), then its command's output or the format error. Returns the
+        exit status when the turn ends the run."""
+        c = self.config
+        turn: dict[str, Any] = {"step": step}
+        res.turns.append(turn)
+        completion = self.policy.complete(res.messages, user=self.user)
+        turn.update(
+            model_ms=round(completion.latency_ms, 1), finish_reason=completion.finish_reason, usage=completion.usage
+        )
+        res.messages.append({"role": "assistant", "content": completion.content})
+        actions = [a.strip() for a in re.findall(c.action_regex, completion.content, re.DOTALL)]
+        if len(actions) != 1:
+            self._format_errors += 1
+            res.messages.append({"role": "user", "content": FORMAT_ERROR.format(n=len(actions))})
+            turn["format_error"] = True
+            return "RepeatedFormatError" if 0 < c.max_consecutive_format_errors <= self._format_errors else None
+        self._format_errors = 0
+        # A command may use what is left of the wall time, no more.
+        timeout = c.command_timeout if time_left is None else max(0.001, min(c.command_timeout, time_left))
+        t = time.perf_counter()
+        out = self.env.execute(actions[0], timeout)
+        turn.update(exec_ms=round((time.perf_counter() - t) * 1000, 1), returncode=out["returncode"])
+        submitted = submission(out)
+        if submitted is not None:
+            res.submission = submitted
+            return "Submitted"
+        res.messages.append({"role": "user", "content": self._observation(out)})
+        return None
 
     def _observation(self, out: dict[str, Any]) -> str:
         text = out["output"]

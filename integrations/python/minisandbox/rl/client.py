@@ -168,12 +168,12 @@ class RolloutClient:
     def rollout(self, rollout_id: str) -> Rollout:
         return _rollout(self.client, self.client.request("GET", f"/rollouts/{_q(rollout_id)}"))
 
-    def prewarm(self, instance_ids: list[str], *, sandboxes: int = 0) -> dict[str, Any]:
-        """Get the next batch ready while this one trains: layers materialized and held, up to ``sandboxes`` per
-        task ready in the server's warm pool."""
-        return self.client.request(
-            "POST", "/rollouts/prewarm", {"instance_ids": instance_ids, "sandboxes": sandboxes}, timeout=LONG
-        )
+    def prewarm(self, instance_ids: list[str], *, sandboxes: int | None = None) -> dict[str, Any]:
+        """Get the next batch ready while this one trains: layers materialized and held, and with ``sandboxes``
+        up to that many per task ready in the server's warm pool (``serve --warm-pool N``). ``InvalidInputError``
+        when ``sandboxes`` is below 1 or the server has no pool: a prewarm never silently holds nothing."""
+        body = _given(instance_ids=instance_ids, sandboxes=sandboxes)
+        return self.client.request("POST", "/rollouts/prewarm", body, timeout=LONG)
 
     def gold_check(self, instance_id: str) -> dict[str, Any]:
         """The task's gold verdict (checked now unless stored); ``TaskInvalidError`` when its gold patch fails."""

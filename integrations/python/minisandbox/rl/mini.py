@@ -10,13 +10,14 @@ from typing import Any
 
 from ..errors import InvalidInputError
 from ..mini_output import check_submitted, mini_output
-from .agent import AgentResult, refused
-from .policy import OpenAIPolicy
+from .agent import AgentResult, Policy, refused
+from .policy import ResponseLengthExceeded
 
 try:  # import-guarded: mini-swe-agent is optional
     import yaml
     from minisweagent.agents.default import DefaultAgent
     from minisweagent.config import get_config_path
+    from minisweagent.exceptions import FormatError, LimitsExceeded
     from minisweagent.models.utils.actions_text import format_observation_messages, parse_regex_actions
 except ImportError as e:  # pragma: no cover - exercised where mini-swe-agent is absent
     _MISSING: ImportError | None = e
@@ -34,9 +35,11 @@ def _require() -> None:
 
 
 class MiniTextModel:
-    """mini-swe-agent's Model protocol over OpenAIPolicy: text actions parsed with mini's own helpers."""
+    """mini-swe-agent's Model protocol over a policy (or a trajectory's session of one): text actions parsed with
+    mini's own helpers. A malformed reply stays in the chat as the assistant turn it is, followed by mini's format
+    error (mini's own models drop it, leaving nothing to penalise)."""
 
-    def __init__(self, policy: OpenAIPolicy, *, user: str | None = None, **config: Any):
+    def __init__(self, policy: Policy, *, user: str | None = None, **config: Any):
         _require()
         self.policy = policy
         self.user = user
@@ -45,7 +48,11 @@ class MiniTextModel:
         self.turns: list[dict[str, Any]] = []
 
     def query(self, messages: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
-        c = self.policy.complete(messages, user=self.user)
+        try:
+            c = self.policy.complete(messages, user=self.user)
+        except ResponseLengthExceeded as e:
+            exit_message = {"exit_status": "ResponseLengthExceeded", "submission": ""}
+            raise LimitsExceeded({"role": "exit", "content": str(e), "extra": exit_message}) from e
         self.turns.append(
             {
                 "step": len(self.turns),
@@ -54,17 +61,22 @@ class MiniTextModel:
                 "usage": c.usage,
             }
         )
-        actions = parse_regex_actions(
-            c.content,
-            action_regex=self.action_regex,
-            format_error_template=self.config.get("format_error_template", "{{ error }}"),
-            template_kwargs={"finish_reason": c.finish_reason},
-        )
-        return {
+        reply: dict[str, Any] = {
             "role": "assistant",
             "content": c.content,
-            "extra": {"actions": actions, "cost": 0.0, "timestamp": time.time()},
+            "extra": {"cost": 0.0, "timestamp": time.time()},
         }
+        try:
+            reply["extra"]["actions"] = parse_regex_actions(
+                c.content,
+                action_regex=self.action_regex,
+                format_error_template=self.config.get("format_error_template", "{{ error }}"),
+                template_kwargs={"finish_reason": c.finish_reason},
+            )
+        except FormatError as e:
+            self.turns[-1]["format_error"] = True
+            raise FormatError(reply, *e.messages) from e
+        return reply
 
     def format_message(self, **kwargs: Any) -> dict[str, Any]:
         return dict(kwargs)
@@ -83,7 +95,10 @@ class MiniTextModel:
         return {
             "info": {
                 "config": {
-                    "model": {"base_url": self.policy.base_url, "model": self.policy.model},
+                    "model": {
+                        "base_url": getattr(self.policy, "base_url", ""),
+                        "model": getattr(self.policy, "model", ""),
+                    },
                     "model_type": f"{__name__}.{type(self).__name__}",
                 }
             }
@@ -146,7 +161,7 @@ def mini_config(name: str = "swebench_backticks") -> dict[str, Any]:
 
 
 def run_mini_agent(
-    policy: OpenAIPolicy,
+    policy: Policy,
     rollout: Any,
     task: str,
     *,
@@ -154,6 +169,7 @@ def run_mini_agent(
     user: str | None = None,
     step_limit: int | None = None,
     command_timeout: float = 180.0,
+    wall_time_limit: float = 0.0,
     result: AgentResult | None = None,
 ) -> AgentResult:
     """One trajectory with mini-swe-agent's DefaultAgent; the same result shape as MinimalAgent's."""
@@ -162,6 +178,8 @@ def run_mini_agent(
     agent_cfg = {**cfg.get("agent", {}), "cost_limit": 0}
     if step_limit is not None:
         agent_cfg["step_limit"] = step_limit
+    if wall_time_limit:
+        agent_cfg["wall_time_limit_seconds"] = max(1, int(wall_time_limit))
     model = MiniTextModel(policy, user=user, **cfg.get("model", {}))
     env = MiniRolloutEnvironment(
         rollout, timeout=command_timeout, env=cfg.get("environment", {}).get("env"), turns=model.turns

@@ -11,12 +11,29 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import MinisandboxError, SandboxLostError
 from .agent import AgentConfig, AgentResult, MinimalAgent, RolloutEnvironment
 from .client import Group, Rollout, RolloutClient
-from .policy import OpenAIPolicy, PolicyError
+from .policy import PolicyError, Session
+from .tokens import TemplateError, TokenRecord
+
+
+class TrajectoryPolicy(Protocol):
+    """`OpenAIPolicy` (text) or `TokenPolicy` (token-in/token-out): a session per trajectory."""
+
+    def session(self, trajectory_id: str) -> Session: ...
+
+
+@dataclass
+class Episode:
+    """What one call runs its trajectories with, when not the runner's own: the policy (a trainer's generation with
+    its sampling params and limits), the opening messages (a dataset's prompt), the agent's limits."""
+
+    policy: TrajectoryPolicy | None = None
+    prompt: list[dict[str, Any]] | None = None
+    agent_config: AgentConfig | None = None
 
 
 @dataclass
@@ -44,6 +61,9 @@ class Trajectory:
     outcome: dict[str, Any] | None = None
     timings: dict[str, Any] = field(default_factory=dict)
     agent: str = "minimal"
+    #: The ids the policy sampled, the observation ids between them, the loss mask and logprobs (token-in/token-out);
+    #: None when the policy was a text endpoint (then `retokenize` renders them, explicitly).
+    tokens: TokenRecord | None = None
 
     @property
     def loss_mask(self) -> list[int]:
@@ -64,12 +84,13 @@ def outcome_reason(outcome: dict[str, Any]) -> str:
 
 
 class TrajectoryRunner:
-    """Runs trajectories on one server with one policy, at most `concurrency` at a time (all groups together)."""
+    """Runs trajectories on one server, at most `concurrency` at a time (all groups together), with its policy or
+    the one each call's `Episode` brings (a trainer's generation: then the runner needs none)."""
 
     def __init__(
         self,
         client: RolloutClient,
-        policy: OpenAIPolicy,
+        policy: TrajectoryPolicy | None = None,
         *,
         agent: str = "minimal",
         agent_config: AgentConfig | None = None,
@@ -93,14 +114,22 @@ class TrajectoryRunner:
         self._pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="trajectory")
 
     def run_group(
-        self, instance_id: str, n: int, *, task: str | None = None, gold_check: bool | None = None, close: bool = True
+        self,
+        instance_id: str,
+        n: int,
+        *,
+        task: str | None = None,
+        gold_check: bool | None = None,
+        close: bool = True,
+        episode: Episode | None = None,
     ) -> list[Trajectory]:
         """Start a group of `n` rollouts of one task, run one trajectory in each, reward them, close the group."""
+        self._policy(episode)
         started = time.perf_counter()
         group = self.client.start_group(instance_id, n, gold_check=gold_check)
         try:
             text = task if task is not None else group.problem_statement
-            futures = [self._pool.submit(self.run_rollout, r, text, group=group) for r in group.rollouts]
+            futures = [self._pool.submit(self.run_rollout, r, text, episode=episode) for r in group.rollouts]
             out = [f.result() for f in futures]
         finally:
             if close:
@@ -110,37 +139,25 @@ class TrajectoryRunner:
             t.timings["group_wall_ms"] = round((time.perf_counter() - started) * 1000, 1)
         return out
 
-    def run_rollout(self, rollout: Rollout, task: str, *, group: Group | None = None) -> Trajectory:
+    def run_rollout(
+        self, rollout: Rollout, task: str, *, group: Group | None = None, episode: Episode | None = None
+    ) -> Trajectory:
         """One trajectory in an existing rollout (the rollout stays open)."""
         with self._slots:
-            t = self._trajectory(rollout, task)
+            t = self._trajectory(rollout, task, episode or Episode())
         if self.writer is not None:
             self.writer.write(t)
         return t
 
-    def _trajectory(self, rollout: Rollout, task: str) -> Trajectory:
+    def _trajectory(self, rollout: Rollout, task: str, episode: Episode) -> Trajectory:
         started = time.perf_counter()
         started_at = time.time()
         res = AgentResult([], [], "Running")
-        failure: dict[str, Any] | None = None
-        try:
-            self._agent(rollout, task, res)
-        except SandboxLostError:
-            res.exit_status = "SandboxLost"  # the reward says whose doing it was
-        except PolicyError as e:
-            res.exit_status, failure = "PolicyError", {"kind": "policy_error", "message": str(e)}
-        except MinisandboxError as e:
-            res.exit_status, failure = "SandboxError", {"kind": "sandbox_failed", "message": str(e)}
-        outcome: dict[str, Any] | None = None
+        session = self._policy(episode).session(rollout.trajectory_id)
+        failure = self._run_agent(rollout, task, episode, session, res)
         r0 = time.perf_counter()
-        if failure is None:
-            try:
-                outcome = rollout.reward(mode=self.reward_mode, timeout=self.reward_timeout)
-            except MinisandboxError as e:
-                failure = {"kind": "eval_error", "message": str(e)}
+        outcome, failure = self._reward(rollout) if failure is None else (None, failure)
         reward_ms = (time.perf_counter() - r0) * 1000
-        if outcome is not None and outcome["status"] != "scored":
-            failure = outcome.get("failure") or {"kind": "eval_error", "message": "no reward"}
         scored = outcome if failure is None else None
         return Trajectory(
             trajectory_id=rollout.trajectory_id,
@@ -155,6 +172,7 @@ class TrajectoryRunner:
             exit_status=res.exit_status,
             messages=res.messages,
             turns=res.turns,
+            prompt_messages=len(episode.prompt) if episode.prompt and self.agent == "minimal" else 2,
             failure=failure,
             reason=outcome_reason(scored) if scored is not None else (failure or {}).get("kind", ""),
             flags=list(outcome.get("flags") or []) if outcome is not None else [],
@@ -168,26 +186,62 @@ class TrajectoryRunner:
                 "ended_at": time.time(),
             },
             agent=self.agent,
+            tokens=session.record(),
         )
 
-    def _agent(self, rollout: Rollout, task: str, res: AgentResult) -> None:
+    def _policy(self, episode: Episode | None) -> TrajectoryPolicy:
+        policy = (episode.policy if episode else None) or self.policy
+        if policy is None:
+            raise ValueError("no policy to sample with: give the TrajectoryRunner one, or the call an Episode(policy=)")
+        return policy
+
+    def _run_agent(
+        self, rollout: Rollout, task: str, episode: Episode, session: Session, res: AgentResult
+    ) -> dict[str, Any] | None:
+        """The agent's run; the infrastructure failure that ended it, if one did."""
+        try:
+            self._agent(rollout, task, episode, session, res)
+        except SandboxLostError:
+            res.exit_status = "SandboxLost"  # the reward says whose doing it was
+        except TemplateError:
+            res.exit_status = "TemplateError"  # the session's record says why; the reward is still the policy's
+        except PolicyError as e:
+            res.exit_status = "PolicyError"
+            return {"kind": "policy_error", "message": str(e)}
+        except MinisandboxError as e:
+            res.exit_status = "SandboxError"
+            return {"kind": "sandbox_failed", "message": str(e)}
+        return None
+
+    def _reward(self, rollout: Rollout) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """(outcome, failure): a reward that is not a grade is a failure."""
+        try:
+            outcome = rollout.reward(mode=self.reward_mode, timeout=self.reward_timeout)
+        except MinisandboxError as e:
+            return None, {"kind": "eval_error", "message": str(e)}
+        if outcome["status"] != "scored":
+            return outcome, outcome.get("failure") or {"kind": "eval_error", "message": "no reward"}
+        return outcome, None
+
+    def _agent(self, rollout: Rollout, task: str, episode: Episode, session: Session, res: AgentResult) -> None:
+        c = episode.agent_config or self.agent_config
         if self.agent == "mini-swe-agent":
             from .mini import run_mini_agent
 
-            c = self.agent_config
             run_mini_agent(
-                self.policy,
+                session,
                 rollout,
                 task,
                 config=self.mini_config,
                 user=rollout.trajectory_id,
                 step_limit=c.step_limit,
                 command_timeout=c.command_timeout,
+                wall_time_limit=c.wall_time_limit,
                 result=res,
             )
         else:
             env = RolloutEnvironment(rollout)
-            MinimalAgent(self.policy, env, self.agent_config, user=rollout.trajectory_id).run(task, res)
+            MinimalAgent(session, env, c, user=rollout.trajectory_id).run(task, res, prompt=episode.prompt)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
