@@ -19,9 +19,16 @@
  *                                                  capabilities and user, closes inherited descriptors, gets a
  *                                                  fresh keyring, no_new_privs, a Landlock scope for abstract
  *                                                  sockets (with the host's network) and seccomp, then execs CMD
+ *                                                  (--keep-terminal on a terminal: CMD gets a pty of the sandbox's
+ *                                                  own devpts, which the parent relays)
  *   msb-helper enter --args-fd N --cgroup DIR...   the same, started ahead of its command: once in its cgroups, the
  *                                                  rest (--pid, options, `-- CMD ARGS...`) is read from fd N
  *                                                  (NUL-separated, until EOF; nothing at all: exit 0, nothing run)
+ *                                                  (`restore ...` instead: the restore below, charged there)
+ *   msb-helper restore [options]                   a live sandbox given another's writable state, in place: its
+ *                                                  processes killed, a fresh tmpfs filled with a copy, its mount
+ *                                                  tree rebuilt and pivoted, new IPC/network namespaces for its
+ *                                                  commands, its pid counter set (see cmd_restore)
  *   msb-helper check                               prints what this kernel and build support (for `doctor`)
  *   msb-helper export-bpf                          the seccomp profile as C arrays (embedded at build time)
  *
@@ -39,6 +46,9 @@
 #include <linux/landlock.h>
 #include <linux/seccomp.h>
 #include <linux/mount.h>
+#include <linux/nsfs.h>
+#include <net/if.h>
+#include <poll.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <signal.h>
@@ -47,21 +57,31 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/fsuid.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/msg.h>
+#include <sys/sem.h>
+#include <sys/shm.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <sys/sendfile.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include "seccomp-profile.h"
 
 #define MAX_ITEMS 64
+/* The first generation of a sandbox's writable places, under its scratch (see make_generation). */
+#define GEN0 "g0"
 /* Where pid 1 finds the lock of its sandbox's id range (the launch's first passed descriptor, 5, no longer needed). */
 #define RANGE_LOCK_FD 5
 /* Namespace flags `clone` may never carry inside a sandbox (CLONE_NEWTIME shares clone's exit-signal byte). */
@@ -69,6 +89,7 @@
   (CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWCGROUP)
 
 static const char *prog = "minisandbox";
+static int cmd_restore(int argc, char **argv);
 
 static void die(int code, const char *fmt, ...) {
   va_list ap;
@@ -332,7 +353,7 @@ static int cmd_export_bpf(void) {
  * A user namespace whose ids first..first+count-1 are host ids base..base+count-1, held by a descriptor. Only a
  * process outside may write such a map (the kernel requires CAP_SETUID over the parent namespace): a short-lived
  * child creates the namespace and we, still host root, write its maps. `first` 0 makes the sandbox's namespace; any
- * other `first` serves only to id-map a tree owned by another sandbox's range (a fork's snapshot) onto this one's.
+ * other `first` serves only to id-map a tree owned by another range (an image's root, the store's) onto this one's.
  */
 static int make_userns(unsigned first, unsigned base, unsigned count) {
   int up[2], down[2];
@@ -463,7 +484,7 @@ static void attach_tree(int tree, const char *target) {
 }
 
 /*
- * Bulk writes to the scratch (a fork's seed, the copy fallback) are charged to the memory cgroup of the process that
+ * Bulk writes to the scratch (the copy fallback) are charged to the memory cgroup of the process that
  * makes them: before the first, wait until the caller has moved us into the sandbox's groups (it then writes 'L' on
  * our stdin; pid 1 skips that byte when nobody read it).
  */
@@ -480,7 +501,6 @@ static void await_cgroups(void) {
 static int run_cp(const char *from, const char *to) {
   char src[4096];
   fmt(src, sizeof src, "%s/.", from);
-  await_cgroups();
   pid_t pid = fork();
   if (pid < 0) return -1;
   if (pid == 0) {
@@ -500,6 +520,7 @@ static void copy_layers(const char *lowers, const char *target) {
   const char *parts[MAX_ITEMS];
   int n = 0;
   for (char *save, *p = strtok_r(buf, ":", &save); p; p = strtok_r(NULL, ":", &save)) push(parts, &n, p);
+  await_cgroups();
   for (int i = n - 1; i >= 0; i--)
     if (run_cp(parts[i], target) != 0) die(1, "copying %s failed", parts[i]);
 }
@@ -511,14 +532,12 @@ static void copy_layers(const char *lowers, const char *target) {
  *   SYSTEM  the same, never id-mapped (/usr, /etc...: host root's files stay nobody's inside, as without a map)
  *   LIVE    read-only, id-mapped, bound as is: the host writes it while the sandbox runs (control files)
  *   RW      writable, never id-mapped (root inside must not write as host root)
- *   SEED    a fork's snapshot, read once by the launch; id-mapped from the range that owns it (`owner`)
  */
-enum source_kind { SHARED, SYSTEM, LIVE, RW, SEED };
+enum source_kind { SHARED, SYSTEM, LIVE, RW };
 
 struct source {
   const char *path, *name;
   enum source_kind kind;
-  unsigned owner;
   int tree;
 };
 
@@ -526,36 +545,21 @@ struct launch_opts {
   const char *overlays[MAX_ITEMS], *home_files[MAX_ITEMS];
   struct source sources[MAX_ITEMS];
   int *lowers[MAX_ITEMS]; /* per overlay: cloned lower trees, -1 terminated */
-  int nov, nsrc, nhome, force_copy, seed; /* seed: index of the --seed source, or -1 */
+  int nov, nsrc, nhome, force_copy;
   const char *scratch, *disk, *owner, *idmap, *id_pool, *id_locks;
   unsigned id_base, id_count; /* root mode: this sandbox's range */
-  unsigned owners[MAX_ITEMS]; /* ranges that own trees of ours, and the namespaces that map them onto ours */
+  unsigned owners[MAX_ITEMS]; /* ranges that own lower trees of ours, and the namespaces that map them onto ours */
   int owner_ns[MAX_ITEMS], nowners;
   struct limits limits;
   char **bwrap;
 };
-
-/* "OWNER@PATH": a tree owned by the id range that starts at OWNER (a fork's snapshot); a plain path: no owner. */
-static const char *owned_path(const char *spec, unsigned *owner) {
-  const char *at = strchr(spec, '@');
-  *owner = 0;
-  if (!at || at == spec || strspn(spec, "0123456789") != (size_t)(at - spec)) return spec;
-  char num[16];
-  if ((size_t)(at - spec) >= sizeof num) die(2, "bad owner in %s", spec);
-  memcpy(num, spec, (size_t)(at - spec));
-  num[at - spec] = '\0';
-  *owner = parse_uint(num, "owner");
-  return at + 1;
-}
 
 static void add_source(struct launch_opts *o, const char *spec, enum source_kind kind) {
   if (o->nsrc >= MAX_ITEMS) die(2, "too many mounts");
   char *copy = strdup(spec), *eq = strchr(copy, '=');
   if (!eq || eq == copy || !eq[1] || strchr(copy, '/') < eq) die(2, "bad mount %s (want NAME=PATH)", spec);
   *eq = '\0';
-  unsigned owner = 0;
-  const char *path = kind == SEED ? owned_path(eq + 1, &owner) : eq + 1;
-  o->sources[o->nsrc++] = (struct source){.path = path, .name = copy, .kind = kind, .owner = owner, .tree = -1};
+  o->sources[o->nsrc++] = (struct source){.path = eq + 1, .name = copy, .kind = kind, .tree = -1};
 }
 
 static void parse_launch(int argc, char **argv, struct launch_opts *o) {
@@ -571,7 +575,6 @@ static void parse_launch(int argc, char **argv, struct launch_opts *o) {
     else if (!strcmp(a, "--system")) add_source(o, v, SYSTEM), i++;
     else if (!strcmp(a, "--source-live")) add_source(o, v, LIVE), i++;
     else if (!strcmp(a, "--source-rw")) add_source(o, v, RW), i++;
-    else if (!strcmp(a, "--seed")) add_source(o, v, SEED), o->seed = o->nsrc - 1, i++;
     else if (!strcmp(a, "--scratch")) o->scratch = v, i++;
     else if (!strcmp(a, "--disk")) o->disk = v, i++;
     else if (!strcmp(a, "--owner")) o->owner = v, i++;
@@ -598,13 +601,21 @@ static int owner_userns(struct launch_opts *o, unsigned owner) {
 }
 
 /*
- * How a tree is mapped: through our namespace (host ids shown as they are inside), through its owner's namespace onto
- * ours (a tree written by another range), or not at all (-1: written in our own range already, or never mapped).
+ * A lower layer: "DIR" (host ids, mapped through our namespace) or "+OWNER@DIR", a tree whose files belong to the
+ * id range starting at host id OWNER (an image's root in the store): mapped from that range onto ours, or not at all
+ * outside root mode.
  */
-static int mapping_for(struct launch_opts *o, enum source_kind kind, unsigned owner, int userns) {
-  if (userns < 0) return -1;
-  if (owner) return owner == o->id_base ? -1 : owner_userns(o, owner);
-  return kind == SHARED || kind == LIVE ? userns : -1;
+static int clone_lower(struct launch_opts *o, const char *spec, int userns) {
+  if (spec[0] != '+') return clone_tree(spec, userns);
+  const char *at = strchr(spec, '@');
+  char num[16];
+  size_t len = at ? (size_t)(at - spec - 1) : 0;
+  if (!len || len >= sizeof num || strspn(spec + 1, "0123456789") != len) die(2, "bad owned lower %s", spec);
+  memcpy(num, spec + 1, len);
+  num[len] = '\0';
+  unsigned owner = parse_uint(num, "owner");
+  if (userns < 0 || owner == o->id_base) return clone_tree(at + 1, -1);
+  return clone_tree(at + 1, owner_userns(o, owner));
 }
 
 /*
@@ -615,7 +626,7 @@ static int mapping_for(struct launch_opts *o, enum source_kind kind, unsigned ow
 static void clone_sources(struct launch_opts *o, int userns) {
   for (int i = 0; i < o->nsrc; i++) {
     struct source *s = &o->sources[i];
-    s->tree = clone_tree(s->path, mapping_for(o, s->kind, s->owner, userns));
+    s->tree = clone_tree(s->path, s->kind == SHARED || s->kind == LIVE ? userns : -1);
   }
   for (int i = 0; i < o->nov; i++) {
     char buf[8192];
@@ -624,11 +635,7 @@ static void clone_sources(struct launch_opts *o, int userns) {
     int k = 0;
     for (char *save, *p = strtok_r(buf, ":", &save); p; p = strtok_r(NULL, ":", &save)) {
       if (k >= MAX_ITEMS) die(2, "too many lower layers");
-      /* "+[OWNER@]DIR": written by a sandbox (a fork's snapshot), owned by that sandbox's range: mapped from it. */
-      unsigned owner = 0;
-      const char *path = p[0] == '+' ? owned_path(p + 1, &owner) : p;
-      int ns = p[0] == '+' ? mapping_for(o, RW, owner, userns) : userns;
-      o->lowers[i][k++] = clone_tree(path, ns);
+      o->lowers[i][k++] = clone_lower(o, p, userns);
     }
     o->lowers[i][k] = -1;
   }
@@ -655,41 +662,13 @@ static void enter_userns(int userns) {
   write_file("/proc/self/gid_map", map);
 }
 
-static int is_empty_dir(const char *path) {
-  DIR *d = opendir(path);
-  if (!d) return 0;
-  struct dirent *e;
-  int empty = 1;
-  while (empty && (e = readdir(d)))
-    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) empty = 0;
-  closedir(d);
-  return empty;
-}
-
-/* A fork starts from its parent's writable places (--seed NAME=DIR: DIR/{root,tmp,home,shm} of a snapshot). */
-static void seed_scratch(const struct launch_opts *o) {
-  static const char *const places[] = {"root", "tmp", "home", "shm"};
-  const char *name = o->sources[o->seed].name;
-  char from[4096], to[4096];
-  for (size_t i = 0; i < sizeof places / sizeof places[0]; i++) {
-    fmt(from, sizeof from, "%s/b/%s/%s", o->scratch, name, places[i]);
-    fmt(to, sizeof to, "%s/%s", o->scratch, places[i]);
-    if (access(from, F_OK) != 0) {
-      if (errno == ENOENT) continue;
-      die(1, "seed %s: %s", from, strerror(errno));
-    }
-    if (is_empty_dir(from)) continue;
-    if (run_cp(from, to) != 0) die(1, "seeding %s from the snapshot failed", places[i]);
-  }
-}
-
 /*
  * The home's skeleton files (--home-file NAME=TEXT), written before anything of the sandbox runs, owned by its user:
  * a fresh sandbox starts with them at no extra cost.
  */
-static void write_home_files(const struct launch_opts *o, const char *home, unsigned uid, unsigned gid) {
-  for (int i = 0; i < o->nhome; i++) {
-    const char *spec = o->home_files[i], *eq = strchr(spec, '=');
+static void write_home_files(const char *const *files, int n, const char *home, unsigned uid, unsigned gid) {
+  for (int i = 0; i < n; i++) {
+    const char *spec = files[i], *eq = strchr(spec, '=');
     char name[256], path[4096];
     size_t len = eq ? (size_t)(eq - spec) : 0;
     if (!len || len >= sizeof name) die(2, "bad --home-file %s (want NAME=TEXT)", spec);
@@ -731,30 +710,57 @@ static void attach_source(const struct launch_opts *o, const struct source *s) {
     die(1, "overlay over %s: %s", s->path, strerror(errno));
 }
 
-/* The scratch tmpfs holds every writable place of the sandbox, so that --disk bounds them all together. */
-static void make_scratch(const struct launch_opts *o) {
+/*
+ * Every writable place of the sandbox is on one tmpfs of --disk bytes, its *generation* (GEN0 at the launch; a
+ * restore makes the next one: see cmd_restore), so that --disk bounds them all together and a generation goes as a
+ * whole. The scratch itself (another tmpfs) holds only mount points: the cloned trees, their overlays, the
+ * generations.
+ */
+static void make_generation(const char *gen, const char *disk, unsigned ou, unsigned og) {
   char opts[256], path[4096];
-  fmt(opts, sizeof opts, "size=%s,mode=0755", o->disk);
-  if (mount("minisandbox", o->scratch, "tmpfs", MS_NOSUID | MS_NODEV, opts) != 0)
+  fmt(opts, sizeof opts, "size=%s,mode=0755", disk);
+  mkdir_or_die(gen, 0755);
+  if (mount("minisandbox", gen, "tmpfs", MS_NOSUID | MS_NODEV, opts) != 0)
+    die(1, "mount tmpfs on %s: %s", gen, strerror(errno));
+  static const struct {
+    const char *name;
+    mode_t mode;
+  } dirs[] = {{"root", 0755}, {"tmp", 01777}, {"shm", 01777}, {"home", 0755}, {"upper", 0755}, {"work", 0755},
+              {"m", 0755}};
+  for (size_t d = 0; d < sizeof dirs / sizeof dirs[0]; d++) {
+    fmt(path, sizeof path, "%s/%s", gen, dirs[d].name);
+    mkdir_or_die(path, dirs[d].mode);
+  }
+  fmt(path, sizeof path, "%s/home", gen);
+  if (chown(path, ou, og) != 0) die(1, "chown %s: %s", path, strerror(errno));
+}
+
+static void parse_owner(const char *owner, unsigned *ou, unsigned *og) {
+  if (sscanf(owner, "%u:%u", ou, og) != 2) die(2, "bad --owner %s", owner);
+}
+
+static void make_scratch(const struct launch_opts *o) {
+  char path[4096];
+  if (mount("minisandbox", o->scratch, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755") != 0)
     die(1, "mount tmpfs on %s: %s", o->scratch, strerror(errno));
   static const struct {
     const char *name;
     mode_t mode;
-  } dirs[] = {
-    {"root", 0755}, {"tmp", 01777}, {"shm", 01777}, {"home", 0755}, {"upper", 0755}, {"work", 0755},
-    {"m", 0755},    {"l", 0700},    {"b", 0755},    {"r", 0700},    {"e", 0555},
-  };
+  } dirs[] = {{"l", 0700}, {"b", 0755}, {"r", 0700}, {"e", 0555}, {"ns", 0700}, {"s", 0700}};
   for (size_t d = 0; d < sizeof dirs / sizeof dirs[0]; d++) {
     fmt(path, sizeof path, "%s/%s", o->scratch, dirs[d].name);
     mkdir_or_die(path, dirs[d].mode);
   }
   unsigned ou = 0, og = 0;
-  if (sscanf(o->owner, "%u:%u", &ou, &og) != 2) die(2, "bad --owner %s", o->owner);
-  fmt(path, sizeof path, "%s/home", o->scratch);
-  if (chown(path, ou, og) != 0) die(1, "chown %s: %s", path, strerror(errno));
-  if (o->seed < 0) write_home_files(o, path, ou, og); /* a fork's home is its parent's, copied below */
+  parse_owner(o->owner, &ou, &og);
+  fmt(path, sizeof path, "%s/" GEN0, o->scratch);
+  make_generation(path, o->disk, ou, og);
+  /* The next one, empty, for a restore (which then makes the one after it). */
+  fmt(path, sizeof path, "%s/g1", o->scratch);
+  make_generation(path, o->disk, ou, og);
+  fmt(path, sizeof path, "%s/" GEN0 "/home", o->scratch);
+  write_home_files(o->home_files, o->nhome, path, ou, og);
   for (int i = 0; i < o->nsrc; i++) attach_source(o, &o->sources[i]);
-  if (o->seed >= 0) seed_scratch(o);
 }
 
 /* One copy-on-write tree: overlayfs over the (id-mapped) lower layers, upper and work dirs on the scratch tmpfs. */
@@ -768,9 +774,9 @@ static void mount_overlay(const struct launch_opts *o, int index) {
     fmt(lowerdir + len, sizeof lowerdir - len, "%s%s", k ? ":" : "", path);
   }
   const char *lowers = lowerdir;
-  fmt(upper, sizeof upper, "%s/upper/%d", o->scratch, index);
-  fmt(work, sizeof work, "%s/work/%d", o->scratch, index);
-  fmt(path, sizeof path, "%s/m/%d", o->scratch, index);
+  fmt(upper, sizeof upper, "%s/" GEN0 "/upper/%d", o->scratch, index);
+  fmt(work, sizeof work, "%s/" GEN0 "/work/%d", o->scratch, index);
+  fmt(path, sizeof path, "%s/" GEN0 "/m/%d", o->scratch, index);
   mkdir_or_die(upper, 0755);
   mkdir_or_die(work, 0755);
   mkdir_or_die(path, 0755);
@@ -798,7 +804,7 @@ static int range_and_userns(struct launch_opts *o, int *lock) {
 
 static int cmd_launch(int argc, char **argv) {
   prog = "minisandbox-launch";
-  struct launch_opts o = {.owner = "0:0", .seed = -1};
+  struct launch_opts o = {.owner = "0:0"};
   parse_launch(argc, argv, &o);
   /* Descriptors above the launcher's pipes (3, 4) serve only to name host directories: gone at exec. */
   syscall(SYS_close_range, 5, ~0U, CLOSE_RANGE_CLOEXEC);
@@ -1004,16 +1010,128 @@ static int wait_and_mirror(pid_t child) {
   return 128 + sig;
 }
 
+/* ---------------------------------------------------------------- terminal */
+
+/* An interactive command on the caller's terminal gets a terminal of its own from the sandbox's devpts, as `docker
+   run -t` does: `tty` names it, and nothing inside holds the caller's. The waiting parent relays both ways (the
+   caller's terminal raw meanwhile, put back as it was), and passes on window size changes and hang-ups. */
+struct pty {
+  int master;
+  char slave[64];
+  struct termios saved;
+  int have_saved;
+};
+
+/* Opened inside the sandbox's root (its /dev/ptmx), before the fork; -1 when it has none (then the old way). */
+static int open_pty(struct pty *p) {
+  p->master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (p->master < 0) return -1;
+  if (unlockpt(p->master) != 0 || ptsname_r(p->master, p->slave, sizeof p->slave) != 0) {
+    close(p->master);
+    return -1;
+  }
+  struct winsize ws;
+  if (ioctl(0, TIOCGWINSZ, &ws) == 0) ioctl(p->master, TIOCSWINSZ, &ws);
+  p->have_saved = tcgetattr(0, &p->saved) == 0;
+  return 0;
+}
+
+/* In the child: a session of its own whose controlling terminal is the pty, on stdin, stdout and stderr. */
+static void attach_pty(const struct pty *p) {
+  if (setsid() < 0) die(1, "setsid: %s", strerror(errno));
+  int s = open(p->slave, O_RDWR);
+  if (s < 0 || ioctl(s, TIOCSCTTY, 0) != 0) die(1, "terminal %s: %s", p->slave, strerror(errno));
+  if (p->have_saved) tcsetattr(s, TCSANOW, &p->saved);
+  for (int fd = 0; fd < 3; fd++)
+    if (dup2(s, fd) < 0) die(1, "dup2: %s", strerror(errno));
+  if (s > 2) close(s);
+}
+
+/* One read from `from` written whole to `to`: 0 at end of file or on an error other than EINTR/EAGAIN. */
+static int copy_some(int from, int to) {
+  char buf[8192];
+  ssize_t n = read(from, buf, sizeof buf);
+  if (n < 0) return errno == EINTR || errno == EAGAIN;
+  for (ssize_t off = 0; off < n;) {
+    ssize_t w = write(to, buf + off, (size_t)(n - off));
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return 0;
+    off += w;
+  }
+  return n > 0;
+}
+
+/* Has the child exited (not reaped: wait_and_mirror does that)? */
+static int child_exited(pid_t child) {
+  siginfo_t info = {0};
+  return waitid(P_PID, (id_t)child, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == child;
+}
+
+/* Relay until the child exits (then what it wrote last) or the terminal goes; `sigs` are blocked, read here. */
+static int relay_pty(struct pty *p, pid_t child, const sigset_t *sigs) {
+  int sfd = signalfd(-1, sigs, SFD_CLOEXEC);
+  if (sfd < 0) die(1, "signalfd: %s", strerror(errno));
+  if (p->have_saved) {
+    struct termios raw = p->saved;
+    cfmakeraw(&raw);
+    tcsetattr(0, TCSADRAIN, &raw);
+  }
+  int input = 0;
+  for (;;) {
+    struct pollfd f[3] = {{p->master, POLLIN, 0}, {sfd, POLLIN, 0}, {input, POLLIN, 0}};
+    if (poll(f, 3, -1) < 0 && errno != EINTR) break;
+    if ((f[0].revents & POLLIN) && !copy_some(p->master, 1)) break;
+    if ((f[0].revents & (POLLHUP | POLLERR)) && !(f[0].revents & POLLIN)) break;
+    if ((f[2].revents & (POLLIN | POLLHUP)) && !copy_some(0, p->master)) input = -1; /* poll ignores fd -1 */
+    struct signalfd_siginfo si;
+    if (!(f[1].revents & POLLIN) || read(sfd, &si, sizeof si) != (ssize_t)sizeof si) continue;
+    struct winsize ws;
+    if (si.ssi_signo == SIGWINCH && ioctl(0, TIOCGWINSZ, &ws) == 0) ioctl(p->master, TIOCSWINSZ, &ws);
+    else if (si.ssi_signo != SIGCHLD && si.ssi_signo != SIGWINCH) kill(child, (int)si.ssi_signo);
+    if (si.ssi_signo == SIGCHLD && child_exited(child)) {
+      /* What it wrote last, even with a background job still holding the terminal open. */
+      fcntl(p->master, F_SETFL, fcntl(p->master, F_GETFL) | O_NONBLOCK);
+      while (copy_some(p->master, 1)) {
+      }
+      break;
+    }
+  }
+  if (p->have_saved) tcsetattr(0, TCSADRAIN, &p->saved);
+  return wait_and_mirror(child);
+}
+
 struct enter_opts {
   const char *cgroups[MAX_ITEMS];
   const char **envs;
   int ncg, nenv, merge, seccomp, keep_terminal, scope_abstract;
-  const char *pid, *cwd, *caps;
+  const char *pid, *cwd, *caps, *ns_dir;
   uid_t uid;
   gid_t gid;
   struct limits limits;
   char **cmd;
 };
+
+/*
+ * After a restore the sandbox's commands have IPC and network namespaces of their own, kept at --ns-dir (see
+ * fresh_namespaces): those, checked to belong to the sandbox's user namespace; anything else is pid 1's.
+ */
+static int restored_ns(const struct enter_opts *o, const char *name) {
+  int required = strcmp(name, "cgroup") != 0;
+  if (!o->ns_dir || (strcmp(name, "ipc") != 0 && strcmp(name, "net") != 0)) return open_ns(o->pid, name, required);
+  char path[4096];
+  fmt(path, sizeof path, "%s/%s", o->ns_dir, name);
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT) return open_ns(o->pid, name, required);
+  if (fd < 0) die(1, "open %s: %s", path, strerror(errno));
+  int owner = ioctl(fd, NS_GET_USERNS);
+  char own[128];
+  fmt(own, sizeof own, "/proc/%s/ns/user", o->pid);
+  struct stat a, b;
+  if (owner < 0 || fstat(owner, &a) != 0 || stat(own, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev)
+    die(1, "%s is not a namespace of this sandbox", path);
+  close(owner);
+  return fd;
+}
 
 /* `late`: options read from --args-fd, once the cgroups are joined. */
 static void parse_enter(int argc, char **argv, struct enter_opts *o, int late) {
@@ -1031,6 +1149,7 @@ static void parse_enter(int argc, char **argv, struct enter_opts *o, int late) {
     else if (!v) die(2, "%s needs a value", a);
     else if (late && !strcmp(a, "--cgroup")) die(2, "--cgroup comes before the command, not with it");
     else if (!strcmp(a, "--pid")) o->pid = v, i++;
+    else if (!strcmp(a, "--ns-dir")) o->ns_dir = v, i++;
     else if (!strcmp(a, "--cgroup")) push(o->cgroups, &o->ncg, v), i++;
     else if (!strcmp(a, "--caps")) o->caps = v, i++;
     else if (!strcmp(a, "--uid")) o->uid = parse_uint(v, "uid"), i++;
@@ -1086,7 +1205,8 @@ static void become_and_exec(const struct enter_opts *o) {
   /* One descriptor for both streams, so that the order of writes survives (subprocess's stderr=STDOUT). */
   if (o->merge && dup2(1, 2) < 0) die(1, "dup2: %s", strerror(errno));
   /* A session of its own: no controlling terminal of the host's, and kill(0) reaches only its own process group
-     (process groups span pid namespaces). Only an interactive shell keeps the caller's terminal. */
+     (process groups span pid namespaces). Only an interactive shell keeps the caller's terminal (then one of the
+     sandbox's own in its place, when there is one: attach_pty made that session already). */
   if (!o->keep_terminal && setsid() < 0) die(1, "setsid: %s", strerror(errno));
   close_from(3);
   clearenv();
@@ -1112,16 +1232,24 @@ static int cmd_enter(int argc, char **argv) {
      for an RCU grace period: joined ahead of the command (--args-fd), that wait is not in its latency. */
   for (int c = 0; c < o.ncg; c++) join_cgroup(o.cgroups[c]);
   if (args_fd >= 0) {
+    /* One byte on the descriptor above the arguments' (when the caller gave one): in the cgroups now. */
+    int joined = args_fd + 1;
+    if (fcntl(joined, F_GETFD) >= 0) {
+      if (write(joined, "J", 1) != 1) die(1, "tell the caller the cgroups are joined: %s", strerror(errno));
+      close(joined);
+    }
     int n = 0;
     char **late = read_late_args(args_fd, &n);
     if (!late) return 0; /* not needed after all */
+    /* Waiting in the sandbox's cgroups, the helper may be asked to restore it instead (its copies charged there). */
+    if (!strcmp(late[0], "restore")) return cmd_restore(n - 1, late + 1);
     parse_enter(n, late, &o, 1);
   }
   if (!o.pid || !o.caps || !o.cmd) die(2, "usage: msb-helper enter --pid PID --caps LIST [...] -- CMD...");
   /* nsenter's order: the user namespace first (it grants the rights to join the others), the mount one last. */
   static const char *const order[] = {"user", "cgroup", "ipc", "uts", "net", "pid", "mnt"};
   int fds[7];
-  for (int n = 0; n < 7; n++) fds[n] = open_ns(o.pid, order[n], n != 1);
+  for (int n = 0; n < 7; n++) fds[n] = restored_ns(&o, order[n]);
   char rootpath[128];
   fmt(rootpath, sizeof rootpath, "/proc/%s/root", o.pid);
   int root = open(rootpath, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -1132,12 +1260,752 @@ static int cmd_enter(int argc, char **argv) {
   /* This waiting parent stays outside the sandbox's pid namespace; keep it out of reach of its own uid too. */
   prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   apply_rlimits(&o.limits);
+  /* An interactive shell on a terminal: one of the sandbox's own (its signals read by the relaying parent). */
+  struct pty pty;
+  int use_pty = o.keep_terminal && isatty(0) && open_pty(&pty) == 0;
+  static const int relayed_signals[] = {SIGCHLD, SIGWINCH, SIGHUP, SIGTERM, SIGINT, SIGQUIT};
+  sigset_t relayed, before;
+  sigemptyset(&relayed);
+  for (size_t k = 0; k < sizeof relayed_signals / sizeof *relayed_signals; k++) sigaddset(&relayed, relayed_signals[k]);
+  if (use_pty) sigprocmask(SIG_BLOCK, &relayed, &before);
   /* A pid namespace applies to children only. */
   pid_t child = fork();
   if (child < 0) die(1, "fork: %s", strerror(errno));
-  if (child > 0) return wait_and_mirror(child);
+  if (child > 0) return use_pty ? relay_pty(&pty, child, &relayed) : wait_and_mirror(child);
+  if (use_pty) {
+    sigprocmask(SIG_SETMASK, &before, NULL);
+    attach_pty(&pty);
+  }
   become_and_exec(&o);
   return 1;
+}
+
+/* ---------------------------------------------------------------- restore */
+
+/*
+ * msb-helper restore: a live sandbox given the writable state of another one, in place (its pid 1, namespaces, id
+ * range and cgroups stay). With --kill-cgroup, every process of the sandbox but pid 1 is killed first. A new
+ * generation of writable places (a fresh tmpfs: no inode number, block or file of the previous one survives) is
+ * filled with a copy of the seed's — a pristine sibling's, to go back to the start; a frozen one's, to fork it —
+ * with new overlays over the same lower layers; the sandbox's mount tree is rebuilt on it and pivoted to, so that
+ * pid 1's root follows; System V and POSIX IPC objects are removed and commands get new IPC (and, without the host's
+ * network, network) namespaces; the pid namespace's counter is set to the seed's (--last-pid: known already, or
+ * `keep` to leave it). Then "R <the seed's counter>" on stdout, and the previous generation is let go.
+ */
+struct restore_opts {
+  const char *pid1, *holder, *scratch, *gen, *old_gen, *next_gen, *disk, *owner, *kill_cgroup;
+  const char *root; /* the place that is the sandbox's `/` ("+root"; an image's: "+m/0", its overlay) */
+  const char *seed_holder, *seed_dir, *seed_pid1; /* the seed: its launch process, its generation, its pid 1 */
+  unsigned shift_from, shift_to, shift_count;     /* root mode: the seed's id range, ours, their size */
+  const char *moves[MAX_ITEMS], *binds[MAX_ITEMS], *overlays[MAX_ITEMS], *symlinks[MAX_ITEMS];
+  int nmove, nbind, nov, nsym, fresh_net, ro[MAX_ITEMS];
+  pid_t keep[MAX_ITEMS];
+  int nkeep;
+  long last_pid; /* the seed's pid counter when known (-1: read it), or -2: leave ours (a fork's child) */
+};
+
+static void parse_restore(int argc, char **argv, struct restore_opts *o) {
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--fresh-net")) {
+      o->fresh_net = 1;
+      continue;
+    }
+    if (!v) die(2, "restore: %s needs a value", a);
+    i++;
+    if (!strcmp(a, "--pid1")) o->pid1 = v;
+    else if (!strcmp(a, "--holder")) o->holder = v;
+    else if (!strcmp(a, "--scratch")) o->scratch = v;
+    else if (!strcmp(a, "--gen")) o->gen = v;
+    else if (!strcmp(a, "--old-gen")) o->old_gen = v;
+    else if (!strcmp(a, "--next-gen")) o->next_gen = v;
+    else if (!strcmp(a, "--disk")) o->disk = v;
+    else if (!strcmp(a, "--owner")) o->owner = v;
+    else if (!strcmp(a, "--kill-cgroup")) o->kill_cgroup = v;
+    else if (!strcmp(a, "--root")) o->root = v;
+    else if (!strcmp(a, "--cgroup")) join_cgroup(v); /* a helper started for the restore: its copies charged there */
+    else if (!strcmp(a, "--keep")) {
+      if (o->nkeep >= MAX_ITEMS) die(2, "too many --keep");
+      o->keep[o->nkeep++] = (pid_t)parse_uint(v, "pid");
+    } else if (!strcmp(a, "--seed-holder")) o->seed_holder = v;
+    else if (!strcmp(a, "--seed-dir")) o->seed_dir = v;
+    else if (!strcmp(a, "--seed-pid1")) o->seed_pid1 = v;
+    else if (!strcmp(a, "--last-pid")) o->last_pid = !strcmp(v, "keep") ? -2 : (long)parse_uint(v, "last pid");
+    else if (!strcmp(a, "--shift")) {
+      if (sscanf(v, "%u:%u:%u", &o->shift_from, &o->shift_to, &o->shift_count) != 3 || !o->shift_count)
+        die(2, "bad --shift %s (want FROM:TO:COUNT)", v);
+    } else if (!strcmp(a, "--move")) push(o->moves, &o->nmove, v);
+    else if (!strcmp(a, "--bind") || !strcmp(a, "--ro-bind")) {
+      if (o->nbind < MAX_ITEMS) o->ro[o->nbind] = a[2] == 'r';
+      push(o->binds, &o->nbind, v);
+    } else if (!strcmp(a, "--overlay")) push(o->overlays, &o->nov, v);
+    else if (!strcmp(a, "--symlink")) push(o->symlinks, &o->nsym, v);
+    else die(2, "restore: unknown option %s", a);
+  }
+  if (!o->pid1 || !o->holder || !o->scratch || !o->gen || !o->disk || !o->owner || !o->seed_holder ||
+      !o->seed_dir || !o->seed_pid1)
+    die(2, "usage: msb-helper restore --pid1 P --holder H --scratch DIR --gen NAME --disk BYTES --owner U:G "
+           "--seed-holder H --seed-dir DIR --seed-pid1 P [...]");
+}
+
+static int open_proc_ns(const char *pid, const char *name) {
+  char path[128];
+  fmt(path, sizeof path, "/proc/%s/ns/%s", pid, name);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) die(1, "open %s: %s", path, strerror(errno));
+  return fd;
+}
+
+static void setns_or_die(int fd, int type, const char *what) {
+  if (setns(fd, type) != 0) die(1, "enter %s: %s", what, strerror(errno));
+}
+
+static int is_kept(const struct restore_opts *o, pid_t pid) {
+  if (pid == getpid()) return 1;
+  for (int i = 0; i < o->nkeep; i++)
+    if (o->keep[i] == pid) return 1;
+  return 0;
+}
+
+/* Every process of a cgroup tree (into `out`, up to `max`). */
+static int tree_pids(const char *dir, pid_t *out, int n, int max) {
+  char path[4096];
+  fmt(path, sizeof path, "%s/cgroup.procs", dir);
+  FILE *f = fopen(path, "re");
+  if (f) {
+    long pid;
+    while (n < max && fscanf(f, "%ld", &pid) == 1) out[n++] = (pid_t)pid;
+    fclose(f);
+  }
+  DIR *d = opendir(dir);
+  if (!d) return n;
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (e->d_type == DT_DIR && e->d_name[0] != '.') {
+      fmt(path, sizeof path, "%s/%s", dir, e->d_name);
+      n = tree_pids(path, out, n, max);
+    }
+  closedir(d);
+  return n;
+}
+
+static int in_pidns(pid_t pid, const struct stat *ns) {
+  char path[64];
+  struct stat st;
+  fmt(path, sizeof path, "/proc/%d/ns/pid", (int)pid);
+  return stat(path, &st) == 0 && st.st_ino == ns->st_ino && st.st_dev == ns->st_dev;
+}
+
+/*
+ * Every process of the sandbox but pid 1 (and what --keep names) killed, none able to start meanwhile (pids.max 0:
+ * a fork bomb cannot outrun it); those of its pid namespace are waited for until pid 1 has reaped them, so that
+ * the namespace's next pid is the one set later.
+ */
+#define MAX_KILL 65536
+static void kill_all_but_kept(const struct restore_opts *o, const struct stat *pidns) {
+  char path[4096], saved[64] = "max";
+  fmt(path, sizeof path, "%s/pids.max", o->kill_cgroup);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) die(1, "open %s: %s", path, strerror(errno));
+  ssize_t n = read(fd, saved, sizeof saved - 1);
+  if (n > 0) saved[n] = '\0';
+  if (pwrite(fd, "0", 1, 0) != 1) die(1, "write %s: %s", path, strerror(errno));
+  static pid_t pids[MAX_KILL], inside[MAX_KILL];
+  int ninside = 0;
+  for (int round = 0;; round++) {
+    int count = tree_pids(o->kill_cgroup, pids, 0, MAX_KILL), left = 0;
+    for (int i = 0; i < count; i++) {
+      if (is_kept(o, pids[i])) continue;
+      left++;
+      if (ninside < MAX_KILL && in_pidns(pids[i], pidns)) inside[ninside++] = pids[i];
+      kill(pids[i], SIGKILL);
+    }
+    if (!left) break;
+    if (round > 50000) die(1, "the sandbox's processes did not die");
+    usleep(100);
+  }
+  for (int i = 0, waited = 0; i < ninside; i++)
+    while (kill(inside[i], 0) == 0 && waited++ < 50000) usleep(100);
+  if (pwrite(fd, saved, strlen(saved), 0) < 0) die(1, "write %s: %s", path, strerror(errno));
+  close(fd);
+}
+
+/*
+ * A tree copied as `cp -a` would (ids, modes, times, hard links, holes, user.* xattrs — overlayfs's own among them —
+ * and ACLs), by this process: ids shifted from the seed's range onto ours; no file capability; no device but
+ * overlayfs's whiteouts (char 0/0). Never follows a symlink; nests at most COPY_DEPTH directories.
+ */
+#define COPY_DEPTH 4096
+
+struct copy_state {
+  const struct restore_opts *o;
+  int dst_root;
+  char *rel; /* the current path under dst_root */
+  size_t rel_len, rel_cap;
+  struct link {
+    dev_t dev;
+    ino_t ino;
+    char *rel;
+  } *links;
+  size_t nlinks, links_cap;
+};
+
+static unsigned shifted(const struct copy_state *c, unsigned id) {
+  const struct restore_opts *o = c->o;
+  if (!o->shift_count) return id;
+  if (id < o->shift_from || id - o->shift_from >= o->shift_count) return o->shift_to + 65534; /* nobody inside */
+  return id - o->shift_from + o->shift_to;
+}
+
+static void rel_push(struct copy_state *c, const char *name, size_t *saved) {
+  size_t len = strlen(name);
+  *saved = c->rel_len;
+  if (c->rel_len + len + 2 > c->rel_cap) {
+    c->rel_cap = (c->rel_len + len + 2) * 2;
+    c->rel = realloc(c->rel, c->rel_cap);
+    if (!c->rel) die(1, "out of memory");
+  }
+  if (c->rel_len) c->rel[c->rel_len++] = '/';
+  memcpy(c->rel + c->rel_len, name, len + 1);
+  c->rel_len += len;
+}
+
+static void copy_xattrs(int from, int to, const char *what) {
+  static char names[65536], value[65536];
+  ssize_t n = flistxattr(from, names, sizeof names);
+  if (n < 0) {
+    if (errno == ENOTSUP) return;
+    die(1, "list xattrs of %s: %s", what, strerror(errno));
+  }
+  for (char *k = names; k < names + n; k += strlen(k) + 1) {
+    if (strncmp(k, "user.", 5) != 0 && strncmp(k, "system.posix_acl_", 17) != 0) continue;
+    ssize_t len = fgetxattr(from, k, value, sizeof value);
+    if (len < 0) die(1, "read xattr %s of %s: %s", k, what, strerror(errno));
+    if (fsetxattr(to, k, value, (size_t)len, 0) != 0) die(1, "write xattr %s of %s: %s", k, what, strerror(errno));
+  }
+}
+
+/* The data of a regular file, holes kept (a sparse file stays sparse). */
+static void copy_data(int from, int to, off_t size, const char *what) {
+  for (off_t pos = 0; pos < size;) {
+    off_t data = lseek(from, pos, SEEK_DATA);
+    if (data < 0 && errno == ENXIO) break;
+    if (data < 0) die(1, "seek %s: %s", what, strerror(errno));
+    off_t hole = lseek(from, data, SEEK_HOLE);
+    if (hole < 0) hole = size;
+    if (lseek(to, data, SEEK_SET) < 0) die(1, "seek %s: %s", what, strerror(errno));
+    for (off_t off = data; off < hole;) {
+      ssize_t n = sendfile(to, from, &off, (size_t)(hole - off));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) die(1, "copy %s: %s", what, n < 0 ? strerror(errno) : "it shrank");
+    }
+    pos = hole;
+  }
+  if (ftruncate(to, size) != 0) die(1, "size of %s: %s", what, strerror(errno));
+}
+
+/* Owner (shifted), then mode (a chown clears setuid and setgid), then times: as the source has them. */
+static void copy_meta(const struct copy_state *c, int fd, const struct stat *st) {
+  if (fchown(fd, shifted(c, st->st_uid), shifted(c, st->st_gid)) != 0) die(1, "chown %s: %s", c->rel, strerror(errno));
+  if (fchmod(fd, st->st_mode & 07777) != 0) die(1, "chmod %s: %s", c->rel, strerror(errno));
+  struct timespec times[2] = {st->st_atim, st->st_mtim};
+  if (futimens(fd, times) != 0) die(1, "times of %s: %s", c->rel, strerror(errno));
+}
+
+/* A file with other links already copied is linked to that copy (true when done). */
+static int linked_before(struct copy_state *c, const struct stat *st, int dst, const char *name) {
+  if (st->st_nlink < 2) return 0;
+  for (size_t i = 0; i < c->nlinks; i++)
+    if (c->links[i].dev == st->st_dev && c->links[i].ino == st->st_ino) {
+      if (linkat(c->dst_root, c->links[i].rel, dst, name, 0) != 0) die(1, "link %s: %s", c->rel, strerror(errno));
+      return 1;
+    }
+  if (c->nlinks == c->links_cap) {
+    c->links_cap = c->links_cap ? c->links_cap * 2 : 64;
+    c->links = realloc(c->links, c->links_cap * sizeof *c->links);
+    if (!c->links) die(1, "out of memory");
+  }
+  c->links[c->nlinks++] = (struct link){.dev = st->st_dev, .ino = st->st_ino, .rel = strdup(c->rel)};
+  return 0;
+}
+
+static void copy_entry(struct copy_state *c, int src, int dst, const char *name, int depth);
+
+/* The entries of directory `src` into directory `dst` (both open), then `dst` given `src`'s metadata. */
+static void copy_dir(struct copy_state *c, int src, int dst, int depth) {
+  if (depth > COPY_DEPTH) die(1, "%s: directories nest deeper than %d", c->rel, COPY_DEPTH);
+  int list = dup(src);
+  DIR *d = list >= 0 ? fdopendir(list) : NULL;
+  if (!d) die(1, "read directory %s: %s", c->rel, strerror(errno));
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) copy_entry(c, src, dst, e->d_name, depth);
+  closedir(d);
+  struct stat st;
+  if (fstat(src, &st) != 0) die(1, "stat %s: %s", c->rel, strerror(errno));
+  copy_xattrs(src, dst, c->rel);
+  copy_meta(c, dst, &st);
+}
+
+static void copy_file(struct copy_state *c, int src, int dst, const char *name, const struct stat *st) {
+  if (linked_before(c, st, dst, name)) return;
+  int from = openat(src, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  int to = openat(dst, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (from < 0 || to < 0) die(1, "open %s: %s", c->rel, strerror(errno));
+  copy_data(from, to, st->st_size, c->rel);
+  copy_xattrs(from, to, c->rel);
+  copy_meta(c, to, st);
+  close(from), close(to);
+}
+
+/* A symlink, a whiteout, a FIFO or a socket; any other device is skipped (it could not be made here anyway). */
+static void copy_special(struct copy_state *c, int src, int dst, const char *name, const struct stat *st) {
+  if (S_ISLNK(st->st_mode)) {
+    static char target[4096];
+    ssize_t n = readlinkat(src, name, target, sizeof target - 1);
+    if (n < 0) die(1, "readlink %s: %s", c->rel, strerror(errno));
+    target[n] = '\0';
+    if (symlinkat(target, dst, name) != 0) die(1, "symlink %s: %s", c->rel, strerror(errno));
+  } else {
+    int whiteout = S_ISCHR(st->st_mode) && st->st_rdev == 0;
+    if (!whiteout && !S_ISFIFO(st->st_mode) && !S_ISSOCK(st->st_mode)) return;
+    if (linked_before(c, st, dst, name)) return;
+    if (mknodat(dst, name, st->st_mode & (S_IFMT | 0777), whiteout ? 0 : st->st_rdev) != 0)
+      die(1, "mknod %s: %s", c->rel, strerror(errno));
+    if (fchmodat(dst, name, st->st_mode & 0777, 0) != 0) die(1, "chmod %s: %s", c->rel, strerror(errno));
+  }
+  struct timespec times[2] = {st->st_atim, st->st_mtim};
+  if (fchownat(dst, name, shifted(c, st->st_uid), shifted(c, st->st_gid), AT_SYMLINK_NOFOLLOW) != 0 ||
+      utimensat(dst, name, times, AT_SYMLINK_NOFOLLOW) != 0)
+    die(1, "metadata of %s: %s", c->rel, strerror(errno));
+}
+
+static void copy_entry(struct copy_state *c, int src, int dst, const char *name, int depth) {
+  size_t saved;
+  rel_push(c, name, &saved);
+  struct stat st;
+  if (fstatat(src, name, &st, AT_SYMLINK_NOFOLLOW) != 0) die(1, "stat %s: %s", c->rel, strerror(errno));
+  if (S_ISDIR(st.st_mode)) {
+    int from = openat(src, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (from < 0) die(1, "open %s: %s", c->rel, strerror(errno));
+    if (mkdirat(dst, name, 0700) != 0 && errno != EEXIST) die(1, "mkdir %s: %s", c->rel, strerror(errno));
+    int to = openat(dst, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (to < 0) die(1, "open %s: %s", c->rel, strerror(errno));
+    copy_dir(c, from, to, depth + 1);
+    close(from), close(to);
+  } else if (S_ISREG(st.st_mode)) {
+    copy_file(c, src, dst, name, &st);
+  } else {
+    copy_special(c, src, dst, name, &st);
+  }
+  c->rel_len = saved;
+  c->rel[saved] = '\0';
+}
+
+/* Directory `from` copied into the existing directory `to`, its own metadata included. */
+static void copy_tree(const struct restore_opts *o, const char *from, const char *to) {
+  int src = open(from, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  int dst = open(to, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (src < 0 || dst < 0) die(1, "open %s: %s", src < 0 ? from : to, strerror(errno));
+  struct copy_state c = {.o = o, .dst_root = dst, .rel = calloc(1, 256), .rel_cap = 256};
+  if (!c.rel) die(1, "out of memory");
+  copy_dir(&c, src, dst, 0);
+  for (size_t i = 0; i < c.nlinks; i++) free(c.links[i].rel);
+  free(c.links);
+  free(c.rel);
+  close(src), close(dst);
+}
+
+/* As the sandbox's root, in its launch's mount namespace: what only it may do there (mounts). */
+static void become_sandbox_root(int userns, int launch_mnt) {
+  setns_or_die(userns, CLONE_NEWUSER, "the sandbox's user namespace");
+  if (setgroups(0, NULL) != 0 && errno != EPERM) die(1, "setgroups: %s", strerror(errno));
+  if (setresgid(0, 0, 0) != 0 || setresuid(0, 0, 0) != 0) die(1, "become the sandbox's root: %s", strerror(errno));
+  setns_or_die(launch_mnt, CLONE_NEWNS, "the launch's mount namespace");
+}
+
+static void wait_ok(pid_t child, const char *what) {
+  int status;
+  while (waitpid(child, &status, 0) < 0)
+    if (errno != EINTR) die(1, "waitpid: %s", strerror(errno));
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) die(1, "%s failed", what);
+}
+
+/*
+ * The new generation: its tmpfs made by a child as the sandbox's root (this process stays host root to copy), then
+ * the seed's writable places copied into it through the launch processes' views of both scratches.
+ */
+/* Whether `path` is a mount of its own (a generation made ahead: by the launch, or after the previous restore). */
+static int is_mount_root(const char *path) {
+  struct statx st;
+  return syscall(SYS_statx, AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS, &st) == 0 &&
+         (st.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) && (st.stx_attributes & STATX_ATTR_MOUNT_ROOT);
+}
+
+static void fill_new_generation(const struct restore_opts *o, int userns, int launch_mnt) {
+  char gen[4096], seen[4096];
+  fmt(gen, sizeof gen, "%s/%s", o->scratch, o->gen);
+  fmt(seen, sizeof seen, "/proc/%s/root%s", o->holder, gen);
+  pid_t child = is_mount_root(seen) ? 0 : fork();
+  if (child < 0) die(1, "fork: %s", strerror(errno));
+  if (child == 0 && !is_mount_root(seen)) {
+    unsigned ou = 0, og = 0;
+    parse_owner(o->owner, &ou, &og);
+    become_sandbox_root(userns, launch_mnt);
+    make_generation(gen, o->disk, ou, og);
+    _exit(0);
+  }
+  if (child > 0) wait_ok(child, "making the new generation");
+  /* Files are made by the sandbox's root on the host (the tmpfs refuses ids its namespace does not map), with the
+     host root's capabilities still effective: to read whatever the seed holds and give each copy its owner. */
+  if (o->shift_count) {
+    setfsgid(o->shift_to);
+    setfsuid(o->shift_to);
+    struct __user_cap_header_struct head = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct data[2];
+    if (syscall(SYS_capget, &head, data) != 0) die(1, "capget: %s", strerror(errno));
+    data[0].effective = data[0].permitted, data[1].effective = data[1].permitted;
+    if (syscall(SYS_capset, &head, data) != 0) die(1, "capset: %s", strerror(errno));
+  }
+  static const char *const places[] = {"root", "tmp", "home", "shm", "upper"};
+  for (size_t i = 0; i < sizeof places / sizeof places[0]; i++) {
+    char from[4096], to[4096];
+    fmt(from, sizeof from, "/proc/%s/root%s/%s", o->seed_holder, o->seed_dir, places[i]);
+    fmt(to, sizeof to, "/proc/%s/root%s/%s", o->holder, gen, places[i]);
+    copy_tree(o, from, to);
+  }
+}
+
+/* --overlay I:FIRST:COUNT: overlay I of the new generation, over the launch's cloned lowers l/I-FIRST... */
+static void generation_overlay(const struct restore_opts *o, const char *gen, const char *spec) {
+  int index, first, count;
+  if (sscanf(spec, "%d:%d:%d", &index, &first, &count) != 3 || index < 0 || first < 0 || count < 1)
+    die(2, "bad --overlay %s (want I:FIRST:COUNT)", spec);
+  char lowerdir[8192] = "", upper[4096], work[4096], at[4096], opts[16384];
+  for (int k = first; k < first + count; k++) {
+    size_t len = strlen(lowerdir);
+    fmt(lowerdir + len, sizeof lowerdir - len, "%s%s/l/%d-%d", k > first ? ":" : "", o->scratch, index, k);
+  }
+  fmt(upper, sizeof upper, "%s/upper/%d", gen, index);
+  fmt(work, sizeof work, "%s/work/%d", gen, index);
+  fmt(at, sizeof at, "%s/m/%d", gen, index);
+  if (mkdir(upper, 0755) != 0 && errno != EEXIST) die(1, "mkdir %s: %s", upper, strerror(errno));
+  mkdir_or_die(work, 0755);
+  mkdir_or_die(at, 0755);
+  fmt(opts, sizeof opts, "lowerdir=%s,upperdir=%s,workdir=%s,userxattr", lowerdir, upper, work);
+  if (mount("overlay", at, "overlay", MS_NOSUID | MS_NODEV, opts) != 0)
+    die(1, "overlay for %s: %s", spec, strerror(errno));
+}
+
+/* A detached copy of a scratch path ("+PLACE": of the new generation), with a bind's flags. */
+static int place_tree(const struct restore_opts *o, const char *gen, const char *rel, int ro) {
+  char path[4096];
+  if (rel[0] == '+') fmt(path, sizeof path, "%s/%s", gen, rel + 1);
+  else fmt(path, sizeof path, "%s/%s", o->scratch, rel);
+  int tree = (int)syscall(SYS_open_tree, AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  if (tree < 0) die(1, "open_tree %s: %s", path, strerror(errno));
+  struct mount_attr attr = {.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (ro ? MOUNT_ATTR_RDONLY : 0)};
+  if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) != 0)
+    die(1, "flags of %s: %s", path, strerror(errno));
+  return tree;
+}
+
+/* `name` in directory `dir` removed, whatever it is (a directory with all it holds); never follows a symlink. */
+static void remove_entry(int dir, const char *name, int depth) {
+  if (unlinkat(dir, name, 0) == 0 || errno == ENOENT) return;
+  if (errno != EISDIR && errno != EPERM) die(1, "remove %s: %s", name, strerror(errno));
+  if (depth > COPY_DEPTH) die(1, "remove %s: directories nest deeper than %d", name, COPY_DEPTH);
+  int fd = openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!d) die(1, "open %s: %s", name, strerror(errno));
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) remove_entry(dirfd(d), e->d_name, depth + 1);
+  closedir(d);
+  if (unlinkat(dir, name, AT_REMOVEDIR) != 0) die(1, "remove %s: %s", name, strerror(errno));
+}
+
+/*
+ * `path` (absolute, as inside) under the directory `root`, made when missing, never through a symlink: a component
+ * in the way (what a seed may hold there) is replaced by a directory; the last one is a directory or, for `file`,
+ * a regular file. Returns it opened O_PATH.
+ */
+static int make_mount_point(int root, const char *path, int file) {
+  char buf[4096];
+  fmt(buf, sizeof buf, "%s", path);
+  int cur = dup(root);
+  char *save, *next;
+  for (char *p = strtok_r(buf, "/", &save); p; p = next) {
+    next = strtok_r(NULL, "/", &save);
+    int leaf_file = file && !next;
+    int flags = O_PATH | O_NOFOLLOW | O_CLOEXEC | (leaf_file ? 0 : O_DIRECTORY);
+    int fd = openat(cur, p, flags);
+    struct stat st;
+    if (fd >= 0 && leaf_file && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) close(fd), fd = -1, errno = EEXIST;
+    if (fd < 0 && errno != ENOENT) remove_entry(cur, p, 0);
+    if (fd < 0) {
+      int made = leaf_file ? openat(cur, p, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644)
+                           : mkdirat(cur, p, 0755);
+      if (made < 0) die(1, "make mount point %s: %s", path, strerror(errno));
+      if (leaf_file) close(made);
+      fd = openat(cur, p, flags);
+      if (fd < 0) die(1, "open mount point %s: %s", path, strerror(errno));
+    }
+    close(cur);
+    cur = fd;
+  }
+  return cur;
+}
+
+static void attach_at(int tree, int at, const char *what) {
+  if (syscall(SYS_move_mount, tree, "", at, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) != 0)
+    die(1, "mount %s: %s", what, strerror(errno));
+  close(tree);
+}
+
+/* The new root, attached beside the old one (at a fresh directory of the old root): returns it opened. */
+static int attach_new_root(int new_root, char *top, size_t size) {
+  unsigned suffix;
+  if (getrandom(&suffix, sizeof suffix, 0) != (ssize_t)sizeof suffix) suffix = (unsigned)getpid();
+  fmt(top, size, "/.msb-restore-%08x", suffix);
+  if (chdir("/") != 0 || mkdir(top, 0700) != 0) die(1, "mkdir %s: %s", top, strerror(errno));
+  int at = open(top, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (at < 0) die(1, "open %s: %s", top, strerror(errno));
+  attach_at(new_root, at, "the new root");
+  close(at);
+  int root = open(top, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (root < 0) die(1, "open the new root: %s", strerror(errno));
+  return root;
+}
+
+/* --symlink TARGET=/PATH: the merged-/usr links, made again (whatever the seed had there goes). */
+static void make_symlinks(const struct restore_opts *o, int root) {
+  for (int i = 0; i < o->nsym; i++) {
+    const char *eq = strchr(o->symlinks[i], '=');
+    if (!eq || eq[1] != '/' || strchr(eq + 2, '/')) die(2, "bad --symlink %s (want TARGET=/NAME)", o->symlinks[i]);
+    char to[4096];
+    fmt(to, sizeof to, "%.*s", (int)(eq - o->symlinks[i]), o->symlinks[i]);
+    const char *name = eq + 2;
+    remove_entry(root, name, 0);
+    if (symlinkat(to, root, name) != 0) die(1, "symlink %s: %s", eq + 1, strerror(errno));
+  }
+}
+
+/*
+ * In the sandbox's mount namespace: the new root attached beside the old one; the system trees (--move: /usr,
+ * /proc with pid 1's masks, /dev...) moved onto it; the new generation's places and the scratch's read-only
+ * sources (--bind/--ro-bind SRC=TARGET, in bwrap's order) mounted; the merged-/usr symlinks made; then pivot_root,
+ * which takes pid 1's root along, and the old tree (the previous generation's mounts) detached.
+ */
+static void rebuild_tree(const struct restore_opts *o, int new_root, const int *trees) {
+  char top[64];
+  int root = attach_new_root(new_root, top, sizeof top);
+  for (int i = 0; i < o->nmove; i++) {
+    int dst = make_mount_point(root, o->moves[i], 0);
+    if (syscall(SYS_move_mount, AT_FDCWD, o->moves[i], dst, "", MOVE_MOUNT_T_EMPTY_PATH) != 0)
+      die(1, "move %s: %s", o->moves[i], strerror(errno));
+    close(dst);
+  }
+  for (int i = 0; i < o->nbind; i++) {
+    const char *target = strchr(o->binds[i], '=') + 1;
+    char inside[4096];
+    struct stat st;
+    if (fstat(trees[i], &st) != 0) die(1, "stat mount for %s: %s", target, strerror(errno));
+    /* What a moved tree has there (bwrap's /dev/shm in /dev) makes way. */
+    fmt(inside, sizeof inside, "%s%s", top, target);
+    if (umount2(inside, MNT_DETACH | UMOUNT_NOFOLLOW) != 0 && errno != EINVAL && errno != ENOENT)
+      die(1, "umount %s: %s", inside, strerror(errno));
+    attach_at(trees[i], make_mount_point(root, target, !S_ISDIR(st.st_mode)), target);
+  }
+  make_symlinks(o, root);
+  if (fchdir(root) != 0) die(1, "chdir to the new root: %s", strerror(errno));
+  if (syscall(SYS_pivot_root, ".", ".") != 0) die(1, "pivot_root: %s", strerror(errno));
+  if (umount2(".", MNT_DETACH) != 0) die(1, "detach the old root: %s", strerror(errno));
+  if (chdir("/") != 0) die(1, "chdir /: %s", strerror(errno));
+  close(root);
+}
+
+/* Every System V object of the current IPC namespace (listed in /proc/sysvipc), and every POSIX message queue. */
+static void remove_ipc_objects(void) {
+  static const char *const lists[] = {"/proc/sysvipc/shm", "/proc/sysvipc/sem", "/proc/sysvipc/msg"};
+  for (int l = 0; l < 3; l++) {
+    FILE *f = fopen(lists[l], "re");
+    if (!f) continue;
+    char line[512];
+    if (!fgets(line, sizeof line, f)) line[0] = '\0'; /* the header */
+    while (fgets(line, sizeof line, f)) {
+      long key, id;
+      if (sscanf(line, "%ld %ld", &key, &id) != 2) continue;
+      int rc = l == 0 ? shmctl((int)id, IPC_RMID, NULL) : l == 1 ? semctl((int)id, 0, IPC_RMID)
+                                                                 : msgctl((int)id, IPC_RMID, NULL);
+      if (rc != 0 && errno != EINVAL && errno != EIDRM) die(1, "remove IPC object %ld: %s", id, strerror(errno));
+    }
+    fclose(f);
+  }
+  int fs = (int)syscall(SYS_fsopen, "mqueue", FSOPEN_CLOEXEC);
+  if (fs < 0) return; /* no POSIX message queues in this kernel */
+  if (syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) != 0) die(1, "mqueue: %s", strerror(errno));
+  int mnt = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, 0);
+  int dir = mnt < 0 ? -1 : openat(mnt, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *d = dir >= 0 ? fdopendir(dir) : NULL;
+  if (!d) die(1, "list POSIX message queues: %s", strerror(errno));
+  struct dirent *e;
+  while ((e = readdir(d)))
+    if (e->d_name[0] != '.' && unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT)
+      die(1, "remove message queue %s: %s", e->d_name, strerror(errno));
+  closedir(d);
+  close(mnt);
+  close(fs);
+}
+
+/* Loopback up in the (new) network namespace we are in, as bwrap brings it up. */
+static void loopback_up(void) {
+  int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  struct ifreq ifr;
+  memset(&ifr, 0, sizeof ifr);
+  fmt(ifr.ifr_name, sizeof ifr.ifr_name, "lo");
+  if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) != 0) die(1, "loopback: %s", strerror(errno));
+  ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+  if (ioctl(s, SIOCSIFFLAGS, &ifr) != 0) die(1, "loopback up: %s", strerror(errno));
+  close(s);
+}
+
+/* New IPC (and network) namespaces, owned by the user namespace we are in, kept as nsfs binds at `dir`/ipc (net). */
+static void keep_new_namespaces(const char *dir, int net) {
+  if (unshare(CLONE_NEWIPC | (net ? CLONE_NEWNET : 0)) != 0) die(1, "new IPC/network namespace: %s", strerror(errno));
+  if (net) loopback_up();
+  static const char *const names[] = {"ipc", "net"};
+  for (int i = 0; i < 1 + net; i++) {
+    char src[64], at[4096];
+    fmt(src, sizeof src, "/proc/self/ns/%s", names[i]);
+    fmt(at, sizeof at, "%s/%s", dir, names[i]);
+    mkdir_or_die(dir, 0700);
+    int fd = open(at, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) die(1, "create %s: %s", at, strerror(errno));
+    close(fd);
+    if (mount(src, at, NULL, MS_BIND, NULL) != 0) die(1, "keep the new %s namespace: %s", names[i], strerror(errno));
+  }
+}
+
+/*
+ * New IPC (and network) namespaces for the sandbox's commands, owned by its user namespace, kept as nsfs binds at
+ * the scratch's ns/ipc and ns/net (commands enter those: `enter --ns-dir`); pid 1 stays in its own, where nothing
+ * of the sandbox's is left. Those made ahead after the previous restore (ns/next: never entered) are taken when
+ * there (a network namespace costs milliseconds to make, more while the host makes and frees many).
+ */
+static void fresh_namespaces(const struct restore_opts *o) {
+  char ns[4096], next[4096];
+  fmt(ns, sizeof ns, "%s/ns", o->scratch);
+  fmt(next, sizeof next, "%s/ns/next", o->scratch);
+  static const char *const names[] = {"ipc", "net"};
+  char made[4096];
+  fmt(made, sizeof made, "%s/ipc", next);
+  int ahead = is_mount_root(made);
+  for (int i = 0; i < 1 + o->fresh_net; i++) {
+    char at[4096], from[4096];
+    fmt(at, sizeof at, "%s/%s", ns, names[i]);
+    if (umount2(at, MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT)
+      die(1, "umount %s: %s", at, strerror(errno));
+    if (!ahead) continue;
+    fmt(from, sizeof from, "%s/%s", next, names[i]);
+    int fd = open(at, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) die(1, "create %s: %s", at, strerror(errno));
+    close(fd);
+    if (syscall(SYS_move_mount, AT_FDCWD, from, AT_FDCWD, at, 0) != 0)
+      die(1, "take the %s namespace made ahead: %s", names[i], strerror(errno));
+  }
+  if (!ahead) keep_new_namespaces(ns, o->fresh_net);
+}
+
+/*
+ * The last pid a pid namespace handed out, read by a child inside it, which then sets the counter back (its own
+ * pid is free again once it is reaped): nothing of the namespace changes. With `set` >= 0, the counter is set to
+ * that instead: the next process gets `set` + 1. Our later children are ours again (host root only: `own`).
+ */
+static long pid_counter(int pidns, long set, int own) {
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0) die(1, "pid counter: %s", strerror(errno));
+  setns_or_die(pidns, CLONE_NEWPID, "a sandbox's pid namespace");
+  pid_t child = fork();
+  if (child < 0) die(1, "fork: %s", strerror(errno));
+  if (child == 0) {
+    long value = set >= 0 ? set : (long)getpid() - 1;
+    char text[32];
+    fmt(text, sizeof text, "%ld", value);
+    int fd = open("/proc/sys/kernel/ns_last_pid", O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text)) _exit(1);
+    _exit(write(pipefd[1], &value, sizeof value) == (ssize_t)sizeof value ? 0 : 1);
+  }
+  close(pipefd[1]);
+  wait_ok(child, "setting a pid namespace's counter");
+  long value = -1;
+  if (read(pipefd[0], &value, sizeof value) != (ssize_t)sizeof value) die(1, "pid counter: no answer");
+  close(pipefd[0]);
+  if (own >= 0) setns_or_die(own, CLONE_NEWPID, "our own pid namespace");
+  return value;
+}
+
+static int cmd_restore(int argc, char **argv) {
+  prog = "minisandbox-restore";
+  struct restore_opts o = {.last_pid = -1, .root = "+root"};
+  parse_restore(argc, argv, &o);
+  umask(0);
+  /* A deep tree keeps a few descriptors per level open while it is copied. */
+  struct rlimit files;
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
+  int userns = open_proc_ns(o.pid1, "user"), sb_mnt = open_proc_ns(o.pid1, "mnt"), pidns = open_proc_ns(o.pid1, "pid");
+  int sb_ipc = open_proc_ns(o.pid1, "ipc"), launch_mnt = open_proc_ns(o.holder, "mnt");
+  int seed_pidns = open_proc_ns(o.seed_pid1, "pid");
+  struct stat pidns_st;
+  if (fstat(pidns, &pidns_st) != 0) die(1, "pid namespace: %s", strerror(errno));
+  if (o.kill_cgroup) kill_all_but_kept(&o, &pidns_st);
+  int own_pidns = open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
+  long last_pid = o.last_pid == -1 ? pid_counter(seed_pidns, -1, own_pidns) : o.last_pid;
+  fill_new_generation(&o, userns, launch_mnt);
+  /* From here on as the sandbox's root, in its launch's mount namespace (where its scratch is). */
+  become_sandbox_root(userns, launch_mnt);
+  char gen[4096];
+  fmt(gen, sizeof gen, "%s/%s", o.scratch, o.gen);
+  for (int i = 0; i < o.nov; i++) generation_overlay(&o, gen, o.overlays[i]);
+  int new_root = place_tree(&o, gen, o.root, 0), trees[MAX_ITEMS];
+  for (int i = 0; i < o.nbind; i++) {
+    char rel[4096];
+    const char *eq = strchr(o.binds[i], '=');
+    if (!eq || eq == o.binds[i] || eq[1] != '/') die(2, "bad bind %s (want SRC=/TARGET)", o.binds[i]);
+    fmt(rel, sizeof rel, "%.*s", (int)(eq - o.binds[i]), o.binds[i]);
+    trees[i] = place_tree(&o, gen, rel, o.ro[i]);
+  }
+  /* The sandbox's own IPC objects go before commands get new namespaces (pid 1 keeps the emptied one). */
+  setns_or_die(sb_ipc, CLONE_NEWIPC, "the sandbox's IPC namespace");
+  remove_ipc_objects();
+  fresh_namespaces(&o);
+  setns_or_die(sb_mnt, CLONE_NEWNS, "the sandbox's mount namespace");
+  rebuild_tree(&o, new_root, trees);
+  setns_or_die(launch_mnt, CLONE_NEWNS, "the launch's mount namespace");
+  if (last_pid >= 0) pid_counter(pidns, last_pid, -1);
+  /* Ready, and the seed's counter (which the caller may give next time: reading it costs a process). */
+  char ready[32];
+  fmt(ready, sizeof ready, "R %ld\n", last_pid);
+  if (write(1, ready, strlen(ready)) != (ssize_t)strlen(ready)) return 1;
+  close(1);
+  /* The previous generation: its files and pages go with its last mount. The next one is made for the next restore. */
+  char path[4096];
+  if (o.old_gen) {
+    fmt(path, sizeof path, "%s/%s", o.scratch, o.old_gen);
+    if (umount2(path, MNT_DETACH) == 0) rmdir(path);
+  }
+  if (o.next_gen) {
+    unsigned ou = 0, og = 0;
+    parse_owner(o.owner, &ou, &og);
+    fmt(path, sizeof path, "%s/%s", o.scratch, o.next_gen);
+    make_generation(path, o.disk, ou, og);
+    fmt(path, sizeof path, "%s/ns/next", o.scratch);
+    keep_new_namespaces(path, o.fresh_net);
+  }
+  return 0;
 }
 
 /* ---------------------------------------------------------------- check */
@@ -1168,6 +2036,7 @@ int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "launch")) return cmd_launch(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "init")) return cmd_init(argc - 1, argv + 1);
   if (argc >= 2 && !strcmp(argv[1], "enter")) return cmd_enter(argc - 2, argv + 2);
+  if (argc >= 2 && !strcmp(argv[1], "restore")) return cmd_restore(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "check")) return cmd_check();
   if (argc >= 2 && !strcmp(argv[1], "export-bpf")) return cmd_export_bpf();
   fprintf(stderr, "usage: msb-helper launch|init|enter|check ...\n");

@@ -27,11 +27,13 @@ test("bench: a tiny run of every workload gives well-formed results and files", 
     rolloutRounds: 1,
     rolloutTrajectories: 1,
     rolloutForks: 1,
+    rolloutLive: 8,
     evalEngine: false,
     sessionHttp: false,
     podman: false,
     fleetInstances: 1,
     fleetCluster: false,
+    cliRuns: 1,
     workloads: ALL_WORKLOADS.filter((w) => w !== "images"), // below, with the image tests' images
     log: () => {},
   });
@@ -127,7 +129,22 @@ test("bench: a tiny run of every workload gives well-formed results and files", 
   assert.equal(ro.group.podman.available, false);
   assert.equal(r.ratios.rollout_group_vs_podman, null);
   assert.ok(r.targets.some((t) => t.name.startsWith("fork of a rollout") && typeof t.met === "boolean"));
+  assert.ok(ro.reset.available && ro.reset.reset.n === 1 && ro.reset.checkpoint.n === 1, JSON.stringify(ro.reset));
+  assert.ok(ro.live.available, JSON.stringify(ro.live));
+  assert.deepEqual([ro.live.rollouts, ro.live.errors], [8, 0], JSON.stringify(ro.live));
+  assert.ok(ro.live.pssPerIdleBytes > 0 && ro.live.processes >= 2, JSON.stringify(ro.live));
+  assert.ok(r.targets.some((t) => t.name.startsWith("reset of a rollout") && typeof t.met === "boolean"));
 
+  // The command line beside its floors; podman was disabled, so its ratio is null and says why.
+  assert.ok(r.cli.available, JSON.stringify(r.cli));
+  assert.ok(r.cli.versionMs > 0 && r.cli.execMs > 0 && r.cli.nodeEmptyMs > 0);
+  assert.equal(r.cli.podmanRunMs, null);
+  assert.equal(typeof r.ratios.cli_version_vs_node_empty, "number");
+  assert.equal(r.ratios.cli_exec_vs_podman_run, null);
+  assert.match(r.ratio_reasons["cli_exec_vs_podman_run"] ?? "", /disabled/);
+  assert.equal(typeof r.ratios.transfer_http_vs_copy, "number");
+  for (const name of ["command line: minisandbox --version", "layer into a fresh node over HTTP (loopback)"])
+    assert.equal(typeof r.targets.find((t) => t.name === name)?.met, "boolean", name);
   const d = r.dashboard;
   assert.ok(d.available, JSON.stringify(d));
   assert.equal(d.sandboxes, 16);
@@ -144,6 +161,7 @@ test("bench: a tiny run of every workload gives well-formed results and files", 
   assert.deepEqual(back.ratios, r.ratios);
   assert.match(readFileSync(files.markdown, "utf8"), /\| minisandbox warm \|/);
   assert.match(readFileSync(files.markdown, "utf8"), /## 7\. Rollouts for RL trainers/);
+  assert.match(readFileSync(files.markdown, "utf8"), /## 10\. Command line/);
   assert.match(readFileSync(files.svg, "utf8"), /^<svg [^>]*xmlns="http:\/\/www.w3.org\/2000\/svg"/);
   assert.ok(existsSync(files.svg));
 });

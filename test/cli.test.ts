@@ -74,6 +74,48 @@ test("shell runs an interactive shell on the caller's terminal", () => {
   assert.match(r.stdout, /inside sb-/);
 });
 
+/** Drives `minisandbox shell` on a pseudo-terminal of 40x100 (Python's pty): waits for each marker, then types. */
+const ON_A_TERMINAL = String.raw`
+import os, pty, select, sys, termios, time, fcntl, struct
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))
+before = termios.tcgetattr(fd)
+out = b""
+def until(marker):
+    global out
+    end = time.time() + 60
+    while marker not in out and time.time() < end:
+        if select.select([fd], [], [], 0.2)[0]:
+            try:
+                out += os.read(fd, 65536)
+            except OSError:
+                return
+until(b"# ")
+os.write(fd, b"tty; stty size; echo RE''ADY\n")  # the echo of the line is not the marker
+until(b"READY\r\n")
+fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 120, 0, 0))
+time.sleep(0.5)
+os.write(fd, b"stty size; exit 4\n")
+until(b"\nexit\r\n")
+_, status = os.waitpid(pid, 0)
+sys.stdout.write(out.decode(errors="replace"))
+sys.stdout.write(f"\nEXIT {os.waitstatus_to_exitcode(status)} RESTORED {termios.tcgetattr(fd) == before}\n")
+`;
+
+test("shell on a terminal: a terminal of the sandbox's own, its size followed, the caller's put back", () => {
+  const r = spawnSync("python3", ["-c", ON_A_TERMINAL, process.execPath, CLI, "--home", home, "shell"], {
+    encoding: "utf8",
+    timeout: 90_000,
+  });
+  assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stdout, /^\/dev\/pts\/\d+\r$/m, "tty names the sandbox's own terminal");
+  assert.match(r.stdout, /^40 100\r$/m, `with the caller's size:\n${r.stdout}`);
+  assert.match(r.stdout, /^50 120\r$/m, "and its changes");
+  assert.match(r.stdout, /\nEXIT 4 RESTORED True\n$/, "the shell's status; the caller's terminal as it was");
+});
+
 test("unprivileged users get sandboxes through user namespaces", () => {
   const h = tempDir();
   spawnSync("chmod", ["777", h]);

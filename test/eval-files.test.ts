@@ -530,10 +530,22 @@ test("predictions: JSON list, JSONL, keyed object (mini-swe-agent preds.json), g
   assert.deepEqual(await loadPredictions(join(dir, "preds.jsonl")), [list[0], { ...list[1], extra: 7 }]);
   assert.deepEqual(await loadPredictions(join(dir, "mini.json")), [list[0], pred("a__a-2", "")]);
   assert.deepEqual(await loadPredictions(join(dir, "no-ext")), [list[0]]);
-  // Missing model_patch reads as null; missing model name as the harness's "None".
-  assert.deepEqual(parsePredictions('{"instance_id": "z", "model_patch": null}', "p"), [
-    { instance_id: "z", model_name_or_path: "None", model_patch: null },
-  ]);
+  // Both fields are required (the harness reads them too): the error names the one missing, whatever the layout.
+  assert.throws(() => parsePredictions('{"instance_id": "z", "model_patch": null}', "p"), {
+    message:
+      "p: line 1: missing \"model_name_or_path\" (the model's name; it names the run's report, " +
+      "<model>.<run_id>.json)",
+  });
+  assert.throws(() => parsePredictions('{"instance_id": "z", "model_name_or_path": "m"}', "p"), {
+    message: 'p: line 1: missing "model_patch" (the diff to evaluate; "" or null for none)',
+  });
+  assert.throws(() => parsePredictions('[{"instance_id": "z", "model_name_or_path": "m"}]', "p"), {
+    message: 'p: entry 0: missing "model_patch" (the diff to evaluate; "" or null for none)',
+  });
+  assert.throws(
+    () => parsePredictions('{"z": {"instance_id": "z", "model_patch": ""}}', "p"),
+    /entry "z": missing "model_name/,
+  );
 
   const dataset = [
     { instance_id: "a__a-1", patch: "gold 1" },

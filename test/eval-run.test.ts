@@ -261,7 +261,7 @@ test("--json: a partial fix is PARTIAL; a patch that fails to apply is an error"
     summary: RunSummary;
     instances: Array<{ instanceId: string; status: string; resolution: string | null; error?: { kind: string } }>;
     unknownPredictionIds: string[];
-    timings: { instancesRun: number };
+    timings: { instancesRun: number; instancesTested: number };
   };
   assert.equal(out.summaryPath, join(mixedDir, "my__model.mixed.json"));
   assert.deepEqual(readJson(out.summaryPath), out.summary);
@@ -272,6 +272,7 @@ test("--json: a partial fix is PARTIAL; a patch that fails to apply is an error"
   assert.equal(byId.get(id2)?.error?.kind, "Patch Apply Failed");
   assert.equal(byId.get(endless)?.status, "no_prediction");
   assert.deepEqual(out.unknownPredictionIds, []);
+  assert.deepEqual([out.timings.instancesRun, out.timings.instancesTested], [2, 1], "the rate counts tested ones");
 
   const s = out.summary;
   assert.equal(s.total_instances, 3);
@@ -463,4 +464,35 @@ test("an environment that is not built (--no-build) is that instance's error; ba
   ]);
   assert.equal(badWorkers.code, 2);
   assert.match(badWorkers.stderr, /--workers expects a positive integer/);
+});
+
+test("a prediction without a field is refused naming it; a run where no patch applies claims no rate", async () => {
+  await Promise.all([goldRun, mixedRun]);
+  const write = (name: string, rows: object[]): string => {
+    const path = join(work, name);
+    writeFileSync(path, rows.map((row) => JSON.stringify(row)).join("\n"));
+    return path;
+  };
+  const noPatch = write("no-patch.jsonl", [{ instance_id: id1, model_name_or_path: "m" }]);
+  const noModel = write("no-model.jsonl", [{ instance_id: id1, model_patch: "" }]);
+  for (const [file, field] of [
+    [noPatch, "model_patch"],
+    [noModel, "model_name_or_path"],
+  ] as const) {
+    const dir = tempDir("msb-evalrun-field-");
+    const r = await runCli(["evaluate", "--dataset", fx.datasetPath, "--predictions", file, "--report-dir", dir]);
+    assert.equal(r.code, 2, r.stderr);
+    assert.match(r.stderr, new RegExp(`^minisandbox: ${file}: line 1: missing "${field}" \\(.*\\)\n$`));
+    assert.deepEqual(readdirSync(dir), [], "nothing written (no None.<run>.json)");
+  }
+  const bad = write("all-bad.jsonl", [
+    { instance_id: id1, model_name_or_path: "m", model_patch: BAD_PATCH },
+    { instance_id: id2, model_name_or_path: "m", model_patch: BAD_PATCH },
+  ]);
+  const dir = tempDir("msb-evalrun-bad-");
+  const r = await runCli(["evaluate", "--dataset", fx.datasetPath, "--predictions", bad, "--report-dir", dir]);
+  assert.equal(r.code, 0, r.stderr);
+  assert.match(r.stdout, /Instances with errors: 2/);
+  assert.match(r.stdout, /^Timings: 2 instances run with 2 workers in [\d.]+ s; none reached its tests/m);
+  assert.doesNotMatch(r.stdout, /instances\/min/);
 });

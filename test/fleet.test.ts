@@ -175,6 +175,24 @@ test("a minisandbox fleet on a 3-node Ray cluster", { timeout: 900_000 }, async 
   );
 });
 
+test("with no Ray cluster to join, the fleet's commands say so in one line and exit 1", async (t) => {
+  if (skip) return t.skip(skip);
+  // Namespaces of its own: Ray's "auto" finds any cluster's processes on this machine (another test's, say).
+  const empty = tempDir("msb-noray-");
+  const env = { ...process.env, PYTHONPATH: PYTHON_PACKAGE, RAY_TMPDIR: empty, RAY_ADDRESS: "" };
+  const alone = ["--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--", python, "-m", "minisandbox.fleet"];
+  for (const args of [["status"], ["prepare", "--dataset", "x.json"], ["status", "--address", "127.0.0.1:1"]]) {
+    const r = await run("unshare", [...alone, ...args], { env, timeoutMs: 60_000 });
+    assert.equal(r.code, 1, r.stderr);
+    const where = args.includes("--address")
+      ? "at 127.0.0.1:1"
+      : "on this machine (--address auto, $RAY_ADDRESS unset)";
+    assert.ok(r.stderr.startsWith(`minisandbox fleet: no running Ray cluster ${where}: `), r.stderr);
+    assert.match(r.stderr, /; start one with ray start --head .*, or give --address HOST:6379\n$/);
+    assert.equal(r.stderr.trim().split("\n").length, 1, r.stderr);
+  }
+});
+
 test("placement by environment, as pure Python; the package imports without Ray", async () => {
   const code = `
 import sys

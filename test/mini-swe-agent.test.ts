@@ -6,7 +6,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { runOk, run } from "../src/util/run.js";
 import { cachedVenv, tempDir } from "./helpers.js";
@@ -82,11 +82,15 @@ test("mini-swe-agent's SWE-bench runner on minisandbox end to end, then minisand
   const calc2 = fx.instances.find((i) => i.instance_id === "fixture__calc-2")!;
   writeFileSync(join(work, "script.yaml"), JSON.stringify(script(calc2.patch)));
   const shipped = (await runOk(join(venv, "bin", "python"), ["-m", "minisandbox.configs", "mini-swebench"])).trim();
+  // The READMEs' recipe: --subset is a directory holding the dataset file, which `datasets` reads as split "train".
+  const subset = join(work, "SUBSET");
+  mkdirSync(subset);
+  copyFileSync(fx.dataset, join(subset, "dataset.json"));
   const started = performance.now();
   const r = await runMini(
     venv,
     server.url,
-    ["--subset", fx.hfDir, "--split", "dev", "-o", "out", "-w", "2"].concat([
+    ["--subset", subset, "--split", "train", "-o", "out", "-w", "2"].concat([
       "-c",
       "swebench.yaml",
       "-c",

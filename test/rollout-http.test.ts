@@ -113,6 +113,26 @@ describe("rollouts over HTTP: the TypeScript SDK", { concurrency: 1 }, () => {
     assert.equal((await client.group(group.id)).rollouts.length, 3, "the fork is a rollout of the group");
   });
 
+  it("reset and checkpoints: back to the start or a checkpoint in place, forks from it; unknown ids 404", async () => {
+    await using group = await client.startGroup({ instanceId: inst.instance_id, n: 1 });
+    const [r] = group.rollouts;
+    assert.equal((await r!.exec("git apply -", { stdin: inst.patch! })).exitCode, 0);
+    const cp = await r!.checkpoint();
+    await r!.exec("echo more > /tmp/more");
+    const { info, resetMs } = await r!.reset();
+    assert.equal(info.sandboxId, r!.info.sandboxId);
+    assert.ok(resetMs > 0);
+    assert.equal((await r!.exec("git status --short; ls /tmp")).stdout, "", "the start state: nothing of the agent's");
+    assert.equal((await r!.reward()).reason, "empty_patch");
+    await r!.reset({ checkpoint: cp });
+    const [child] = await r!.fork(1, { checkpoint: cp });
+    const [back, forked] = await Promise.all([r!.reward(), child!.reward()]);
+    assert.deepEqual([back.reward, forked.reward], [1, 1], "the checkpoint holds the fix");
+    await r!.dropCheckpoint(cp);
+    await assert.rejects(r!.reset({ checkpoint: cp }), NotFoundError);
+    assert.equal((await r!.exec("git diff --stat | wc -l")).stdout, "2\n", "a refused reset changes nothing");
+  });
+
   it("a killed sandbox: commands throw SandboxLostError (410), the reward is an infra failure", async () => {
     await using group = await client.startGroup({ instanceId: inst.instance_id, n: 1 });
     const [r] = group.rollouts;

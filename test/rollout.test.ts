@@ -201,6 +201,39 @@ describe("rollouts", { concurrency: 1 }, () => {
     assert.throws(() => kids[0]!.files, /closed/);
   });
 
+  it("reset: back to the start in place, same sandbox; then rewards are a fresh rollout's; checkpoints", async (t) => {
+    const group = await engine.startGroup({ instance: inst, n: 2 });
+    t.after(() => group.close());
+    const [r, fresh] = group.rollouts as [Rollout, Rollout];
+    const sandboxId = r.sandbox!.id;
+    await r.exec("git apply - && echo mark > /tmp/mark && (sleep 1000 &)", { stdin: inst.patch! });
+    await r.sessions.create();
+    assert.equal((await r.reward()).reward, 1);
+    await r.reset();
+    assert.equal(r.sandbox!.id, sandboxId, "the same sandbox");
+    assert.equal(r.outcome, undefined, "no outcome since the reset");
+    const look = "git status --short; ls /tmp; ps -e -o comm= | grep -c sleep";
+    assert.equal((await r.exec(look)).stdout, (await fresh.exec(look)).stdout);
+    assert.deepEqual(r.sessions.names(), []);
+    // The same work after a reset earns what it earns in a fresh rollout.
+    await Promise.all([r, fresh].map(apply(fx.partialFix.patch)));
+    const [after, first] = await Promise.all([r.reward(), fresh.reward()]);
+    const graded = (o: RolloutOutcome) => [o.status, o.reward, o.reason, o.resolution, o.failToPass, o.passToPass];
+    assert.deepEqual(graded(after), graded(first), `${explain(after)}\n${explain(first)}`);
+    assert.equal(after.resolution, "PARTIAL");
+    // A checkpoint keeps the half fix: the rollout goes on, comes back to it in place; a fork starts from it.
+    const cp = await r.checkpoint();
+    await r.exec("git checkout -- . && git apply -", { stdin: inst.patch! });
+    assert.equal((await r.reward()).resolution, "FULL");
+    const [child] = await r.fork(1, { checkpoint: cp });
+    await r.reset({ checkpoint: cp });
+    const [back, forked] = await Promise.all([r.reward(), child!.reward()]);
+    assert.deepEqual([back.resolution, forked.resolution], ["PARTIAL", "PARTIAL"]);
+    await group.dropCheckpoint(cp);
+    await assert.rejects(r.reset({ checkpoint: cp }), NotFoundError);
+    assert.equal((await r.exec("git diff --stat | tail -1")).exitCode, 0, "a refused reset changes nothing");
+  });
+
   it("the gold pre-check: checked once per environment and stored; a task whose gold fails is refused", async () => {
     const checked = await engine.goldCheck(inst.instance_id);
     assert.equal(checked.passed, true);

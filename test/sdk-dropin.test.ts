@@ -207,6 +207,12 @@ test("remote parity: streaming, background handle with wait/kill, files, setTime
   assert.equal(await sb.files.exists("/tmp/d/a.txt"), false);
   await assert.rejects(sb.files.list("/no/such/dir"), /no\/such\/dir/);
 
+  // `info` follows what the server said last: after setTimeout, and after a refresh, the new expiry is there.
+  const later = await sb.setTimeout(60_000);
+  assert.ok(later.expiresAt !== null && sb.info.expiresAt === later.expiresAt, JSON.stringify(sb.info));
+  const fresh = await sb.refresh();
+  assert.equal(fresh.expiresAt, later.expiresAt);
+  assert.equal(sb.info, fresh);
   const info = await sb.setTimeout(800);
   assert.ok(Date.parse(info.expiresAt!) - Date.now() <= 800);
   let gone = false;

@@ -74,6 +74,8 @@ function is511(r: Res, classPath: string, message?: RegExp | string): void {
   const x = r.json.swerexception;
   assert.deepEqual(Object.keys(x).sort(), ["class_path", "extra_info", "message", "traceback"]);
   assert.equal(x.class_path, classPath, x.message);
+  // No stack of the server's: the exception's line, as Python's format_exception_only prints it.
+  assert.equal(x.traceback, `${classPath.slice(classPath.lastIndexOf(".") + 1)}: ${x.message}\n`);
   if (typeof message === "string") assert.equal(x.message, message);
   else if (message) assert.match(x.message, message);
 }

@@ -738,7 +738,7 @@ async function cli(home: string, ...args: string[]): Promise<{ code: number | nu
   return run(process.execPath, [script, ...args], { env: { ...process.env, TEST_HOME: home } });
 }
 
-test("CLI: store stats/verify/gc/export/import with --json; failures exit 1 with one line", async (t) => {
+test("CLI: store list/stats/verify/gc/export/import, --json; bad input exits 2, failed work 1, one line", async (t) => {
   const dir = tmpDir(t);
   const home = join(dir, "home");
   const store = openStore(join(home, "store"));
@@ -756,10 +756,30 @@ test("CLI: store stats/verify/gc/export/import with --json; failures exit 1 with
   assert.equal(verify.code, 0, verify.stderr);
   assert.equal(JSON.parse(verify.stdout).ok, true);
 
+  // `store list` shows full keys; export takes a key or the unique start of one (prepare prints 12 characters).
+  await ingestLayer(store, "L1b", { t: join(dir, "src") });
+  const list = await cli(home, "store", "list", "--json");
+  assert.equal(list.code, 0, list.stderr);
+  assert.deepEqual(
+    (JSON.parse(list.stdout) as { key: string; files: number }[]).map((r) => [r.key, r.files]),
+    [
+      ["L1", 1],
+      ["L1b", 1],
+    ],
+  );
+  assert.match((await cli(home, "store", "ls")).stdout, /^key +repository +python +size +built\n.*\nL1 /);
+  const ambiguous = await cli(home, "store", "export", "L", "-o", join(dir, "x.tar.zst"));
+  assert.equal(ambiguous.code, 2);
+  assert.match(ambiguous.stderr, /^minisandbox store export: layer "L" is ambiguous .*2 keys start with it/);
+  await removeLayer(store, "L1b");
+
   const pack = join(dir, "l1.tar.zst");
   const exp = await cli(home, "store", "export", "L1", "-o", pack, "--json");
   assert.equal(exp.code, 0, exp.stderr);
   assert.equal(JSON.parse(exp.stdout).objects, 1);
+  const prefix = await cli(home, "store", "export", "L", "-o", join(dir, "prefix.tar.zst"), "--json");
+  assert.equal(prefix.code, 0, prefix.stderr);
+  assert.deepEqual(JSON.parse(prefix.stdout).layers, ["L1"]);
 
   const home2 = join(dir, "home2");
   const imp = await cli(home2, "store", "import", pack);
@@ -769,13 +789,17 @@ test("CLI: store stats/verify/gc/export/import with --json; failures exit 1 with
   const gc = await cli(home, "store", "gc", "--json");
   assert.deepEqual(JSON.parse(gc.stdout), { removedObjects: 0, freedBytes: 0, removedImageFiles: 0, removedTemp: 0 });
 
+  // Bad input exits 2 with one line: an unknown layer says where the full keys are; a missing or invalid pack.
   const missing = await cli(home, "store", "export", "nope", "-o", join(dir, "x.tar.zst"));
-  assert.equal(missing.code, 1);
-  assert.match(missing.stderr, /^minisandbox store export: layer nope not found in store .*\n$/);
+  assert.equal(missing.code, 2);
+  assert.match(missing.stderr, /^minisandbox store export: layer "nope" not found in store .*store list.*\n$/);
+  const noFile = await cli(home, "store", "import", join(dir, "MISSING_FILE"));
+  assert.equal(noFile.code, 2);
+  assert.match(noFile.stderr, /^minisandbox store import: pack \S+MISSING_FILE not found\n$/);
   const garbage = join(dir, "garbage.tar.zst");
   fs.writeFileSync(garbage, "garbage");
   const bad = await cli(home, "store", "import", garbage);
-  assert.equal(bad.code, 1);
+  assert.equal(bad.code, 2);
   assert.equal(bad.stderr.trim().split("\n").length, 1);
 
   const m = await readManifest(store, "L1");

@@ -58,7 +58,7 @@ test("SWE-ReX's own execution and server tests pass against serve --dir --python
     timeoutMs: 600_000,
     env: {
       PATH: `${join(venv, "bin")}:${process.env.PATH}`,
-      MINISANDBOX_BIN: `${process.execPath} ${CLI} --home ${tempHome("msb-swerex-home-")}`,
+      MINISANDBOX_CLI: `${process.execPath} ${CLI} --home ${tempHome("msb-swerex-home-")}`,
       MINISANDBOX_SWEREX_DIR: workdir,
       MINISANDBOX_SERVE_ARGS: "--python 3.11",
       PYTHONDONTWRITEBYTECODE: "1",

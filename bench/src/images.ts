@@ -1,5 +1,5 @@
 /**
- * Workload 10, images: N SWE-bench-style instance images (shared base and env layers, one instance layer each, built
+ * Workload 11, images: N SWE-bench-style instance images (shared base and env layers, one instance layer each, built
  * by podman from a Debian root: src/fixtures/images.ts) pushed to a registry on 127.0.0.1, then pulled one after the
  * other into a fresh store by `minisandbox images pull` and into a fresh podman storage by `podman pull`, the two
  * interleaved image by image. Each pull is timed; after the N-th of each N asked, both sides' disk use (du, every

@@ -50,7 +50,7 @@ const ms = (n: number | null): string => (n === null ? "n/a" : `${(n / 1000).toF
 const bytes = (n: number | null): string => (n === null ? "n/a" : formatBytes(n));
 
 export function imagesLines(r: BenchResults): string[] {
-  const L = ["", "## 10. Environments from images (a loopback registry; side by side with podman pull)", ""];
+  const L = ["", "## 11. Environments from images (a loopback registry; side by side with podman pull)", ""];
   const m = measured(r);
   if (!m) return [...L, `Not available: ${(r.images as Unavailable).reason}`];
   L.push(

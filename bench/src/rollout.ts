@@ -6,7 +6,8 @@
  *     without the warm pool; podman: 8 containers started at once);
  *   - overhead per trajectory outside the agent and the tests: start, diff, reward sandbox or container, grading,
  *     close (gold patch as the agent's work, trajectories one at a time);
- *   - fork latency of a live rollout on the measured workspace (podman: commit the container, run the image).
+ *   - fork latency of a live rollout on the measured workspace (podman: commit the container, run the image);
+ *   - reset and checkpoint latency, and many live rollouts at once (tree-search.ts).
  */
 import { randomBytes } from "node:crypto";
 import { gradeInstance, heredocDelimiter, makeEvalScript } from "../../src/eval/index.js";
@@ -18,6 +19,7 @@ import { mustRun, processesMentioning, timedRun, untilQuiet } from "./proc.js";
 import { ensureEnvImageFor } from "./ready.js";
 import type { BenchEnvironment } from "./setup.js";
 import { summarize } from "./stats.js";
+import { liveRollouts, parentWork, THINK_MS, treeSearchLatency } from "./tree-search.js";
 import type { ForkLatency, GroupReady, RolloutResults, TrajectoryOverhead, Unavailable } from "./types.js";
 
 export interface RolloutBenchOptions {
@@ -28,6 +30,8 @@ export interface RolloutBenchOptions {
   /** Trajectories per variant. */
   trajectories: number;
   forks: number;
+  /** Rollouts live at once in the scale run. */
+  live: number;
   groupSize?: number;
   log: (m: string) => void;
 }
@@ -51,7 +55,11 @@ export async function benchRollout(o: RolloutBenchOptions): Promise<RolloutResul
     const trajectory = await trajectories(engine, o, pod);
     o.log(`rollout: fork latency, ${o.forks} forks`);
     const fork = await forkLatency(engine, o, pod);
-    return { available: true, groupSize: n, rounds: o.rounds, group, trajectory, fork };
+    o.log(`rollout: reset and checkpoint latency, ${o.forks} resets`);
+    const reset = await treeSearchLatency(engine, o.env.primary, o.env.importModule, o.forks);
+    o.log(`rollout: ${o.live} live rollouts at once`);
+    const live = await liveRollouts(o.env, o.live);
+    return { available: true, groupSize: n, rounds: o.rounds, group, trajectory, fork, reset, live };
   } finally {
     await engine.close();
   }
@@ -398,7 +406,7 @@ async function forkLatency(
 ): Promise<RolloutResults["fork"]> {
   const inst = o.env.primary;
   // The parent has done some work: the gold patch, a scratch file, Python run once (bytecode written).
-  const work = `git apply - && head -c 1000000 /dev/urandom > /tmp/scratch && python -c "import ${o.env.importModule}"`;
+  const work = parentWork(o.env.importModule);
   const ours = await (async (): Promise<ForkLatency | Unavailable> => {
     const g = await engine.startGroup({ instance: inst.instance_id, n: 1 });
     try {
@@ -415,6 +423,8 @@ async function forkLatency(
         const firstMs = performance.now() - t;
         await child!.close();
         if (r.stdout !== "ready\n") throw new Error("the child did not answer");
+        // The model call before the next fork: the group's spare is started again meanwhile.
+        await new Promise((res) => setTimeout(res, THINK_MS));
         if (i === 0) continue; // warm-up
         fork.push(forkMs);
         first.push(firstMs);
@@ -423,8 +433,9 @@ async function forkLatency(
         available: true,
         label: "minisandbox Rollout.fork(1)",
         method:
-          "a live rollout (gold patch applied, 1 MB in /tmp, Python run once) forked into 1 child: frozen copy " +
-          "of its writable state, child started on it; then `echo ready` in the child",
+          "a live rollout (gold patch applied, 1 MB in /tmp, Python run once) forked into 1 child: held still, its " +
+          "writable state copied into the group's spare (a sandbox of the task started ahead; started again in the " +
+          `${THINK_MS} ms before the next fork, a model call); then \`echo ready\` in the child`,
         fork: summarize(fork),
         firstOutput: summarize(first),
       };

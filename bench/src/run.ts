@@ -16,6 +16,7 @@ import { benchSessionHttp, benchSessionInProcess } from "./session.js";
 import { defaultWorkDir, setupEnvironment, type BenchEnvironment } from "./setup.js";
 import { benchStorage } from "./storage.js";
 import { benchFleet } from "./fleet.js";
+import { benchCliStart } from "./cli-start.js";
 import { benchImages } from "./images.js";
 import type { BenchResults, Unavailable } from "./types.js";
 
@@ -34,6 +35,7 @@ export type Workload =
   | "rollout"
   | "fleet"
   | "dashboard"
+  | "cli"
   | "images";
 export const ALL_WORKLOADS: Workload[] = [
   "ready",
@@ -45,6 +47,7 @@ export const ALL_WORKLOADS: Workload[] = [
   "rollout",
   "fleet",
   "dashboard",
+  "cli",
   "images",
 ];
 /** What `--dataset` runs (workloads 1, 2, 5 and 7); the others do not depend on the environment. */
@@ -83,12 +86,16 @@ export interface BenchOptions {
   rolloutRounds?: number;
   rolloutTrajectories?: number;
   rolloutForks?: number;
+  /** Rollouts live at once in the rollout workload's scale run (512: DeepSWE's parallel containers). */
+  rolloutLive?: number;
   /** false: skip the HTTP round trip (http.ts). */
   sessionHttp?: boolean;
   /** false: skip the eval runner's own benchmark (eval-engine.ts). */
   evalEngine?: boolean;
   /** Fleet: instances of the 1-vs-3-node run (default 6, quick 4); a Python with Ray (default: python3). */
   fleetInstances?: number;
+  /** Rounds of the command-line workload (default 15, --quick 5). */
+  cliRuns?: number;
   rayPython?: string;
   /** false: skip the fleet's simulated Ray cluster (the layer transfer still runs). */
   fleetCluster?: boolean;
@@ -122,6 +129,7 @@ export function sizesFor(
     | "rolloutRounds"
     | "rolloutTrajectories"
     | "rolloutForks"
+    | "rolloutLive"
     | "historyMiB"
   >
 > {
@@ -139,6 +147,7 @@ export function sizesFor(
     rolloutRounds: o.rolloutRounds ?? (quick ? 3 : 10),
     rolloutTrajectories: o.rolloutTrajectories ?? (quick ? 2 : 5),
     rolloutForks: o.rolloutForks ?? (quick ? 10 : 30),
+    rolloutLive: o.rolloutLive ?? (quick ? 128 : 512),
   };
 }
 
@@ -254,7 +263,7 @@ async function openPodman(
   notes: string[],
   log: (msg: string) => void,
 ): Promise<Podman | Unavailable> {
-  const needsPodman = ["ready", "storage", "evaluation", "rollout"].some((w) => workloads.has(w as Workload));
+  const needsPodman = ["ready", "storage", "evaluation", "rollout", "cli"].some((w) => workloads.has(w as Workload));
   if (o.podman === false || !needsPodman) return na("disabled for this run");
   const podman = await Podman.open(work, log).catch((e: unknown) =>
     na(`podman setup failed: ${(e as Error).message.split("\n")[0]}`),
@@ -297,6 +306,7 @@ async function skeleton(x: {
     serverLoad: notRun("server load"),
     fleet: notRun("many nodes"),
     dashboard: notRun("dashboard"),
+    cli: notRun("command line"),
     evaluation: {
       minisandbox_engine: notRun("evaluation"),
       minisandbox_steps: notRun("evaluation"),
@@ -427,6 +437,13 @@ const WORKLOADS: Record<Workload, (run: BenchRun) => Promise<void>> = {
           "fleet's overhead (placement, Ray tasks, HTTP), not a speed-up; on real machines each node brings its own",
       );
   },
+  async cli({ o, results, work, podman, log }) {
+    const runs = o.cliRuns ?? (o.quick ? 5 : 15);
+    log(`workload 10: command line, ${runs} rounds`);
+    results.cli = await benchCliStart({ work, runs, podman }).catch((e: unknown) =>
+      na(`command line failed: ${(e as Error).message.split("\n")[0]}`),
+    );
+  },
   async evaluation({ o, results, env, size, podman, log }) {
     const instances = env.instances.slice(0, size.evalInstances);
     const workers = size.evalWorkers;
@@ -445,7 +462,7 @@ const WORKLOADS: Record<Workload, (run: BenchRun) => Promise<void>> = {
     }
   },
   async images({ o, results, work, size, log }) {
-    log(`workload 10: environments from images, N = ${size.storageNs.join(", ")}`);
+    log(`workload 11: environments from images, N = ${size.storageNs.join(", ")}`);
     results.images = await benchImages({
       work,
       ns: o.dataset ? [] : size.storageNs,
@@ -455,7 +472,7 @@ const WORKLOADS: Record<Workload, (run: BenchRun) => Promise<void>> = {
     }).catch((err: unknown) => na(`images workload failed: ${(err as Error).message.split("\n")[0]}`));
   },
   async rollout({ results, env, size, podman, log }) {
-    log("workload 7: rollouts (group of 8 ready, overhead per trajectory, fork)");
+    log("workload 7: rollouts (group of 8 ready, overhead per trajectory, fork, reset, live rollouts at once)");
     await prepareNode(env, [env.primary]);
     results.rollout = await benchRollout({
       env,
@@ -463,6 +480,7 @@ const WORKLOADS: Record<Workload, (run: BenchRun) => Promise<void>> = {
       rounds: size.rolloutRounds,
       trajectories: size.rolloutTrajectories,
       forks: size.rolloutForks,
+      live: size.rolloutLive,
       log,
     }).catch((err: unknown) => na(`rollout workload failed: ${(err as Error).message.split("\n")[0]}`));
   },

@@ -186,6 +186,31 @@ export interface ForkLatency {
   firstOutput: Dist;
 }
 
+/** A rollout reset to its group's start in place, and checkpointed, after some work (tree-search.ts). */
+export interface TreeSearchLatency {
+  available: true;
+  method: string;
+  /** Rollout.reset() → resolved. */
+  reset: Dist;
+  /** Rollout.reset() → the first command's output after it. */
+  resetFirstOutput: Dist;
+  checkpoint: Dist;
+}
+
+/** Many live rollouts at once, each running a command, and the memory of an idle one (tree-search.ts). */
+export interface LiveRollouts {
+  available: true;
+  rollouts: number;
+  startMs: number;
+  commandsMs: number;
+  errors: number;
+  errorSamples: string[];
+  rssPerIdleBytes: number;
+  pssPerIdleBytes: number;
+  /** Processes per idle rollout (pid 1, the launch, the next command's helper). */
+  processes: number;
+}
+
 /** Workload 7: rollouts for RL trainers, side by side with mini-swe-agent's podman environment. */
 export interface RolloutResults {
   available: true;
@@ -194,16 +219,18 @@ export interface RolloutResults {
   group: Record<"minisandbox" | "minisandbox_warm_pool" | "podman", GroupReady | Unavailable>;
   trajectory: Record<"minisandbox" | "minisandbox_in_place" | "podman", TrajectoryOverhead | Unavailable>;
   fork: Record<"minisandbox" | "podman_commit", ForkLatency | Unavailable>;
+  reset: TreeSearchLatency | Unavailable;
+  live: LiveRollouts | Unavailable;
 }
 
-/** Workload 10: one image's pull by each side (the image's position in the sequence, 1 = the first). */
+/** Workload 11: one image's pull by each side (the image's position in the sequence, 1 = the first). */
 export interface ImagePull {
   image: number;
   minisandboxMs: number;
   podmanMs: number | null;
 }
 
-/** Workload 10: N instance images of one repository pulled from a loopback registry, side by side with podman. */
+/** Workload 11: N instance images of one repository pulled from a loopback registry, side by side with podman. */
 export interface ImagesResult {
   available: true;
   images: number;
@@ -284,6 +311,8 @@ export interface BenchResults {
   fleet: FleetResult | Unavailable;
   /** Workload 9: the dashboard with hundreds of live sandboxes, and what watching costs the API. */
   dashboard: DashboardBenchResult | Unavailable;
+  /** Workload 10: the command line's own start, beside node's empty script and podman run. */
+  cli: CliStartResult | Unavailable;
   evaluation: {
     minisandbox_engine: EvalMeasurement | Unavailable;
     /** The same with one worker (overhead is judged at 1 and 2), when the main run uses more. */
@@ -292,6 +321,7 @@ export interface BenchResults {
     podman: EvalMeasurement | Unavailable;
   };
   rollout: RolloutResults | Unavailable;
+  /** Workload 11: OCI images pulled from a loopback registry, side by side with podman pull. */
   images: ImagesResult | Unavailable;
   ratios: {
     warm_vs_extract: number | null;
@@ -316,6 +346,12 @@ export interface BenchResults {
     rollout_overhead_vs_podman: number | null;
     /** Fork → child started, p50: podman commit + run ÷ Rollout.fork. */
     fork_vs_podman_commit: number | null;
+    /** node starting an empty script ÷ `minisandbox --version` (1 = the floor of any Node.js command). */
+    cli_version_vs_node_empty: number | null;
+    /** `podman run --rm IMAGE true` ÷ `minisandbox exec --dir D -- true`, whole processes. */
+    cli_exec_vs_podman_run: number | null;
+    /** Layer into a fresh node: HTTP (missing objects) MB/s ÷ `cp -a` of the materialized tree MB/s. */
+    transfer_http_vs_copy: number | null;
     /** Images: podman's graph root ÷ the store after the largest N. */
     images_storage_vs_podman: number | null;
     /** Images: the mean of the 2nd…Nth pulls, podman ÷ minisandbox. */
@@ -325,4 +361,19 @@ export interface BenchResults {
   ratio_reasons: Record<string, string>;
   targets: Target[];
   notes: string[];
+}
+
+/** Workload 9: whole-process wall times, medians of `runs` interleaved rounds. */
+export interface CliStartResult {
+  available: true;
+  runs: number;
+  /** node starting an empty script: the floor of any command written for Node.js. */
+  nodeEmptyMs: number;
+  /** `minisandbox --version`. */
+  versionMs: number;
+  /** `minisandbox exec --dir D -- true`, end to end (start, sandbox, command, cleanup). */
+  execMs: number;
+  /** `podman run --rm --network none <base image> true`; null without podman (reason beside it). */
+  podmanRunMs: number | null;
+  podmanReason: string | null;
 }

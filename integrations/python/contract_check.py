@@ -63,6 +63,7 @@ READ_FIELDS = {
         "start_ms",
     ],
     ("rollout", "RolloutOutcome"): ["status", "reward", "resolved", "failure"],
+    ("rollout", "ResetResponse"): ["rollout", "reset_ms"],
     ("rollout", "GroupList"): ["groups"],
     ("rollout", "RolloutList"): ["rollouts"],
     # What minisandbox.fleet reads of the plans the CLI prints (prepare --plan, evaluate --plan, --summary-only).
@@ -133,6 +134,7 @@ def sent_bodies() -> list[tuple[str, str, dict[str, Any]]]:
         ("swerex", "Command", runtime.Command(command=["ls"], env={"X": "1"}).model_dump()),
         ("rollout", "CreateGroupRequest", rl.group_body("fixture__calc-1", 8, gold_check=True, ttl_seconds=600.0)),
         ("rollout", "RewardRequest", rl.reward_body("in_place", 300.0, "fraction")),
+        ("rollout", "ResetRequest", {}),
         ("native", "ExecRequest", rl.exec_body("ls", 60.0, "/testbed", {"A": "1"}, "in", merge_output=True)),
     ]
 

@@ -3,7 +3,6 @@ import { parseSize } from "../util/size.js";
 import type { Limits } from "../sandbox/limits.js";
 import { BuildError, errCode, errorCode, InvalidInputError } from "../errors.js";
 import { spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
 import { explainBuildFailure, renderBuildFailure } from "../env/build-diagnosis.js";
 import { statSync } from "node:fs";
 import { resolve } from "node:path";
@@ -105,12 +104,6 @@ export function limitsFrom(o: SandboxCliOptions): Limits {
 export function timeoutMsFrom(o: { timeout?: string }): number | undefined {
   if (o.timeout === undefined) return undefined;
   return parsePositive(o.timeout, "--timeout", { what: "seconds" }) * 1000;
-}
-
-/** The version in the package's package.json. */
-export function packageVersion(): string {
-  const file = new URL("../../../package.json", import.meta.url);
-  return (JSON.parse(readFileSync(file, "utf8")) as { version: string }).version;
 }
 
 /** A usage error of the parser (unknown option, missing value...) as one line with where to look. */

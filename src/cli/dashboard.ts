@@ -8,8 +8,6 @@ import type { Command } from "commander";
 import { chmodSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { InvalidInputError } from "../errors.js";
-import { escapeHtml } from "../view/html.js";
-import { readTokenFile, tokenFilePath } from "../wire/token-file.js";
 import { fail, openInBrowser } from "./common.js";
 
 const DEFAULT_URL = "http://127.0.0.1:8000";
@@ -29,7 +27,11 @@ async function reachable(base: string): Promise<boolean> {
 }
 
 /** A page that forwards to `url`, readable by its owner only. */
-function launcher(home: string, url: string): string {
+async function launcher(home: string, url: string): Promise<string> {
+  const [{ escapeHtml }, { tokenFilePath }] = await Promise.all([
+    import("../view/html.js"),
+    import("../wire/token-file.js"),
+  ]);
   const path = join(dirname(tokenFilePath(home)), "dashboard.html");
   const target = escapeHtml(url);
   writeFileSync(
@@ -51,8 +53,9 @@ export function registerDashboardCommand(program: Command, getHome: () => string
     .option("--open", "open it in a browser")
     .action(async (opts: { url?: string; open?: boolean }) => {
       try {
-        const base = opts.url ?? process.env.MINISANDBOX_URL ?? DEFAULT_URL;
+        const base = opts.url ?? (process.env.MINISANDBOX_URL || DEFAULT_URL); // set but empty: not set
         if (!/^https?:\/\//.test(base)) throw new InvalidInputError(`--url ${base}: expected http://HOST:PORT`);
+        const { readTokenFile, tokenFilePath } = await import("../wire/token-file.js");
         const token = process.env.MINISANDBOX_API_KEY || readTokenFile(getHome());
         if (!(await reachable(base)))
           process.stderr.write(`minisandbox: warning: no server answers at ${base} (start one: minisandbox serve)\n`);
@@ -60,7 +63,7 @@ export function registerDashboardCommand(program: Command, getHome: () => string
           process.stderr.write(`minisandbox: no token in ${tokenFilePath(getHome())}: the page will ask for one\n`);
         const url = dashboardUrl(base, token);
         process.stdout.write(`${url}\n`);
-        if (opts.open) openInBrowser(token ? launcher(getHome(), url) : url);
+        if (opts.open) openInBrowser(token ? await launcher(getHome(), url) : url);
       } catch (e) {
         fail(e);
       }

@@ -1,13 +1,8 @@
 import { join } from "node:path";
 import type { Command } from "commander";
-import { prepareInstances } from "../env/prepare.js";
-import { renderRun } from "../eval/render.js";
-import { runEvaluation } from "../eval/run.js";
-import { fixtureDatasetIn } from "../fixtures/generate.js";
-import { Sandbox } from "../index.js";
-import { loadDataset, type Instance } from "../tasks/index.js";
-import { Progress, table } from "../util/progress.js";
+import type { Instance } from "../tasks/index.js";
 import { fail, parsePositive } from "./common.js";
+import { prepareWithProgress } from "./prepare.js";
 
 /** The main job on a small bundled example: a real git repo + SWE-bench-format dataset generated locally. */
 export function registerDemoCommand(program: Command, getHome: () => string): void {
@@ -25,6 +20,13 @@ export function registerDemoCommand(program: Command, getHome: () => string): vo
 }
 
 async function demo(home: string, n: number): Promise<void> {
+  const [{ fixtureDatasetIn }, { loadDataset }, { Sandbox }, { runEvaluation }, { renderRun }] = await Promise.all([
+    import("../fixtures/generate.js"),
+    import("../tasks/index.js"),
+    import("../index.js"),
+    import("../eval/run.js"),
+    import("../eval/render.js"),
+  ]);
   const fixture = await fixtureDatasetIn(join(home, "demo"), { instances: n });
   const instances = await loadDataset(fixture.datasetPath);
   process.stdout.write(`example dataset: ${fixture.datasetPath} (${instances.length} instances of fixture/calc)\n\n`);
@@ -51,14 +53,8 @@ async function demo(home: string, n: number): Promise<void> {
 }
 
 async function prepareAll(home: string, instances: Instance[], reposDir: string): Promise<void> {
-  const progress = new Progress(instances.length, "prepare");
-  const results = await prepareInstances(instances, {
-    home,
-    reposDir,
-    workers: 2,
-    onResult: (r) => progress.tick(r.status, r.instanceId),
-  });
-  progress.finish();
+  const results = await prepareWithProgress(instances, { home, reposDir, workers: 2 });
+  const { table } = await import("../util/progress.js");
   const rows = results.map((r) => [r.instanceId, r.key.slice(0, 12), r.status, (r.durationMs / 1000).toFixed(1)]);
   process.stdout.write(table(["instance", "environment", "status", "seconds"], rows));
   const failed = results.filter((r) => r.status === "failed");

@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { runDoctor, type DoctorCheck } from "../sandbox/doctor.js";
+import type { DoctorCheck } from "../sandbox/doctor.js";
 import { fail } from "./common.js";
 
 export function registerDoctorCommand(
@@ -13,6 +13,7 @@ export function registerDoctorCommand(
     .option("--json", "machine-readable output")
     .action(async (o: { json?: boolean }) => {
       try {
+        const { runDoctor } = await import("../sandbox/doctor.js");
         const report = await runDoctor(getHome(), extra);
         if (o.json) process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
         else {

@@ -1,11 +1,6 @@
 import type { Command } from "commander";
-import { renderRun, runResultJson } from "../eval/render.js";
-import { renderSummary } from "../eval/report.js";
-import { planEvaluation, runEvaluation, summarizeEvaluation, type RunEvaluationOptions } from "../eval/run.js";
+import type { RunEvaluationOptions, RunEvaluationResult } from "../eval/run.js";
 import { InvalidInputError } from "../errors.js";
-import { loadPredictions, unknownPredictionIds } from "../eval/predictions.js";
-import { loadDataset } from "../tasks/index.js";
-import { plan } from "../wire/index.js";
 import { fail, openInBrowser, parsePositive } from "./common.js";
 import { addHarnessFlags, applyHarnessFlags, resolveDatasetArg } from "./harness-flags.js";
 import { addDatasetOptions } from "./prepare.js";
@@ -60,6 +55,11 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
           await planOrSummary({ ...o, dataset }, home);
           return;
         }
+        const [{ runEvaluation }, { renderRun, runResultJson }, { plan }] = await Promise.all([
+          import("../eval/run.js"),
+          import("../eval/render.js"),
+          import("../wire/index.js"),
+        ]);
         const r = await runEvaluation({
           home,
           dataset,
@@ -78,16 +78,35 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
         if (o.json) process.stdout.write(`${JSON.stringify(runResultJson(r), null, 2)}\n`);
         else process.stdout.write(renderRun(r));
         if (o.open && r.htmlPath) openInBrowser(r.htmlPath);
-        process.exitCode = 0;
+        process.exitCode = notEvaluated(r, plan.NOT_EVALUATED_KINDS) ? 1 : 0;
       } catch (e) {
         fail(e);
       }
     });
 }
 
+/**
+ * Instances our side failed to evaluate (an environment that could not be built, a sandbox that did not start) make
+ * the run fail, said on stderr: the report is written all the same, but it does not grade those predictions.
+ */
+function notEvaluated(r: RunEvaluationResult, kinds: readonly string[]): boolean {
+  const failed = r.instances.filter((i) => i.error && kinds.includes(i.error.kind));
+  if (failed.length === 0) return false;
+  const first = failed[0]!;
+  process.stderr.write(
+    `minisandbox: ${failed.length} instance(s) could not be evaluated (${first.instanceId}: ${first.error!.kind}); ` +
+      "the report counts them as errors\n",
+  );
+  return true;
+}
+
 /** As the harness does: predictions for ids the dataset does not have stop the run before anything is evaluated. */
 async function refuseUnknownIds(dataset: string, predictions: string): Promise<void> {
   if (predictions === "gold" || predictions === "empty") return;
+  const [{ loadPredictions, unknownPredictionIds }, { loadDataset }] = await Promise.all([
+    import("../eval/predictions.js"),
+    import("../tasks/index.js"),
+  ]);
   const [preds, instances] = await Promise.all([loadPredictions(predictions), loadDataset(dataset)]);
   const unknown = unknownPredictionIds(
     preds,
@@ -123,6 +142,11 @@ async function planOrSummary(o: EvaluateCliOptions, home: string): Promise<void>
   if (o.plan && o.runId === undefined)
     throw new InvalidInputError("--plan needs --run-id (the summary is written later under the same id)");
   const opts = runOptions(o, home);
+  const [{ planEvaluation, summarizeEvaluation }, { renderSummary }, { plan }] = await Promise.all([
+    import("../eval/run.js"),
+    import("../eval/report.js"),
+    import("../wire/index.js"),
+  ]);
   if (o.summaryOnly) {
     const r = await summarizeEvaluation(opts);
     if (o.json) process.stdout.write(`${JSON.stringify(plan.EvaluationSummary.fromCamel(r), null, 2)}\n`);

@@ -7,8 +7,6 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { type Command, Option } from "commander";
 import { InvalidInputError } from "../errors.js";
-import { loadDataset } from "../tasks/index.js";
-import { cachedDatasetFiles, looksLikeDatasetName } from "../tasks/hf-cache.js";
 import { collect } from "./common.js";
 
 /** Harness flag → our option's attribute name (as commander stores it). */
@@ -56,9 +54,11 @@ const isDefault = (key: string, value: unknown): boolean => key === "workers" &&
  */
 export async function resolveDatasetArg(arg: string | undefined, split: string | undefined, home: string) {
   if (!arg) throw new InvalidInputError("--dataset is required (a JSON, JSONL or parquet file, or a Hub name)");
+  const { cachedDatasetFiles, looksLikeDatasetName } = await import("../tasks/hf-cache.js");
   if (!looksLikeDatasetName(arg)) return arg;
   const files = cachedDatasetFiles(arg, split ?? "test");
   if (files.length === 1) return files[0]!;
+  const { loadDataset } = await import("../tasks/index.js");
   const rows = (await Promise.all(files.map((f) => loadDataset(f)))).flat();
   const dir = join(home, "datasets");
   mkdirSync(dir, { recursive: true });

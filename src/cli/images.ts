@@ -1,17 +1,7 @@
 /** `minisandbox images pull|import|ls|rm`: parsing and printing only; the work is in env/images. */
 import type { Command } from "commander";
-import {
-  importImage,
-  listStoredImages,
-  loadRegistryConfig,
-  parsePlatform,
-  pullImage,
-  removeStoredImage,
-  withMirrorFlags,
-  type ImageEvent,
-  type StoreImageResult,
-} from "../env/images/index.js";
-import { openStore, type UnpackBudget } from "../env/store/index.js";
+import type { ImageEvent, StoreImageResult } from "../env/images/index.js";
+import type { ImagePlatform as Platform, Store, UnpackBudget } from "../env/store/index.js";
 import { homeLayout } from "../util/home.js";
 import { table, TransferProgress } from "../util/progress.js";
 import { formatBytes, parseSize } from "../util/size.js";
@@ -39,7 +29,10 @@ export function registerImagesCommand(program: Command, getHome: () => string): 
   const cmd = program
     .command("images")
     .description("OCI/Docker images in the deduplicated store: pull from registries, import archives, list, remove");
-  const store = () => openStore(homeLayout(getHome()).store);
+  // The image and store modules load when a command runs, not when the program declares its commands.
+  const images = () => import("../env/images/index.js");
+  const store = async (): Promise<Store> =>
+    (await import("../env/store/index.js")).openStore(homeLayout(getHome()).store);
   addCommon(cmd.command("pull"))
     .description("pull images from OCI registries (Docker Hub, ghcr.io, quay.io, any v2 registry) into the store")
     .argument("<refs...>", "image references, e.g. debian:12, ghcr.io/org/img@sha256:...")
@@ -47,10 +40,12 @@ export function registerImagesCommand(program: Command, getHome: () => string): 
     .option("--insecure <HOST>", "allow plain http to HOST (loopback always is)", collect, [] as string[])
     .action(async (refs: string[], o: PullFlags) => {
       try {
+        const { loadRegistryConfig, parsePlatform, pullImage, withMirrorFlags } = await images();
         const registries = withMirrorFlags(loadRegistryConfig(getHome()), o.mirror, o.insecure);
+        const s = await store();
         for (const ref of refs) {
           const r = await withProgress(`pull ${ref}`, o, (onEvent) =>
-            pullImage(store(), ref, { ...common(o), registries, onEvent }),
+            pullImage(s, ref, { ...common(o, parsePlatform), registries, onEvent }),
           );
           report(`pulled ${r.ref} from ${r.from}`, r, o);
         }
@@ -72,10 +67,12 @@ export function registerImagesCommand(program: Command, getHome: () => string): 
     )
     .action(async (sources: string[], o: ImportFlags) => {
       try {
+        const { importImage, parsePlatform } = await images();
+        const s = await store();
         for (const source of sources) {
           const r = await withProgress(`import ${source}`, o, (onEvent) =>
-            importImage(store(), source, {
-              ...common(o),
+            importImage(s, source, {
+              ...common(o, parsePlatform),
               ...(o.name ? { name: o.name } : {}),
               ...(o.tag.length ? { tags: o.tag } : {}),
               onEvent,
@@ -87,7 +84,7 @@ export function registerImagesCommand(program: Command, getHome: () => string): 
         fail(e);
       }
     });
-  registerListAndRemove(cmd, store);
+  registerListAndRemove(cmd, store, images);
 }
 
 function addCommon(cmd: Command): Command {
@@ -99,7 +96,10 @@ function addCommon(cmd: Command): Command {
     .option("--json", "machine-readable output");
 }
 
-function common(o: CommonFlags): { platform: ReturnType<typeof parsePlatform>; jobs: number; budget: UnpackBudget } {
+function common(
+  o: CommonFlags,
+  parsePlatform: (s: string) => Platform,
+): { platform: Platform; jobs: number; budget: UnpackBudget } {
   const budget: UnpackBudget = {};
   if (o.maxLayerBytes) budget.maxBytes = parseSize(o.maxLayerBytes);
   if (o.maxLayerEntries) budget.maxEntries = parsePositive(o.maxLayerEntries, "--max-layer-entries", { integer: true });
@@ -150,16 +150,20 @@ function report(head: string, r: StoreImageResult, o: CommonFlags): void {
   );
 }
 
-function registerListAndRemove(cmd: Command, store: () => ReturnType<typeof openStore>): void {
+function registerListAndRemove(
+  cmd: Command,
+  store: () => Promise<Store>,
+  images: () => Promise<typeof import("../env/images/index.js")>,
+): void {
   cmd
     .command("ls")
     .description("images in the store: names, id, platform, size")
     .option("--json", "machine-readable output")
     .action(async (o: { json?: boolean }) => {
       try {
-        const images = await listStoredImages(store());
-        if (o.json) return void process.stdout.write(`${JSON.stringify(images, null, 2)}\n`);
-        const rows = images.map(({ record: r, refs }) => [
+        const listed = await (await images()).listStoredImages(await store());
+        if (o.json) return void process.stdout.write(`${JSON.stringify(listed, null, 2)}\n`);
+        const rows = listed.map(({ record: r, refs }) => [
           refs.filter((n) => !n.includes("@")).join(", ") || "<none>",
           r.id.slice(7, 19),
           [r.platform.os, r.platform.architecture].join("/"),
@@ -179,8 +183,10 @@ function registerListAndRemove(cmd: Command, store: () => ReturnType<typeof open
     .option("--json", "machine-readable output")
     .action(async (names: string[], o: { json?: boolean }) => {
       try {
+        const { removeStoredImage } = await images();
+        const s = await store();
         for (const name of names) {
-          const r = await removeStoredImage(store(), name);
+          const r = await removeStoredImage(s, name);
           if (o.json) process.stdout.write(`${JSON.stringify(r)}\n`);
           else {
             const gone = r.removed.length ? `; image ${r.removed.join(", ").slice(0, 19)} removed` : "";

@@ -1,48 +1,12 @@
 #!/usr/bin/env node
-import { Command, CommanderError } from "commander";
-import { resolveHome } from "../util/home.js";
-import { registerExecCommand } from "./exec.js";
-import { registerShellCommand } from "./shell.js";
-import { registerDoctorCommand } from "./doctor.js";
-import { registerStoreCommand } from "./store.js";
-import { registerImagesCommand } from "./images.js";
-import { registerPrepareCommand } from "./prepare.js";
-import { registerDemoCommand } from "./demo.js";
-import { registerEvaluateCommand } from "./evaluate.js";
-import { registerServeCommand } from "./serve.js";
-import { envProviderFactory } from "../server/env-provider.js";
-import { registerDashboardCommand } from "./dashboard.js";
-import { registerViewCommand } from "./view.js";
-import { fail, packageVersion, usageError } from "./common.js";
-
-const program = new Command();
-program
-  .name("minisandbox")
-  .description("Isolated, copy-on-write workspaces for software-engineering agents, without containers")
-  .version(packageVersion(), "-V, --version", "print the version")
-  // Global: before or after the command (`minisandbox exec --home DIR ...` works too).
-  .option("--home <DIR>", "data directory (default: $MINISANDBOX_HOME or ~/.local/share/minisandbox)")
-  // Usage errors: one line on stderr and exit 2, like every other bad input (subcommands inherit both).
-  .configureOutput({ outputError: (text, write) => write(usageError(text)) })
-  .exitOverride();
-
-const getHome = (): string => resolveHome(program.opts<{ home?: string }>().home);
-
-registerExecCommand(program, getHome);
-registerShellCommand(program, getHome);
-registerDoctorCommand(program, getHome);
-registerPrepareCommand(program, getHome);
-registerEvaluateCommand(program, getHome);
-registerStoreCommand(program, getHome);
-registerImagesCommand(program, getHome);
-registerDemoCommand(program, getHome);
-registerServeCommand(program, getHome, envProviderFactory);
-registerDashboardCommand(program, getHome);
-registerViewCommand(program);
-
-try {
-  await program.parseAsync(process.argv);
-} catch (e) {
-  if (!(e instanceof CommanderError)) fail(e);
-  process.exitCode = e.exitCode === 0 ? 0 : 2;
+/**
+ * The `minisandbox` entry point. `--version` alone is answered without loading the parser (scripts ask it often);
+ * everything else goes to the program.
+ */
+const args = process.argv.slice(2);
+if (args.length === 1 && (args[0] === "--version" || args[0] === "-V")) {
+  const { packageVersion } = await import("./version.js");
+  process.stdout.write(`${packageVersion()}\n`);
+} else {
+  await import("./program.js");
 }

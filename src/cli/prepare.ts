@@ -1,9 +1,7 @@
 import type { Command } from "commander";
-import { builtInstances, planPrepare, prepareInstances, renderPrepare, type PrepareResult } from "../env/prepare.js";
-import { renderValidation, validateInstances, validationSummary } from "../eval/validate.js";
-import { loadDataset, type Instance } from "../tasks/index.js";
-import { plan } from "../wire/index.js";
-import { Progress } from "../util/progress.js";
+import type { PrepareResult } from "../env/prepare.js";
+import type { validationSummary } from "../eval/validate.js";
+import type { Instance } from "../tasks/index.js";
 import { collect, fail, parsePositive } from "./common.js";
 import { addHarnessFlags, applyHarnessFlags, resolveDatasetArg } from "./harness-flags.js";
 
@@ -52,6 +50,11 @@ export function registerPrepareCommand(program: Command, getHome: () => string):
 async function printPlan(o: PrepareCliOptions, home: string): Promise<void> {
   const ids = o.instanceIds.flat();
   const dataset = await resolveDatasetArg(o.dataset, o.split, home);
+  const [{ loadDataset }, { planPrepare }, { plan }] = await Promise.all([
+    import("../tasks/index.js"),
+    import("../env/prepare.js"),
+    import("../wire/index.js"),
+  ]);
   const instances = await loadDataset(dataset, ids.length ? { instanceIds: ids } : {});
   const p = planPrepare(instances, { specsFile: o.specs });
   process.stdout.write(`${JSON.stringify(plan.PreparePlan.fromCamel(p))}\n`);
@@ -61,19 +64,37 @@ async function prepare(home: string, o: PrepareCliOptions): Promise<void> {
   const ids = o.instanceIds.flat();
   const dataset = await resolveDatasetArg(o.dataset, o.split, home);
   const workers = parsePositive(o.workers, "--workers", { integer: true });
+  const [{ loadDataset }, { renderPrepare }] = await Promise.all([
+    import("../tasks/index.js"),
+    import("../env/prepare.js"),
+  ]);
   const instances = await loadDataset(dataset, ids.length ? { instanceIds: ids } : {});
   const env = { home, reposDir: o.repos, specsFile: o.specs, workers };
-  const progress = new Progress(instances.length, "prepare");
-  const results = await prepareInstances(instances, {
-    ...env,
-    onStep: (id, step) => progress.step(`${id}: ${step}`),
-    onResult: (r) => progress.tick(r.status, r.status === "failed" ? `${r.instanceId}: ${r.error}` : r.instanceId),
-  });
-  progress.finish();
+  const results = await prepareWithProgress(instances, env);
   const validation = o.validate ? await validate(instances, results, env, o.json) : undefined;
   if (o.json) process.stdout.write(`${JSON.stringify({ results, validation }, null, 2)}\n`);
   else process.stdout.write(renderPrepare(results));
   process.exitCode = results.some((r) => r.status === "failed") ? 1 : 0;
+}
+
+/** `prepareInstances` with each build step and result on stderr, and an ETA from the builds' own durations. */
+export async function prepareWithProgress(
+  instances: Instance[],
+  env: { home: string; reposDir?: string; specsFile?: string; workers: number },
+): Promise<PrepareResult[]> {
+  const [{ prepareInstances }, { Progress }] = await Promise.all([
+    import("../env/prepare.js"),
+    import("../util/progress.js"),
+  ]);
+  const progress = new Progress(instances.length, "prepare", { workers: env.workers });
+  const results = await prepareInstances(instances, {
+    ...env,
+    onStep: (id, step) => progress.step(`${id}: ${step}`, id),
+    onResult: (r) =>
+      progress.tick(r.status, r.status === "failed" ? `${r.instanceId}: ${r.error}` : r.instanceId, r.instanceId),
+  });
+  progress.finish();
+  return results;
 }
 
 /** `--validate`: every prepared environment with the gold patch and without it; the verdicts are stored. */
@@ -83,6 +104,10 @@ async function validate(
   env: { home: string; reposDir?: string; specsFile?: string; workers: number },
   json: boolean | undefined,
 ): Promise<ReturnType<typeof validationSummary>> {
+  const [{ builtInstances }, { renderValidation, validateInstances, validationSummary }] = await Promise.all([
+    import("../env/prepare.js"),
+    import("../eval/validate.js"),
+  ]);
   const report = await validateInstances(builtInstances(instances, results), env);
   if (!json) process.stdout.write(renderValidation(report));
   return validationSummary(report);

@@ -1,9 +1,7 @@
 /** `minisandbox serve`: the HTTP server (native lifecycle API + SWE-ReX runtime). Parsing and printing only. */
 import type { Command } from "commander";
-import { startServer, type RunningServer, type ServerOptions } from "../server/server.js";
-import { loadTokensFile } from "../server/auth.js";
+import type { RunningServer, ServerOptions } from "../server/server.js";
 import type { ProviderFactory, WorkspaceProvider } from "../server/provider.js";
-import { loadSpecOverrides } from "../env/spec.js";
 import { parseSize } from "../util/size.js";
 import { InvalidInputError } from "../errors.js";
 import { collect, fail, parseBind } from "./common.js";
@@ -105,6 +103,7 @@ export function registerServeCommand(program: Command, getHome: () => string, pr
     .action(async (o: ServeOptions) => {
       let server: RunningServer | undefined;
       try {
+        const { startServer } = await import("../server/server.js");
         server = await startServer(await serverOptions(o, getHome(), providerFactory));
       } catch (e) {
         if (server) await server.close().catch(() => undefined);
@@ -123,7 +122,7 @@ async function serverOptions(o: ServeOptions, home: string, providerFactory?: Pr
   let provider: WorkspaceProvider | undefined;
   if (o.specs && !o.dataset)
     throw new InvalidInputError("--specs applies to the instances of --dataset: give --dataset FILE too");
-  if (o.specs) loadSpecOverrides(o.specs); // a bad file is refused at start, not at the first request
+  if (o.specs) (await import("../env/spec.js")).loadSpecOverrides(o.specs); // refused at start, not at a request
   if (o.dataset) {
     if (!providerFactory)
       throw new InvalidInputError(
@@ -135,6 +134,7 @@ async function serverOptions(o: ServeOptions, home: string, providerFactory?: Pr
     provider = await providerFactory({ home, reposDir: o.repos });
   }
   const idle = positive(o.idleTimeout, "--idle-timeout", true);
+  const { loadTokensFile } = await import("../server/auth.js");
   return {
     host: o.host,
     port: positive(o.port, "--port", true)!,

@@ -1,28 +1,85 @@
-/** `minisandbox store …`: stats, verify, gc, export, import. Parsing and printing only; logic is in env/store. */
+/** `minisandbox store …`: list, stats, verify, gc, export, import. Parsing and printing only; logic is in env/store. */
 import type { Command } from "commander";
 import { homeLayout } from "../util/home.js";
 import { formatBytes } from "../util/size.js";
-import {
-  exportPack,
-  gcStore,
-  importPack,
-  openStore,
-  storeStats,
-  verifyStore,
-  type Store,
-  type VerifyReport,
-} from "../env/store/index.js";
+import type { Store, VerifyReport } from "../env/store/index.js";
+import { exitCodeFor } from "./common.js";
 
 interface JsonFlag {
   json?: boolean;
 }
 
-type StoreOf = () => Store;
+/** The store's API, loaded when a store command runs (not when the program starts). */
+type StoreApi = typeof import("../env/store/index.js");
+
+/** The home's store and the API to work on it. */
+type StoreOf = () => Promise<{ api: StoreApi; store: Store }>;
 
 export function registerStoreCommand(program: Command, getHome: () => string): void {
-  const cmd = program.command("store").description("content-addressed layer store: dedup stats, integrity, gc, packs");
-  const store: StoreOf = () => openStore(homeLayout(getHome()).store);
-  for (const register of [statsCommand, verifyCommand, gcCommand, exportCommand, importCommand]) register(cmd, store);
+  const cmd = program
+    .command("store")
+    .description("content-addressed layer store: layers, dedup stats, integrity, gc, packs");
+  const store: StoreOf = async () => {
+    const api = await import("../env/store/index.js");
+    return { api, store: api.openStore(homeLayout(getHome()).store) };
+  };
+  for (const register of [listCommand, statsCommand, verifyCommand, gcCommand, exportCommand, importCommand])
+    register(cmd, store);
+}
+
+/** What `store list` says of a layer: its full key (what export takes) and what it holds. */
+interface LayerRow {
+  key: string;
+  repo: string | null;
+  commit: string | null;
+  python: string | null;
+  builtAt: string | null;
+  files: number;
+  logicalBytes: number;
+}
+
+async function layerRows(api: StoreApi, s: Store): Promise<LayerRow[]> {
+  const rows: LayerRow[] = [];
+  for (const key of await api.listLayers(s)) {
+    const m = await api.readManifest(s, key);
+    const meta = (m.meta ?? {}) as { spec?: { repo?: string; commit?: string }; python?: string; builtAt?: string };
+    const { files, logicalBytes } = api.summarizeManifest(m);
+    const str = (v: unknown): string | null => (typeof v === "string" ? v : null);
+    rows.push({
+      key,
+      repo: str(meta.spec?.repo),
+      commit: str(meta.spec?.commit),
+      python: str(meta.python),
+      builtAt: str(meta.builtAt),
+      files,
+      logicalBytes,
+    });
+  }
+  return rows;
+}
+
+function listCommand(cmd: Command, store: StoreOf): void {
+  cmd
+    .command("list")
+    .alias("ls")
+    .description("every layer with its full key (what export takes), repository, Python and size")
+    .option("--json", "machine-readable output")
+    .action(
+      action("list", async (opts: JsonFlag) => {
+        const { api, store: st } = await store();
+        const rows = await layerRows(api, st);
+        if (opts.json) return printJson(rows);
+        const { table } = await import("../util/progress.js");
+        const cells = rows.map((r) => [
+          r.key,
+          r.repo ? `${r.repo}@${(r.commit ?? "").slice(0, 8)}` : "",
+          r.python ?? "",
+          formatBytes(r.logicalBytes),
+          r.builtAt?.slice(0, 19).replace("T", " ") ?? "",
+        ]);
+        process.stdout.write(table(["key", "repository", "python", "size", "built"], cells));
+      }),
+    );
 }
 
 function statsCommand(cmd: Command, store: StoreOf): void {
@@ -32,7 +89,8 @@ function statsCommand(cmd: Command, store: StoreOf): void {
     .option("--json", "machine-readable output")
     .action(
       action("stats", async (opts: JsonFlag) => {
-        const s = await storeStats(store());
+        const { api, store: st } = await store();
+        const s = await api.storeStats(st);
         if (opts.json) return printJson(s);
         print(
           `layers:        ${s.layers}`,
@@ -54,7 +112,8 @@ function verifyCommand(cmd: Command, store: StoreOf): void {
     .action(
       action("verify", async (opts: JsonFlag) => {
         const progress = !opts.json && process.stderr.isTTY;
-        const report = await verifyStore(store(), {
+        const { api, store: st } = await store();
+        const report = await api.verifyStore(st, {
           onProgress: progress
             ? (done, total) => process.stderr.write(`\rverifying ${done}/${total} objects`)
             : undefined,
@@ -74,7 +133,8 @@ function gcCommand(cmd: Command, store: StoreOf): void {
     .option("--json", "machine-readable output")
     .action(
       action("gc", async (opts: JsonFlag) => {
-        const r = await gcStore(store());
+        const { api, store: st } = await store();
+        const r = await api.gcStore(st);
         if (opts.json) return printJson(r);
         const freed = formatBytes(r.freedBytes);
         print(`removed ${r.removedObjects} objects and ${r.removedTemp} scratch entries, freed ${freed}`);
@@ -86,12 +146,15 @@ function exportCommand(cmd: Command, store: StoreOf): void {
   cmd
     .command("export")
     .description("write layers (manifests + objects) to a tar+zstd pack")
-    .argument("<layers...>", "layer keys")
+    .argument("<layers...>", "layer keys, or the start of each (as prepare and `store list` show them)")
     .requiredOption("-o, --output <file>", "pack file to write")
     .option("--json", "machine-readable output")
     .action(
       action("export", async (layers: string[], opts: JsonFlag & { output: string }) => {
-        const r = await exportPack(store(), layers, opts.output);
+        const { api, store: st } = await store();
+        const keys: string[] = [];
+        for (const given of layers) keys.push(await api.resolveLayerKey(st, given));
+        const r = await api.exportPack(st, keys, opts.output);
         if (opts.json) return printJson(r);
         const bytes = `${formatBytes(r.objectBytes)} -> ${formatBytes(r.packBytes)}`;
         print(`wrote ${r.file}: ${r.layers.length} layer(s), ${r.objects} objects, ${bytes}`);
@@ -108,7 +171,8 @@ function importCommand(cmd: Command, store: StoreOf): void {
     .option("--json", "machine-readable output")
     .action(
       action("import", async (file: string, opts: JsonFlag & { replace?: boolean }) => {
-        const r = await importPack(store(), file, { replace: opts.replace });
+        const { api, store: st } = await store();
+        const r = await api.importPack(st, file, { replace: opts.replace });
         if (opts.json) return printJson(r);
         const added = `${r.objectsAdded} new objects (${formatBytes(r.bytesAdded)})`;
         print(`imported ${r.layers.join(", ")}: ${added}, ${r.objectsPresent} already present`);
@@ -134,7 +198,7 @@ function printJson(value: unknown): void {
   process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
 }
 
-/** Failures become one clear line on stderr and exit code 1, never a stack trace. */
+/** Failures become one clear line on stderr, never a stack trace; exit code 2 for bad input, else 1. */
 function action<A extends unknown[]>(name: string, fn: (...args: A) => Promise<void>): (...args: A) => Promise<void> {
   return async (...args: A) => {
     try {
@@ -142,7 +206,7 @@ function action<A extends unknown[]>(name: string, fn: (...args: A) => Promise<v
     } catch (e) {
       const message = e instanceof Error ? e.message : String(e);
       process.stderr.write(`minisandbox store ${name}: ${message.split("\n")[0]}\n`);
-      process.exitCode = 1;
+      process.exitCode = exitCodeFor(e);
     }
   };
 }

@@ -7,14 +7,15 @@ import type { Command } from "commander";
 import { readFile } from "node:fs/promises";
 import { basename, resolve } from "node:path";
 import { InvalidInputError } from "../errors.js";
-import { fleetHtml, fleetStatusOf } from "../view/fleet.js";
-import { html, type Html } from "../view/html.js";
-import { writePage } from "../view/page.js";
-import { parseTrajectories, trajectoriesHtml } from "../view/trajectory.js";
+import type { Html } from "../view/html.js";
 import { fail, openInBrowser } from "./common.js";
 
 /** The page's title and main content for a file's text. */
-function contentOf(file: string, text: string): { title: string; main: Html } {
+async function contentOf(file: string, text: string): Promise<{ title: string; main: Html }> {
+  const [{ fleetHtml, fleetStatusOf }, { parseTrajectories, trajectoriesHtml }] = await Promise.all([
+    import("../view/fleet.js"),
+    import("../view/trajectory.js"),
+  ]);
   const nodes = fleetStatusOf(text);
   if (nodes) return { title: "Fleet", main: fleetHtml(nodes) };
   const parsed = parseTrajectories(text);
@@ -40,7 +41,8 @@ export function registerViewCommand(program: Command): void {
         const text = await readFile(file, "utf8").catch((e: NodeJS.ErrnoException) => {
           throw new InvalidInputError(`${file} cannot be read (${e.code ?? e.message}); give a file that exists`);
         });
-        const { title, main } = contentOf(file, text);
+        const { title, main } = await contentOf(file, text);
+        const [{ html }, { writePage }] = await Promise.all([import("../view/html.js"), import("../view/page.js")]);
         const body = html`<header class="top"><h1>${title}</h1><span class="sub">${basename(file)}</span></header>
 <main>${main}</main>`;
         await writePage(out, { title: `${title} ${basename(file)}`, body });

@@ -1,5 +1,4 @@
 import type { Command } from "commander";
-import { openSandbox } from "../env/workspace.js";
 import type { Sandbox, SandboxOptions } from "../sandbox/sandbox.js";
 
 /** How exec/shell pick their workspace: a plain directory, a dataset instance's environment, or an image. */
@@ -21,7 +20,11 @@ export function addWorkspaceOptions(cmd: Command): Command {
 }
 
 /** Start the sandbox a command asked for: the flags as one request to the door, which checks them. */
-export function sandboxFor(o: WorkspaceCliOptions, common: Omit<SandboxOptions, "dir" | "overlays">): Promise<Sandbox> {
+export async function sandboxFor(
+  o: WorkspaceCliOptions,
+  common: Omit<SandboxOptions, "dir" | "overlays">,
+): Promise<Sandbox> {
   const { dir, instance, image, dataset, specs, python } = o;
+  const { openSandbox } = await import("../env/workspace.js");
   return openSandbox({ ...common, dir, instance, image, dataset, specsFile: specs, python });
 }

@@ -109,13 +109,15 @@ export class RemoteSandbox implements AsyncDisposable {
   readonly sessions: RemoteSessions;
   readonly files: RemoteFiles;
   private closed = false;
+  private latest: SandboxInfo;
 
   private constructor(
     private readonly api: HttpClient,
-    readonly info: SandboxInfo,
+    info: SandboxInfo,
     apiKey: string | undefined,
     requestTimeoutMs: number | undefined,
   ) {
+    this.latest = info;
     this.id = info.id;
     this.runtimeUrl = info.runtimeUrl;
     const rt = new HttpClient(`${api.base}/sandboxes/${info.id}`, apiKey, requestTimeoutMs);
@@ -157,12 +159,17 @@ export class RemoteSandbox implements AsyncDisposable {
     return this.closed;
   }
 
-  /** Fresh server-side information (sessions, last activity...). */
+  /** What the server said last about the sandbox: at creation, then at each `refresh()` and `setTimeout()`. */
+  get info(): SandboxInfo {
+    return this.latest;
+  }
+
+  /** Fresh server-side information (sessions, last activity, expiry...); `info` is this answer from now on. */
   async refresh(): Promise<SandboxInfo> {
     const what = `sandbox ${this.id}`;
-    return native.SandboxInfo.toCamel(
-      await this.api.call("GET", `/sandboxes/${this.id}`, native.SandboxInfo, undefined, { what }),
-    );
+    const info = await this.api.call("GET", `/sandboxes/${this.id}`, native.SandboxInfo, undefined, { what });
+    this.latest = native.SandboxInfo.toCamel(info);
+    return this.latest;
   }
 
   async isAlive(): Promise<boolean> {
@@ -197,7 +204,8 @@ export class RemoteSandbox implements AsyncDisposable {
     const body = { ttl_seconds: timeoutMs / 1000 };
     const what = `set the timeout of sandbox ${this.id}`;
     const info = await this.api.call("POST", `/sandboxes/${this.id}/timeout`, native.SandboxInfo, body, { what });
-    return native.SandboxInfo.toCamel(info);
+    this.latest = native.SandboxInfo.toCamel(info);
+    return this.latest;
   }
 
   /** E2B's `kill`: the same as `close()`. */

@@ -177,10 +177,35 @@ export class RemoteRollout {
     return { ...wire.RolloutOutcome.toCamel(r), reason: r.reason ?? r.failure?.kind ?? "graded" };
   }
 
-  /** `k` children from this rollout's current state: new rollouts of the same group. */
-  async fork(k = 1): Promise<RemoteRollout[]> {
-    const r = await this.client.api.call("POST", `${this.path}/fork`, wire.RolloutList, { k }, { what: "fork" });
+  /** `k` children from this rollout's current state (or a checkpoint's of its group): new rollouts of the group. */
+  async fork(k = 1, o: { checkpoint?: string } = {}): Promise<RemoteRollout[]> {
+    const body: wire.ForkIn = { k, checkpoint_id: o.checkpoint };
+    const r = await this.client.api.call("POST", `${this.path}/fork`, wire.RolloutList, body, { what: "fork" });
     return r.rollouts.map((x) => new RemoteRollout(this.client, x));
+  }
+
+  /**
+   * Back to the group's start state (or a checkpoint's), in place: every process and write of the agent's gone, the
+   * same rollout and sandbox; its new info, and how long the reset took on the server.
+   */
+  async reset(o: { checkpoint?: string } = {}): Promise<{ info: RolloutInfo; resetMs: number }> {
+    const body: wire.ResetIn = { checkpoint_id: o.checkpoint };
+    const r = await this.client.api.call("POST", `${this.path}/reset`, wire.ResetResponse, body, { what: "reset" });
+    this.info = wire.RolloutInfo.toCamel(r.rollout);
+    return { info: this.info, resetMs: r.reset_ms };
+  }
+
+  /** A checkpoint of this rollout's state, kept by its group (reset or fork to it): its id. */
+  async checkpoint(): Promise<string> {
+    const path = `${this.path}/checkpoints`;
+    const r = await this.client.api.call("POST", path, wire.CheckpointResponse, {}, { what: "checkpoint" });
+    return r.checkpoint_id;
+  }
+
+  /** Let a checkpoint of the group go. */
+  async dropCheckpoint(id: string): Promise<void> {
+    const path = `${this.path}/checkpoints/${encodeURIComponent(id)}`;
+    await this.client.api.call("DELETE", path, wire.ClosedResponse, undefined, { what: `drop ${id}` });
   }
 
   async refresh(): Promise<RolloutInfo> {

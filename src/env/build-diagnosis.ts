@@ -35,10 +35,13 @@ export function explainBuildFailure(e: unknown): BuildFailure {
   const pkg =
     lastMatch(tail, /No matching distribution found for (\S+)/) ??
     lastMatch(tail, /Could not find a version that satisfies the requirement (\S+)/);
+  const unreachable = lastMatch(tail, /^# (the package index(?:es)? (?:is|are) unreachable .*)$/)?.[1];
   if (pkg)
     return {
       ...base,
-      cause: `${at}: package ${pkg[1]} is not available from the configured package index`,
+      cause:
+        `${at}: package ${pkg[1]} is not available from the configured package index` +
+        (unreachable ? ` (${unreachable})` : ""),
       fix:
         "make it available to pip (a local index or wheel directory in pip.conf / PIP_INDEX_URL / " +
         "PIP_FIND_LINKS; builds see the host's pip configuration), or pin an available version with --specs",

@@ -9,6 +9,7 @@ import { BuildError } from "../errors.js";
 import { TESTBED_PATH, VENV_PATH, type EnvSpec, type LayerKey } from "./types.js";
 import { findToolchain, type Toolchain } from "./toolchains.js";
 import { pipSettings } from "./pip-config.js";
+import { firstTime, withReachableIndexes } from "./pip-reach.js";
 import { checkoutTestbed, repoSource } from "./repos.js";
 import { isSweSmithMirror } from "../tasks/swesmith.js";
 import { DepsCache, depsKey } from "./deps-cache.js";
@@ -85,6 +86,8 @@ class Build {
   private current = "prepare";
   private sandbox: Sandbox | undefined;
   private pipEnv: Record<string, string> = {};
+  /** Indexes left out because they do not answer (said again at a failure: it may be its cause). */
+  private note: string | undefined;
 
   constructor(private readonly opts: BuildOptions) {
     const { home, spec, key } = opts;
@@ -143,8 +146,14 @@ class Build {
   /** The build sandbox: network on, the trees bound writable, the user's pip configuration read-only. */
   async openSandbox(toolchain: Toolchain, requirements: Requirements): Promise<void> {
     const { home, spec, key } = this.opts;
-    const pip = await pipSettings(toolchain.python);
-    this.pipEnv = pip.env;
+    const configured = await pipSettings(toolchain.python);
+    this.pipEnv = configured.env; // the snapshot key follows the user's configuration, not today's network
+    const { settings: pip, note } = await withReachableIndexes(configured);
+    if (note) {
+      this.note = note;
+      this.log(`# ${note}`);
+      if (firstTime(note)) this.opts.onStep?.(note);
+    }
     const readOnly = (source: string, target = source) => ({ source, target, readOnly: true });
     this.sandbox = await Sandbox.create({
       home,
@@ -254,6 +263,7 @@ class Build {
 
   /** The error to throw: the step that failed and the tail of the log. */
   failed(e: unknown): BuildError {
+    if (this.note) this.log(`\n# ${this.note}`);
     this.log(`\n# FAILED at ${this.current}: ${(e as Error).message}`);
     const tail = readFileSync(this.logFile, "utf8").split("\n").slice(-25).join("\n");
     return new BuildError(this.current, this.logFile, tail);

@@ -1,6 +1,6 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { runOk } from "../util/run.js";
+import { run, runOk } from "../util/run.js";
 import { InvalidInputError, NotFoundError } from "../errors.js";
 import type { HistoryPolicy } from "./types.js";
 
@@ -23,7 +23,15 @@ export async function repoSource(repo: string, opts: { reposDir?: string; home: 
   if (!existsSync(mirror)) {
     mkdirSync(dirname(mirror), { recursive: true });
     const tmp = `${mirror}.tmp-${process.pid}`;
-    await runOk("git", ["clone", "--mirror", "--quiet", `https://github.com/${repo}.git`, tmp]);
+    const url = `https://github.com/${repo}.git`;
+    const r = await run("git", ["clone", "--mirror", "--quiet", url, tmp]);
+    if (r.code !== 0) {
+      rmSync(tmp, { recursive: true, force: true });
+      // git's last line, without its "fatal: unable to access '<url>': " preamble: the cause, first.
+      const last = r.stderr.trim().split("\n").pop() ?? "";
+      const why = last.replace(/^fatal: /, "").replace(/^unable to access '[^']*': /, "") || `git exit ${r.code}`;
+      throw new Error(`repository ${repo} could not be cloned from ${url}: ${why}`);
+    }
     await runOk("mv", [tmp, mirror]);
   }
   return mirror;

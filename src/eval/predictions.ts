@@ -11,9 +11,6 @@ export const KEY_INSTANCE_ID = "instance_id";
 export const KEY_MODEL = "model_name_or_path";
 export const KEY_PREDICTION = "model_patch";
 
-/** Model name used when a prediction has none (the harness's `pred.get(KEY_MODEL, "None")`). */
-export const DEFAULT_MODEL = "None";
-
 /** null or "": the harness counts these as empty patches and does not run them. */
 export const isEmptyPatch = (p: Pick<Prediction, "model_patch">): boolean =>
   p.model_patch === null || p.model_patch === "";
@@ -76,9 +73,8 @@ export function parsePredictions(text: string, source: string): Prediction[] {
 function fromJson(doc: unknown, source: string): Prediction[] {
   if (Array.isArray(doc)) return doc.map((entry, i) => toPrediction(entry, `${source}: entry ${i}`));
   if (isObject(doc)) {
-    // One prediction object (a one-line JSONL file) or a map keyed by instance id.
-    if (typeof doc[KEY_INSTANCE_ID] === "string" && KEY_PREDICTION in doc)
-      return [toPrediction(doc, `${source}: line 1`)];
+    // One prediction object (a one-line JSONL file) or a map keyed by instance id (whose entries are objects).
+    if (typeof doc[KEY_INSTANCE_ID] === "string") return [toPrediction(doc, `${source}: line 1`)];
     return Object.entries(doc).map(([key, entry]) => toPrediction(entry, `${source}: entry "${key}"`, key));
   }
   throw new InvalidInputError(
@@ -110,13 +106,20 @@ function toPrediction(value: unknown, where: string, key?: string): Prediction {
   if (key !== undefined && id !== key) {
     throw new InvalidInputError(`${where}: key "${key}" differs from its "${KEY_INSTANCE_ID}" "${id}"`);
   }
+  // Both fields are required, as the harness reads them (pred[KEY_PREDICTION], and KEY_MODEL names the report).
+  if (!(KEY_PREDICTION in value))
+    throw new InvalidInputError(`${where}: missing "${KEY_PREDICTION}" (the diff to evaluate; "" or null for none)`);
   const patch = value[KEY_PREDICTION] ?? null;
   if (patch !== null && typeof patch !== "string") {
     throw new InvalidInputError(`${where}: "${KEY_PREDICTION}" must be a string or null, got ${typeName(patch)}`);
   }
-  const model = value[KEY_MODEL] ?? DEFAULT_MODEL;
-  if (typeof model !== "string") {
-    throw new InvalidInputError(`${where}: "${KEY_MODEL}" must be a string, got ${typeName(model)}`);
+  const model = value[KEY_MODEL];
+  if (model === undefined || model === null)
+    throw new InvalidInputError(
+      `${where}: missing "${KEY_MODEL}" (the model's name; it names the run's report, <model>.<run_id>.json)`,
+    );
+  if (typeof model !== "string" || model === "") {
+    throw new InvalidInputError(`${where}: "${KEY_MODEL}" must be a non-empty string, got ${JSON.stringify(model)}`);
   }
   return { ...value, instance_id: id, model_name_or_path: model, model_patch: patch };
 }

@@ -44,9 +44,16 @@ function renderTimings(r: RunEvaluationResult): string[] {
     `${Math.round(t.totals[p])}`,
     `${Math.round(t.means[p])}`,
   ]);
+  // A rate only of instances whose tests ran: patches that do not apply fail fast and would inflate it.
+  const rate =
+    t.instancesTested === 0
+      ? "; none reached its tests (see Errors)"
+      : t.instancesTested < t.instancesRun
+        ? ` (${t.instancesPerMinute} instances/min, of the ${t.instancesTested} that reached their tests)`
+        : ` (${t.instancesPerMinute} instances/min)`;
   return [
     `Timings: ${plural(t.instancesRun, "instance")} run with ${plural(t.workers, "worker")} in ` +
-      `${(t.evalWallMs / 1000).toFixed(1)} s (${t.instancesPerMinute} instances/min)${built}`,
+      `${(t.evalWallMs / 1000).toFixed(1)} s${rate}${built}`,
     table(["phase", "total ms", "mean ms"], rows).trimEnd(),
     "",
   ];

@@ -6,7 +6,7 @@
 import { appendFile, mkdir, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { InvalidInputError } from "../errors.js";
-import { DEFAULT_MODEL, isEmptyPatch } from "./predictions.js";
+import { isEmptyPatch } from "./predictions.js";
 import { pyJsonDumps, pySorted } from "./pystr.js";
 import type { InstanceReport, InstanceReportFile, Prediction } from "./types.js";
 import type { OutOf, plan } from "../wire/index.js";
@@ -22,8 +22,8 @@ export const LOG_FILES = {
   instanceLog: "run_instance.log",
 } as const;
 
-/** Path segment for a model: "/" becomes "__" (absent model: "None", as the harness). */
-export const modelDirName = (model: string | undefined): string => (model ?? DEFAULT_MODEL).replaceAll("/", "__");
+/** Path segment for a model: "/" becomes "__". */
+export const modelDirName = (model: string): string => model.replaceAll("/", "__");
 
 /** Reject ids that would escape their directory when used as a path segment. */
 function segment(value: string, what: string): string {
@@ -34,7 +34,7 @@ function segment(value: string, what: string): string {
 }
 
 /** `<baseDir>/logs/run_evaluation/<run_id>/<model with / -> __>/<instance_id>` */
-export function instanceLogDir(baseDir: string, runId: string, model: string | undefined, instanceId: string): string {
+export function instanceLogDir(baseDir: string, runId: string, model: string, instanceId: string): string {
   return join(
     baseDir,
     RUN_EVALUATION_LOG_DIR,
@@ -191,7 +191,7 @@ export async function makeRunSummaryFromDisk(args: {
 }
 
 /** `<model with / -> __>.<run_id>.json` (the harness names it after the first prediction's model). */
-export function summaryFileName(model: string | undefined, runId: string): string {
+export function summaryFileName(model: string, runId: string): string {
   return `${modelDirName(model)}.${segment(runId, "run id")}.json`;
 }
 
@@ -199,12 +199,7 @@ export function summaryFileName(model: string | undefined, runId: string): strin
 export const summaryJsonText = (summary: RunSummary): string => `${pyJsonDumps(summary, 4)}\n`;
 
 /** Write the summary into `dir`; returns its path. */
-export async function writeRunSummary(
-  dir: string,
-  summary: RunSummary,
-  model: string | undefined,
-  runId: string,
-): Promise<string> {
+export async function writeRunSummary(dir: string, summary: RunSummary, model: string, runId: string): Promise<string> {
   await mkdir(dir, { recursive: true });
   const path = join(dir, summaryFileName(model, runId));
   await writeFile(path, summaryJsonText(summary));

@@ -17,7 +17,7 @@ import { prepareInstances } from "../env/prepare.js";
 import { Progress, pool } from "../util/progress.js";
 import { InvalidInputError } from "../errors.js";
 import type { ResolutionStatus } from "./grading.js";
-import { DEFAULT_MODEL, indexPredictions, isEmptyPatch, loadPredictions, unknownPredictionIds } from "./predictions.js";
+import { indexPredictions, KEY_MODEL, isEmptyPatch, loadPredictions, unknownPredictionIds } from "./predictions.js";
 import {
   instanceLogDir,
   LOG_FILES,
@@ -89,7 +89,9 @@ export interface RunTimings {
   evalWallMs: number;
   wallMs: number;
   instancesRun: number;
-  /** Evaluated instances per minute of evalWallMs. */
+  /** Instances whose tests ran (a patch that does not apply, or a sandbox that never started, never gets there). */
+  instancesTested: number;
+  /** Instances whose tests ran, per minute of evalWallMs (0 when none did: a rate of failures says nothing). */
   instancesPerMinute: number;
   totals: PhaseTimings;
   means: PhaseTimings;
@@ -116,7 +118,7 @@ export function defaultRunId(at: Date = new Date()): string {
   return `minisandbox-${at.toISOString().replace(/[-:]/g, "").replace(/\..*$/, "")}`;
 }
 
-export function timingsFileName(model: string | undefined, runId: string): string {
+export function timingsFileName(model: string, runId: string): string {
   return summaryFileName(model, runId).replace(/\.json$/, ".timings.json");
 }
 
@@ -269,7 +271,9 @@ async function startRun(opts: RunEvaluationOptions): Promise<Run> {
     typeof opts.predictions === "string" ? await loadPredictions(opts.predictions, all) : opts.predictions;
   if (predictions.length === 0) throw new InvalidInputError("no predictions to evaluate");
   const byId = indexPredictions(predictions);
-  const model = predictions[0]?.model_name_or_path ?? DEFAULT_MODEL;
+  const model = predictions[0]!.model_name_or_path;
+  if (typeof model !== "string" || model === "")
+    throw new InvalidInputError(`predictions need "${KEY_MODEL}" (the model's name; it names the run's report)`);
   // Fail early on ids that cannot name a directory.
   summaryFileName(model, runId);
   const showProgress = opts.progress ?? true;
@@ -413,13 +417,17 @@ async function buildMissing(run: Run, representatives: Instance[]): Promise<Map<
   const failed = new Map<LayerKey, string>();
   if (representatives.length === 0) return failed;
   const { opts } = run;
-  const progress = run.showProgress ? new Progress(representatives.length, "build environments") : undefined;
+  const workers = opts.buildWorkers ?? run.workers;
+  const progress = run.showProgress
+    ? new Progress(representatives.length, "build environments", { workers })
+    : undefined;
   const results = await prepareInstances(representatives, {
     home: opts.home,
     reposDir: opts.reposDir,
     specsFile: opts.specsFile,
-    workers: opts.buildWorkers ?? run.workers,
-    onResult: (r) => progress?.tick(r.status, r.instanceId),
+    workers,
+    onStep: (id, step) => progress?.step(`${id}: ${step}`, id),
+    onResult: (r) => progress?.tick(r.status, r.instanceId, r.instanceId),
   });
   progress?.finish();
   for (const r of results) if (r.status === "failed") failed.set(r.key, r.error ?? "build failed");
@@ -439,10 +447,12 @@ async function evaluateJobs(run: Run, toRun: Job[]): Promise<{ timed: Timed[]; e
   const pythons = new Set(toRun.map((j) => j.env!.spec.python));
   await Promise.all([...pythons].map((python) => evalPipSettings(opts.home, python)));
   const started = performance.now();
-  const progress = run.showProgress && toRun.length > 0 ? new Progress(toRun.length, "evaluate") : undefined;
+  const progress =
+    run.showProgress && toRun.length > 0 ? new Progress(toRun.length, "evaluate", { workers: run.workers }) : undefined;
   const timed: Timed[] = [];
   await pool(toRun, run.workers, async (job) => {
     const id = job.instance.instance_id;
+    progress?.begin(id);
     const r = await runEvalJob({
       ...run.settings,
       instance: job.instance,
@@ -464,7 +474,7 @@ async function evaluateJobs(run: Run, toRun: Job[]): Promise<{ timed: Timed[]; e
     };
     run.records.set(id, record);
     timed.push({ id, status: r.error ? `error: ${r.error.kind}` : r.status, timings: r.timings! });
-    progress?.tick(r.error ? `error` : r.status, r.error ? `${id} (${r.error.kind})` : id);
+    progress?.tick(r.error ? `error` : r.status, r.error ? `${id} (${r.error.kind})` : id, id);
     opts.onInstance?.(record);
   });
   progress?.finish();
@@ -473,7 +483,8 @@ async function evaluateJobs(run: Run, toRun: Job[]): Promise<{ timed: Timed[]; e
 
 function runTimings(run: Run, timed: Timed[], buildMs: number, evalWallMs: number): RunTimings {
   const stats = timingStats(timed.map((t) => t.timings));
-  const perMinute = evalWallMs > 0 ? Math.round((timed.length / (evalWallMs / 60_000)) * 100) / 100 : 0;
+  const tested = timed.filter((t) => t.timings.testsMs > 0).length;
+  const perMinute = evalWallMs > 0 ? Math.round((tested / (evalWallMs / 60_000)) * 100) / 100 : 0;
   return {
     runId: run.runId,
     model: run.model,
@@ -484,6 +495,7 @@ function runTimings(run: Run, timed: Timed[], buildMs: number, evalWallMs: numbe
     evalWallMs: Math.round(evalWallMs),
     wallMs: Math.round(performance.now() - run.started),
     instancesRun: timed.length,
+    instancesTested: tested,
     instancesPerMinute: perMinute,
     totals: stats.totals,
     means: stats.means,

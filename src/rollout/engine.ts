@@ -42,6 +42,9 @@ export class RolloutEngine {
   constructor(opts: RolloutEngineOptions = {}) {
     if (opts.rewardMode !== undefined && !REWARD_MODES.includes(opts.rewardMode))
       throw new InvalidInputError(`rewardMode must be one of ${REWARD_MODES.join(", ")}`, { field: "rewardMode" });
+    const spares = opts.forkSpares;
+    if (spares !== undefined && (!Number.isInteger(spares) || spares < 0 || spares > 16))
+      throw new InvalidInputError(`forkSpares must be an integer from 0 to 16, got ${spares}`, { field: "forkSpares" });
     this.opts = opts;
     this.home = resolveHome(opts.home);
     this.pool = new WarmPool(warmPoolMax(opts.warmPool), opts.warmPool?.ttlMs ?? 15 * 60_000);
@@ -193,6 +196,7 @@ export class RolloutEngine {
       },
       reserve: (k) => this.reserve(k, owner),
       unreserve: (k) => this.unreserve(k, owner),
+      forkSpares: this.opts.forkSpares ?? 1,
     };
   }
 

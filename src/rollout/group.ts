@@ -1,6 +1,7 @@
 /**
  * A group of rollouts of one task (GRPO's N attempts at one prompt): its rollouts by repetition, forks added as
- * new repetitions after the group's, one shared workspace held until the group closes.
+ * new repetitions after the group's, one shared workspace held until the group closes. For resets, forks and
+ * checkpoints it keeps sandboxes of the task no agent ever had (`GroupSpares`).
  */
 import { randomBytes } from "node:crypto";
 import { InvalidInputError, NotFoundError } from "../errors.js";
@@ -8,15 +9,18 @@ import type { Workspace } from "../env/workspace.js";
 import type { Sandbox } from "../sandbox/sandbox.js";
 import type { Instance } from "../tasks/types.js";
 import { Rollout, type RolloutContext } from "./rollout.js";
+import { forkInto, GroupSpares } from "./spares.js";
 import type { GroupInfo, GroupTimings } from "./types.js";
 
-export type GroupSettings = Omit<RolloutContext, "groupId" | "instance" | "fork" | "onEnd"> & {
+export type GroupSettings = Omit<RolloutContext, "groupId" | "instance" | "fork" | "reset" | "checkpoint" | "onEnd"> & {
   /** Told when a rollout of the group starts (forks too) and when it ends. */
   onRolloutStart: (r: Rollout) => void;
   onRolloutEnd: (r: Rollout) => void;
-  /** Live rollouts may grow by `k` (throws LimitError otherwise); `unreserve` gives back what did not start. */
+  /** Live sandboxes may grow by `k` (throws LimitError otherwise); `unreserve` gives back what did not start. */
   reserve: (k: number) => void;
   unreserve: (k: number) => void;
+  /** Sandboxes kept ready for forks and checkpoints once the group has forked (see GroupSpares). */
+  forkSpares: number;
 };
 
 export const MAX_GROUP_SIZE = 256;
@@ -26,6 +30,7 @@ export class RolloutGroup {
   readonly createdAt = new Date();
   readonly rollouts: Rollout[] = [];
   readonly timings: GroupTimings = { goldCheckMs: 0, workspaceMs: 0, startMs: 0, readyMs: 0 };
+  private readonly spares: GroupSpares;
   private nextRepetition = 0;
   private closing: Promise<void> | undefined;
 
@@ -34,7 +39,9 @@ export class RolloutGroup {
     readonly instance: Instance,
     private readonly workspace: Workspace,
     private readonly settings: GroupSettings,
-  ) {}
+  ) {
+    this.spares = new GroupSpares(workspace, settings.forkSpares, settings);
+  }
 
   get instanceId(): string {
     return this.instance.instance_id;
@@ -54,13 +61,19 @@ export class RolloutGroup {
   }
 
   private context(): RolloutContext {
-    const { onRolloutStart: _s, onRolloutEnd, reserve: _r, unreserve: _u, ...rest } = this.settings;
+    const { onRolloutStart: _s, onRolloutEnd, reserve: _r, unreserve: _u, forkSpares: _f, ...rest } = this.settings;
     return {
       ...rest,
       groupId: this.id,
       instance: this.instance,
-      fork: (parent, k) => this.fork(parent, k),
-      onEnd: onRolloutEnd,
+      fork: (parent, k, checkpoint) => this.fork(parent, k, checkpoint),
+      reset: (r, checkpoint) => this.reset(r, checkpoint),
+      checkpoint: (r) => this.spares.checkpoint(r.id, r.use()),
+      onEnd: (r) => {
+        onRolloutEnd(r);
+        // Nothing can reset or fork any more: what was kept ready for it goes now, not when the group is forgotten.
+        if (this.isOver) void this.spares.close();
+      },
     };
   }
 
@@ -101,21 +114,31 @@ export class RolloutGroup {
     }
   }
 
-  private async fork(parent: Rollout, k: number): Promise<Rollout[]> {
+  /** `k` new rollouts with `parent`'s current state (or a checkpoint's): into the spares first, then new sandboxes. */
+  private async fork(parent: Rollout, k: number, checkpoint?: string): Promise<Rollout[]> {
     if (!Number.isInteger(k) || k < 1 || k > MAX_GROUP_SIZE)
       throw new InvalidInputError(`fork count must be an integer from 1 to ${MAX_GROUP_SIZE}, got ${k}`, {
         field: "k",
       });
     if (this.isClosed) throw new InvalidInputError(`group ${this.id} is closed`);
-    this.settings.reserve(k);
+    const seed = checkpoint === undefined ? parent.sandbox! : this.spares.checkpointSandbox(checkpoint);
     const t0 = performance.now();
+    // Spares are the owner's sandboxes already: only the children started now are more.
+    const into = this.spares.take(k);
+    try {
+      this.settings.reserve(k - into.length);
+    } catch (e) {
+      this.spares.putBack(into);
+      throw e;
+    }
     let children: Sandbox[];
     try {
-      children = await parent.sandbox!.fork(k);
-      for (const child of children) this.workspace.adopt(child);
+      children = await forkInto(this.workspace, seed, k, into);
     } catch (e) {
       this.settings.unreserve(k);
       throw e;
+    } finally {
+      this.spares.refill();
     }
     const forkMs = performance.now() - t0;
     const ctx = this.context();
@@ -124,6 +147,18 @@ export class RolloutGroup {
     );
     this.add(made);
     return made;
+  }
+
+  /** `r`'s sandbox back to the group's start state (a pristine sandbox's), or to a checkpoint's. */
+  private async reset(r: Rollout, checkpoint?: string): Promise<void> {
+    if (this.isClosed) throw new InvalidInputError(`group ${this.id} is closed`);
+    const seed = checkpoint === undefined ? await this.spares.pristine() : this.spares.checkpointSandbox(checkpoint);
+    await r.use().restore(seed);
+  }
+
+  /** Let go of a checkpoint (NotFoundError when the group has none of that id). */
+  dropCheckpoint(id: string): Promise<void> {
+    return this.spares.dropCheckpoint(id);
   }
 
   rollout(repetition: number): Rollout {
@@ -144,9 +179,9 @@ export class RolloutGroup {
     };
   }
 
-  /** Close every rollout (forks included): their sandboxes let go of the workspace. Idempotent. */
+  /** Close every rollout (forks included) and what was kept ready: their sandboxes let go of the workspace. */
   close(): Promise<void> {
-    this.closing ??= Promise.all(this.rollouts.map((r) => r.close())).then(() => {});
+    this.closing ??= Promise.all([...this.rollouts.map((r) => r.close()), this.spares.close()]).then(() => {});
     return this.closing;
   }
 }

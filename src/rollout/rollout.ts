@@ -30,8 +30,12 @@ export interface RolloutContext {
   evaluateOptions: EvaluateOptions;
   rewardMode: RewardMode;
   ttlMs: number;
-  /** Fork this rollout's sandbox into `k` rollouts of the same group. */
-  fork: (parent: Rollout, k: number) => Promise<Rollout[]>;
+  /** Fork this rollout's sandbox (or a checkpoint of the group) into `k` rollouts of the same group. */
+  fork: (parent: Rollout, k: number, checkpoint?: string) => Promise<Rollout[]>;
+  /** This rollout's sandbox back to the group's start state, or to a checkpoint's, in place. */
+  reset: (r: Rollout, checkpoint?: string) => Promise<void>;
+  /** A checkpoint of this rollout's state, kept by the group: its id. */
+  checkpoint: (r: Rollout) => Promise<string>;
   /** Called once when the rollout is over (closed, lost or failed). */
   onEnd: (rollout: Rollout) => void;
   /** Told of each outcome as it is decided. */
@@ -63,6 +67,10 @@ export class Rollout {
   private closeAsked = false;
   private lastOutcome: RolloutOutcome | undefined;
   private ttl: NodeJS.Timeout | undefined;
+  /** A reset, fork or checkpoint in progress (the sandbox is held still or restored meanwhile). */
+  private busy: "resetting" | undefined;
+  /** OOM kills of the sandbox's memory group before the last reset: what the agent since did is counted after it. */
+  private oomBaseline = 0;
 
   constructor(
     private readonly ctx: RolloutContext,
@@ -87,8 +95,19 @@ export class Rollout {
     }
     this.current = "ready";
     sandbox.onClose(() => this.ended());
-    this.ttl = setTimeout(() => this.expire(), ctx.ttlMs);
+    this.armTtl();
+  }
+
+  private armTtl(): void {
+    if (this.ttl) clearTimeout(this.ttl);
+    this.ttl = setTimeout(() => this.expire(), this.ctx.ttlMs);
     this.ttl.unref();
+  }
+
+  /** What cannot overlap with commands: a reward or a reset in progress. */
+  private checkIdle(): void {
+    if (this.current === "rewarding") throw new InvalidInputError(`rollout ${this.id} is being rewarded`);
+    if (this.busy) throw new InvalidInputError(`rollout ${this.id} is being reset`);
   }
 
   get trajectoryId(): string {
@@ -128,7 +147,7 @@ export class Rollout {
   /** One command in a fresh process (see `Sandbox.exec`); a command that dies with its sandbox is a lost rollout. */
   async exec(cmd: string | string[], opts: ExecOptions = {}): Promise<ExecResult> {
     const sb = this.touch();
-    if (this.current === "rewarding") throw new InvalidInputError(`rollout ${this.id} is being rewarded`);
+    this.checkIdle();
     let r: ExecResult;
     try {
       r = await sb.exec(cmd, opts);
@@ -168,7 +187,7 @@ export class Rollout {
     const mode = opts.mode ?? this.ctx.rewardMode;
     const who: OutcomeSubject = { ...this.subject(), mode };
     if (this.current === "closed") throw new InvalidInputError(`rollout ${this.id} is closed`);
-    if (this.current === "rewarding") throw new InvalidInputError(`rollout ${this.id} is being rewarded`);
+    this.checkIdle();
     if (this.checkLost()) return this.remember(this.lostOutcome(who));
     this.current = "rewarding";
     let outcome: RolloutOutcome;
@@ -211,12 +230,48 @@ export class Rollout {
     return o;
   }
 
-  /** `k` children started from this rollout's current state, as new rollouts of its group; it keeps running. */
-  fork(k = 1): Promise<Rollout[]> {
+  /**
+   * `k` children with this rollout's current state (or a checkpoint's of its group), as new rollouts of its group;
+   * it keeps running.
+   */
+  fork(k = 1, opts: { checkpoint?: string } = {}): Promise<Rollout[]> {
+    this.ready();
+    return this.ctx.fork(this, k, opts.checkpoint);
+  }
+
+  /**
+   * Back to the group's start state (or a checkpoint's), in place, keeping the sandbox: every process of the agent's
+   * ends, every write is gone, and nothing it did can be told from inside (see `Sandbox.restore`); the rollout is as
+   * if just started (no outcome, its time limit from now). A reset that fails leaves the rollout lost.
+   */
+  async reset(opts: { checkpoint?: string } = {}): Promise<void> {
+    this.ready();
+    this.busy = "resetting";
+    try {
+      await this.ctx.reset(this, opts.checkpoint);
+    } catch (e) {
+      if (this.checkLost()) throw this.lostError();
+      throw e;
+    } finally {
+      this.busy = undefined;
+    }
+    this.used = false;
+    this.lastOutcome = undefined;
+    this.oomBaseline = this.sandbox!.limitCounters().oomKills;
+    this.armTtl();
+  }
+
+  /** A checkpoint of this rollout's current state, kept by its group (reset or fork to it later): its id. */
+  checkpoint(): Promise<string> {
+    this.ready();
+    return this.ctx.checkpoint(this);
+  }
+
+  /** Live, not lost, and doing nothing that a reset, fork or checkpoint would overlap. */
+  private ready(): void {
     this.live();
     if (this.checkLost()) throw this.lostError();
-    if (this.current === "rewarding") throw new InvalidInputError(`rollout ${this.id} is being rewarded`);
-    return this.ctx.fork(this, k);
+    this.checkIdle();
   }
 
   /** End the rollout (idempotent): its sandbox closes; a lost or failed rollout keeps saying why. */
@@ -239,7 +294,7 @@ export class Rollout {
     this.failure = { kind, message };
     this.current = "lost";
     // Its own cgroup's OOM killer ended it: the agent's memory use (it may have made pid 1 the victim).
-    if (kind === "sandbox_lost" && this.used && (this.sandbox?.limitCounters().oomKills ?? 0) > 0) {
+    if (kind === "sandbox_lost" && this.used && (this.sandbox?.limitCounters().oomKills ?? 0) > this.oomBaseline) {
       this.agentLoss = "sandbox_oom";
       this.failure.message = "the agent's processes filled the sandbox's memory and the OOM killer ended it";
     }

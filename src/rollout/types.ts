@@ -70,6 +70,12 @@ export interface RolloutEngineOptions {
   /** Check every task's gold patch before its first group (default false). */
   goldCheck?: boolean;
   warmPool?: WarmPoolOptions;
+  /**
+   * Sandboxes each group keeps ready for forks and checkpoints once it has forked (default 1, 0 to 16): a fork into
+   * them is a copy and nothing else. They count as the owner's, as does the one pristine sandbox a group keeps once
+   * it has reset (the start state it goes back to).
+   */
+  forkSpares?: number;
   /** Live rollouts at most (default 256); more is a LimitError. */
   maxRollouts?: number;
   /** Told of every outcome as it is decided (e.g. a server's dashboard counts them); it cannot change one. */

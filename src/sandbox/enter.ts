@@ -20,10 +20,16 @@ export interface EnterCommand {
   /** stderr onto stdout: one descriptor, so that the order of writes is kept. */
   mergeStderr?: boolean;
   seccomp: boolean;
-  /** Keep the caller's terminal and session (an interactive shell); otherwise the command gets a session of its own. */
+  /**
+   * An interactive shell: on a terminal, a terminal of the sandbox's own (its devpts, as `docker run -t`) relayed to
+   * the caller's (raw meanwhile, its size followed, put back after); else the caller's session is kept. Otherwise
+   * the command gets a session of its own.
+   */
   keepTerminal?: boolean;
   /** Landlock: connect only to abstract unix sockets made by the command's own tree (a sandbox with the network). */
   scopeAbstractUnix?: boolean;
+  /** A restored sandbox's IPC and network namespaces, which its commands enter instead of pid 1's. */
+  nsDir?: string;
 }
 
 export type EnterSpec = EnterPlace & EnterCommand;
@@ -34,6 +40,7 @@ function placeArgs(place: EnterPlace): string[] {
 
 function commandArgs(spec: EnterCommand, command: readonly string[]): string[] {
   return [
+    ...(spec.nsDir ? ["--ns-dir", spec.nsDir] : []),
     ...spec.rlimits,
     "--caps",
     SANDBOX_CAPS.join(","),
@@ -62,8 +69,9 @@ export function enterArgv(spec: EnterSpec, command: readonly string[]): string[]
   return [helperPath(), "enter", ...placeArgs(spec), ...commandArgs(spec, command)];
 }
 
-/** Descriptor of a waiting helper on which its command arrives. */
+/** Descriptor of a waiting helper on which its command arrives; on the next one it says it joined its cgroups. */
 const ARGS_FD = 3;
+const JOINED_FD = 4;
 
 /**
  * A helper started ahead of its command: it joins the command's cgroups, then waits. A cgroup v1 move waits for an
@@ -72,6 +80,9 @@ const ARGS_FD = 3;
  */
 export class WaitingHelper {
   readonly child: ChildProcess;
+  /** Settles once the helper is in its cgroups (or gone): a job handed over then waits for no move. */
+  readonly joined: Promise<void>;
+  private isJoined = false;
   private used = false;
   private failed = false;
 
@@ -81,9 +92,18 @@ export class WaitingHelper {
     readonly group: string | undefined,
   ) {
     const argv = [helperPath(), "enter", "--args-fd", String(ARGS_FD), ...cgroupDirs.flatMap((c) => ["--cgroup", c])];
-    this.child = spawn(argv[0]!, argv.slice(1), { stdio: ["pipe", "pipe", "pipe", "pipe"], env: {} });
+    this.child = spawn(argv[0]!, argv.slice(1), { stdio: ["pipe", "pipe", "pipe", "pipe", "pipe"], env: {} });
     this.child.on("error", () => {
       this.failed = true;
+    });
+    const said = this.child.stdio[JOINED_FD] as NodeJS.ReadableStream;
+    this.joined = new Promise((resolve) => {
+      said.once("data", () => {
+        this.isJoined = true;
+        resolve();
+      });
+      said.once("close", () => resolve());
+      said.once("error", () => resolve());
     });
     this.child.stdio[ARGS_FD]!.on("error", () => {});
     this.child.stdin!.on("error", () => {});
@@ -94,6 +114,11 @@ export class WaitingHelper {
     return !this.used && !this.failed && this.child.exitCode === null && this.child.signalCode === null;
   }
 
+  /** Waiting, and in its cgroups already. */
+  get inCgroups(): boolean {
+    return this.ready && this.isJoined;
+  }
+
   /** Hands over the command: the helper enters pid 1's namespaces, runs it as `spec` says and mirrors its exit. */
   run(spec: EnterSpec, command: readonly string[]): ChildProcess {
     if (this.used) throw new Error("a waiting helper runs one command");
@@ -101,6 +126,14 @@ export class WaitingHelper {
     // NUL separates the arguments on the wire: one inside a value would smuggle in an option of its own.
     if (args.some((a) => a.includes("\0")))
       throw new InvalidInputError("a command, its environment and its directory cannot contain NUL bytes");
+    this.used = true;
+    (this.child.stdio[ARGS_FD] as NodeJS.WritableStream).end(`${args.join("\0")}\0`);
+    return this.child;
+  }
+
+  /** Hands over another job of the helper's (`restore ...`): run as host root, in the cgroups it joined. */
+  runHelper(args: readonly string[]): ChildProcess {
+    if (this.used) throw new Error("a waiting helper runs one command");
     this.used = true;
     (this.child.stdio[ARGS_FD] as NodeJS.WritableStream).end(`${args.join("\0")}\0`);
     return this.child;

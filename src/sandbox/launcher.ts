@@ -17,12 +17,11 @@ import { parentPid } from "./procfs.js";
 import {
   bwrapArgs,
   checkPlanPaths,
+  helperLowers,
   INIT_PATH,
   initMaskArgs,
   type MountPlan,
-  ownedPath,
   planSources,
-  type SandboxLower,
 } from "./plan.js";
 
 export interface LaunchRequest {
@@ -46,9 +45,7 @@ export interface LaunchRequest {
    * exactly the object that was opened and checked, whatever happens to its path meanwhile.
    */
   fds: number[];
-  /** A fork's snapshot directory: the scratch starts with its `/`, /tmp, home and /dev/shm. */
-  seed?: SandboxLower;
-  /** Files a fresh home starts with (name → text), written by the launch; a fork keeps its parent's instead. */
+  /** Files a fresh home starts with (name → text), written by the launch. */
   homeFiles?: Readonly<Record<string, string>>;
 }
 
@@ -119,10 +116,7 @@ function launchArgv(req: LaunchRequest): string[] {
   if (req.mode === "root" && req.ids) a.push(...idPoolArgs(req.ids));
   a.push(...req.rlimits);
   if (req.forceCopy) a.push("--force-copy");
-  for (const o of req.plan.overlays) {
-    a.push("--overlay", [...(o.sandboxLowers ?? []).map((l) => `+${ownedPath(l)}`), ...o.lower].join(":"));
-  }
-  if (req.seed) a.push("--seed", `seed=${ownedPath(req.seed)}`);
+  for (const o of req.plan.overlays) a.push("--overlay", helperLowers(o));
   for (const [name, text] of Object.entries(req.homeFiles ?? {})) a.push("--home-file", `${name}=${text}`);
   for (const s of planSources(req.plan, helper)) a.push(SOURCE_FLAGS[s.kind], `${s.name}=${s.path}`);
   a.push("--", requireTool("bwrap", "bubblewrap"), ...bwrapArgs(req.plan, req.scratch, helper), "--info-fd", "3");

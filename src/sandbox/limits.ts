@@ -280,17 +280,16 @@ export function thaw(dir: string | undefined): void {
   }
 }
 
-/** Stop every process of a freezer group where it stands, run `fn`, then let them go on. */
-export async function whileFrozen<T>(dir: string, fn: () => Promise<T>): Promise<T> {
+/** Stop every process of a freezer group where it stands (`thaw` lets them go on). */
+export async function freeze(dir: string): Promise<void> {
   writeFileSync(join(dir, "freezer.state"), "FROZEN");
-  try {
-    for (let i = 0; readFileSync(join(dir, "freezer.state"), "utf8").trim() !== "FROZEN"; i++) {
-      if (i > 500) throw new SandboxError("the sandbox's processes could not be frozen");
-      await new Promise((r) => setTimeout(r, 2));
+  // Idle processes freeze at once: look again soon, then every 2 ms (a busy one stops at its next scheduling point).
+  for (let i = 0; readFileSync(join(dir, "freezer.state"), "utf8").trim() !== "FROZEN"; i++) {
+    if (i > 600) {
+      thaw(dir);
+      throw new SandboxError("the sandbox's processes could not be frozen");
     }
-    return await fn();
-  } finally {
-    thaw(dir);
+    await new Promise((r) => (i < 100 ? setImmediate(r) : setTimeout(r, 2)));
   }
 }
 

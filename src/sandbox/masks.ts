@@ -49,9 +49,11 @@ export function procCover(): { readOnly: string[]; masked: MaskedPath[] } {
       /* not on this kernel */
     }
   }
-  // /proc/1 is pid 1's own entry: not the sandbox's to write (its OOM score above all: raised, it would make the
-  // sandbox's own OOM killer take pid 1, and with it the whole sandbox).
-  procCache = { readOnly: [...PROC_READ_ONLY.filter((p) => existsSync(p)), "/proc/1"], masked };
+  // /proc/1 is pid 1's own entry, hidden: not the sandbox's to write (its OOM score above all: raised, it would make
+  // the sandbox's own OOM killer take pid 1, and with it the whole sandbox), nor to read (pid 1 outlives a restore,
+  // and its counters — the CPU time and context switches of reaping orphans — would carry what ran before it).
+  masked.push({ path: "/proc/1", kind: "dir" });
+  procCache = { readOnly: PROC_READ_ONLY.filter((p) => existsSync(p)), masked };
   return procCache;
 }
 

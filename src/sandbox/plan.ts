@@ -10,27 +10,14 @@ export const TESTBED_PATH = "/testbed";
 export interface OverlayMount {
   /** Host directories, topmost first (a layer stack). */
   lower: string[];
-  /**
-   * Directories written by a sandbox (a fork's snapshots of its parents' upper dirs), topmost first, stacked above
-   * `lower`. Their files carry the ids of the sandbox that wrote them: mapped from its range onto the new one's.
-   */
-  sandboxLowers?: SandboxLower[];
   /** Path inside the sandbox. */
   target: string;
-}
-
-/**
- * A tree whose files belong to an id range of their own, and the first host id of that range (root mode): one a
- * sandbox wrote (a fork's snapshot: that sandbox's range), or an image's root filesystem (the store's range).
- */
-export interface SandboxLower {
-  path: string;
+  /**
+   * Root mode: the first host id of the range the lower trees' files belong to (an image's root filesystem: the
+   * store's range), mapped onto the sandbox's range. Without it, host ids are shown as the sandbox's namespace maps
+   * them.
+   */
   owner?: number;
-}
-
-/** `[OWNER@]PATH`, as msb-helper reads a tree owned by a sandbox's id range. */
-export function ownedPath(l: SandboxLower): string {
-  return l.owner === undefined ? l.path : `${l.owner}@${l.path}`;
 }
 
 /** A plain bind mount of a host directory. */
@@ -90,11 +77,16 @@ export function ownsRoot(plan: Pick<MountPlan, "overlays">): boolean {
   return plan.overlays[0]?.target === "/";
 }
 
+/** An overlay's lowers as msb-helper reads them: `DIR`, or `+OWNER@DIR` for a tree owned by another id range. */
+export function helperLowers(o: OverlayMount): string {
+  return o.lower.map((l) => (o.owner === undefined ? l : `+${o.owner}@${l}`)).join(":");
+}
+
 export function checkPlanPaths(plan: MountPlan): void {
   if (plan.overlays.some((o, i) => o.target === "/" && i > 0))
     throw new InvalidInputError("only the first copy-on-write tree may be the sandbox's root");
   for (const o of plan.overlays) {
-    for (const l of [...(o.sandboxLowers ?? []).map((s) => s.path), ...o.lower]) {
+    for (const l of o.lower) {
       if (UNSAFE.test(l) || !l.startsWith("/"))
         throw new InvalidInputError(`unsupported lower directory ${JSON.stringify(l)}`);
     }
@@ -137,11 +129,83 @@ export function planSources(plan: MountPlan, initBinary: string): PlanSource[] {
 }
 
 /**
- * The bwrap arguments for a plan. `scratch` is the private, size-limited tmpfs prepared by the launch: `root` (the
- * sandbox's `/`), `tmp`, `shm`, `home`, `m/<i>` for the i-th overlay, `b/<name>` for the sources of planSources().
- * Every writable place lives there, so one size bounds them all.
+ * The directory, under a sandbox's scratch, of its first generation of writable places: the size-limited tmpfs the
+ * launch makes (a restore makes the next ones, `g1`, `g2`...).
+ */
+export const FIRST_GENERATION = "g0";
+
+/**
+ * One mount of a sandbox's tree, in the order they are made: a system tree of the host's (or a merged-/usr
+ * symlink), /proc, /dev (with /dev/shm), a writable place of the generation (`root`, `tmp`, `home`, `m/<i>`: an
+ * overlay), a source of the scratch (`b/<name>`, planSources()), or a directory to make (a non-root user's home's
+ * parent).
+ */
+export type SandboxMount =
+  | { kind: "system"; source: string; target: string }
+  | { kind: "symlink"; to: string; target: string }
+  | { kind: "proc" | "dir"; target: string }
+  | { kind: "dev"; target: "/dev"; shm: "/dev/shm" }
+  | { kind: "place"; place: string; target: string }
+  | { kind: "source"; source: string; target: string; readOnly: boolean };
+
+/**
+ * Every mount of a plan's tree, as the launch makes it (bwrapArgs) and a restore makes it again (restore.ts). On an
+ * image's root (ownsRoot) the first overlay is `/`: no host system tree, and the image's own home.
+ */
+export function sandboxMounts(plan: MountPlan, initBinary: string): SandboxMount[] {
+  const own = ownsRoot(plan);
+  const m: SandboxMount[] = [{ kind: "place", place: own ? "m/0" : "root", target: "/" }];
+  for (const [i, e] of (own ? [] : systemEntries()).entries())
+    m.push(
+      e.symlinkTo
+        ? { kind: "symlink", to: e.symlinkTo, target: e.path }
+        : { kind: "system", source: `b/s${i}`, target: e.path },
+    );
+  m.push({ kind: "proc", target: "/proc" }, { kind: "dev", target: "/dev", shm: "/dev/shm" });
+  m.push({ kind: "place", place: "tmp", target: "/tmp" });
+  const homeParent = plan.home.slice(0, plan.home.lastIndexOf("/"));
+  if (!own && homeParent && homeParent !== "/root") m.push({ kind: "dir", target: homeParent });
+  if (!own) m.push({ kind: "place", place: "home", target: plan.home });
+  const ro = (source: string, target: string): SandboxMount => ({ kind: "source", source, target, readOnly: true });
+  for (const [i, t] of plan.toolchains.entries()) m.push(ro(`b/t${i}`, t));
+  for (const [i, o] of plan.overlays.entries())
+    if (!own || i > 0) m.push({ kind: "place", place: `m/${i}`, target: o.target });
+  for (const [i, b] of plan.binds.entries())
+    m.push({ kind: "source", source: `b/x${i}`, target: b.target, readOnly: b.readOnly });
+  m.push(ro("b/ctl", CONTROL_PATH), ro(`b/init/${basename(initBinary)}`, INIT_PATH));
+  return m;
+}
+
+/** bwrap's arguments for one mount: `scratch` is the sandbox's scratch, `gen` its first generation. */
+function bwrapMount(m: SandboxMount, scratch: string, gen: string): string[] {
+  switch (m.kind) {
+    case "system":
+      return ["--ro-bind", `${scratch}/${m.source}`, m.target];
+    case "symlink":
+      return ["--symlink", m.to, m.target];
+    // /etc's secrets and /proc's knobs are masked by pid 1 (initMaskArgs), before anything runs.
+    case "proc":
+      return ["--proc", m.target];
+    // /dev is bwrap's own small tmpfs: read-only, with /dev/shm on the sized generation instead.
+    case "dev":
+      return ["--dev", m.target, "--bind", `${gen}/shm`, m.shm, "--remount-ro", m.target];
+    // bwrap would create missing parents 0700, locking a non-root user out of its own home.
+    case "dir":
+      return ["--perms", "0755", "--dir", m.target];
+    case "place":
+      return ["--bind", `${gen}/${m.place}`, m.target];
+    case "source":
+      return [m.readOnly ? "--ro-bind" : "--bind", `${scratch}/${m.source}`, m.target];
+  }
+}
+
+/**
+ * The bwrap arguments for a plan. `scratch` is the private directory prepared by the launch: its first generation
+ * (`g0`, one size-limited tmpfs: every writable place lives there, so one size bounds them all) holds `root` (the
+ * sandbox's `/`), `tmp`, `shm`, `home` and `m/<i>` for the i-th overlay; `b/<name>` are the sources of planSources().
  */
 export function bwrapArgs(plan: MountPlan, scratch: string, initBinary: string): string[] {
+  const gen = `${scratch}/${FIRST_GENERATION}`;
   const a: string[] = [
     "--new-session",
     "--die-with-parent",
@@ -151,45 +215,17 @@ export function bwrapArgs(plan: MountPlan, scratch: string, initBinary: string):
     "--unshare-uts",
   ];
   if (!plan.network) a.push("--unshare-net");
-  const own = ownsRoot(plan);
-  a.push("--hostname", plan.hostname, "--bind", own ? `${scratch}/m/0` : `${scratch}/root`, "/");
-  for (const [i, e] of (own ? [] : systemEntries()).entries()) {
-    if (e.symlinkTo) a.push("--symlink", e.symlinkTo, e.path);
-    else a.push("--ro-bind", `${scratch}/b/s${i}`, e.path);
-  }
-  // /etc's secrets and /proc's knobs are masked by pid 1 (initMaskArgs), before anything runs.
-  a.push("--proc", "/proc");
-  // /dev is bwrap's own small tmpfs: read-only, with /dev/shm on the sized scratch instead.
-  a.push("--dev", "/dev", "--bind", `${scratch}/shm`, "/dev/shm", "--remount-ro", "/dev");
-  a.push("--bind", `${scratch}/tmp`, "/tmp");
-  if (!own) a.push(...homeArgs(plan.home, scratch));
-  for (const [i, t] of plan.toolchains.entries()) a.push("--ro-bind", `${scratch}/b/t${i}`, t);
-  for (const [i, o] of plan.overlays.entries()) if (!own || i > 0) a.push("--bind", `${scratch}/m/${i}`, o.target);
-  for (const [i, b] of plan.binds.entries())
-    a.push(b.readOnly ? "--ro-bind" : "--bind", `${scratch}/b/x${i}`, b.target);
-  a.push(
-    "--ro-bind",
-    `${scratch}/b/ctl`,
-    CONTROL_PATH,
-    "--ro-bind",
-    `${scratch}/b/init/${basename(initBinary)}`,
-    INIT_PATH,
-  );
-  a.push("--chdir", plan.cwd);
+  a.push("--hostname", plan.hostname);
+  for (const m of sandboxMounts(plan, initBinary)) a.push(...bwrapMount(m, scratch, gen));
+  // pid 1 stays at `/` (commands get their own directory): a restore's pivot takes it along with the root, so that
+  // nothing of the previous generation is held.
+  a.push("--chdir", "/");
   a.push("--cap-drop", "ALL");
   for (const c of SANDBOX_CAPS) a.push("--cap-add", `CAP_${c.toUpperCase()}`);
   // pid 1 alone: it makes the cgroup namespace once in the sandbox's groups, then drops it (msb-helper init).
   a.push("--cap-add", "CAP_SYS_ADMIN");
   a.push("--clearenv", "--setenv", "PATH", "/usr/sbin:/usr/bin:/sbin:/bin");
   return a;
-}
-
-/** The private home from the scratch (a sandbox on the host's system directories has no home of its own). */
-function homeArgs(home: string, scratch: string): string[] {
-  // bwrap would create missing parents 0700, locking a non-root user out of its own home.
-  const parent = home.slice(0, home.lastIndexOf("/"));
-  const perms = parent && parent !== "/root" ? ["--perms", "0755", "--dir", parent] : [];
-  return [...perms, "--bind", `${scratch}/home`, home];
 }
 
 /**

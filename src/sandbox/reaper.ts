@@ -4,25 +4,19 @@ import { join } from "node:path";
 import { cgroupPids, killSandboxCgroups, listSandboxCgroups, removeCgroupTree } from "./limits.js";
 import { isSameProcessAlive, killQuietly } from "./procfs.js";
 import { homeLayout } from "../util/home.js";
-import { reapSnapshots } from "./snapshot.js";
 import { readState, removeSandboxDirs, runtimeDirFor, sandboxPaths } from "./state.js";
 
 export interface ReapReport {
   sandboxes: string[];
   cgroups: string[];
-  /** Fork snapshots whose owner died (see reapHome). */
+  /** Fork snapshots on disk whose owner died (forks of older versions wrote them; forks now copy in memory). */
   snapshots: string[];
 }
 
-/** Where a home keeps fork snapshots (`Sandbox.fork`). */
-export function snapshotsDir(home: string): string {
-  return join(home, "snapshots");
-}
-
-/** Everything a home's dead owners left: sandboxes (processes, cgroups, scratch) and fork snapshots. */
+/** Everything a home's dead owners left: sandboxes (processes, cgroups, scratch) and old fork snapshots. */
 export async function reapHome(home: string): Promise<ReapReport> {
   const report = await reapLeftovers(homeLayout(home).sandboxes);
-  report.snapshots = reapSnapshots(snapshotsDir(home));
+  report.snapshots = reapSnapshots(join(home, "snapshots"));
   return report;
 }
 
@@ -112,4 +106,32 @@ function unmountUnder(dir: string): void {
     return;
   }
   for (const m of mounts.sort((a, b) => b.length - a.length)) spawnSync("umount", ["-l", m]);
+}
+
+/** Snapshots (of older versions' forks) whose owning process died: nothing can use them any more. */
+export function reapSnapshots(snapshotsDir: string): string[] {
+  const removed: string[] = [];
+  let names: string[] = [];
+  try {
+    names = readdirSync(snapshotsDir);
+  } catch {
+    return removed;
+  }
+  for (const name of names) {
+    const dir = join(snapshotsDir, name);
+    try {
+      const owner = JSON.parse(readFileSync(join(dir, ".owner"), "utf8")) as { pid: number; start?: number };
+      if (isSameProcessAlive(owner.pid, owner.start)) continue;
+    } catch {
+      // No owner file yet: a snapshot being taken right now, unless it is old.
+      try {
+        if (Date.now() - statSync(dir).mtimeMs < 60_000) continue;
+      } catch {
+        continue;
+      }
+    }
+    rmSync(dir, { recursive: true, force: true });
+    removed.push(name);
+  }
+  return removed;
 }

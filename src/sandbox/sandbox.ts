@@ -1,7 +1,7 @@
 import type { ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync } from "node:fs";
-import { resolve } from "node:path";
+import { existsSync, readdirSync } from "node:fs";
+import { join, resolve } from "node:path";
 import { homeLayout, resolveHome } from "../util/home.js";
 import { InvalidInputError, SandboxError } from "../errors.js";
 import { BashSession, type RunOptions, type RunResult, type SessionProcess } from "../session/bash-session.js";
@@ -27,21 +27,14 @@ import {
   type LimitCounters,
   type Limits,
   type SandboxCgroups,
-  whileFrozen,
+  freeze,
+  thaw,
   withDefaults,
 } from "./limits.js";
-import {
-  CONTROL_PATH,
-  defaultCwd,
-  TESTBED_PATH,
-  type BindMount,
-  type MountPlan,
-  type OverlayMount,
-  type SandboxLower,
-} from "./plan.js";
+import { CONTROL_PATH, defaultCwd, TESTBED_PATH, type BindMount, type MountPlan, type OverlayMount } from "./plan.js";
 import { commandName, descendants, killQuietly, parentPid, processStartTime } from "./procfs.js";
-import { reapHome, snapshotsDir } from "./reaper.js";
-import { Snapshot } from "./snapshot.js";
+import { reapHome } from "./reaper.js";
+import { namespacesDir, type RestoreSide, type RestoreTarget, restoreArgs, runRestore } from "./restore.js";
 import { makeSandboxDirs, removeSandboxDirs, sandboxPaths, type SandboxPaths, writeState } from "./state.js";
 
 /** The cgroups a command joins: the sandbox's memory, freezer and CPU groups, and its own pids group. */
@@ -61,6 +54,14 @@ async function dropHelper(helper: WaitingHelper): Promise<void> {
   if (helper.group) removeCgroupTree(helper.group);
 }
 
+/**
+ * A command's pids group: random, not counted. A command sees its group's name (/proc/self/cgroup), which must not
+ * tell how many ran before it (a restore forgets them), nor collide with a group still being removed.
+ */
+function commandGroupName(): string {
+  return `c${randomBytes(6).toString("hex")}`;
+}
+
 /** How long after a command ended the next command's helper is started (see startSpareSoon). */
 const SPARE_DELAY_MS = 50;
 
@@ -71,6 +72,7 @@ export interface CommandOptions {
   uid?: number;
   gid?: number;
   mergeOutput?: boolean;
+  /** An interactive command: on a terminal, one of the sandbox's own (its devpts), relayed to the caller's. */
   keepTerminal?: boolean;
 }
 
@@ -160,7 +162,7 @@ function sandboxEnv(opts: SandboxOptions, uid: number, home: string, hostname: s
 /** An image's root filesystem as the first copy-on-write tree, its files mapped from the range they belong to. */
 function rootOverlay(rootfs: RootFs): OverlayMount {
   if (!existsSync(rootfs.path)) throw new InvalidInputError(`root filesystem ${rootfs.path} does not exist`);
-  return { lower: [], sandboxLowers: [{ path: rootfs.path, owner: rootfs.owner }], target: "/" };
+  return { lower: [rootfs.path], owner: rootfs.owner, target: "/" };
 }
 
 /** Plain words for limits this host cannot enforce, so that nobody relies on them. */
@@ -192,10 +194,15 @@ interface LaunchInputs {
   dir?: OpenedDir;
   /** The workspace trees as launched (`dir` first). */
   overlays: OverlayMount[];
-  /** A fork's snapshot: the parent's writable places. */
-  seed?: SandboxLower;
-  /** Snapshots whose copies are lowers of this sandbox's trees, held until it closes. */
-  snapshots: Snapshot[];
+}
+
+/** What a launch made, kept by the sandbox: its processes, ids, mounts and disk. */
+interface Started {
+  holder: ChildProcess;
+  pid1: number;
+  hostIds: HostIds;
+  plan: MountPlan;
+  diskBytes: number;
 }
 
 const reapedFor = new Set<string>();
@@ -215,7 +222,6 @@ export class Sandbox implements AsyncDisposable {
   private closed = false;
   private closing: Promise<void> | undefined;
   private finalCounters: LimitCounters | undefined;
-  private execCounter = 0;
   /** Started ahead of the next command, waiting in its cgroups (see WaitingHelper). */
   private spare: WaitingHelper | undefined;
   private spareTimer: NodeJS.Timeout | undefined;
@@ -225,7 +231,7 @@ export class Sandbox implements AsyncDisposable {
   private constructor(
     private readonly inputs: LaunchInputs,
     readonly paths: SandboxPaths,
-    started: { holder: ChildProcess; pid1: number; hostIds: HostIds },
+    private readonly started: Started,
     private readonly cgroups: SandboxCgroups,
     private readonly rlimits: string[],
     private readonly env: Record<string, string>,
@@ -290,11 +296,10 @@ export class Sandbox implements AsyncDisposable {
       gid,
       dir,
       overlays,
-      snapshots: [],
     });
   }
 
-  /** Start a sandbox; on failure, release what `inputs` holds (the opened directory, snapshots). */
+  /** Start a sandbox; on failure, release what `inputs` holds (the opened directory). */
   private static async launch(inputs: LaunchInputs): Promise<Sandbox> {
     const { opts, mode, uid, gid, overlays } = inputs;
     const id = `sb-${randomBytes(6).toString("hex")}`;
@@ -319,22 +324,22 @@ export class Sandbox implements AsyncDisposable {
       if (dirs.status === "rejected") throw dirs.reason;
       if (groups.status === "rejected") throw groups.reason;
       // The first command's helper joins its cgroups while the sandbox starts.
-      spare = waitingHelper(cgroups, "c0");
+      spare = waitingHelper(cgroups, commandGroupName());
       const rlimits = rlimitArgs(limits);
+      const diskBytes = scratchBytes(limits, Boolean(cgroups.memory));
       const launched = await launch({
         plan,
         scratch: paths.scratch,
         mode,
         ids: mode === "root" ? idPool() : undefined,
         cgroups,
-        diskBytes: scratchBytes(limits, Boolean(cgroups.memory)),
+        diskBytes,
         owner: `${uid}:${gid}`,
         forceCopy: opts.forceCopy ?? false,
         rlimits,
         label: id,
         seccomp: opts.seccomp ?? true,
         fds: inputs.dir ? [inputs.dir.fd] : [],
-        seed: inputs.seed,
         homeFiles: opts.rootfs ? undefined : HOME_DOTFILES, // an image's home is its own
       });
       await writeState(paths, {
@@ -350,67 +355,200 @@ export class Sandbox implements AsyncDisposable {
       });
       const env = sandboxEnv(opts, uid, home, plan.hostname);
       const notices = [...launched.notices, ...enforcementNotices(mode, plan.network)];
-      const started = { holder: launched.child, pid1: launched.pid1, hostIds: launched.hostIds };
+      const started = { holder: launched.child, pid1: launched.pid1, hostIds: launched.hostIds, plan, diskBytes };
       return new Sandbox(inputs, paths, started, cgroups, rlimits, env, plan.cwd, notices, spare);
     } catch (e) {
       if (spare) await dropHelper(spare);
       await killSandboxCgroups(cgroups);
       removeSandboxDirs(paths);
       inputs.dir?.release();
-      for (const snap of inputs.snapshots) snap.release();
       throw e;
     }
   }
 
   /**
-   * Start `count` sandboxes from this one's current writable state (its workspace trees, `/`, /tmp, home,
-   * /dev/shm), frozen for the moment of the copy: the children see what the parent had written, then everyone
-   * diverges on their own. Processes are not copied; the parent keeps running.
+   * `count` sandboxes with this one's current writable state (its workspace trees, `/`, /tmp, home, /dev/shm),
+   * copied while it is held still: the children see what the parent had written, then everyone diverges on their
+   * own. Processes are not copied; the parent keeps running. The children are `into` (sandboxes started the way
+   * this one was and never used: a pool's, ready ahead, which makes the fork a copy and nothing else), then
+   * sandboxes started now. If any fails, every child is closed.
    */
-  async fork(count = 1): Promise<Sandbox[]> {
+  async fork(count = 1, opts: { into?: Sandbox[] } = {}): Promise<Sandbox[]> {
     if (!Number.isInteger(count) || count < 1 || count > 256) {
       throw new InvalidInputError(`fork count must be an integer from 1 to 256, got ${count}`);
     }
+    const into = opts.into ?? [];
+    if (into.length > count) throw new InvalidInputError(`fork into ${into.length} sandboxes: more than ${count}`);
+    for (const c of into) this.checkSibling(c);
     if (this.closed) throw new SandboxError(`sandbox ${this.id} is closed`);
-    const snapshot = await this.snapshot();
+    const started = await Promise.allSettled(Array.from({ length: count - into.length }, () => this.sibling()));
+    const children = [...into, ...started.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []))];
     try {
-      const started = await Promise.allSettled(Array.from({ length: count }, () => this.startChild(snapshot)));
-      const children = started.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
       const failed = started.find((r): r is PromiseRejectedResult => r.status === "rejected");
-      if (failed) {
-        await Promise.all(children.map((c) => c.close()));
-        throw failed.reason;
+      if (failed) throw failed.reason;
+      const release = await this.hold();
+      try {
+        // A child is a sandbox of its own: its pid counter is its own too.
+        const copied = await Promise.allSettled(children.map((c) => c.restoreFrom(this, true)));
+        const bad = copied.find((r): r is PromiseRejectedResult => r.status === "rejected");
+        if (bad) throw bad.reason;
+      } finally {
+        release();
       }
-      return children;
+    } catch (e) {
+      await Promise.all(children.map((c) => c.close()));
+      throw e;
+    }
+    for (const c of children) c.labels.forkedFrom = this.id;
+    return children;
+  }
+
+  /**
+   * Back to `from`'s writable state, in place: every process but pid 1 ends (sessions included); the workspace
+   * trees, `/`, /tmp, home and /dev/shm become a copy of `from`'s (held still meanwhile) on a fresh tmpfs; commands
+   * get new IPC (and, without the host's network, network) namespaces; the pid counter and the command count are
+   * `from`'s. `from` is a sandbox started the way this one was: a pristine one takes this one back to its start.
+   * If the restore fails the sandbox is closed (its state would be neither).
+   */
+  async restore(from: Sandbox): Promise<void> {
+    this.checkSibling(from);
+    if (from === this) throw new InvalidInputError("a sandbox cannot be restored from itself");
+    this.beginRestore();
+    try {
+      const release = await from.hold();
+      try {
+        await this.restoreFrom(from);
+      } finally {
+        release();
+      }
     } finally {
-      snapshot.release();
+      this.restoring = false;
     }
   }
 
-  private async snapshot(): Promise<Snapshot> {
-    const name = `${this.id}-${++this.forkCounter}`;
-    const owner = this.mode === "root" ? this.hostIds.uid : undefined;
-    const take = (): Promise<Snapshot> =>
-      Snapshot.take(snapshotsDir(this.home), name, { holderPid: this.holder.pid!, scratch: this.paths.scratch, owner });
-    if (this.cgroups.freezer) return whileFrozen(this.cgroups.freezer, take);
-    // Copying a running root-mode sandbox without freezing it could race its writes (and its symlink swaps).
-    if (this.mode === "root") throw new SandboxError("fork needs the cgroup freezer controller on this host");
-    return take();
+  /** From now until the restore is over, no command starts. */
+  private beginRestore(): void {
+    if (this.closed) throw new SandboxError(`sandbox ${this.id} is closed`);
+    if (this.restoring || this.holds > 0) throw new InvalidInputError(`sandbox ${this.id} is being restored or copied`);
+    if (!this.cgroups.pids && this.ranCommands)
+      throw new SandboxError("restoring a used sandbox needs the cgroup pids controller (see `minisandbox doctor`)");
+    this.restoring = true;
   }
 
-  private startChild(snapshot: Snapshot): Promise<Sandbox> {
-    const { opts } = this.inputs;
-    return Sandbox.launch({
-      ...this.inputs,
-      opts: { ...opts, labels: { ...opts.labels, forkedFrom: this.id } },
-      overlays: this.inputs.overlays.map((o, i) => ({
-        ...o,
-        sandboxLowers: [{ path: snapshot.upper(i), owner: snapshot.owner }, ...(o.sandboxLowers ?? [])],
-      })),
-      seed: { path: snapshot.dir, owner: snapshot.owner },
-      dir: this.inputs.dir?.acquire(),
-      snapshots: [snapshot.acquire(), ...this.inputs.snapshots.map((s) => s.acquire())],
-    });
+  /** `seed` (held still by the caller) copied into this sandbox; see `restore`. */
+  private async restoreFrom(seed: Sandbox, keepPidCounter = false): Promise<void> {
+    if (!this.restoring) this.beginRestore();
+    try {
+      await this.sessions.closeAll();
+      if (this.spareTimer) clearTimeout(this.spareTimer);
+      this.spareTimer = undefined;
+      const spare = this.spare;
+      this.spare = undefined;
+      if (spare && !spare.ready) void dropHelper(spare);
+      const args = restoreArgs(this.restoreTarget(), seed.restoreSide(), keepPidCounter);
+      const run = await runRestore(args, { spare, memoryCgroup: this.cgroups.memory });
+      void run.exited.then(() => spare?.group && removeCgroupTree(spare.group));
+      const seedPid = await run.ready.catch(async (e: unknown) => {
+        await this.close();
+        throw e;
+      });
+      // Counters read or set now hold until a command runs (then `lastPid` is forgotten): reading one costs a process.
+      seed.lastPid = seedPid;
+      this.lastPid = keepPidCounter ? undefined : seedPid;
+      this.generation++;
+      this.nsDir = namespacesDir(this.restoreSide());
+      this.ranCommands = false;
+      this.pruneCommandGroups(spare?.group);
+    } finally {
+      this.restoring = false;
+    }
+    // The next command's helper, started once the restore has answered (a spawn costs milliseconds).
+    setImmediate(() => this.startSpare());
+  }
+
+  /** Command groups left by commands the restore ended (all but `keep`, the restore's own helper's). */
+  private pruneCommandGroups(keep: string | undefined): void {
+    const parent = this.cgroups.pids;
+    if (!parent) return;
+    for (const name of readdirSync(parent, { withFileTypes: true }).filter((e) => e.isDirectory()))
+      if (join(parent, name.name) !== keep) removeCgroupTree(join(parent, name.name));
+  }
+
+  private restoreSide(): RestoreSide {
+    const s = this.started;
+    return {
+      pid1: s.pid1,
+      holderPid: s.holder.pid!,
+      scratch: this.paths.scratch,
+      generation: this.generation,
+      ...(this.mode === "root" ? { hostIds: s.hostIds } : {}),
+      ...(this.lastPid !== undefined ? { lastPid: this.lastPid } : {}),
+    };
+  }
+
+  private restoreTarget(): RestoreTarget {
+    const s = this.started;
+    return {
+      ...this.restoreSide(),
+      plan: s.plan,
+      lowers: this.inputs.overlays.map((o) => o.lower.length),
+      diskBytes: s.diskBytes,
+      owner: `${this.uid}:${this.gid}`,
+      ...(this.cgroups.pids ? { pidsCgroup: this.cgroups.pids } : {}),
+      ...(this.cgroups.memory ? { memoryCgroup: this.cgroups.memory } : {}),
+    };
+  }
+
+  /**
+   * Held still (frozen) until the returned function is called: a copy of its writable state is consistent. Holds
+   * nest (the last one lets it go on). Without the freezer, a sandbox of the unprivileged mode is copied as it runs.
+   */
+  private async hold(): Promise<() => void> {
+    if (this.closed) throw new SandboxError(`sandbox ${this.id} is closed`);
+    if (this.restoring) throw new InvalidInputError(`sandbox ${this.id} is being restored`);
+    const dir = this.cgroups.freezer;
+    // Copying a running root-mode sandbox without freezing it could race its writes (and its symlink swaps).
+    if (!dir && this.mode === "root") throw new SandboxError("fork needs the cgroup freezer controller on this host");
+    this.holds++;
+    try {
+      if (dir) {
+        this.freezing ??= freeze(dir);
+        await this.freezing;
+      }
+    } catch (e) {
+      if (--this.holds === 0) this.thawNow();
+      throw e;
+    }
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      if (--this.holds === 0) this.thawNow();
+    };
+  }
+
+  private thawNow(): void {
+    this.freezing = undefined;
+    thaw(this.cgroups.freezer);
+  }
+
+  /** A sandbox started the way this one was (its options, trees and user), with nothing of its state. */
+  private sibling(): Promise<Sandbox> {
+    return Sandbox.launch({ ...this.inputs, dir: this.inputs.dir?.acquire() });
+  }
+
+  /** `other` was started the way this one was (same trees, user and network): a restore can swap their states. */
+  private checkSibling(other: Sandbox): void {
+    if (other.closed) throw new SandboxError(`sandbox ${other.id} is closed`);
+    if (other.launchKey !== this.launchKey)
+      throw new InvalidInputError(`sandbox ${other.id} was not started the way ${this.id} was (other trees or user)`);
+  }
+
+  /** What makes two sandboxes siblings: their trees, binds, toolchains, user and network. */
+  private get launchKey(): string {
+    const { opts, overlays, uid, gid } = this.inputs;
+    const trees = overlays.map((o, i) => ({ lower: i === 0 && this.dirPath ? [this.dirPath] : o.lower, at: o.target }));
+    return JSON.stringify([trees, opts.binds, opts.toolchains, uid, gid, opts.network ?? false, this.mode]);
   }
 
   readonly uid: number;
@@ -427,7 +565,17 @@ export class Sandbox implements AsyncDisposable {
   readonly dirPath: string | undefined;
   private readonly opts: SandboxOptions;
   private readonly mode: LaunchMode;
-  private forkCounter = 0;
+  /** Which generation of writable places the sandbox runs on (0 from its launch; each restore makes the next). */
+  private generation = 0;
+  /** Set once restored: where commands find the sandbox's IPC and network namespaces. */
+  private nsDir: string | undefined;
+  private restoring = false;
+  private ranCommands = false;
+  /** The pid namespace's counter, when known and nothing ran since (see restoreFrom). */
+  private lastPid: number | undefined;
+  /** Holders keeping the sandbox frozen (see `hold`), and the freeze they share. */
+  private holds = 0;
+  private freezing: Promise<void> | undefined;
 
   /** How this sandbox is isolated: what is enforced, and what an explicit option turned off. */
   security(): SandboxSecurity {
@@ -472,16 +620,26 @@ export class Sandbox implements AsyncDisposable {
       seccomp: this.opts.seccomp ?? true,
       keepTerminal: o.keepTerminal,
       scopeAbstractUnix: this.network && abstractSocketsScoped(),
+      ...(this.nsDir ? { nsDir: this.nsDir } : {}),
     };
   }
 
   private nextGroupName(): string {
     if (this.closed) throw new SandboxError(`sandbox ${this.id} is closed`);
-    return `c${++this.execCounter}`;
+    return commandGroupName();
+  }
+
+  /** Commands cannot start while the sandbox is restored (they would run in neither state). */
+  private checkUsable(): void {
+    if (this.closed) throw new SandboxError(`sandbox ${this.id} is closed`);
+    if (this.restoring) throw new SandboxError(`sandbox ${this.id} is being restored; retry once it is`);
+    this.ranCommands = true;
+    this.lastPid = undefined;
   }
 
   /** argv running `command` inside, in its own pids cgroup, for a caller that spawns it itself (a terminal). */
   commandArgv(command: string[], o: CommandOptions): { argv: string[]; cleanup: () => void } {
+    this.checkUsable();
     const group = createCommandCgroup(this.cgroups, this.nextGroupName());
     const argv = enterArgv(this.commandSpec(o, group), command);
     return { argv, cleanup: () => group && removeCgroupTree(group) };
@@ -496,14 +654,19 @@ export class Sandbox implements AsyncDisposable {
     if (this.spareTimer || this.spare || this.closed) return;
     this.spareTimer = setTimeout(() => {
       this.spareTimer = undefined;
-      if (this.closed || this.spare) return;
-      try {
-        this.spare = waitingHelper(this.cgroups, this.nextGroupName());
-      } catch {
-        /* the next command's helper starts with it */
-      }
+      this.startSpare();
     }, SPARE_DELAY_MS);
     this.spareTimer.unref();
+  }
+
+  /** The next command's helper, waiting in its cgroups (none while closed or restored, or when there is one). */
+  private startSpare(): void {
+    if (this.closed || this.spare || this.restoring) return;
+    try {
+      this.spare = waitingHelper(this.cgroups, this.nextGroupName());
+    } catch {
+      /* the next command's helper starts with it */
+    }
   }
 
   /**
@@ -514,7 +677,7 @@ export class Sandbox implements AsyncDisposable {
     command: string[],
     o: CommandOptions,
   ): { child: ChildProcess; group?: string; cleanup: () => void } {
-    if (this.closed) throw new SandboxError(`sandbox ${this.id} is closed`);
+    this.checkUsable();
     let helper = this.spare;
     this.spare = undefined;
     if (!helper?.ready) {
@@ -636,7 +799,6 @@ export class Sandbox implements AsyncDisposable {
     await killSandboxCgroups(this.cgroups);
     removeSandboxDirs(this.paths);
     this.inputs.dir?.release();
-    for (const snap of this.inputs.snapshots) snap.release();
     for (const fn of this.closeListeners) fn();
   }
 

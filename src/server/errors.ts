@@ -41,7 +41,9 @@ export function swerexception(e: unknown): SwerexceptionBody {
     swerexception: {
       message: err.message,
       class_path: classPath,
-      traceback: `Traceback (minisandbox server):\n${err.stack ?? err.message}\n`,
+      // What Python's format_exception_only prints: the server's own stack is nobody's business (and says where
+      // its code lives); the class and the message are what a client needs.
+      traceback: `${classPath.slice(classPath.lastIndexOf(".") + 1)}: ${err.message}\n`,
       extra_info: extraInfo,
     },
   };

@@ -108,15 +108,43 @@ function registerRolloutWork(app: FastifyInstance, ctx: RouteContext, access: Ro
     return wire.RolloutOutcome.fromCamel(o);
   });
   app.post("/rollouts/:rid/fork", { config }, async (req, reply) => {
-    const { k } = wire.ForkRequest.parse(req.body);
-    const children = await access.rollout(req).fork(k);
+    const { k, checkpoint_id } = wire.ForkRequest.parse(req.body);
+    const children = await access.rollout(req).fork(k, checkpointOf(checkpoint_id));
     reply.code(201);
     return wire.RolloutList.fromCamel({ rollouts: children.map((c) => c.info()) });
   });
+  registerResetRoutes(app, access);
   app.delete("/rollouts/:rid", { config }, async (req) => {
     const r = access.rollout(req);
     await r.close();
     return { id: r.id, closed: true };
+  });
+}
+
+const checkpointOf = (id: string | null | undefined): { checkpoint?: string } =>
+  id === undefined || id === null ? {} : { checkpoint: id };
+
+/** Reset in place, checkpoints (kept by the rollout's group, addressed through any of its rollouts). */
+function registerResetRoutes(app: FastifyInstance, access: RolloutAccess): void {
+  app.post("/rollouts/:rid/reset", { config }, async (req) => {
+    const { checkpoint_id } = wire.ResetRequest.parse(req.body);
+    const r = access.rollout(req);
+    const t0 = performance.now();
+    await r.reset(checkpointOf(checkpoint_id));
+    return { rollout: wire.RolloutInfo.fromCamel(r.info()), reset_ms: Math.round((performance.now() - t0) * 10) / 10 };
+  });
+  app.post("/rollouts/:rid/checkpoints", { config }, async (req, reply) => {
+    const r = access.rollout(req);
+    const t0 = performance.now();
+    const id = await r.checkpoint();
+    reply.code(201);
+    return { checkpoint_id: id, rollout_id: r.id, checkpoint_ms: Math.round((performance.now() - t0) * 10) / 10 };
+  });
+  app.delete("/rollouts/:rid/checkpoints/:cid", { config }, async (req) => {
+    const r = access.rollout(req);
+    const id = (req.params as { cid: string }).cid;
+    await access.engine().group(r.groupId).dropCheckpoint(id);
+    return { id, closed: true };
   });
 }
 

@@ -6,7 +6,6 @@ import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
 import * as fsp from "node:fs/promises";
 import { join } from "node:path";
-import { Readable } from "node:stream";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { ForbiddenError, NotFoundError, InvalidInputError } from "../errors.js";
 import { nodeCacheFor } from "../env/environments.js";
@@ -18,7 +17,7 @@ import {
   manifestPath,
   MAX_OBJECTS_PER_REQUEST,
   OBJECT_ID_RE,
-  objectPath,
+  objectsAnswer,
   openStore,
   type Store,
 } from "../env/store/index.js";
@@ -57,10 +56,6 @@ const digests = new ManifestDigests();
 export function layerDigest(home: string, key: string | null | undefined): Promise<string | null> {
   if (!key) return Promise.resolve(null);
   return digests.of(openStore(homeLayout(home).store), key).catch(() => null);
-}
-
-async function* concatenated(paths: readonly string[]): AsyncGenerator<Buffer> {
-  for (const p of paths) for await (const chunk of createReadStream(p)) yield chunk as Buffer;
 }
 
 const config = LIFECYCLE;
@@ -109,18 +104,11 @@ function registerObjectRoutes(app: FastifyInstance, store: () => Store): void {
     const { ids } = native.ObjectsRequest.parse(req.body);
     if (ids.length > MAX_OBJECTS_PER_REQUEST)
       throw new InvalidInputError(`at most ${MAX_OBJECTS_PER_REQUEST} objects per request, got ${ids.length}`);
-    const s = store();
-    const paths: string[] = [];
-    let bytes = 0;
-    for (const id of ids) {
+    for (const id of ids)
       if (!OBJECT_ID_RE.test(id)) throw new InvalidInputError(`not an object id: ${JSON.stringify(id.slice(0, 80))}`);
-      const st = await fsp.stat(objectPath(s, id)).catch(() => undefined);
-      if (!st?.isFile()) throw new NotFoundError(`object ${id} is not in this node's store`);
-      paths.push(objectPath(s, id));
-      bytes += st.size;
-    }
-    reply.type("application/octet-stream").header("content-length", String(bytes));
-    return reply.send(Readable.from(concatenated(paths)));
+    const answer = objectsAnswer(store(), ids);
+    reply.type("application/octet-stream").header("content-length", String(answer.bytes));
+    return reply.send(answer.stream);
   });
 
   app.get("/store/layers/:key/pack", { config }, async (req, reply) => {

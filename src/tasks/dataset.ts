@@ -1,7 +1,7 @@
 import { open, readFile } from "node:fs/promises";
 import { basename } from "node:path";
 import * as zlib from "node:zlib";
-import { asyncBufferFromFile, parquetReadObjects, type Compressors } from "hyparquet";
+import type { Compressors } from "hyparquet";
 import { InvalidInputError, NotFoundError } from "../errors.js";
 import { normalizeInstance } from "./normalize.js";
 import type { Instance, LoadDatasetOptions } from "./types.js";
@@ -132,6 +132,8 @@ async function readParquetRows(file: string): Promise<RawRow[]> {
   const name = basename(file);
   let objects: Record<string, unknown>[];
   try {
+    // The parquet reader is loaded for parquet files only (most datasets are JSON; most commands read none).
+    const { asyncBufferFromFile, parquetReadObjects } = await import("hyparquet");
     const buffer = await asyncBufferFromFile(file);
     objects = await parquetReadObjects({ file: buffer, compressors: compressors() });
   } catch (e) {

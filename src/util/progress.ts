@@ -1,41 +1,85 @@
 import { formatBytes } from "./size.js";
 
-/** A one-line progress bar with ETA on a terminal; one plain line per step otherwise (logs, CI). */
+export interface ProgressOptions {
+  /** Where lines go (default stderr); a terminal gets one line rewritten in place. */
+  out?: NodeJS.WritableStream;
+  /** Items worked on at once (default 1). */
+  workers?: number;
+  /** Milliseconds (default performance.now). */
+  now?: () => number;
+}
+
+/**
+ * A one-line progress bar with ETA on a terminal; one plain line per step otherwise (logs, CI). Items named when
+ * they start (`begin(key)` or `step(detail, key)`) and end (`tick(outcome, detail, key)`) give an ETA from their own
+ * durations, `workers` at a time: the items still running count for what they have left, the waiting ones for
+ * whole items.
+ */
 export class Progress {
   private done = 0;
-  private readonly started = performance.now();
+  private readonly started: number;
   private readonly tty: boolean;
+  private readonly out: NodeJS.WritableStream;
+  private readonly workers: number;
+  private readonly now: () => number;
   private readonly counts = new Map<string, number>();
+  private readonly running = new Map<string, number>();
+  private readonly durations: number[] = [];
   private note = "";
 
   constructor(
     private readonly total: number,
     private readonly label: string,
-    private readonly out: NodeJS.WriteStream = process.stderr,
+    o: ProgressOptions = {},
   ) {
-    this.tty = Boolean(out.isTTY);
+    this.out = o.out ?? process.stderr;
+    this.workers = o.workers ?? 1;
+    this.now = o.now ?? (() => performance.now());
+    this.started = this.now();
+    this.tty = Boolean((this.out as NodeJS.WriteStream).isTTY);
     if (this.tty) this.render();
   }
 
   /** One item finished with this outcome (e.g. "built", "cached", "failed"). */
-  tick(outcome: string, detail = ""): void {
+  tick(outcome: string, detail = "", key?: string): void {
     this.done++;
     this.counts.set(outcome, (this.counts.get(outcome) ?? 0) + 1);
+    const began = key === undefined ? undefined : this.running.get(key);
+    if (began !== undefined) {
+      this.durations.push(this.now() - began);
+      this.running.delete(key!);
+    }
     if (this.tty) this.render();
     else this.out.write(`[${this.done}/${this.total}] ${outcome}${detail ? ` ${detail}` : ""} (ETA ${this.eta()})\n`);
   }
 
+  /** Item `key` started (said nothing: its duration counts for the ETA once it ends). */
+  begin(key: string): void {
+    if (!this.running.has(key)) this.running.set(key, this.now());
+  }
+
   /** Work in progress on an item (e.g. a build step): a line of its own off a terminal, the bar's tail on one. */
-  step(detail: string): void {
+  step(detail: string, key?: string): void {
+    if (key !== undefined) this.begin(key);
     this.note = detail;
     if (this.tty) this.render();
     else this.out.write(`[${this.done}/${this.total}] ${detail} (ETA ${this.eta()})\n`);
   }
 
+  /** Seconds left, as text; "?" until an item has finished. */
   private eta(): string {
     if (this.done === 0) return "?";
-    const perItem = (performance.now() - this.started) / this.done;
-    return formatSeconds((perItem * (this.total - this.done)) / 1000);
+    return formatSeconds(this.secondsLeft());
+  }
+
+  private secondsLeft(): number {
+    const now = this.now();
+    if (this.durations.length === 0) return (((now - this.started) / this.done) * (this.total - this.done)) / 1000;
+    const mean = this.durations.reduce((a, b) => a + b, 0) / this.durations.length;
+    let work = 0;
+    for (const began of this.running.values()) work += Math.max(0, mean - (now - began));
+    work += Math.max(0, this.total - this.done - this.running.size) * mean;
+    return work / Math.max(1, Math.min(this.workers, this.total - this.done)) / 1000;
   }
 
   private render(): void {

@@ -45,6 +45,15 @@ export const EVAL_ERROR_KINDS = [
 ] as const;
 
 /**
+ * The kinds that say an instance was not evaluated because our side failed (its environment could not be built, its
+ * sandbox could not start), not because of its prediction: `evaluate` (a fleet's too) exits 1 when one occurs.
+ */
+export const NOT_EVALUATED_KINDS: readonly (typeof EVAL_ERROR_KINDS)[number][] = [
+  "Environment Build Failed",
+  "Sandbox Failed",
+];
+
+/**
  * Set when a failure is the attempt's own doing (its patch's code ran, or the agent's sandbox was in the way): a real
  * grade of 0 for a trainer. Absent: something outside the attempt's reach failed (infrastructure).
  */

@@ -156,9 +156,29 @@ export const RewardRequest = model(
 
 export const ForkRequest = model(
   "ForkRequest",
-  { k: t.int().gt(0).le(MAX_GROUP).default(1) },
+  {
+    k: t.int().gt(0).le(MAX_GROUP).default(1),
+    /** Fork a checkpoint of the group instead of the rollout's current state. */
+    checkpoint_id: t.str().optional(),
+  },
   { extra: "forbid", objectError: "dict", absentBody: "empty" },
 );
+
+/** Back to the group's start state (or to a checkpoint's), in place: the same rollout, the same sandbox. */
+export const ResetRequest = model(
+  "ResetRequest",
+  { checkpoint_id: t.str().optional() },
+  { extra: "forbid", objectError: "dict", absentBody: "empty" },
+);
+
+export const ResetResponse = model("ResetResponse", { rollout: RolloutInfo, reset_ms: t.float() });
+
+/** A checkpoint of a rollout's state, kept by its group: reset or fork to it by id. */
+export const CheckpointResponse = model("CheckpointResponse", {
+  checkpoint_id: t.str(),
+  rollout_id: t.str(),
+  checkpoint_ms: t.float(),
+});
 
 export const WriteFileRequest = model(
   "RolloutWriteFileRequest",
@@ -212,6 +232,8 @@ export type RolloutInfo = Out<typeof RolloutInfo.shape>;
 export type GroupInfo = Out<typeof GroupInfo.shape>;
 export type CreateGroupIn = In<typeof CreateGroupRequest.shape>;
 export type RewardIn = In<typeof RewardRequest.shape>;
+export type ForkIn = In<typeof ForkRequest.shape>;
+export type ResetIn = In<typeof ResetRequest.shape>;
 export type PrewarmReport = Out<typeof PrewarmReport.shape>;
 export type GoldVerdict = Out<typeof GoldVerdict.shape>;
 
@@ -229,6 +251,9 @@ export const ROLLOUT_MODELS = {
   CreateGroupRequest,
   RewardRequest,
   ForkRequest,
+  ResetRequest,
+  ResetResponse,
+  CheckpointResponse,
   WriteFileRequest,
   PrewarmRequest,
   PrewarmTask,

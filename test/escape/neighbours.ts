@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
@@ -84,9 +84,12 @@ export function registerNeighbourTests(target: EscapeTarget, ids: string[]): voi
           // What the sandbox writes belongs to its range on the host too (its scratch, read through its holder).
           await sb.exec("echo mine > /tmp/owned-by");
           const { holderPid } = stateOf(sb);
-          const st = spawnSync("stat", ["-c", "%u", `/proc/${holderPid}/root${sb.paths.scratch}/tmp/owned-by`], {
-            encoding: "utf8",
-          });
+          // Its current generation of writable places (g0, or the next one for a fork, which was restored).
+          const scratch = `/proc/${holderPid}/root${sb.paths.scratch}`;
+          const gen = readdirSync(scratch).filter(
+            (d) => /^g\d+$/.test(d) && existsSync(`${scratch}/${d}/tmp/owned-by`),
+          );
+          const st = spawnSync("stat", ["-c", "%u", `${scratch}/${gen[0]}/tmp/owned-by`], { encoding: "utf8" });
           assert.equal(Number(st.stdout.trim()), sb.hostIds.uid, st.stderr);
           assert.equal(hostLock(join(ID_LOCKS_DIR, String(sb.hostIds.uid))), "held", "a live sandbox holds its range");
         }

@@ -6,6 +6,8 @@ Prints one JSON line per check ({"check", "ok", ...}) and stops at the first fai
 """
 
 import collections
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -20,6 +22,7 @@ cfg = json.loads(Path(sys.argv[1]).read_text())
 import ray  # noqa: E402
 from minisandbox import Client  # noqa: E402
 from minisandbox.fleet import Fleet, FleetConfig, evaluate, prepare, rollout_groups, status_html  # noqa: E402
+from minisandbox.fleet import cli as fleet_cli  # noqa: E402
 from minisandbox.fleet.testing import LocalCluster  # noqa: E402
 
 
@@ -379,6 +382,32 @@ check(
     seconds=round(time.monotonic() - t, 1),
     rc=cli.returncode,
     stderr=cli.stderr[-1500:],
+)
+
+# 6b. an instance no node can build (say, the one node that held it was lost): named, and the command exits 1.
+# (In this driver: the command's own code, without the cost of another driver joining.)
+unbuildable = os.path.join(cfg["out_dir"], "unbuildable.json")
+row = {**json.loads(Path(cfg["dataset"]).read_text())[0], "instance_id": "nobody__missing-1", "repo": "nobody/missing"}
+Path(unbuildable).write_text(json.dumps([row]))
+t = time.monotonic()
+said = io.StringIO()
+with contextlib.redirect_stderr(said), contextlib.redirect_stdout(io.StringIO()):
+    rc = fleet_cli.main(
+        [
+            *("evaluate", "--address", lc.address, "--minisandbox", " ".join(cfg["cli"]), "--repos", cfg["repos"]),
+            *("--dataset", unbuildable, "--predictions", "gold", "--run-id", "fleet-unbuildable"),
+            *("--report-dir", cfg["out_dir"]),
+        ]
+    )
+check(
+    "cli_instance_not_evaluated_fails_the_run",
+    rc == 1
+    and "nobody__missing-1: not evaluated: Environment Build Failed" in said.getvalue()
+    and "1 instance(s) could not be evaluated" in said.getvalue()
+    and os.path.exists(os.path.join(cfg["out_dir"], "gold.fleet-unbuildable.json")),
+    seconds=round(time.monotonic() - t, 1),
+    rc=rc,
+    stderr=said.getvalue()[-1500:],
 )
 
 # 7. one sandbox for work driven from here (e.g. a rollout): placed warm, deleted on exit.

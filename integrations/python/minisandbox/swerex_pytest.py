@@ -4,7 +4,7 @@ SWE-ReX's ``tests/conftest.py`` starts its reference server in a thread (``uvico
 with the token ``testkey``). Loaded with ``-p minisandbox.swerex_pytest`` (never as an entry point: it would load
 into every pytest run of the venv), this plugin replaces, in that conftest module only:
 
-- ``uvicorn``: its ``run`` starts ``$MINISANDBOX_BIN serve --dir $MINISANDBOX_SWEREX_DIR --port <port>
+- ``uvicorn``: its ``run`` starts ``minisandbox serve --dir $MINISANDBOX_SWEREX_DIR --port <port>
   --auth-token <the conftest's token> $MINISANDBOX_SERVE_ARGS`` instead (stopped when pytest ends);
   with ``MINISANDBOX_SWEREX_PORT`` set, an already running server on that port is used and nothing is started;
 - the wait for the port: 30 s instead of 1 s (a node server starts slower than a thread).
@@ -24,12 +24,14 @@ import time
 import types
 from typing import Any
 
+from .command import require_cli
+
 #: The server this plugin started (none when MINISANDBOX_SWEREX_PORT names a running one).
 _started: list[subprocess.Popen[bytes]] = []
 
 
 def _serve_command(host: str, port: int, token: str) -> list[str]:
-    bin_ = shlex.split(os.environ.get("MINISANDBOX_BIN", "minisandbox"))
+    bin_ = require_cli()
     workdir = os.environ.get("MINISANDBOX_SWEREX_DIR") or tempfile.mkdtemp(prefix="msb-swerex-")
     extra = shlex.split(os.environ.get("MINISANDBOX_SERVE_ARGS", ""))
     return [

@@ -15,7 +15,7 @@ PACKAGE = Path(minisandbox.__file__).parent
 #: Lowest first. A part is a module of the package or a subpackage (its top name under minisandbox).
 LAYERS: list[set[str]] = [
     {"_generated"},
-    {"errors", "token", "mini_output"},
+    {"errors", "token", "command", "mini_output"},
     {"client"},
     {"minisweagent", "sweagent", "swerex", "swerex_pytest", "configs", "rl"},
     {"fleet"},
@@ -23,7 +23,18 @@ LAYERS: list[set[str]] = [
 ]
 
 #: Parts that must import only the standard library (and each other): what `pip install` without extras gives.
-STDLIB_ONLY = {"_generated", "errors", "token", "mini_output", "client", "minisweagent", "sweagent", "configs", "rl"}
+STDLIB_ONLY = {
+    "_generated",
+    "errors",
+    "token",
+    "command",
+    "mini_output",
+    "client",
+    "minisweagent",
+    "sweagent",
+    "configs",
+    "rl",
+}
 #: Imported only inside try/except ImportError (optional frameworks) or by the extras.
 OPTIONAL = {"minisweagent", "yaml", "skyrl", "skyrl_train", "verl", "pyarrow"}
 

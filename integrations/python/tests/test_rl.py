@@ -268,3 +268,15 @@ def test_skyrl_rows_name_their_instance() -> None:
     assert task_of(0, rows) == "c", "SkyRL's trajectory ids name the prompt's uid (a row index), not the task"
     with pytest.raises(ValueError, match="row 0: no instance id"):
         task_of(0, {"env_extras": [{}]})
+
+
+def test_reset_goes_back_to_the_start_in_place(server: Server) -> None:
+    with RolloutClient(server.url, server.token).start_group(server.instance["instance_id"], 1) as g:
+        r = g.rollouts[0]
+        assert r.exec("echo x > /testbed/new.txt && echo t > /tmp/t && (sleep 600 &)")["exit_code"] == 0
+        answer = r.reset()
+        assert (answer["rollout"]["id"], answer["rollout"]["sandbox_id"]) == (r.id, r.sandbox_id)
+        assert answer["reset_ms"] > 0
+        after = r.exec("ls /testbed/new.txt /tmp/t; pgrep -c sleep")
+        assert after["stdout"] == "0\n", after
+        assert r.reward()["reason"] == "empty_patch"

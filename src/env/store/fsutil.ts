@@ -10,9 +10,16 @@ import { errCode } from "../../errors.js";
 /** Every file, dir and symlink of a layer carries this mtime (2000-01-01T00:00:00Z); see README "mtimes". */
 export const NORMALIZED_MTIME_SEC = 946684800;
 
-/** Unique scratch name carrying our pid, so leftovers of dead processes can be recognised. */
+let scratchBase: { pid: number; nonce: string } | undefined;
+let scratchCount = 0;
+
+/**
+ * Unique scratch name carrying our pid, so leftovers of dead processes can be recognised: a random nonce drawn
+ * once per process, then a hex counter (one name per object written, so no random bytes per name; readers match hex).
+ */
 export function scratchName(prefix: string): string {
-  return `${prefix}-${process.pid}-${randomBytes(6).toString("hex")}`;
+  if (scratchBase?.pid !== process.pid) scratchBase = { pid: process.pid, nonce: randomBytes(6).toString("hex") };
+  return `${prefix}-${scratchBase.pid}-${scratchBase.nonce}${(scratchCount++).toString(16)}`;
 }
 
 /**
@@ -165,6 +172,32 @@ export async function mapLimit<T>(
   };
   await Promise.all(Array.from({ length: Math.max(1, Math.min(limit, items.length)) }, worker));
   if (failed) throw failed.error;
+}
+
+/** Up to `limit` tasks running at once: `add` waits while all slots are taken; `drain` waits for all, or throws. */
+export class InFlight {
+  private readonly running = new Set<Promise<void>>();
+  private failed: { error: unknown } | undefined;
+
+  constructor(private readonly limit: number) {}
+
+  async add(task: Promise<void>): Promise<void> {
+    const p: Promise<void> = task.then(
+      () => void this.running.delete(p),
+      (error: unknown) => {
+        this.running.delete(p);
+        this.failed ??= { error };
+      },
+    );
+    this.running.add(p);
+    while (this.running.size >= this.limit) await Promise.race(this.running);
+    if (this.failed) throw this.failed.error;
+  }
+
+  async drain(): Promise<void> {
+    await Promise.all(this.running);
+    if (this.failed) throw this.failed.error;
+  }
 }
 
 /**

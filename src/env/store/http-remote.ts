@@ -4,15 +4,16 @@
  * is written last. Or fetch a whole pack and import it (every entry validated, as for any pack).
  */
 import { createHash } from "node:crypto";
+import { createReadStream, readFileSync, statSync } from "node:fs";
 import * as fsp from "node:fs/promises";
 import { join } from "node:path";
 import { Readable } from "node:stream";
 import { InvalidInputError, NotFoundError, StoreCorruptError } from "../../errors.js";
 import type { LayerKey } from "../types.js";
-import { mapLimit, scratchName } from "./fsutil.js";
-import { assertLayerKey, objectHash, type ObjectId, type Store } from "./layout.js";
+import { InFlight, mapLimit, scratchName, yielder } from "./fsutil.js";
+import { assertLayerKey, objectHash, objectPath, type ObjectId, type Store } from "./layout.js";
 import { parseManifest } from "./manifest.js";
-import { placeObject, writeHashed } from "./objects.js";
+import { placeObject, putVerified, SMALL_FILE_BYTES, writeHashed } from "./objects.js";
 import { importPack, type ImportResult } from "./pack.js";
 import { type PullResult, pullMissing } from "./remote.js";
 
@@ -30,6 +31,8 @@ export interface HttpPullOptions {
   concurrency?: number;
   /** Objects per request at most (default 512; the server takes up to `MAX_OBJECTS_PER_REQUEST`). */
   batchObjects?: number;
+  /** Small objects being written at once, per batch (default 16). */
+  writes?: number;
   /** Bytes per request at most, unless one object is larger (default 64 MiB). */
   batchBytes?: number;
   /** Deadline of one request, answer included (default 10 minutes). */
@@ -82,6 +85,28 @@ async function request(source: HttpSource, path: string, init: RequestInit, time
   throw new Error(`${where}: HTTP ${res.status} ${text}`);
 }
 
+/**
+ * The answer to `POST /store/objects`: the objects' bytes concatenated in the order asked, and their total (the
+ * content length). NotFoundError names the first object the store lacks. Small objects are read whole and
+ * synchronously (yielding to the event loop every few milliseconds), large ones streamed.
+ */
+export function objectsAnswer(store: Store, ids: readonly ObjectId[]): { bytes: number; stream: Readable } {
+  const objects = ids.map((id) => {
+    const st = statSync(objectPath(store, id), { throwIfNoEntry: false });
+    if (!st?.isFile()) throw new NotFoundError(`object ${id} is not in this node's store`);
+    return { path: objectPath(store, id), size: st.size };
+  });
+  async function* concatenated(): AsyncGenerator<Buffer> {
+    const pause = yielder();
+    for (const o of objects) {
+      if (o.size > SMALL_FILE_BYTES) for await (const chunk of createReadStream(o.path)) yield chunk as Buffer;
+      else yield readFileSync(o.path);
+      await pause();
+    }
+  }
+  return { bytes: objects.reduce((n, o) => n + o.size, 0), stream: Readable.from(concatenated()) };
+}
+
 /** Reads a byte stream in pieces of a requested size at most. */
 class ChunkReader {
   private carry: Buffer = Buffer.alloc(0);
@@ -91,11 +116,24 @@ class ChunkReader {
     if (this.carry.length === 0) {
       const next = await this.it.next();
       if (next.done) return null;
-      this.carry = Buffer.from(next.value);
+      const v = next.value;
+      this.carry = Buffer.from(v.buffer, v.byteOffset, v.byteLength); // a view, not a copy
     }
     const out = this.carry.subarray(0, max);
     this.carry = this.carry.subarray(out.length);
     return out;
+  }
+
+  /** Exactly `n` bytes as one buffer (for objects small enough to hold whole); a stream that ends early is an error. */
+  async readExactly(n: number, what: string): Promise<Buffer> {
+    if (this.carry.length >= n) {
+      const out = this.carry.subarray(0, n);
+      this.carry = this.carry.subarray(n);
+      return out;
+    }
+    const parts: Buffer[] = [];
+    for await (const b of this.take(n, what)) parts.push(b);
+    return Buffer.concat(parts, n);
   }
 
   /** Exactly `n` bytes, as chunks; a stream that ends early is an error. */
@@ -165,20 +203,50 @@ export async function pullLayerHttp(
       const reader = new ChunkReader(
         Readable.fromWeb(answer.body as import("node:stream/web").ReadableStream)[Symbol.asyncIterator](),
       );
-      for (const [id, size] of group) {
-        const tmp = join(local.tmpDir, scratchName("obj"));
-        const got = await writeHashed(reader.take(size, `${origin}: object ${id}`), tmp, opts.throttle);
-        if (objectHash(id) !== got.hex) {
-          await fsp.rm(tmp, { force: true });
-          throw new StoreCorruptError(`${origin}: object ${id} of layer ${key} does not match its hash`);
+      const writes = new InFlight(opts.writes ?? 16);
+      try {
+        for (const [id, size] of group) {
+          await receiveObject(local, reader, writes, id, size, {
+            what: `${origin}: object ${id}`,
+            mismatch: () => new StoreCorruptError(`${origin}: object ${id} of layer ${key} does not match its hash`),
+            throttle: opts.throttle,
+          });
+          result.objectsFetched++;
+          result.bytesFetched += size;
         }
-        placeObject(local, tmp, id);
-        result.objectsFetched++;
-        result.bytesFetched += size;
+      } finally {
+        await writes.drain();
       }
       if (await reader.read(1)) throw new StoreCorruptError(`${origin}: objects of ${key}: more bytes than asked for`);
     });
   });
+}
+
+/**
+ * Take the next object of an answer into the store, verified before it is placed: a small one whole, hashed, then
+ * written while the next ones arrive (`writes` in flight at once); a large one streamed to a scratch file.
+ */
+async function receiveObject(
+  local: Store,
+  reader: ChunkReader,
+  writes: InFlight,
+  id: ObjectId,
+  size: number,
+  o: { what: string; mismatch: () => Error; throttle?: (bytes: number) => Promise<void> },
+): Promise<void> {
+  if (size <= SMALL_FILE_BYTES) {
+    const data = await reader.readExactly(size, o.what);
+    if (o.throttle) await o.throttle(size);
+    await writes.add(putVerified(local, data, id, o.mismatch));
+    return;
+  }
+  const tmp = join(local.tmpDir, scratchName("obj"));
+  const got = await writeHashed(reader.take(size, o.what), tmp, o.throttle);
+  if (objectHash(id) !== got.hex) {
+    await fsp.rm(tmp, { force: true });
+    throw o.mismatch();
+  }
+  placeObject(local, tmp, id);
 }
 
 /** Fetch layer `key` from a peer's server as one pack and import it (the pack is validated entry by entry). */

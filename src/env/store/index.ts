@@ -16,6 +16,7 @@ export {
   listLayers,
   readManifest,
   removeLayer,
+  resolveLayerKey,
   summarizeManifest,
   validateManifest,
   type DirEntry,
@@ -36,6 +37,7 @@ export { pullLayer, type PullOptions, type PullResult } from "./remote.js";
 export {
   fetchPackHttp,
   MAX_OBJECTS_PER_REQUEST,
+  objectsAnswer,
   pullLayerHttp,
   sourceBase,
   type HttpPullOptions,

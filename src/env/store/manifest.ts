@@ -297,3 +297,21 @@ export async function removeLayer(store: Store, key: LayerKey): Promise<void> {
   });
   await fsp.rm(manifestPath(store, key), { force: true });
 }
+
+/**
+ * The layer a user means by `given`: its full key, or the start of exactly one key (prepare and `store list` show
+ * the first 12 characters). Unknown or ambiguous: an error saying so and where the full keys are listed.
+ */
+export async function resolveLayerKey(store: Store, given: string): Promise<LayerKey> {
+  if (await hasLayer(store, given)) return given;
+  const matches = given === "" ? [] : (await listLayers(store)).filter((k) => k.startsWith(given));
+  if (matches.length === 1) return matches[0]!;
+  if (matches.length > 1)
+    throw new InvalidInputError(
+      `layer ${JSON.stringify(given)} is ambiguous in store ${store.root}: ${matches.length} keys start with it ` +
+        `(${matches.slice(0, 3).join(", ")}${matches.length > 3 ? ", …" : ""}); give more of the key`,
+    );
+  throw new NotFoundError(
+    `layer ${JSON.stringify(given)} not found in store ${store.root} ('minisandbox store list' shows every key)`,
+  );
+}

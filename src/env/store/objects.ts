@@ -32,6 +32,9 @@ import {
   type Store,
 } from "./layout.js";
 
+/** Streamed writes are gathered into writes of about this size. */
+const WRITE_BYTES = 1 << 20;
+
 /** Files up to this size are read whole (putSmallFileSync); larger ones are streamed. */
 export const SMALL_FILE_BYTES = 1 << 20;
 
@@ -53,6 +56,12 @@ export async function hasObject(store: Store, id: ObjectId, size?: number): Prom
   }
 }
 
+/** `hasObject` without a thread-pool round trip: one lstat, for loops over thousands of objects. */
+export function hasObjectSync(store: Store, id: ObjectId, size?: number): boolean {
+  const st = lstatSync(objectPath(store, id), { throwIfNoEntry: false });
+  return st?.isFile() === true && (size === undefined || st.size === size);
+}
+
 export async function sha256File(path: PathLike): Promise<{ hex: string; size: number }> {
   const hash = createHash("sha256");
   let size = 0;
@@ -71,6 +80,44 @@ export function putSmallFileSync(store: Store, src: Buffer, executable: boolean)
   const data = readFileSync(src);
   const id = objectIdFor(createHash("sha256").update(data).digest("hex"), executable);
   return { id, size: data.length, added: putBufferSync(store, data, id) };
+}
+
+/**
+ * Store bytes received from elsewhere as object `id`, synchronously, if they hash to it; `mismatch()` is thrown
+ * (and nothing is written) if they do not. (What else the id says, mode and owner, comes with the layer's record.)
+ */
+export function putVerifiedSync(store: Store, data: Buffer, id: ObjectId, mismatch: () => Error): void {
+  if (createHash("sha256").update(data).digest("hex") !== objectHash(id)) throw mismatch();
+  writeObjectSync(store, data, id);
+}
+
+/** `putVerifiedSync`'s asynchronous twin, for many writes in flight at once (the thread pool makes the calls). */
+export async function putVerified(store: Store, data: Buffer, id: ObjectId, mismatch: () => Error): Promise<void> {
+  if (createHash("sha256").update(data).digest("hex") !== objectHash(id)) throw mismatch();
+  const tmp = join(store.tmpDir, scratchName("obj"));
+  try {
+    await fsp.writeFile(tmp, data, { flag: "wx", mode: 0o600 });
+    const owner = objectOwner(store, id);
+    if (owner) await fsp.chown(tmp, owner.uid, owner.gid);
+    await fsp.chmod(tmp, objectMode(id));
+    await fsp.utimes(tmp, objectMtime(id), objectMtime(id));
+    const dest = objectPath(store, id);
+    await fsp.rename(tmp, dest).catch(async (e: unknown) => {
+      if (errCode(e) !== "ENOENT") throw e;
+      await fsp.mkdir(dirname(dest), { recursive: true });
+      await fsp.rename(tmp, dest);
+    });
+  } catch (e) {
+    await fsp.rm(tmp, { force: true });
+    throw e;
+  }
+}
+
+/** Write verified bytes to a scratch file and place it as object `id`. */
+function writeObjectSync(store: Store, data: Buffer, id: ObjectId): void {
+  const tmp = join(store.tmpDir, scratchName("obj"));
+  writeFileSync(tmp, data, { flag: "wx", mode: 0o600 });
+  placeObject(store, tmp, id);
 }
 
 /** Store one large file of a tree being ingested: hash it, then copy it only if the store lacks it. */
@@ -96,13 +143,24 @@ export async function writeHashed(
   const hash = createHash("sha256");
   let size = 0;
   const out = await fsp.open(path, "wx", 0o600);
+  // Chunks from the network are small (16-64 KiB): written together, a megabyte at a time.
+  let pending: Buffer[] = [];
+  let pendingBytes = 0;
+  const flush = async (): Promise<void> => {
+    if (pending.length) await out.writev(pending);
+    pending = [];
+    pendingBytes = 0;
+  };
   try {
     for await (const chunk of chunks) {
       if (throttle) await throttle(chunk.length);
       hash.update(chunk);
       size += chunk.length;
-      await out.write(chunk);
+      pending.push(chunk);
+      pendingBytes += chunk.length;
+      if (pendingBytes >= WRITE_BYTES) await flush();
     }
+    await flush();
   } catch (e) {
     await out.close();
     await fsp.rm(path, { force: true });
@@ -157,8 +215,7 @@ export function placeObject(store: Store, tmp: string, id: ObjectId): void {
     if (owner) chownSync(tmp, owner.uid, owner.gid);
     chmodSync(tmp, objectMode(id));
     utimesSync(tmp, objectMtime(id), objectMtime(id));
-    mkdirSync(dirname(dest), { recursive: true });
-    renameSync(tmp, dest);
+    renameInto(tmp, dest);
   } catch (e) {
     rmSync(tmp, { force: true });
     throw e;
@@ -169,10 +226,19 @@ export function placeObject(store: Store, tmp: string, id: ObjectId): void {
 export function putBufferSync(store: Store, data: Buffer, id: ObjectId): boolean {
   const st = lstatSync(objectPath(store, id), { throwIfNoEntry: false });
   if (st?.isFile() && st.size === data.length) return false;
-  const tmp = join(store.tmpDir, scratchName("obj"));
-  writeFileSync(tmp, data, { flag: "wx", mode: 0o600 });
-  placeObject(store, tmp, id);
+  writeObjectSync(store, data, id);
   return true;
+}
+
+/** Rename into a shard directory, made on first use (one call per object once the shard exists). */
+function renameInto(tmp: string, dest: string): void {
+  try {
+    renameSync(tmp, dest);
+  } catch (e) {
+    if (errCode(e) !== "ENOENT") throw e;
+    mkdirSync(dirname(dest), { recursive: true });
+    renameSync(tmp, dest);
+  }
 }
 
 export interface ObjectFile {

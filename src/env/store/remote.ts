@@ -4,11 +4,11 @@
  */
 import type { LayerKey } from "../types.js";
 import { errCode, StoreCorruptError } from "../../errors.js";
-import { mapLimit, syncFilesystem } from "./fsutil.js";
+import { mapLimit, syncFilesystem, yielder } from "./fsutil.js";
 import { type ObjectId, openStore, objectPath, type Store } from "./layout.js";
 import { lockFile } from "./lock.js";
 import { assertCanWrite, type LayerManifest, readManifest, referencedObjects, writeManifest } from "./manifest.js";
-import { copyVerified, hasObject } from "./objects.js";
+import { copyVerified, hasObjectSync } from "./objects.js";
 
 export interface PullOptions {
   /** Awaited before copying each chunk of bytes (the node cache's I/O budget). */
@@ -74,9 +74,11 @@ export async function pullMissing(
     await assertCanWrite(local, manifest, replace);
     const result: PullResult = { key: manifest.key, objectsFetched: 0, bytesFetched: 0, objectsPresent: 0 };
     const missing: [ObjectId, number][] = [];
+    const pause = yielder();
     for (const [id, size] of referencedObjects(manifest)) {
-      if (await hasObject(local, id, size)) result.objectsPresent++;
+      if (hasObjectSync(local, id, size)) result.objectsPresent++;
       else missing.push([id, size]);
+      await pause();
     }
     await fetch(missing, result);
     await syncFilesystem(local.objectsDir);

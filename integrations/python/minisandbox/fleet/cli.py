@@ -13,10 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import socket
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .config import NAMESPACE, FleetConfig, default_command
+from ..command import CliNotFoundError
+from .config import NAMESPACE, SLOT, FleetConfig, default_command
 
 if TYPE_CHECKING:  # ray is imported by main, not when the module is
     from .fleet import Fleet
@@ -82,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     from . import jobs
     from .fleet import Fleet
 
-    ray.init(address=a.address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False)
+    if not _connect(ray, a):
+        return 1
     log = (
         (lambda m: print(json.dumps({"event": "log", "message": m}), flush=True))
         if a.json
@@ -98,11 +101,43 @@ def main(argv: list[str] | None = None) -> int:
         if a.command == "prepare":
             return _prepare(a, fleet)
         return _evaluate(a, fleet)
-    except jobs.FleetJobError as e:
+    except (jobs.FleetJobError, CliNotFoundError) as e:
         print(f"minisandbox fleet: {e}", file=sys.stderr)
         return 2
     finally:
         fleet.stop()
+
+
+def _connect(ray: Any, a: argparse.Namespace) -> bool:
+    """Join the cluster as one more driver. No cluster is one line saying how to get one, not Ray's traceback (nor,
+    for an address nothing listens on, a minute of Ray's retries)."""
+    where = "on this machine (--address auto, $RAY_ADDRESS unset)" if a.address == "auto" else f"at {a.address}"
+    try:
+        _answers(a.address)
+        ray.init(
+            address=a.address,
+            namespace=NAMESPACE,
+            logging_level="ERROR",
+            log_to_driver=False,
+            ignore_reinit_error=True,  # called from a driver already connected (a program, a test)
+        )
+        return True
+    except (ConnectionError, OSError) as e:
+        print(
+            f"minisandbox fleet: no running Ray cluster {where}: {str(e).split('. ')[0]}; start one with "
+            'ray start --head --resources=\'{"minisandbox_slot": 16, "minisandbox_io": 2}\', '
+            "or give --address HOST:6379",
+            file=sys.stderr,
+        )
+        return False
+
+
+def _answers(address: str) -> None:
+    """An explicit ``HOST:PORT`` must accept a connection within a few seconds (OSError otherwise)."""
+    host, sep, port = address.rpartition(":")
+    if address == "auto" or "://" in address or not sep or not port.isdigit():
+        return
+    socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
 
 
 def _progress(a: argparse.Namespace) -> bool | str:
@@ -120,6 +155,8 @@ def _status(a: argparse.Namespace, fleet: Fleet) -> int:
     else:
         for n in nodes:
             print(f"{n['node']}\t{n['url']}\t{n['slots']} slots\t{n['layers']} layers")
+    if not nodes:
+        print(f"minisandbox fleet: no node advertises the {SLOT} resource (ray start --resources=...)", file=sys.stderr)
     return 0 if nodes else 1
 
 
@@ -141,6 +178,8 @@ def _prepare(a: argparse.Namespace, fleet: Fleet) -> int:
 
 
 def _evaluate(a: argparse.Namespace, fleet: Fleet) -> int:
+    """The run's report; instances the fleet could not evaluate at all (say, their environment could not be built on
+    the node that took over a lost one's work) are named, and make the run fail (exit 1)."""
     from . import jobs
 
     out = jobs.evaluate(
@@ -157,7 +196,7 @@ def _evaluate(a: argparse.Namespace, fleet: Fleet) -> int:
     )
     if a.json:
         _emit(a, "result", out)
-        return 0
+        return 1 if out["errors"] else 0
     s = out["summary"]
     print(
         f"{s['total_instances']} instances: {s['resolved_instances']} resolved, "
@@ -169,7 +208,9 @@ def _evaluate(a: argparse.Namespace, fleet: Fleet) -> int:
     print(f"Report written to {out['summary_path']}")
     if out["html_path"]:
         print(f"HTML report written to {out['html_path']}")
-    return 0
+    if out["errors"]:
+        print(f"minisandbox fleet: {len(out['errors'])} instance(s) could not be evaluated (above)", file=sys.stderr)
+    return 1 if out["errors"] else 0
 
 
 def _down(ray: Any) -> int:

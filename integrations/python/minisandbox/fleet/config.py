@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
-import os
-import shlex
 from dataclasses import dataclass, field
 
-__all__ = ["HOME_LABEL", "IO", "NAMESPACE", "NAME_LABEL", "SLOT", "FleetConfig", "default_command"]
+from ..command import cli_command
+
+__all__ = ["IO", "NAMESPACE", "NAME_LABEL", "SLOT", "FleetConfig", "default_command"]
 
 #: Ray custom resources a node advertises: sandboxes at once, and layer fetches at once.
 SLOT = "minisandbox_slot"
 IO = "minisandbox_io"
-#: Ray node labels: where the node's minisandbox home is, and a stable name for the node.
-HOME_LABEL = "minisandbox.home"
+#: Ray node label: a stable name for the node (a label value is at most 63 letters, digits, "-", "_" and "."). A node's
+#: home is not a label (a path is not a valid label value): it is ``$MINISANDBOX_HOME`` in the environment ``ray
+#: start`` ran in (Ray's workers inherit it), else the default home of the user running Ray there.
 NAME_LABEL = "minisandbox.node"
 NAMESPACE = "minisandbox"
 
 
 def default_command() -> list[str]:
     """``$MINISANDBOX_CLI`` (split like a shell would), else ``minisandbox`` on the node's PATH."""
-    return shlex.split(os.environ.get("MINISANDBOX_CLI", "")) or ["minisandbox"]
+    return cli_command()
 
 
 @dataclass

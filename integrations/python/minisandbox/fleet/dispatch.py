@@ -187,7 +187,7 @@ def run_items(
     out = Outcome(job=uuid.uuid4().hex[:12])
     stats = out.stats
     stats.update(attempts=0, retried=0, duplicates_discarded=0, placed_warm=0, placed_cold=0, fetch_tasks=0)
-    emit = on_event or (lambda *a, **k: None)
+    emit = _events(on_event, progress)
     labels = {"fleet_job": out.job}
     pending = deque((it, 1) for it in items)
     inflight: dict[Any, tuple[Item, int, str]] = {}
@@ -231,6 +231,20 @@ def run_items(
         progress.finish()
     stats["swept"] = fleet.sweep("fleet_job", out.job)
     return out
+
+
+def _events(on_event: Event | None, progress: Any) -> Event:
+    """The caller's events; the progress times each item from its placement to its result or final error."""
+
+    def emit(kind: str, **f: Any) -> None:
+        if progress is not None and kind == "placed":
+            progress.began(f["id"])
+        elif progress is not None and kind in ("done", "error"):
+            progress.ended(f["id"])
+        if on_event:
+            on_event(kind, **f)
+
+    return emit
 
 
 def _submit(fleet: Fleet, node: NodeState, kind: str, item: Item, labels: dict[str, str], stats: dict[str, Any]) -> Any:

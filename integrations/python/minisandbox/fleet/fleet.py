@@ -13,7 +13,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..client import Client
-from .config import HOME_LABEL, IO, NAME_LABEL, NAMESPACE, SLOT, FleetConfig
+from .config import IO, NAME_LABEL, NAMESPACE, SLOT, FleetConfig
 from .placement import NodeState, Placement
 from .supervisor import NodeSupervisor
 
@@ -84,7 +84,7 @@ class Fleet:
             opts["lifetime"] = "detached"
         self.created.add(nid)
         return NodeSupervisor.options(**opts).remote(  # type: ignore[attr-defined]  # an actor class (ray.remote)
-            home=(node.get("Labels") or {}).get(HOME_LABEL),
+            home=None,  # the node's own: $MINISANDBOX_HOME where Ray runs there, else its default home
             token=secrets.token_urlsafe(24),
             command=self.config.command,
             slots=int(node["Resources"][SLOT]),

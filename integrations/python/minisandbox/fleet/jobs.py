@@ -17,7 +17,8 @@ import sys
 import tempfile
 from typing import Any, Callable
 
-from .._generated import JOB_FILES
+from .._generated import JOB_FILES, NOT_EVALUATED_KINDS
+from ..command import require_cli
 from .dispatch import Item, run_items
 from .fleet import Fleet
 from .progress import Progress
@@ -30,7 +31,7 @@ class FleetJobError(RuntimeError):
 
 
 def _cli_json(fleet: Fleet, args: list[str]) -> dict[str, Any]:
-    argv = [*fleet.config.command, *args]
+    argv = [*require_cli(fleet.config.command), *args]
     r = subprocess.run(argv, capture_output=True, text=True, check=False)
     if r.returncode != 0:
         raise FleetJobError(f"`minisandbox {' '.join(args[:1])}` failed ({r.returncode}): {r.stderr.strip()[-2000:]}")
@@ -166,11 +167,25 @@ def evaluate(
         "summary_path": summary["summaryPath"],
         "html_path": summary.get("htmlPath"),
         "statuses": {i: r.get("status") for i, r in out.results.items()},
-        "errors": out.errors,
+        #: instances not evaluated: never run anywhere, or their node could not build or start their environment
+        "errors": {**out.errors, **_not_evaluated(out.results)},
         "build": built,
         "stats": out.stats,
         "job": out.job,
     }
+
+
+def _not_evaluated(results: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Jobs a node answered without a grade because it failed (say, it took over a lost node's work and could not
+    build the environment): they fail the run, as they do on one node."""
+    out = {}
+    for iid, r in results.items():
+        error = r.get("error") or {}
+        if error.get("kind") in NOT_EVALUATED_KINDS:
+            out[iid] = (
+                f"{error['kind']}: {(error.get('message') or '').splitlines()[0] if error.get('message') else ''}"
+            )
+    return out
 
 
 def _job_payload(job: dict[str, Any], timeout_s: float) -> dict[str, Any]:

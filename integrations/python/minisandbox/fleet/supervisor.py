@@ -15,6 +15,7 @@ from typing import Any
 import ray
 
 from ..client import Client
+from ..command import require_cli
 from ..token import resolve_home
 from .procs import Child
 
@@ -63,7 +64,7 @@ class NodeSupervisor:
         self.restarts = 0
         self._lock = threading.Lock()
         self._argv = [
-            *command,
+            *require_cli(command),  # not installed on this node: said so, not as Popen's bare FileNotFoundError
             "--home",
             self.home,
             "serve",

@@ -1,5 +1,5 @@
 """A multi-node Ray cluster on one host for tests (``ray.cluster_utils.Cluster``), each node with its own minisandbox
-home and name (node labels) and the sandbox slots it advertises.
+home (``MINISANDBOX_HOME`` in its raylet's environment), name (a node label) and the sandbox slots it advertises.
 
 Run it inside a network namespace of its own with only ``lo`` up (``unshare --net --pid --fork --kill-child
 --mount-proc``): outside one, Ray binds the machine's interface address even when asked for 127.0.0.1, and the pid
@@ -17,7 +17,7 @@ from typing import Any
 import ray
 from ray.cluster_utils import Cluster
 
-from .config import HOME_LABEL, IO, NAME_LABEL, NAMESPACE, SLOT
+from .config import IO, NAME_LABEL, NAMESPACE, SLOT
 
 __all__ = ["FAST_FAILURE", "LocalCluster"]
 
@@ -65,7 +65,9 @@ class LocalCluster:
             "include_dashboard": False,
             "object_store_memory": 80 << 20,
             "resources": {SLOT: self.slots, IO: self.io},
-            "labels": {NAME_LABEL: name, HOME_LABEL: self.home(name)},
+            "labels": {NAME_LABEL: name},
+            # What `MINISANDBOX_HOME=... ray start` does on a real machine: the raylet's environment, its workers'.
+            "env_vars": {"MINISANDBOX_HOME": self.home(name)},
         }
 
     def add(self, name: str, wait: bool = True) -> str:

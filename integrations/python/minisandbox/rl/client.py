@@ -100,6 +100,13 @@ class Rollout:
         r = self.client.request("POST", f"{self._path}/fork", {"k": k})
         return [_rollout(self.client, x) for x in r["rollouts"]]
 
+    def reset(self) -> dict[str, Any]:
+        """Back to the group's start state, in place: the same rollout and sandbox, every process and write of the
+        agent's gone, as if just started. Returns ``{"rollout": <its info>, "reset_ms": <the server's time>}``."""
+        r = self.client.request("POST", f"{self._path}/reset", {}, timeout=LONG)
+        self.info = r["rollout"]
+        return r
+
     def refresh(self) -> dict[str, Any]:
         self.info = self.client.request("GET", self._path)
         return self.info

@@ -1,0 +1,139 @@
+/**
+ * A live sandbox given the writable state of another one, in place (`msb-helper restore`): how a sandbox goes back
+ * to a pristine sibling's state (a reset) and how a fork's child takes its parent's. The sandbox keeps its pid 1,
+ * namespaces, id range and cgroups; every process but pid 1 dies; its writable places are a new generation (a
+ * fresh tmpfs) holding a copy of the seed's; its commands get new IPC (and, without the host's network, network)
+ * namespaces; its pid counter is the seed's.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { SandboxError } from "../errors.js";
+import type { WaitingHelper } from "./enter.js";
+import { helperPath, type HostIds } from "./host.js";
+import type { MountPlan, SandboxMount } from "./plan.js";
+import { sandboxMounts } from "./plan.js";
+
+/** Where a sandbox's writable state is, as a restore reads or replaces it. */
+export interface RestoreSide {
+  pid1: number;
+  /** The launch process, whose mount namespace holds the scratch. */
+  holderPid: number;
+  /** The scratch (its path in that namespace) and the index of the generation in use. */
+  scratch: string;
+  generation: number;
+  /** Root mode: the sandbox's id range. */
+  hostIds?: HostIds;
+  /** Its pid namespace's counter when known (a seed that ran nothing since it was last read). */
+  lastPid?: number;
+}
+
+export interface RestoreTarget extends RestoreSide {
+  plan: MountPlan;
+  /** Lower layers of each overlay (the launch's clones `l/<i>-<k>`). */
+  lowers: number[];
+  diskBytes: number;
+  /** uid:gid (inside) owning the home. */
+  owner: string;
+  /** The sandbox's pids group: every process in it but pid 1 and the launch is killed first. */
+  pidsCgroup?: string;
+  /** Joined by a helper started for the restore (its copies are charged there). */
+  memoryCgroup?: string;
+}
+
+/** The directory of a generation under the scratch. */
+export function generationDir(s: Pick<RestoreSide, "scratch" | "generation">): string {
+  return `${s.scratch}/g${s.generation}`;
+}
+
+/** Where, as seen from the host, commands find a restored sandbox's namespaces (`enter --ns-dir`). */
+export function namespacesDir(s: Pick<RestoreSide, "holderPid" | "scratch">): string {
+  return `/proc/${s.holderPid}/root${s.scratch}/ns`;
+}
+
+/** What the restore does with one mount: moves it (the host's trees), mounts it again, makes a symlink, or nothing. */
+function mountArgs(m: SandboxMount): string[] {
+  switch (m.kind) {
+    case "system":
+    case "proc":
+      return ["--move", m.target];
+    case "dev":
+      return ["--move", m.target, "--bind", `+shm=${m.shm}`];
+    case "symlink":
+      return ["--symlink", `${m.to}=${m.target}`];
+    case "place":
+      return m.target === "/" ? ["--root", `+${m.place}`] : ["--bind", `+${m.place}=${m.target}`];
+    case "source":
+      return [m.readOnly ? "--ro-bind" : "--bind", `${m.source}=${m.target}`];
+    case "dir":
+      return []; // made with the mount points under it
+  }
+}
+
+/** `msb-helper restore` arguments: `target` given `seed`'s writable state. */
+export function restoreArgs(target: RestoreTarget, seed: RestoreSide, keepPidCounter: boolean): string[] {
+  const a = ["--pid1", String(target.pid1), "--holder", String(target.holderPid), "--scratch", target.scratch];
+  const g = target.generation;
+  a.push("--gen", `g${g + 1}`, "--old-gen", `g${g}`, "--next-gen", `g${g + 2}`);
+  a.push("--disk", String(target.diskBytes), "--owner", target.owner);
+  if (target.pidsCgroup) a.push("--kill-cgroup", target.pidsCgroup, "--keep", String(target.pid1));
+  a.push("--keep", String(target.holderPid));
+  a.push("--seed-holder", String(seed.holderPid), "--seed-dir", generationDir(seed), "--seed-pid1", String(seed.pid1));
+  if (keepPidCounter) a.push("--last-pid", "keep");
+  else if (seed.lastPid !== undefined) a.push("--last-pid", String(seed.lastPid));
+  if (target.hostIds && seed.hostIds)
+    a.push("--shift", `${seed.hostIds.uid}:${target.hostIds.uid}:${target.hostIds.count}`);
+  for (const [i, count] of target.lowers.entries()) a.push("--overlay", `${i}:0:${count}`);
+  if (!target.plan.network) a.push("--fresh-net");
+  for (const m of sandboxMounts(target.plan, helperPath())) a.push(...mountArgs(m));
+  return a;
+}
+
+/**
+ * Run a restore, its copies charged to the sandbox's memory: through `spare`, the next command's helper, in the
+ * sandbox's cgroups already (or about to be: a cgroup v1 move waits for an RCU grace period, which the time between
+ * an agent's commands hides), else through a helper started now that joins the memory group first.
+ */
+export async function runRestore(
+  args: string[],
+  o: { spare?: WaitingHelper; memoryCgroup?: string },
+): Promise<RestoreRun> {
+  if (o.spare?.ready) {
+    await o.spare.joined;
+    if (o.spare.ready) return new RestoreRun(o.spare.runHelper(["restore", ...args]));
+  }
+  const join = o.memoryCgroup ? ["--cgroup", o.memoryCgroup] : [];
+  const child = spawn(helperPath(), ["restore", ...join, ...args], { stdio: ["ignore", "pipe", "pipe"], env: {} });
+  return new RestoreRun(child);
+}
+
+/** One restore in progress. */
+export class RestoreRun {
+  /** Settles once the sandbox is usable again (or the restore failed), with the seed's pid counter. */
+  readonly ready: Promise<number | undefined>;
+  /** Settles when the helper has exited. */
+  readonly exited: Promise<void>;
+
+  constructor(readonly child: ChildProcess) {
+    let stderr = "";
+    child.stderr!.setEncoding("utf8");
+    child.stderr!.on("data", (s: string) => {
+      if (stderr.length < 16_384) stderr += s;
+    });
+    // 'close', not 'exit': the helper may be gone before its "R" is read.
+    this.exited = new Promise((resolve) => {
+      child.once("close", () => resolve());
+      child.once("error", () => resolve());
+    });
+    this.ready = new Promise((resolve, reject) => {
+      child.stdout!.setEncoding("utf8");
+      child.stdout!.once("data", (said: string) => {
+        const n = Number(/^R (-?\d+)/.exec(said)?.[1]);
+        resolve(Number.isInteger(n) && n >= 0 ? n : undefined);
+      });
+      child.once("error", (e) => reject(new SandboxError(`restore failed to start: ${e.message}`)));
+      child.once("close", (code, sig) =>
+        reject(new SandboxError(`restore failed: ${stderr.trim() || `the helper exited (${code ?? sig})`}`)),
+      );
+    });
+    this.ready.catch(() => undefined);
+  }
+}

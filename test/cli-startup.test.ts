@@ -1,0 +1,93 @@
+/**
+ * The CLI loads only what the command needs: `--version` reads the package file and nothing else, declaring the
+ * commands (help, usage errors) loads no product code beyond the parser, and a directory sandbox (`exec --dir`)
+ * loads the door and the sandbox, never the server, the evaluation, the rollouts or any package but the parser.
+ * Checked by the modules the real process resolves (a loader hook), not by timing.
+ */
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { writeFileSync } from "node:fs";
+import { join, relative } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { CLI, tempDir, tempHome } from "./helpers.js";
+
+const ROOT = fileURLToPath(new URL("../../", import.meta.url));
+const scratch = tempDir();
+const home = tempHome("msb-cli-startup-");
+
+/** A preload that registers a resolve hook printing each module the process loads (`MODULE <path>` on stderr). */
+function modulePreload(): string {
+  const hook = join(scratch, "hook.mjs");
+  writeFileSync(
+    hook,
+    "export async function resolve(specifier, context, next) {\n" +
+      "  const r = await next(specifier, context);\n" +
+      '  if (r.url.startsWith("file:")) process.stderr.write("MODULE " + r.url + "\\n");\n' +
+      "  return r;\n}\n",
+  );
+  const preload = join(scratch, "preload.mjs");
+  writeFileSync(
+    preload,
+    `import { register } from "node:module";\nregister(${JSON.stringify(pathToFileURL(hook).href)});\n`,
+  );
+  return preload;
+}
+const PRELOAD = modulePreload();
+
+/** Run the CLI; its exit status, output and the modules it loaded, as package-relative paths (dist/ removed). */
+function loaded(args: string[]): { status: number | null; stdout: string; stderr: string; modules: string[] } {
+  const r = spawnSync(process.execPath, ["--import", PRELOAD, CLI, ...args], {
+    encoding: "utf8",
+    env: { ...process.env, MINISANDBOX_HOME: home },
+  });
+  const modules = new Set<string>();
+  const rest: string[] = [];
+  for (const line of r.stderr.split("\n")) {
+    if (!line.startsWith("MODULE ")) rest.push(line);
+    else modules.add(relative(ROOT, fileURLToPath(line.slice(7))).replace(/^dist\//, ""));
+  }
+  modules.delete(relative(ROOT, PRELOAD));
+  return { status: r.status, stdout: r.stdout, stderr: rest.join("\n"), modules: [...modules].sort() };
+}
+
+/** What declaring every command may load: the parser and the CLI's own option helpers. */
+const DECLARING = [/^src\/cli\//, /^src\/util\//, /^src\/errors\.js$/, /^src\/env\/build-diagnosis\.js$/];
+const PARSER = /^node_modules\/commander\//;
+/** Never loaded for a directory sandbox (it goes through the door, src/env/workspace.ts, and no further). */
+const NOT_FOR_A_DIR_SANDBOX =
+  /^(src\/(server|eval|rollout|client|fixtures|wire|view|dashboard)\/|node_modules\/(?!commander))/;
+
+test("--version loads the entry and the version file only", () => {
+  for (const flag of ["--version", "-V"]) {
+    const r = loaded([flag]);
+    assert.equal(r.status, 0, r.stderr);
+    assert.deepEqual(r.modules, ["src/cli/index.js", "src/cli/version.js"]);
+  }
+});
+
+test("help and usage errors load the parser and the command declarations, no product code", () => {
+  for (const args of [["--help"], ["exec", "--help"], ["serve", "--help"], ["exec", "--no-such-flag"]]) {
+    const r = loaded(args);
+    assert.ok(
+      r.modules.some((m) => PARSER.test(m)),
+      `${args.join(" ")}: the parser was loaded`,
+    );
+    const extra = r.modules.filter((m) => !PARSER.test(m) && !DECLARING.some((d) => d.test(m)));
+    assert.deepEqual(extra, [], `${args.join(" ")} loaded more than the declarations`);
+  }
+  assert.equal(loaded(["exec", "--no-such-flag"]).status, 2);
+});
+
+test("exec --dir runs a real sandbox and loads neither the server, the evaluation nor the parquet reader", () => {
+  const dir = tempDir();
+  writeFileSync(join(dir, "marker"), "here\n");
+  const r = loaded(["exec", "--dir", dir, "--", "cat", "marker"]);
+  assert.equal(r.status, 0, r.stderr);
+  assert.equal(r.stdout, "here\n");
+  assert.ok(r.modules.includes("src/sandbox/sandbox.js"));
+  assert.deepEqual(
+    r.modules.filter((m) => NOT_FOR_A_DIR_SANDBOX.test(m)),
+    [],
+  );
+});
