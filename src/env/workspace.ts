@@ -34,7 +34,8 @@ export type WorkspaceKind = "dir" | "instance" | "env_key" | "image" | "empty";
 
 /**
  * Every way of asking for a sandbox: at most one of `dir`, `instance`, `envKey`, `image` (none: an empty sandbox),
- * and the sandbox's own options (limits, env, labels...), applied over what the environment brings.
+ * or an instance on a given image (`instance` and `image`), and the sandbox's own options (limits, env, labels...),
+ * applied over what the environment brings.
  */
 export interface SandboxRequest extends SandboxOptions {
   /** The task: the instance itself, or its id in `dataset`. */
@@ -43,7 +44,7 @@ export interface SandboxRequest extends SandboxOptions {
   envKey?: LayerKey;
   /**
    * Or an OCI image by reference (e.g. "docker.io/swebench/sweb.eval.x86_64.sympy_1776_sympy-20590:latest"), run
-   * from the store without a container runtime. Not supported yet: such a request is refused (`imageWorkspace`).
+   * from the store without a container runtime; with `instance`, the image that instance runs on.
    */
   image?: string;
   /**
@@ -54,7 +55,7 @@ export interface SandboxRequest extends SandboxOptions {
   dataset?: string;
   /**
    * Which rows run on an image instead of an environment built from their spec (`instance-image.ts`; default
-   * `auto`: the row's own image_name / docker_image when the store holds it). Not with `environment`.
+   * `auto`: the row's own image_name / docker_image when the store holds it; `none` when `environment` is given).
    */
   images?: ImagePolicy;
   specsFile?: string;
@@ -208,6 +209,7 @@ function keyByKey<T extends object>(a: T | undefined, b: T | undefined): T | und
 /** The kind of workspace a request asks for; more than one source is bad input. */
 export function kindOf(req: SandboxRequest): WorkspaceKind {
   const given = (["dir", "instance", "envKey", "image"] as const).filter((k) => req[k] !== undefined);
+  if (given.length === 2 && req.instance !== undefined && req.image !== undefined) return "instance";
   if (given.length > 1)
     throw new InvalidInputError(
       `a sandbox comes from at most one of dir, instance, envKey, image (got ${given.join(", ")})`,
@@ -233,17 +235,23 @@ export function checkPython(kind: WorkspaceKind, python: string | undefined): vo
 export async function resolveWorkspace(req: SandboxRequest): Promise<Workspace> {
   const kind = kindOf(req);
   checkPython(kind, req.python);
+  if (req.images && kind !== "instance")
+    throw new InvalidInputError("an image policy (images, --images, --image-template) is for dataset instances only");
   if (kind === "image") return imageWorkspace(req, req.image!);
   if (kind === "env_key") return taskWorkspace({ ...req, instance: undefined });
   if (kind === "dir" || kind === "empty") return dirWorkspace(req);
   const instance = typeof req.instance === "string" ? await instanceById(req.instance, req.dataset) : req.instance!;
-  const image = req.environment ? undefined : await instanceImage(resolveHome(req.home), instance, req.images);
+  const policy = req.images ?? { kind: req.environment ? "none" : "auto" };
+  const image = req.image ?? (await rowImageRef(resolveHome(req.home), instance, policy));
   return image ? imageWorkspace({ ...req, instance }, image) : taskWorkspace({ ...req, instance });
 }
 
-/** The image a row's environment is under the policy (`auto`: the row's own, if the store has it), if any. */
-async function instanceImage(home: string, instance: Instance, policy?: ImagePolicy): Promise<string | undefined> {
-  const pick = imageFor(instance, policy ?? { kind: "auto" });
+/**
+ * The image a row's environment is under the policy, if any: the one the policy names (whether or not the store has
+ * it yet), or under `auto` the row's own when the store holds it.
+ */
+export async function rowImageRef(home: string, instance: Instance, policy: ImagePolicy): Promise<string | undefined> {
+  const pick = imageFor(instance, policy);
   if (!pick || pick.required) return pick?.ref;
   const store = openStore(homeLayout(home).store);
   return (await findStoredImage(store, pick.ref).catch(() => undefined)) ? pick.ref : undefined;
