@@ -72,9 +72,10 @@ async function podmanReport(inst: Instance, patch: string | null): Promise<unkno
   const args = ["run", "--rm", "-i", "--network", "none", "--workdir", "/testbed"];
   for (const b of settings.binds) args.push("-v", `${b.source}:${b.target}:ro`);
   for (const [k, v] of Object.entries(settings.env)) args.push("-e", `${k}=${v}`);
+  const writeEval = `cat > /tmp/eval.sh <<'MSB_EVAL_EOF'\n${evalScript}MSB_EVAL_EOF\n`;
   const r = spawnSync("podman", [...args, images.get(inst.instance_id)!, "/bin/bash", "-s"], {
     // One stream, as the sandbox's merged output: set -x writes the markers to stderr, the tests to stdout.
-    input: `exec 2>&1\ncd /testbed\n${apply}cat > /tmp/eval.sh <<'MSB_EVAL_EOF'\n${evalScript}MSB_EVAL_EOF\nbash /tmp/eval.sh\n`,
+    input: `exec 2>&1\ncd /testbed\n${apply}${writeEval}bash /tmp/eval.sh\n`,
     encoding: "utf8",
     env: { ...process.env, ...fixturePodmanEnv() },
   });
