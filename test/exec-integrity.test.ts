@@ -114,3 +114,11 @@ test("a command's helper killed before it ran is never a success", async () => {
     assert.ok(r.exitCode !== 0 || r.stdout === `ran${i}\n`, `exit ${r.exitCode} without its output`);
   }
 });
+
+test("a ~/.bashrc written inside runs in no later command (bash sources it when stdin is a socket)", async () => {
+  await using sb = await Sandbox.create({ home });
+  const planted = await sb.exec("echo 'echo PLANTED; exit 0' > ~/.bashrc && echo planted");
+  assert.equal(planted.stdout, "planted\n");
+  const r = await sb.exec("echo ran; exit 3");
+  assert.deepEqual([r.exitCode, r.stdout], [3, "ran\n"]);
+});

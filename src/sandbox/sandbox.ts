@@ -698,11 +698,13 @@ export class Sandbox implements AsyncDisposable {
   }
 
   /**
-   * Run one command in a fresh process: a string runs under `bash -c`, an array is executed as is.
+   * Run one command in a fresh process: a string runs under `bash --norc -c`, an array is executed as is.
    * stdin is closed unless given; a timeout kills the whole tree and yields exit code 124.
    */
   async exec(cmd: string | string[], opts: ExecOptions = {}): Promise<ExecResult> {
-    const command = typeof cmd === "string" ? ["/bin/bash", "-c", cmd] : cmd;
+    // --norc: bash sources ~/.bashrc when stdin is a socket (as ours is), so a file the sandbox wrote would run in
+    // every later command, the grading scripts' included; `docker exec bash -c` sources nothing either.
+    const command = typeof cmd === "string" ? ["/bin/bash", "--norc", "-c", cmd] : cmd;
     if (command.length === 0) throw new InvalidInputError("empty command");
     const before = readCounters(this.cgroups);
     const { child, group, cleanup } = this.startCommand(command, opts);
