@@ -12,7 +12,15 @@ import {
 } from "./host.js";
 import { cgroupDirs, type SandboxCgroups } from "./limits.js";
 import { rememberEtcSecrets } from "./masks.js";
-import { bwrapArgs, checkPlanPaths, INIT_PATH, initMaskArgs, type MountPlan, planSources } from "./plan.js";
+import {
+  bwrapArgs,
+  checkPlanPaths,
+  helperLowers,
+  INIT_PATH,
+  initMaskArgs,
+  type MountPlan,
+  planSources,
+} from "./plan.js";
 
 export interface LaunchRequest {
   plan: MountPlan;
@@ -107,7 +115,7 @@ function launchArgv(req: LaunchRequest): { argv: string[]; walksEtc: boolean } {
   if (req.mode === "root" && req.ids) a.push(...idPoolArgs(req.ids));
   a.push(...req.rlimits);
   if (req.forceCopy) a.push("--force-copy");
-  for (const o of req.plan.overlays) a.push("--overlay", o.lower.join(":"));
+  for (const o of req.plan.overlays) a.push("--overlay", helperLowers(o));
   for (const [name, text] of Object.entries(req.homeFiles ?? {})) a.push("--home-file", `${name}=${text}`);
   for (const s of planSources(req.plan, helper)) a.push(SOURCE_FLAGS[s.kind], `${s.name}=${s.path}`);
   a.push("--", requireTool("bwrap", "bubblewrap"), ...bwrapArgs(req.plan, req.scratch, helper), "--info-fd", "3");
@@ -119,7 +127,7 @@ function launchArgv(req: LaunchRequest): { argv: string[]; walksEtc: boolean } {
     ...(req.seccomp ? [] : ["--no-seccomp"]),
     ...(holdsRange ? ["--holds-id-range"] : []),
   );
-  const masks = initMaskArgs();
+  const masks = initMaskArgs(req.plan);
   a.push(...masks.args, req.label);
   return { argv: a, walksEtc: masks.walksEtc };
 }
