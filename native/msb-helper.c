@@ -7,11 +7,12 @@
  *                                                  the caller alone), size-limited tmpfs scratch, the home's
  *                                                  skeleton files, id-mapped copy-on-write trees, an overlay of
  *                                                  its own over every shared read-only tree, rlimits, a high OOM
- *                                                  score, then exec bwrap (the caller moves it and pid 1 into the
- *                                                  cgroups)
+ *                                                  score, its cgroups (--cgroup DIR, joined meanwhile), then exec
+ *                                                  bwrap
  *   msb-helper init [options] LABEL                pid 1 of a sandbox: Docker's masks (--read-only, --mask-file,
- *                                                  --mask-dir PATH); not ptraceable; once in its cgroups (a byte
- *                                                  on stdin), its own cgroup namespace, then nothing inherited but
+ *                                                  --mask-dir PATH; --mask-unreadable DIR: every entry under DIR
+ *                                                  others cannot read); not ptraceable; born in its cgroups, its
+ *                                                  own cgroup namespace, then nothing inherited but
  *                                                  its id range's lock, fresh keyring, seccomp; signals readiness
  *                                                  on fd 4, then reaps
  *   msb-helper enter [options] -- CMD ARGS...      a high OOM score, join cgroups, enter pid 1's namespaces and
@@ -119,12 +120,14 @@ static void write_file(const char *path, const char *text) {
   close(fd);
 }
 
-static void join_cgroup(const char *dir) {
-  char path[4096], pid[32];
+static void move_to_cgroup(const char *dir, pid_t pid) {
+  char path[4096], text[32];
   fmt(path, sizeof path, "%s/cgroup.procs", dir);
-  fmt(pid, sizeof pid, "%d\n", getpid());
-  write_file(path, pid);
+  fmt(text, sizeof text, "%d\n", pid);
+  write_file(path, text);
 }
+
+static void join_cgroup(const char *dir) { move_to_cgroup(dir, getpid()); }
 
 static void push(const char **list, int *n, const char *item) {
   if (*n >= MAX_ITEMS) die(2, "too many arguments");
@@ -485,18 +488,33 @@ static void attach_tree(int tree, const char *target) {
 }
 
 /*
- * Bulk writes to the scratch (the copy fallback) are charged to the memory cgroup of the process that
- * makes them: before the first, wait until the caller has moved us into the sandbox's groups (it then writes 'L' on
- * our stdin; pid 1 skips that byte when nobody read it).
+ * The launch into the sandbox's cgroups (--cgroup DIR...), by a child of its own while the launch goes on: a cgroup
+ * v1 move waits for an RCU grace period (milliseconds, more on a busy host), which then overlaps the launch's work
+ * instead of preceding it. bwrap, and with it pid 1, are started from the launch once it is in: every process of the
+ * sandbox is born in its groups, none is moved later. The child moves its parent only while that is its parent: a
+ * parent that died sends it SIGKILL before its pid can be reaped and reused.
  */
+static pid_t joiner = -1;
+
+static void start_joining(const char *const *dirs, int n) {
+  if (n == 0) return;
+  pid_t self = getpid();
+  joiner = fork();
+  if (joiner < 0) die(1, "fork: %s", strerror(errno));
+  if (joiner > 0) return;
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != self) _exit(1);
+  for (int i = 0; i < n; i++) move_to_cgroup(dirs[i], self);
+  _exit(0);
+}
+
+/* Before anything is written in bulk (charged to the memory group of its writer) and before bwrap starts. */
 static void await_cgroups(void) {
-  static int done;
-  char b = 0;
-  if (done) return;
-  done = 1;
-  while (read(0, &b, 1) < 0 && errno == EINTR) {
-  }
-  if (b != 'L') die(1, "the launcher did not confirm the cgroups");
+  if (joiner < 0) return;
+  int status;
+  while (waitpid(joiner, &status, 0) < 0)
+    if (errno != EINTR) die(1, "wait for the cgroup move: %s", strerror(errno));
+  joiner = -1;
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) die(1, "the launch could not join the sandbox's cgroups");
 }
 
 static int run_cp(const char *from, const char *to) {
@@ -543,10 +561,10 @@ struct source {
 };
 
 struct launch_opts {
-  const char *overlays[MAX_ITEMS], *home_files[MAX_ITEMS];
+  const char *overlays[MAX_ITEMS], *home_files[MAX_ITEMS], *cgroups[MAX_ITEMS];
   struct source sources[MAX_ITEMS];
   int *lowers[MAX_ITEMS]; /* per overlay: cloned lower trees, -1 terminated */
-  int nov, nsrc, nhome, force_copy;
+  int nov, nsrc, nhome, ncg, force_copy;
   const char *scratch, *disk, *owner, *idmap, *id_pool, *id_locks;
   unsigned id_base, id_count; /* root mode: this sandbox's range */
   unsigned owners[MAX_ITEMS]; /* ranges that own lower trees of ours, and the namespaces that map them onto ours */
@@ -583,6 +601,7 @@ static void parse_launch(int argc, char **argv, struct launch_opts *o) {
     else if (!strcmp(a, "--idmap-pool")) o->id_pool = v, i++;
     else if (!strcmp(a, "--id-locks")) o->id_locks = v, i++;
     else if (!strcmp(a, "--home-file")) push(o->home_files, &o->nhome, v), i++;
+    else if (!strcmp(a, "--cgroup")) push(o->cgroups, &o->ncg, v), i++;
     else die(2, "unknown option %s", a);
   }
   if (i >= argc - 1 || !o->scratch || !o->disk)
@@ -810,6 +829,7 @@ static int cmd_launch(int argc, char **argv) {
   /* Descriptors above the launcher's pipes (3, 4) serve only to name host directories: gone at exec. */
   syscall(SYS_close_range, 5, ~0U, CLOSE_RANGE_CLOEXEC);
   oom_first(1);
+  start_joining(o.cgroups, o.ncg);
   int userns = -1, lock = -1;
   if (o.idmap || o.id_pool) {
     userns = range_and_userns(&o, &lock);
@@ -826,6 +846,7 @@ static int cmd_launch(int argc, char **argv) {
      holds it for the sandbox's life (`init --holds-id-range`): when pid 1 ends, so does the lock. The descriptors
      passed to the launch are done with: the lock takes the first of their numbers (dup2 leaves it open at exec). */
   if (lock >= 0 && dup2(lock, RANGE_LOCK_FD) != RANGE_LOCK_FD) die(1, "keep the id range's lock: %s", strerror(errno));
+  await_cgroups();
   execv(o.bwrap[0], o.bwrap);
   die(1, "exec %s: %s", o.bwrap[0], strerror(errno));
   return 1;
@@ -836,18 +857,11 @@ static int cmd_launch(int argc, char **argv) {
 static void on_signal(int sig) { (void)sig; }
 
 /*
- * The sandbox's cgroup namespace, rooted at its own groups. The launcher moves pid 1 into them while bwrap mounts
- * (a cgroup v1 move waits for an RCU grace period: overlapped, not in line) and then writes one byte on stdin; only
- * then is the namespace made, so that nothing above the sandbox's groups is ever named inside. CAP_SYS_ADMIN, which
- * bwrap left to pid 1 for this alone, is dropped right after (commands get their capabilities from `enter`).
+ * The sandbox's cgroup namespace, rooted at its own groups: pid 1 was born in them (the launch joined them before
+ * starting bwrap), so nothing above them is ever named inside. CAP_SYS_ADMIN, which bwrap left to pid 1 for this
+ * alone, is dropped right after (commands get their capabilities from `enter`).
  */
 static void own_cgroup_namespace(void) {
-  char go = 0;
-  /* 'L' (the launch's own move, see await_cgroups) is still there when the launch had nothing to copy. */
-  for (int n = 0; n < 2 && go != 'J'; n++)
-    while (read(0, &go, 1) < 0 && errno == EINTR) {
-    }
-  if (go != 'J') die(1, "the launcher did not confirm the cgroups");
   if (unshare(CLONE_NEWCGROUP) != 0 && errno != EINVAL) die(1, "cgroup namespace: %s", strerror(errno));
   if (prctl(PR_CAPBSET_DROP, CAP_SYS_ADMIN, 0, 0, 0) != 0) die(1, "drop CAP_SYS_ADMIN: %s", strerror(errno));
   struct __user_cap_header_struct head = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
@@ -892,6 +906,61 @@ static void mask_dir(const char *path) {
     die(1, "mask %s: %s", path, strerror(errno));
 }
 
+/* What pid 1 masked by walking (--mask-unreadable), reported on fd 4 before readiness: `f` or `d`, a path, NUL. */
+static char *walk_report;
+static size_t walk_report_len;
+
+static void report_mask(char kind, const char *path) {
+  size_t n = strlen(path) + 2;
+  char *grown = realloc(walk_report, walk_report_len + n + 1);
+  if (!grown) die(1, "out of memory");
+  walk_report = grown;
+  walk_report[walk_report_len] = kind;
+  memcpy(walk_report + walk_report_len + 1, path, n - 1);
+  walk_report_len += n;
+}
+
+/*
+ * Every entry under `path` that its owner keeps from other users (no read bit for "other"; for a directory, no
+ * search bit either): shadow and gshadow, SSH host keys, sudoers, private TLS keys. Files read as /dev/null,
+ * directories show empty. Walked by pid 1 on the sandbox's own read-only view of the tree before anything else runs:
+ * what is masked is what is there now. Only directories anyone may read are walked into; one that cannot be read
+ * after all (an ACL, a security module) is masked whole.
+ */
+static void mask_unreadable(char *path, size_t cap, int top) {
+  /* The top may be a symlink (an /etc that is one, as the host has it); nothing under it is followed. */
+  int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (top ? 0 : O_NOFOLLOW));
+  DIR *d = fd < 0 ? NULL : fdopendir(fd);
+  if (!d) {
+    mask_dir(path);
+    return report_mask('d', path);
+  }
+  size_t len = strlen(path);
+  for (struct dirent *e; (errno = 0, e = readdir(d));) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    struct stat st;
+    if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT) continue;
+      die(1, "stat %s/%s: %s", path, e->d_name, strerror(errno));
+    }
+    int dir = S_ISDIR(st.st_mode);
+    if (!dir && !S_ISREG(st.st_mode) && !S_ISCHR(st.st_mode)) continue;
+    if (len + 1 + strlen(e->d_name) >= cap) die(1, "path too long under %s", path);
+    path[len] = '/';
+    strcpy(path + len + 1, e->d_name);
+    if (!(st.st_mode & S_IROTH) || (dir && !(st.st_mode & S_IXOTH))) {
+      if (dir) mask_dir(path);
+      else mask_file(path);
+      report_mask(dir ? 'd' : 'f', path);
+    } else if (dir) {
+      mask_unreadable(path, cap, 0);
+    }
+    path[len] = '\0';
+  }
+  if (errno != 0) die(1, "read %s: %s", path, strerror(errno));
+  closedir(d);
+}
+
 static int cmd_init(int argc, char **argv) {
   prog = "minisandbox-init";
   /* Not ptraceable, its /proc entries closed to the sandbox's own root: commands cannot take over pid 1. */
@@ -905,7 +974,11 @@ static int cmd_init(int argc, char **argv) {
     else if (!strcmp(a, "--read-only")) read_only_in_place(v);
     else if (!strcmp(a, "--mask-file")) mask_file(v);
     else if (!strcmp(a, "--mask-dir")) mask_dir(v);
-    else die(2, "init: unknown option %s", a);
+    else if (!strcmp(a, "--mask-unreadable")) {
+      char path[4096];
+      fmt(path, sizeof path, "%s", v);
+      mask_unreadable(path, sizeof path, 1);
+    } else die(2, "init: unknown option %s", a);
   }
   if (i != argc - 1) die(2, "usage: msb-helper init [--no-seccomp] [--holds-id-range] [--read-only|...] LABEL");
   own_cgroup_namespace();
@@ -914,9 +987,12 @@ static int cmd_init(int argc, char **argv) {
   if (keep_lock && fcntl(RANGE_LOCK_FD, F_GETFD) < 0) die(1, "the id range's lock is missing");
   close_from(keep_lock ? RANGE_LOCK_FD + 1 : 5);
   lock_down(seccomp, 0);
-  /* fd 3: bwrap's info pipe (not ours to keep); fd 4: the launcher waits for one byte there. */
+  /* fd 3: bwrap's info pipe (not ours to keep); fd 4: the launcher waits there for the masks' report and `R`. */
   close(3);
-  if (write(4, "R", 1) != 1) return 1;
+  /* What the walks masked, then readiness: the launcher may reuse the list for its next sandboxes. */
+  report_mask('R', "");
+  if (write(4, walk_report, walk_report_len - 1) != (ssize_t)(walk_report_len - 1)) return 1;
+  free(walk_report);
   close(4);
   /* From now on pid 1 says nothing: the launcher's pipes are not a channel for the sandbox. */
   int null = open("/dev/null", O_RDWR);

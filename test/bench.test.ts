@@ -143,7 +143,14 @@ test("bench: a tiny run of every workload gives well-formed results and files", 
   assert.equal(r.ratios.cli_exec_vs_podman_run, null);
   assert.match(r.ratio_reasons["cli_exec_vs_podman_run"] ?? "", /disabled/);
   assert.equal(typeof r.ratios.transfer_http_vs_copy, "number");
-  for (const name of ["command line: minisandbox --version", "layer into a fresh node over HTTP (loopback)"])
+  // The warm start beside its floor (raw bwrap ran), a group of 8 beside eight warm starts.
+  assert.equal(typeof r.ratios.warm_vs_bwrap_raw, "number");
+  for (const name of [
+    "command line: minisandbox --version",
+    "layer into a fresh node over HTTP (loopback)",
+    "warm create → first output, p50, beside raw bwrap on the same trees and podman run",
+    "group of 8 ready, no warm pool, p50, beside 8 × the warm start",
+  ])
     assert.equal(typeof r.targets.find((t) => t.name === name)?.met, "boolean", name);
   const d = r.dashboard;
   assert.ok(d.available, JSON.stringify(d));

@@ -346,6 +346,8 @@ export interface BenchResults {
     rollout_overhead_vs_podman: number | null;
     /** Fork → child started, p50: podman commit + run ÷ Rollout.fork. */
     fork_vs_podman_commit: number | null;
+    /** Workspace ready, echo p50: raw bwrap on the same trees ÷ minisandbox warm (1 = the floor). */
+    warm_vs_bwrap_raw: number | null;
     /** node starting an empty script ÷ `minisandbox --version` (1 = the floor of any Node.js command). */
     cli_version_vs_node_empty: number | null;
     /** `podman run --rm IMAGE true` ÷ `minisandbox exec --dir D -- true`, whole processes. */

@@ -1,7 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { writeFile } from "node:fs/promises";
-import { join } from "node:path";
-import type { Readable, Writable } from "node:stream";
+import type { Readable } from "node:stream";
 import { LimitError, SandboxError } from "../errors.js";
 import {
   helperPath,
@@ -13,7 +11,7 @@ import {
   rootOnHostOf,
 } from "./host.js";
 import { cgroupDirs, type SandboxCgroups } from "./limits.js";
-import { parentPid } from "./procfs.js";
+import { rememberEtcSecrets } from "./masks.js";
 import {
   bwrapArgs,
   checkPlanPaths,
@@ -110,9 +108,10 @@ function boundedLines(stream: Readable): string[] {
 const SOURCE_FLAGS = { shared: "--source", system: "--system", live: "--source-live", rw: "--source-rw" } as const;
 
 /** argv of the process that becomes the sandbox: msb-helper launch, then bwrap, then msb-helper init as pid 1. */
-function launchArgv(req: LaunchRequest): string[] {
+function launchArgv(req: LaunchRequest): { argv: string[]; walksEtc: boolean } {
   const helper = helperPath();
   const a = [helper, "launch", "--scratch", req.scratch, "--disk", String(req.diskBytes), "--owner", req.owner];
+  for (const dir of cgroupDirs(req.cgroups)) a.push("--cgroup", dir);
   if (req.mode === "root" && req.ids) a.push(...idPoolArgs(req.ids));
   a.push(...req.rlimits);
   if (req.forceCopy) a.push("--force-copy");
@@ -128,18 +127,18 @@ function launchArgv(req: LaunchRequest): string[] {
     ...(req.seccomp ? [] : ["--no-seccomp"]),
     ...(holdsRange ? ["--holds-id-range"] : []),
   );
-  a.push(...initMaskArgs(req.plan), req.label);
-  return a;
+  const masks = initMaskArgs(req.plan);
+  a.push(...masks.args, req.label);
+  return { argv: a, walksEtc: masks.walksEtc };
 }
 
 export async function launch(req: LaunchRequest): Promise<Launched> {
   checkPlanPaths(req.plan);
-  const argv = launchArgv(req);
+  const { argv, walksEtc } = launchArgv(req);
   const env = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" };
-  const stdio = ["pipe", "ignore", "pipe", "pipe", "pipe", ...req.fds] as const;
+  const stdio = ["ignore", "ignore", "pipe", "pipe", "pipe", ...req.fds] as const;
   const child = spawn(argv[0]!, argv.slice(1), { env, stdio: [...stdio] });
-  const [go, , stderr, info, ready] = child.stdio as unknown as [Writable, null, Readable, Readable, Readable];
-  go.on("error", () => {}); // a launch that died early: its exit says why
+  const [, , stderr, info, ready] = child.stdio as unknown as [null, null, Readable, Readable, Readable];
   const stderrLines = boundedLines(stderr);
   const exited = new Promise<string>((resolve) => {
     child.on("exit", (code, sig) => resolve(`launcher exited (${code ?? sig})`));
@@ -147,9 +146,13 @@ export async function launch(req: LaunchRequest): Promise<Launched> {
   });
   const pid1 = readUntil(info, isJson).then((t) => (JSON.parse(t) as { "child-pid": number })["child-pid"]);
   pid1.catch(() => undefined); // a launch that died early: its exit says why, whoever awaits pid 1 or not
-  const joined = joinCgroups(child.pid!, pid1, cgroupDirs(req.cgroups), go).then(() => void go.end("J"));
-  const readyText = readUntil(ready, (t) => t.length > 0);
-  const started = Promise.all([readyText, joined]).then(([t]) => (t === "R" ? "ready" : "not ready"));
+  // pid 1's report of what its walk masked, then `R` (see rememberEtcSecrets): a NUL ends every entry.
+  const readyText = readUntil(ready, (t) => t === "R" || t.endsWith("\0R"));
+  const started = readyText.then((t) => {
+    if (t !== "R" && !t.endsWith("\0R")) return "not ready";
+    if (walksEtc) rememberEtcSecrets(t);
+    return "ready";
+  });
   const outcome = await Promise.race([started.catch((e: Error) => e.message), exited]);
   if (outcome !== "ready") {
     child.kill("SIGKILL");
@@ -165,21 +168,4 @@ export async function launch(req: LaunchRequest): Promise<Launched> {
     throw new SandboxError(`sandbox failed to start: pid 1 (${pid}) has no user namespace map`);
   }
   return { child, pid1: pid, hostIds, notices: stderrLines };
-}
-
-/**
- * The launch process, then pid 1, into the sandbox's cgroups while the launch goes on: a cgroup v1 move waits for an
- * RCU grace period (tens of milliseconds on an idle machine), which then overlaps the start instead of preceding it.
- * Once the launch is in, 'L' on its stdin: it waits for that before copying anything into the scratch (a fork's
- * seed), so that those pages are charged to the sandbox's memory group. pid 1 runs nothing of the sandbox's and waits
- * for 'J' before making its cgroup namespace (msb-helper init); commands join the groups themselves (`enter`), so
- * nothing escapes accounting. pid 1 is checked to be the launch's child before it is moved: a recycled pid never is.
- */
-async function joinCgroups(launchPid: number, pid1: Promise<number>, dirs: string[], go: Writable): Promise<void> {
-  for (const dir of dirs) await writeFile(join(dir, "cgroup.procs"), String(launchPid));
-  go.write("L");
-  const pid = await pid1;
-  if (dirs.length === 0) return;
-  if (parentPid(pid) !== launchPid) throw new SandboxError(`pid 1 (${pid}) is not the launch's child`);
-  for (const dir of dirs) await writeFile(join(dir, "cgroup.procs"), String(pid));
 }

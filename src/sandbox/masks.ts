@@ -1,5 +1,4 @@
-import { existsSync, lstatSync, readdirSync, type Stats } from "node:fs";
-import { join } from "node:path";
+import { existsSync, lstatSync, type Stats } from "node:fs";
 
 /** A host path hidden inside every sandbox: a file behind /dev/null, a directory behind an empty one. */
 export interface MaskedPath {
@@ -57,40 +56,36 @@ export function procCover(): { readOnly: string[]; masked: MaskedPath[] } {
   return procCache;
 }
 
+/**
+ * The tree whose non-world-readable entries are masked: shadow and gshadow, SSH host keys, sudoers, private TLS keys,
+ * service credentials. The sandbox sees /etc read-only; these it does not see at all, whatever uid it maps to. pid 1
+ * walks it (`msb-helper init --mask-unreadable`) before anything runs and reports what it masked, which the next
+ * sandboxes of this process reuse for a minute.
+ */
+export const SECRETS_ROOT = "/etc";
+
 let etcCache: { at: number; masked: MaskedPath[] } | undefined;
 const ETC_RESCAN_MS = 60_000;
 
+/** /etc's secrets as a pid 1 of this process found them less than a minute ago; else undefined (walk again). */
+export function knownEtcSecrets(now = Date.now()): MaskedPath[] | undefined {
+  return etcCache && now - etcCache.at < ETC_RESCAN_MS ? etcCache.masked : undefined;
+}
+
 /**
- * Everything under /etc that its owner keeps from other users (no read bit for "other"): shadow and gshadow, SSH host
- * keys, sudoers, private TLS keys, service credentials. The sandbox sees /etc read-only; these it does not see at all,
- * whatever uid it maps to. Rescanned at most once a minute.
+ * pid 1's report of its walk (`f` or `d`, an absolute path under /etc, NUL; then `R`), kept for the next sandboxes.
+ * It is written before anything of the sandbox runs; a report that does not parse is not kept (the next pid 1
+ * walks again).
  */
-export function etcSecrets(root = "/etc"): MaskedPath[] {
-  if (root === "/etc" && etcCache && Date.now() - etcCache.at < ETC_RESCAN_MS) return etcCache.masked;
+export function rememberEtcSecrets(report: string, now = Date.now()): void {
+  const entries = report.split("\0");
+  if (entries.pop() !== "R") return;
   const masked: MaskedPath[] = [];
-  const walk = (dir: string): void => {
-    let names: string[];
-    try {
-      names = readdirSync(dir);
-    } catch {
-      return;
-    }
-    for (const name of names) {
-      const path = join(dir, name);
-      let st: Stats;
-      try {
-        st = lstatSync(path);
-      } catch {
-        continue;
-      }
-      const kind = kindOf(st);
-      if (!kind) continue;
-      const hidden = (st.mode & 0o004) === 0 || (kind === "dir" && (st.mode & 0o001) === 0);
-      if (hidden) masked.push({ path, kind });
-      else if (kind === "dir") walk(path);
-    }
-  };
-  walk(root);
-  if (root === "/etc") etcCache = { at: Date.now(), masked };
-  return masked;
+  for (const e of entries) {
+    const kind = e[0] === "f" ? "file" : e[0] === "d" ? "dir" : undefined;
+    const path = e.slice(1);
+    if (!kind || !path.startsWith(`${SECRETS_ROOT}/`)) return;
+    masked.push({ path, kind });
+  }
+  etcCache = { at: now, masked };
 }

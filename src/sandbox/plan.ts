@@ -1,7 +1,8 @@
+import { existsSync } from "node:fs";
 import { basename, dirname } from "node:path";
 import { InvalidInputError } from "../errors.js";
 import { systemEntries } from "./host.js";
-import { etcSecrets, type MaskedPath, procCover } from "./masks.js";
+import { knownEtcSecrets, type MaskedPath, procCover, SECRETS_ROOT } from "./masks.js";
 
 /** Where a sandbox's workspace directory (`dir`) is mounted. */
 export const TESTBED_PATH = "/testbed";
@@ -231,17 +232,23 @@ export function bwrapArgs(plan: MountPlan, scratch: string, initBinary: string):
 /**
  * Docker's masks as arguments of pid 1 (msb-helper init), which makes them before anything else runs: /proc's knobs
  * read-only, /proc's sensitive files and /etc's secrets empty (files read as /dev/null, directories as an empty
- * read-only tmpfs).
+ * read-only tmpfs). /etc's secrets are those a pid 1 of this process found a moment ago, else pid 1 walks /etc.
  */
-export function initMaskArgs(plan: Pick<MountPlan, "overlays">): string[] {
+export function initMaskArgs(plan: Pick<MountPlan, "overlays">): { args: string[]; walksEtc: boolean } {
   const proc = procCover();
   const mask = (m: MaskedPath): string[] => [m.kind === "dir" ? "--mask-dir" : "--mask-file", m.path];
-  return [
+  // An image's /etc is its own: its secrets are the image's, and the host's are not in the sandbox at all (nor is
+  // its walk the host's: it is never walked, nor kept).
+  const hostEtc = !ownsRoot(plan);
+  const secrets = hostEtc ? knownEtcSecrets() : [];
+  const walksEtc = hostEtc && !secrets && existsSync(SECRETS_ROOT);
+  const args = [
     ...proc.readOnly.flatMap((p) => ["--read-only", p]),
     ...proc.masked.flatMap(mask),
-    // An image's /etc is its own: its secrets are the image's, and the host's are not in the sandbox at all.
-    ...(ownsRoot(plan) ? [] : etcSecrets()).flatMap(mask),
+    ...(secrets ?? []).flatMap(mask),
+    ...(walksEtc ? ["--mask-unreadable", SECRETS_ROOT] : []),
   ];
+  return { args, walksEtc };
 }
 
 /** The default plan for a workspace directory at /testbed. */

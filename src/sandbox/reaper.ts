@@ -53,7 +53,7 @@ export async function reapLeftovers(sandboxesDir: string): Promise<ReapReport> {
     }
     unmountUnder(paths.dir);
     unmountUnder(paths.scratch);
-    removeSandboxDirs(paths);
+    await removeSandboxDirs(paths);
     report.sandboxes.push(id);
   }
   // Root-mode scratch mount points whose sandbox directory is gone (a crash between the two removals).

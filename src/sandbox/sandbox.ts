@@ -360,7 +360,7 @@ export class Sandbox implements AsyncDisposable {
     } catch (e) {
       if (spare) await dropHelper(spare);
       await killSandboxCgroups(cgroups);
-      removeSandboxDirs(paths);
+      await removeSandboxDirs(paths);
       inputs.dir?.release();
       throw e;
     }
@@ -799,7 +799,7 @@ export class Sandbox implements AsyncDisposable {
     if (!holderExited()) killQuietly(this.holder.pid!);
     this.finalCounters = readCounters(this.cgroups);
     await killSandboxCgroups(this.cgroups);
-    removeSandboxDirs(this.paths);
+    await removeSandboxDirs(this.paths);
     this.inputs.dir?.release();
     for (const fn of this.closeListeners) fn();
   }
