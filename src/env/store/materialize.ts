@@ -102,7 +102,7 @@ export async function materializeLayer(
 }
 
 /** Read-only, but the owner keeps read+search so the tree can be walked and removed. */
-const readOnlyDirMode = (mode: number): number => (mode & 0o555) | 0o500;
+export const readOnlyDirMode = (mode: number): number => (mode & 0o555) | 0o500;
 
 async function materializeTree(ctx: Ctx, treeDir: string, tree: TreeManifest, concurrency: number): Promise<void> {
   const root = Buffer.from(treeDir);
@@ -163,7 +163,7 @@ async function materializeTree(ctx: Ctx, treeDir: string, tree: TreeManifest, co
  * the whole tree on the first `git status`/`git diff` in each sandbox. Index files are therefore private copies
  * one second newer than everything else (small: one per checkout).
  */
-const isGitIndex = (rel: Buffer): boolean => {
+export const isGitIndex = (rel: Buffer): boolean => {
   const path = rel.toString("latin1");
   return path === ".git/index" || path.endsWith("/.git/index");
 };

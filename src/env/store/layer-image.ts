@@ -1,0 +1,91 @@
+/**
+ * Layer -> metadata image: the layer's trees as an EROFS image (`erofs.ts`) whose files name their store objects,
+ * so that overlayfs, given the image and the store's objects/ as a data-only layer, shows exactly what
+ * materializeLayer would have made (same modes, owners, times, symlinks, hard links) without one file per entry on
+ * disk. Built only from a validated manifest of the local store: never from anything a sandbox wrote.
+ */
+import * as fsp from "node:fs/promises";
+import { performance } from "node:perf_hooks";
+import type { LayerKey } from "../types.js";
+import { type ErofsDir, type ErofsFile, erofsImage } from "./erofs.js";
+import { NORMALIZED_MTIME_SEC } from "./fsutil.js";
+import { objectMode, type ObjectId, type Store } from "./layout.js";
+import { readManifest, type LayerManifest, type TreeManifest } from "./manifest.js";
+import { GIT_INDEX_MTIME_SEC, isGitIndex, readOnlyDirMode } from "./materialize.js";
+import { decodeName, parentOf, pathKey } from "./names.js";
+
+export interface LayerImageResult {
+  path: string;
+  /** Tree names, each a top-level directory of the image. */
+  trees: string[];
+  files: number;
+  imageBytes: number;
+  durationMs: number;
+}
+
+/** Where an object's data is, relative to the store's objects/ (the data layer's root). */
+export const objectRedirect = (id: ObjectId): string => `/${id.slice(0, 2)}/${id.slice(2)}`;
+
+/** Write layer `key`'s image to `dest` (a new file, read-only). */
+export async function writeLayerImage(store: Store, key: LayerKey, dest: string): Promise<LayerImageResult> {
+  const started = performance.now();
+  const manifest = await readManifest(store, key);
+  const image = layerImage(manifest);
+  await fsp.writeFile(dest, image, { flag: "wx", mode: 0o444 });
+  let files = 0;
+  for (const t of Object.values(manifest.trees)) for (const e of t.entries) if (e.type === "file") files++;
+  return {
+    path: dest,
+    trees: Object.keys(manifest.trees).sort(),
+    files,
+    imageBytes: image.length,
+    durationMs: performance.now() - started,
+  };
+}
+
+/** The image's bytes: a root directory (0555) holding one directory per tree, owned like materialized ones. */
+export function layerImage(manifest: LayerManifest): Buffer {
+  const root = dirNode(0o555);
+  for (const [name, tree] of Object.entries(manifest.trees))
+    root.entries.push({ name: Buffer.from(name), node: treeNode(tree) });
+  return erofsImage(root);
+}
+
+const owner = (): { uid: number; gid: number } => ({ uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 });
+
+function dirNode(mode: number): ErofsDir {
+  return { kind: "dir", mode, ...owner(), mtimeSec: NORMALIZED_MTIME_SEC, entries: [] };
+}
+
+/** One tree, as materializeTree would place it (files with their object's mode; a git index one second newer). */
+function treeNode(tree: TreeManifest): ErofsDir {
+  const top = dirNode(readOnlyDirMode(tree.mode));
+  const dirs = new Map<string, ErofsDir>([["", top]]);
+  const files = new Map<string, ErofsFile>();
+  const ids = owner();
+  for (const e of tree.entries) {
+    const rel = decodeName(e.path);
+    const parent = dirs.get(pathKey(parentOf(rel)))!;
+    const name = rel.subarray(rel.lastIndexOf(0x2f) + 1);
+    if (e.type === "dir") {
+      const d = dirNode(readOnlyDirMode(e.mode));
+      dirs.set(pathKey(rel), d);
+      parent.entries.push({ name, node: d });
+    } else if (e.type === "file") {
+      const f: ErofsFile = {
+        kind: "file",
+        mode: objectMode(e.object),
+        ...ids,
+        mtimeSec: isGitIndex(rel) ? GIT_INDEX_MTIME_SEC : NORMALIZED_MTIME_SEC,
+        size: e.size,
+        redirect: objectRedirect(e.object),
+      };
+      files.set(pathKey(rel), f);
+      parent.entries.push({ name, node: f });
+    } else if (e.type === "symlink") {
+      const node = { kind: "symlink" as const, mode: 0o777, ...ids, mtimeSec: NORMALIZED_MTIME_SEC };
+      parent.entries.push({ name, node: { ...node, target: decodeName(e.target) } });
+    } else parent.entries.push({ name, node: files.get(pathKey(decodeName(e.target)))! });
+  }
+  return top;
+}
