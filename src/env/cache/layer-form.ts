@@ -56,7 +56,10 @@ async function probe(store: Store): Promise<FormChoice> {
       return { form: "image", reason: "layers mounted from metadata images over the store (EROFS + overlayfs)" };
     return { form: "tree", reason: "layers materialized by hard links: a probe image read back wrong" };
   } catch (e) {
-    return { form: "tree", reason: `layers materialized by hard links: layer images cannot be mounted here (${errMessage(e)})` };
+    return {
+      form: "tree",
+      reason: `layers materialized by hard links: layer images cannot be mounted here (${errMessage(e)})`,
+    };
   } finally {
     await removeTree(dir).catch(() => undefined);
   }

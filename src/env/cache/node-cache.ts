@@ -375,7 +375,12 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
 
   private async materializeTree(key: LayerKey, tmp: string): Promise<MaterializeEvent> {
     const r = await materializeLayer(this.store, key, tmp, { ...this.opts.materialize, throttle: this.budget.consume });
-    const meta: LayerMeta = { key, logicalBytes: r.logicalBytes, trees: Object.keys(r.trees), materializedAtMs: Date.now() };
+    const meta: LayerMeta = {
+      key,
+      logicalBytes: r.logicalBytes,
+      trees: Object.keys(r.trees),
+      materializedAtMs: Date.now(),
+    };
     await placeOrDrop(tmp, async () => {
       await writeFileAtomic(this.metaPath(key, "tree"), `${JSON.stringify(meta)}\n`, this.d.tmp);
       const damaged = await this.moveToTrash(this.layerPath(key)); // a layer dir without meta: replace it

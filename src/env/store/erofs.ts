@@ -177,8 +177,8 @@ function dirBlocks(d: ErofsDir): DirBlock[] {
   const blocks: DirBlock[] = [{ entries: [], used: 0 }];
   for (const e of all) {
     const need = DIRENT_SIZE + e.name.length;
-    let b = blocks[blocks.length - 1]!;
-    if (b.used + need > BLOCK) blocks.push((b = { entries: [], used: 0 }));
+    if (blocks[blocks.length - 1]!.used + need > BLOCK) blocks.push({ entries: [], used: 0 });
+    const b = blocks[blocks.length - 1]!;
     b.entries.push(e);
     b.used += need;
   }
