@@ -2,6 +2,7 @@
 import { formatBytes } from "../../src/util/size.js";
 import type { Dist } from "../../src/util/stats.js";
 import { ROLLOUT_RATIO_MEANINGS, rolloutLines, rolloutRatios, rolloutTargets } from "./report-rollout.js";
+import { COLD_RATIO_MEANINGS, coldLines, coldRatios, coldTargets } from "./report-cold.js";
 import { cliLines, SPEED_RATIO_MEANINGS, speedRatios, speedTargets } from "./report-speed.js";
 import { ratio } from "./stats.js";
 import type { DashboardBenchResult } from "./dashboard.js";
@@ -55,6 +56,7 @@ export function computeRatios(
       : null;
   if (stepsRatio === null)
     reasons["eval_steps_vs_podman"] = !e.podman.available ? e.podman.reason : "minisandbox evaluation not measured";
+  const others = { ...rolloutRatios(r, reasons), ...speedRatios(r, reasons), ...coldRatios(r, reasons) };
   return {
     ratios: {
       warm_vs_extract: readyRatio("warm_vs_extract", "extract_per_task", "minisandbox_warm", "echo"),
@@ -72,8 +74,7 @@ export function computeRatios(
       warm_import_vs_podman_import: readyRatio("warm_import_vs_podman_import", "podman", "minisandbox_warm", "import"),
       eval_vs_podman: evalRatio,
       eval_steps_vs_podman: stepsRatio,
-      ...rolloutRatios(r, reasons),
-      ...speedRatios(r, reasons),
+      ...others,
     },
     ratio_reasons: reasons,
   };
@@ -97,6 +98,7 @@ export function computeTargets(r: Omit<BenchResults, "targets">): Target[] {
   t.push(...rolloutTargets(r));
   fleetTargets(r.fleet, at);
   t.push(...speedTargets(r));
+  t.push(...coldTargets(r));
   return t;
 }
 
@@ -225,6 +227,7 @@ export function renderMarkdown(r: BenchResults): string {
     "",
     ...dashboardLines(r.dashboard),
     ...cliLines(r),
+    ...coldLines(r),
   ];
   if (r.notes.length) L.push("", "## Notes", "", ...r.notes.map((n) => `- ${n}`));
   return `${L.join("\n")}\n`;
@@ -533,6 +536,7 @@ const RATIO_MEANINGS: Record<keyof BenchResults["ratios"], string> = {
   eval_steps_vs_podman: "evaluation throughput, the very same script: Sandbox API ÷ podman run -i",
   ...ROLLOUT_RATIO_MEANINGS,
   ...SPEED_RATIO_MEANINGS,
+  ...COLD_RATIO_MEANINGS,
 };
 
 /** Which environment: the fixture with its history size, or the dataset. */

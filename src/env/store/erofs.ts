@@ -54,13 +54,17 @@ interface Placed {
   nid: number;
   parent: ErofsDir;
   nlink: number;
-  xattrs: Buffer;
-  /** Directory blocks or symlink target. */
-  data?: Buffer;
+  /** Inline xattrs (a metacopy file's two), in bytes. */
+  xattrLen: number;
+  /** Directories: their blocks of entries. */
+  blocks?: DirBlock[];
+  /** Directory or symlink data size. */
+  dataLen: number;
   layout: number;
   /** Bytes after the inode and its xattrs: the inline tail, or the chunk map. */
-  inline: Buffer;
+  inlineLen: number;
   fullBlocks: number;
+  /** First full block, or, for a chunk-based file, its chunk format. */
   blockAddr: number;
 }
 
@@ -73,7 +77,7 @@ export function erofsImage(root: ErofsDir): Buffer {
   // Metadata area: inodes in order, none crossing a block boundary.
   let cursor = SUPER_OFFSET + 128;
   for (const p of placed) {
-    const len = INODE_SIZE + p.xattrs.length + p.inline.length;
+    const len = INODE_SIZE + p.xattrLen + p.inlineLen;
     if ((cursor % BLOCK) + len > BLOCK) cursor = roundUp(cursor, BLOCK);
     p.nid = cursor / SLOT;
     cursor = roundUp(cursor + len, SLOT);
@@ -110,9 +114,10 @@ function collect(root: ErofsDir): Placed[] {
       nid: 0,
       parent,
       nlink: 1,
-      xattrs: Buffer.alloc(0),
+      xattrLen: 0,
+      dataLen: 0,
       layout: Layout.flatPlain,
-      inline: Buffer.alloc(0),
+      inlineLen: 0,
       fullBlocks: 0,
       blockAddr: 0,
     };
@@ -135,32 +140,24 @@ function prepareData(p: Placed): void {
   if (n.kind === "file") {
     if (n.size === 0) return;
     if (n.redirect === undefined) throw new Error("a file with data needs a redirect (data is never stored)");
-    p.xattrs = xattrBody([
-      ["overlay.metacopy", Buffer.alloc(0)],
-      ["overlay.redirect", Buffer.from(n.redirect)],
-    ]);
+    p.xattrLen = XATTR_HEADER + xattrLen(METACOPY, 0) + xattrLen(REDIRECT, Buffer.byteLength(n.redirect));
     // One chunk covers the whole file; its address is "none" (a hole).
     const bits = Math.min(Math.max(BLOCK_BITS, Math.ceil(Math.log2(n.size))), BLOCK_BITS + MAX_CHUNK_FORMAT);
-    const chunks = Math.ceil(n.size / 2 ** bits);
-    p.inline = Buffer.alloc(4 * chunks, 0xff); // each address 0xffffffff: no block
+    p.inlineLen = 4 * Math.ceil(n.size / 2 ** bits);
     p.layout = Layout.chunkBased;
-    p.blockAddr = bits - BLOCK_BITS; // stored as the chunk format
+    p.blockAddr = bits - BLOCK_BITS;
     return;
   }
-  const data = n.kind === "symlink" ? n.target : dirSize(n);
-  const size = data.length;
-  const tail = size % BLOCK;
-  if (tail > 0 && INODE_SIZE + p.xattrs.length + tail <= BLOCK) {
+  if (n.kind === "dir") {
+    p.blocks = dirBlocks(n);
+    p.dataLen = (p.blocks.length - 1) * BLOCK + p.blocks[p.blocks.length - 1]!.used;
+  } else p.dataLen = n.target.length;
+  const tail = p.dataLen % BLOCK;
+  if (tail > 0 && INODE_SIZE + p.xattrLen + tail <= BLOCK) {
     p.layout = Layout.flatInline;
-    p.fullBlocks = (size - tail) / BLOCK;
-    p.inline = Buffer.alloc(tail);
-  } else p.fullBlocks = Math.ceil(size / BLOCK);
-  p.data = data;
-}
-
-/** A zeroed buffer the size of a directory's contents: blocks of dirents then names, "." and ".." included. */
-function dirSize(d: ErofsDir): Buffer {
-  return Buffer.alloc(dirBlocks(d).reduce((n, b, i, all) => n + (i < all.length - 1 ? BLOCK : b.used), 0));
+    p.fullBlocks = (p.dataLen - tail) / BLOCK;
+    p.inlineLen = tail;
+  } else p.fullBlocks = Math.ceil(p.dataLen / BLOCK);
 }
 
 interface DirBlock {
@@ -185,67 +182,74 @@ function dirBlocks(d: ErofsDir): DirBlock[] {
   return blocks;
 }
 
-function fillDir(p: Placed, nids: Map<ErofsNode, number>): Buffer {
+/**
+ * A directory's data, written where it goes: the full blocks at blockAddr, the tail (if inline) after the inode.
+ * Each block: dirents (nid, name offset, type), then the names.
+ */
+function writeDir(image: Buffer, p: Placed, nids: Map<ErofsNode, number>, inlineAt: number): void {
   const d = p.node as ErofsDir;
-  const out = Buffer.alloc(p.data!.length);
-  dirBlocks(d).forEach((b, i) => {
-    const base = i * BLOCK;
+  p.blocks!.forEach((b, i) => {
+    const base = i < p.fullBlocks ? (p.blockAddr + i) * BLOCK : inlineAt;
     let nameOff = DIRENT_SIZE * b.entries.length;
     b.entries.forEach((e, k) => {
       const node = e.node === "." ? d : e.node === ".." ? p.parent : e.node;
       const at = base + k * DIRENT_SIZE;
-      out.writeBigUInt64LE(BigInt(nids.get(node)!), at);
-      out.writeUInt16LE(nameOff, at + 8);
-      out.writeUInt8(FileType[node.kind], at + 10);
-      e.name.copy(out, base + nameOff);
+      writeU64(image, nids.get(node)!, at);
+      image.writeUInt16LE(nameOff, at + 8);
+      image.writeUInt8(FileType[node.kind], at + 10);
+      e.name.copy(image, base + nameOff);
       nameOff += e.name.length;
     });
   });
-  return out;
 }
 
 /** Inline xattrs: a 12-byte header, then entries (name without its "trusted." prefix, value), each 4-byte aligned. */
-function xattrBody(attrs: [string, Buffer][]): Buffer {
-  const parts: Buffer[] = [Buffer.alloc(12)];
-  for (const [name, value] of attrs) {
-    const n = Buffer.from(name);
-    const e = Buffer.alloc(roundUp(4 + n.length + value.length, 4));
-    e.writeUInt8(n.length, 0);
-    e.writeUInt8(XATTR_INDEX_TRUSTED, 1);
-    e.writeUInt16LE(value.length, 2);
-    n.copy(e, 4);
-    value.copy(e, 4 + n.length);
-    parts.push(e);
-  }
-  return Buffer.concat(parts);
+const XATTR_HEADER = 12;
+const METACOPY = "overlay.metacopy";
+const REDIRECT = "overlay.redirect";
+const xattrLen = (name: string, valueLen: number): number => roundUp(4 + name.length + valueLen, 4);
+
+function writeXattr(image: Buffer, at: number, name: string, value: string): number {
+  const valueLen = Buffer.byteLength(value);
+  image.writeUInt8(name.length, at);
+  image.writeUInt8(XATTR_INDEX_TRUSTED, at + 1);
+  image.writeUInt16LE(valueLen, at + 2);
+  image.write(name, at + 4, "latin1");
+  image.write(value, at + 4 + name.length);
+  return at + xattrLen(name, valueLen);
+}
+
+/** Little-endian 64-bit, from a safe integer. */
+function writeU64(image: Buffer, n: number, at: number): void {
+  image.writeUInt32LE(n % 2 ** 32, at);
+  image.writeUInt32LE(Math.floor(n / 2 ** 32), at + 4);
 }
 
 function writeInode(image: Buffer, p: Placed, nids: Map<ErofsNode, number>): void {
   const n = p.node;
   const at = p.nid * SLOT;
-  const size = n.kind === "file" ? n.size : p.data!.length;
   image.writeUInt16LE(1 | (p.layout << 1), at); // extended inode
-  image.writeUInt16LE(p.xattrs.length ? (p.xattrs.length - 12) / 4 + 1 : 0, at + 2);
+  image.writeUInt16LE(p.xattrLen ? (p.xattrLen - XATTR_HEADER) / 4 + 1 : 0, at + 2);
   image.writeUInt16LE(TypeBits[n.kind] | (n.mode & 0o7777), at + 4);
-  image.writeBigUInt64LE(BigInt(size), at + 8);
+  writeU64(image, n.kind === "file" ? n.size : p.dataLen, at + 8);
   if (p.layout === Layout.chunkBased) image.writeUInt16LE(p.blockAddr, at + 16);
   else image.writeUInt32LE(p.blockAddr, at + 16);
   image.writeUInt32LE(p.index + 1, at + 20);
   image.writeUInt32LE(n.uid, at + 24);
   image.writeUInt32LE(n.gid, at + 28);
-  image.writeBigUInt64LE(BigInt(n.mtimeSec), at + 32);
+  writeU64(image, n.mtimeSec, at + 32);
   image.writeUInt32LE(p.nlink, at + 44);
-  p.xattrs.copy(image, at + INODE_SIZE);
-  const after = at + INODE_SIZE + p.xattrs.length;
-  if (p.layout === Layout.chunkBased) {
-    p.inline.copy(image, after);
-    return;
+  const after = at + INODE_SIZE + p.xattrLen;
+  if (n.kind === "file") {
+    if (p.layout !== Layout.chunkBased) return;
+    writeXattr(image, writeXattr(image, at + INODE_SIZE + XATTR_HEADER, METACOPY, ""), REDIRECT, n.redirect!);
+    image.fill(0xff, after, after + p.inlineLen); // each chunk's address 0xffffffff: no block (a hole)
+  } else if (n.kind === "dir") writeDir(image, p, nids, after);
+  else {
+    const inBlocks = p.fullBlocks * BLOCK;
+    n.target.copy(image, p.blockAddr * BLOCK, 0, Math.min(inBlocks, n.target.length));
+    if (p.layout === Layout.flatInline) n.target.copy(image, after, inBlocks);
   }
-  if (!p.data) return;
-  const data = n.kind === "dir" ? fillDir(p, nids) : p.data;
-  const inBlocks = p.fullBlocks * BLOCK;
-  data.copy(image, p.blockAddr * BLOCK, 0, Math.min(inBlocks, data.length));
-  if (p.layout === Layout.flatInline) data.copy(image, after, inBlocks);
 }
 
 function writeSuper(image: Buffer, placed: Placed[], blocks: number): void {
@@ -254,7 +258,7 @@ function writeSuper(image: Buffer, placed: Placed[], blocks: number): void {
   image.writeUInt32LE(MAGIC, s);
   image.writeUInt8(BLOCK_BITS, s + 12);
   image.writeUInt16LE(placed[0]!.nid, s + 14);
-  image.writeBigUInt64LE(BigInt(placed.length), s + 16);
+  writeU64(image, placed.length, s + 16);
   image.writeUInt32LE(blocks, s + 36);
   image.writeUInt32LE(chunked ? FEATURE_INCOMPAT_CHUNKED_FILE : 0, s + 80);
 }

@@ -43,39 +43,43 @@ export async function writeLayerImage(store: Store, key: LayerKey, dest: string)
   };
 }
 
-/** The image's bytes: a root directory (0555) holding one directory per tree, owned like materialized ones. */
+/**
+ * The image's bytes: a root directory (0555) holding one directory per tree. Everything is owned by this process's
+ * user, as materialized dirs and symlinks are (and its files, links to objects this user's store wrote).
+ */
 export function layerImage(manifest: LayerManifest): Buffer {
-  const root = dirNode(0o555);
+  const ids = { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
+  const root = dirNode(0o555, ids);
   for (const [name, tree] of Object.entries(manifest.trees))
-    root.entries.push({ name: Buffer.from(name), node: treeNode(tree) });
+    root.entries.push({ name: Buffer.from(name), node: treeNode(tree, ids) });
   return erofsImage(root);
 }
 
-const owner = (): { uid: number; gid: number } => ({ uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 });
+type Ids = { uid: number; gid: number };
 
-function dirNode(mode: number): ErofsDir {
-  return { kind: "dir", mode, ...owner(), mtimeSec: NORMALIZED_MTIME_SEC, entries: [] };
+function dirNode(mode: number, ids: Ids): ErofsDir {
+  return { kind: "dir", mode, uid: ids.uid, gid: ids.gid, mtimeSec: NORMALIZED_MTIME_SEC, entries: [] };
 }
 
 /** One tree, as materializeTree would place it (files with their object's mode; a git index one second newer). */
-function treeNode(tree: TreeManifest): ErofsDir {
-  const top = dirNode(readOnlyDirMode(tree.mode));
+function treeNode(tree: TreeManifest, ids: Ids): ErofsDir {
+  const top = dirNode(readOnlyDirMode(tree.mode), ids);
   const dirs = new Map<string, ErofsDir>([["", top]]);
   const files = new Map<string, ErofsFile>();
-  const ids = owner();
   for (const e of tree.entries) {
     const rel = decodeName(e.path);
     const parent = dirs.get(pathKey(parentOf(rel)))!;
     const name = rel.subarray(rel.lastIndexOf(0x2f) + 1);
     if (e.type === "dir") {
-      const d = dirNode(readOnlyDirMode(e.mode));
+      const d = dirNode(readOnlyDirMode(e.mode), ids);
       dirs.set(pathKey(rel), d);
       parent.entries.push({ name, node: d });
     } else if (e.type === "file") {
       const f: ErofsFile = {
         kind: "file",
         mode: objectMode(e.object),
-        ...ids,
+        uid: ids.uid,
+        gid: ids.gid,
         mtimeSec: isGitIndex(rel) ? GIT_INDEX_MTIME_SEC : NORMALIZED_MTIME_SEC,
         size: e.size,
         redirect: objectRedirect(e.object),
@@ -83,8 +87,9 @@ function treeNode(tree: TreeManifest): ErofsDir {
       files.set(pathKey(rel), f);
       parent.entries.push({ name, node: f });
     } else if (e.type === "symlink") {
-      const node = { kind: "symlink" as const, mode: 0o777, ...ids, mtimeSec: NORMALIZED_MTIME_SEC };
-      parent.entries.push({ name, node: { ...node, target: decodeName(e.target) } });
+      const target = decodeName(e.target);
+      const node = { kind: "symlink" as const, mode: 0o777, ...ids, mtimeSec: NORMALIZED_MTIME_SEC, target };
+      parent.entries.push({ name, node });
     } else parent.entries.push({ name, node: files.get(pathKey(decodeName(e.target)))! });
   }
   return top;
