@@ -170,6 +170,7 @@ test("writes through a mounted image behave as over hard links, stay in the sand
   const outputs: string[] = [];
   for (const lease of [tree, image]) {
     await using sb = await Sandbox.create({ home: dir, overlays: overlays(lease.trees) });
+    assert.equal(sb.security().layerImages, lease === image);
     const r = await sb.exec(WRITES, { cwd: "/testbed" });
     assert.equal(r.exitCode, 0, r.stderr);
     outputs.push(r.stdout);

@@ -63,8 +63,8 @@ function minisandboxVariant(env: BenchEnvironment, cold: boolean): Variant {
     name: cold ? "minisandbox_cold" : "minisandbox_warm",
     label: cold ? "minisandbox cold" : "minisandbox warm",
     method: cold
-      ? "layer evicted from the node cache first; Sandbox.create({instance}) materializes it (hard links from the " +
-        "store), then exec"
+      ? "layer evicted from the node cache first; Sandbox.create({instance}) brings it back in the cache's form " +
+        "(its metadata image where the host mounts one, else hard links from the store), then exec"
       : "layer in the node cache; Sandbox.create({instance}) + exec (bwrap + overlayfs, clean environment)",
     before: cold
       ? () => evictLayer(env.home, env.primaryKey)

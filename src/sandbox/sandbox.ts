@@ -128,6 +128,11 @@ export interface SandboxSecurity {
   seccomp: boolean;
   noNewPrivileges: boolean;
   limits: Enforcement;
+  /**
+   * Trees shown from a layer's metadata image (read-only, nosuid, nodev, over the store's objects; mounted in this
+   * sandbox's namespace only) rather than from a directory: the node cache's form, said by `minisandbox doctor`.
+   */
+  layerImages: boolean;
 }
 
 export interface SessionCreateOptions {
@@ -582,6 +587,7 @@ export class Sandbox implements AsyncDisposable {
       seccomp: this.opts.seccomp ?? true,
       noNewPrivileges: true,
       limits: enforcement(),
+      layerImages: this.inputs.overlays.some((o) => o.lower.some((l) => parseImageLower(l) !== undefined)),
     };
   }
 
