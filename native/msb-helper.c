@@ -23,7 +23,8 @@
  *                                                  own devpts, which the parent relays)
  *   msb-helper enter --args-fd N --cgroup DIR...   the same, started ahead of its command: once in its cgroups, the
  *                                                  rest (--pid, options, `-- CMD ARGS...`) is read from fd N
- *                                                  (NUL-separated, until EOF; nothing at all: exit 0, nothing run)
+ *                                                  (its length, then NUL-separated, until EOF; "drop": exit 0,
+ *                                                  nothing run; nothing or a message cut short: an error)
  *                                                  (`restore ...` instead: the restore below, charged there)
  *   msb-helper restore [options]                   a live sandbox given another's writable state, in place: its
  *                                                  processes killed, a fresh tmpfs filled with a copy, its mount
@@ -1204,8 +1205,13 @@ static void parse_enter(int argc, char **argv, struct enter_opts *o, int late) {
   if (i < argc - 1) o->cmd = argv + i + 1;
 }
 
-/* The rest of an `enter --args-fd` command line: NUL-separated tokens until EOF (NULL when there are none). */
+/*
+ * The rest of an `enter --args-fd` command line, read until EOF: "LEN\0" then LEN bytes of NUL-terminated tokens, or
+ * "drop\0" when the helper is not needed after all (NULL). Anything else — nothing at all (the caller went away), a
+ * message cut short or too long — is an error, never "not needed": the caller may believe it handed a command over.
+ */
 #define MAX_LATE_ARGS (4 << 20)
+static const char DROP_MESSAGE[] = "drop"; /* sent with its NUL */
 static char **read_late_args(int fd, int *count) {
   size_t cap = 1 << 14, len = 0;
   char *buf = malloc(cap + 1);
@@ -1223,13 +1229,21 @@ static char **read_late_args(int fd, int *count) {
     }
   }
   close(fd);
-  if (len == 0) return NULL;
-  if (buf[len - 1] != '\0') buf[len++] = '\0'; /* the last token may omit its terminator */
+  if (len == 0) die(1, "no command came: its caller closed the pipe without a word");
+  if (len == sizeof DROP_MESSAGE && !memcmp(buf, DROP_MESSAGE, sizeof DROP_MESSAGE)) return NULL;
+  char *head_end = memchr(buf, '\0', len);
+  char *end;
+  errno = 0;
+  unsigned long want = head_end ? strtoul(buf, &end, 10) : 0;
+  size_t head = head_end ? (size_t)(head_end - buf) + 1 : 0;
+  if (!head_end || end != head_end || errno || want == 0 || head + want != len || buf[len - 1] != '\0')
+    die(1, "the command's arguments came cut short or malformed (%zu bytes)", len);
+  char *args_buf = buf + head;
   int n = 0;
-  for (size_t k = 0; k < len; k++) n += buf[k] == '\0';
+  for (size_t k = 0; k < want; k++) n += args_buf[k] == '\0';
   char **args = calloc((size_t)n + 1, sizeof *args);
   if (!args) die(1, "out of memory");
-  for (size_t k = 0, t = 0; k < len; k += strlen(buf + k) + 1) args[t++] = buf + k;
+  for (size_t k = 0, t = 0; k < want; k += strlen(args_buf + k) + 1) args[t++] = args_buf + k;
   *count = n;
   return args;
 }
@@ -1282,7 +1296,7 @@ static int cmd_enter(int argc, char **argv) {
     }
     int n = 0;
     char **late = read_late_args(args_fd, &n);
-    if (!late) return 0; /* not needed after all */
+    if (!late) return 0; /* told it is not needed: nothing ran, and nobody reads this status */
     /* Waiting in the sandbox's cgroups, the helper may be asked to restore it instead (its copies charged there). */
     if (!strcmp(late[0], "restore")) return cmd_restore(n - 1, late + 1);
     parse_enter(n, late, &o, 1);

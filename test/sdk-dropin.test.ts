@@ -84,7 +84,7 @@ test("the README examples compile as a consumer's code and run as written", asyn
   // What the in-process example expects next to it: a repository with tests, and the dataset of its instance.
   mkdirSync(join(dir, "repo"));
   writeFileSync(join(dir, "repo", "test_ok.py"), "def test_ok():\n    assert 1 + 1 == 2\n");
-  copyFileSync(fx.dataset, join(dir, "data.json"));
+  copyFileSync(fx.dataset, join(dir, "dataset.json"));
   const env = { PATH: process.env.PATH, MINISANDBOX_HOME: fx.home, NO_PROXY: "*" };
   const a = await run(process.execPath, [transpile(dir, "in-process.ts")], { cwd: dir, env, timeoutMs: 120_000 });
   assert.equal(a.code, 0, a.stdout + a.stderr);

@@ -298,7 +298,7 @@ test("a pack that unpacks far beyond its size is refused before anything is writ
   const size = statSync(pack).size;
   assert.ok(size < 256 * 1024, `the pack is small (${size} bytes)`);
   const r = await runCli(home, ["store", "import", pack]);
-  assert.equal(r.code, 1, r.stderr);
+  assert.equal(r.code, 2, r.stderr); // bad input
   assert.match(
     r.stderr,
     /invalid pack .*: it unpacks to more than 200 times its \d+ bytes \(stopped before writing objects\//,

@@ -69,7 +69,10 @@ export function enterArgv(spec: EnterSpec, command: readonly string[]): string[]
   return [helperPath(), "enter", ...placeArgs(spec), ...commandArgs(spec, command)];
 }
 
-/** Descriptor of a waiting helper on which its command arrives; on the next one it says it joined its cgroups. */
+/**
+ * Descriptor of a waiting helper on which its command arrives (its length, then NUL-separated; or "drop"); on the
+ * next one it says it joined its cgroups.
+ */
 const ARGS_FD = 3;
 const JOINED_FD = 4;
 
@@ -127,19 +130,30 @@ export class WaitingHelper {
     if (args.some((a) => a.includes("\0")))
       throw new InvalidInputError("a command, its environment and its directory cannot contain NUL bytes");
     this.used = true;
-    (this.child.stdio[ARGS_FD] as NodeJS.WritableStream).end(`${args.join("\0")}\0`);
+    this.send(args);
     return this.child;
+  }
+
+  /**
+   * The job on the helper's pipe, its length first: a message cut short (or none at all) is an error the helper
+   * reports, never "not needed" (which only "drop" says).
+   */
+  private send(args: readonly string[]): void {
+    const payload = Buffer.from(`${args.join("\0")}\0`);
+    const pipe = this.child.stdio[ARGS_FD] as NodeJS.WritableStream;
+    pipe.write(`${payload.length}\0`);
+    pipe.end(payload);
   }
 
   /** Hands over another job of the helper's (`restore ...`): run as host root, in the cgroups it joined. */
   runHelper(args: readonly string[]): ChildProcess {
     if (this.used) throw new Error("a waiting helper runs one command");
     this.used = true;
-    (this.child.stdio[ARGS_FD] as NodeJS.WritableStream).end(`${args.join("\0")}\0`);
+    this.send(args);
     return this.child;
   }
 
-  /** Not needed after all: with no command the helper leaves without running anything. Resolves once it is gone. */
+  /** Not needed after all: told so, the helper leaves without running anything. Resolves once it is gone. */
   drop(): Promise<void> {
     const gone = new Promise<void>((resolve) => {
       if (this.child.exitCode !== null || this.child.signalCode !== null || this.failed) return resolve();
@@ -152,7 +166,7 @@ export class WaitingHelper {
     });
     if (!this.used) {
       this.used = true;
-      (this.child.stdio[ARGS_FD] as NodeJS.WritableStream).end();
+      (this.child.stdio[ARGS_FD] as NodeJS.WritableStream).end("drop\0");
       this.child.stdout!.resume();
       this.child.stderr!.resume();
     }

@@ -1,4 +1,5 @@
 import type { ChildProcess } from "node:child_process";
+import type { Socket } from "node:net";
 import { CappedBuffer } from "./output.js";
 
 /** Which limit ended a command, when one did. */
@@ -42,6 +43,8 @@ export interface ExecOptions {
 
 export const DEFAULT_OUTPUT_LIMIT = 16 * 1024 * 1024;
 const DRAIN_GRACE_MS = 250;
+/** Turns of the event loop a pipe is still read after the grace while data keeps coming (see stopWhenQuiet). */
+const MAX_DRAIN_TURNS = 64;
 
 export interface SpawnedCommand {
   /** The command's process, its stdio piped. */
@@ -75,16 +78,41 @@ function capture(child: ChildProcess, opts: ExecOptions): Capture {
 }
 
 /**
+ * Reading stops once a turn of the event loop brought nothing more on `stream`. Each check runs after the loop polled
+ * for I/O (setImmediate), so output already in the pipe is always read first, however late the loop runs: a grace
+ * measured in time alone expires before a loaded loop ever polls, and would throw away what the command wrote.
+ */
+function stopWhenQuiet(stream: NodeJS.ReadableStream & { destroy(): void }, done: () => void): void {
+  let seen = -1;
+  let turns = 0;
+  const check = (): void => {
+    const now = (stream as Socket).bytesRead;
+    // A background job still writing gets a bounded number of turns: it is not the command, and never ends.
+    if ((stream as Socket).readableEnded || (now === seen && turns > 0) || turns >= MAX_DRAIN_TURNS) {
+      stream.destroy();
+      done();
+      return;
+    }
+    seen = now;
+    turns++;
+    setImmediate(check);
+  };
+  setImmediate(check);
+}
+
+/**
  * "close" once the command itself exited and its pipes drained. A background child may keep stdout open forever:
- * after the exit the pipes get a short grace, then reading stops (the child lives on, as after `docker exec`).
+ * after the exit the pipes get a short grace, then what is in them is read and reading stops (the child lives on,
+ * as after `docker exec`).
  */
 function onDone(child: ChildProcess, done: (code: number | null, signal: NodeJS.Signals | null) => void): void {
   let drain: NodeJS.Timeout | undefined;
   child.on("exit", (code, signal) => {
     drain = setTimeout(() => {
-      child.stdout!.destroy();
-      child.stderr!.destroy();
-      child.emit("close", code, signal);
+      let left = 2;
+      const stopped = (): void => void (--left === 0 && child.emit("close", code, signal));
+      stopWhenQuiet(child.stdout!, stopped);
+      stopWhenQuiet(child.stderr!, stopped);
     }, DRAIN_GRACE_MS);
   });
   let settled = false;

@@ -381,6 +381,7 @@ check(
     and any(e.get("event") == "progress" for e in events),
     seconds=round(time.monotonic() - t, 1),
     rc=cli.returncode,
+    errors=result.get("errors"),
     stderr=cli.stderr[-1500:],
 )
 

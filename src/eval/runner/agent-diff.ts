@@ -66,6 +66,10 @@ export async function pristineListing(fresh: Sandbox, timeoutMs = 300_000): Prom
         (r.timedOut ? "timed out" : r.stderr.trim() || `exit ${r.exitCode}`),
     );
   }
+  // A testbed is a git work tree with files: an empty listing is our step that failed, never a base to diff against
+  // (every file of the agent's tree would be "new"). Measured in a fresh sandbox: nothing of the policy's is there.
+  if (r.stdoutBytes.length === 0)
+    throw new SandboxError(`listing the pristine ${TESTBED_PATH} came back empty (exit 0, no output): not a testbed`);
   return r.stdoutBytes;
 }
 

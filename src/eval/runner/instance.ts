@@ -357,9 +357,11 @@ class InstanceRun {
       });
     } catch (e) {
       this.timings.testsMs = performance.now() - t;
-      // The tests ran the patch's code: a sandbox its memory use killed is its doing; any other end is not.
+      // The tests ran the patch's code: a sandbox its memory use killed is its doing; any other end is not, but in
+      // the agent's own sandbox (graded in place) whatever broke it is the agent's.
       const oom = this.sandbox!.limitCounters().oomKills > 0;
-      return this.fail("Tests Errored", `${MARKERS.testsError}: ${(e as Error).message}`, oom ? "eval_oom" : undefined);
+      const cause = oom ? "eval_oom" : input.inPlace ? "testbed_broken" : undefined;
+      return this.fail("Tests Errored", `${MARKERS.testsError}: ${(e as Error).message}`, cause);
     }
     this.timings.testsMs = performance.now() - t;
     this.log.info(`Test runtime: ${fmtSeconds(this.timings.testsMs)} seconds`);
