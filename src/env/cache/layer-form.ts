@@ -12,6 +12,7 @@ import { imageLower } from "../../sandbox/plan.js";
 import { erofsImage } from "../store/erofs.js";
 import { NORMALIZED_MTIME_SEC, removeTree, scratchName } from "../store/fsutil.js";
 import type { Store } from "../store/layout.js";
+import { lockFile } from "../store/lock.js";
 
 export type LayerForm = "tree" | "image";
 
@@ -40,6 +41,8 @@ async function probe(store: Store): Promise<FormChoice> {
     return { form: "tree", reason: "layers materialized by hard links: mounting layer images needs root" };
   // The probe's object lives beside the store's objects (same filesystem: it must support id-mapped mounts too).
   const dir = join(store.tmpDir, scratchName("image-probe-"));
+  // Held shared like an ingest's: gc (exclusive) never clears tmp/ under the probe.
+  const lock = await lockFile(store.lockPath, { shared: true });
   try {
     await fsp.mkdir(join(dir, "objects", "ab"), { recursive: true });
     await fsp.writeFile(join(dir, "objects", "ab", "cd"), PROBE_TEXT);
@@ -62,6 +65,7 @@ async function probe(store: Store): Promise<FormChoice> {
     };
   } finally {
     await removeTree(dir).catch(() => undefined);
+    await lock.release();
   }
 }
 
