@@ -9,7 +9,9 @@ import * as fs from "node:fs";
 import * as os from "node:os";
 import { join } from "node:path";
 import { chooseLayerForm, NodeCache } from "../src/env/cache/index.js";
-import { ingestLayer, openStore, removeTree, verifyStore } from "../src/env/store/index.js";
+import { InvalidInputError } from "../src/errors.js";
+import { ingestLayer, openStore, removeTree, verifyStore, type LayerManifest } from "../src/env/store/index.js";
+import { layerImage } from "../src/env/store/layer-image.js";
 import { Sandbox } from "../src/index.js";
 import { launchMode } from "../src/sandbox/host.js";
 import { parseImageLower } from "../src/sandbox/plan.js";
@@ -192,6 +194,26 @@ test("writes through a mounted image behave as over hard links, stay in the sand
   await using fresh = await Sandbox.create({ home: dir, overlays: overlays(image.trees) });
   const r = await fresh.exec("cat README; ls pkg/deep/er | wc -l; cat /opt/venv/bin/tool-again", { cwd: "/testbed" });
   assert.equal(r.stdout, "hello\n700\n#!/bin/sh\necho tool\n");
+});
+
+test("a manifest whose names no filesystem holds gets no image: one line saying which entry", () => {
+  const manifest = (path: string, target?: string): LayerManifest => ({
+    format: 1,
+    key: "bad",
+    mtime: { policy: "fixed", epochSec: 946684800 },
+    trees: {
+      testbed: {
+        mode: 0o755,
+        entries: [target ? { path, type: "symlink", target } : { path, type: "dir", mode: 0o755 }],
+      },
+    },
+  });
+  assert.throws(
+    () => layerImage(manifest("n".repeat(256))),
+    (e: Error) => e instanceof InvalidInputError && /longer than 255/.test(e.message),
+  );
+  assert.throws(() => layerImage(manifest("l", "t".repeat(4096))), /symlink target of 4096 bytes/);
+  assert.ok(layerImage(manifest("n".repeat(255))).length > 0);
 });
 
 test("the layer form is chosen by trying the real mount; a non-root host materializes", async (t) => {

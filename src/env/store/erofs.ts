@@ -41,6 +41,9 @@ const MAGIC = 0xe0f5e1e2;
 const INODE_SIZE = 64;
 const SLOT = 32; // nid = byte offset in the metadata area / 32
 const DIRENT_SIZE = 12;
+/** What Linux (and so materialization) allows: a name of 255 bytes, a symlink target shorter than a page. */
+export const MAX_NAME = 255;
+export const MAX_SYMLINK = 4095;
 const FEATURE_INCOMPAT_CHUNKED_FILE = 0x4;
 const XATTR_INDEX_TRUSTED = 4;
 const MAX_CHUNK_FORMAT = 31; // chunk size up to 2^(12+31) bytes
@@ -174,6 +177,7 @@ function dirBlocks(d: ErofsDir): DirBlock[] {
   const blocks: DirBlock[] = [{ entries: [], used: 0 }];
   for (const e of all) {
     const need = DIRENT_SIZE + e.name.length;
+    if (e.name.length === 0 || e.name.length > MAX_NAME) throw new Error(`a name of ${e.name.length} bytes`);
     if (blocks[blocks.length - 1]!.used + need > BLOCK) blocks.push({ entries: [], used: 0 });
     const b = blocks[blocks.length - 1]!;
     b.entries.push(e);

@@ -7,12 +7,13 @@
 import * as fsp from "node:fs/promises";
 import { performance } from "node:perf_hooks";
 import type { LayerKey } from "../types.js";
-import { type ErofsDir, type ErofsFile, erofsImage } from "./erofs.js";
+import { InvalidInputError } from "../../errors.js";
+import { type ErofsDir, type ErofsFile, erofsImage, MAX_NAME, MAX_SYMLINK } from "./erofs.js";
 import { NORMALIZED_MTIME_SEC } from "./fsutil.js";
 import { objectMode, type ObjectId, type Store } from "./layout.js";
 import { readManifest, type LayerManifest, type TreeManifest } from "./manifest.js";
 import { GIT_INDEX_MTIME_SEC, isGitIndex, readOnlyDirMode } from "./materialize.js";
-import { decodeName, parentOf, pathKey } from "./names.js";
+import { decodeName, displayName, parentOf, pathKey } from "./names.js";
 
 export interface LayerImageResult {
   path: string;
@@ -43,6 +44,17 @@ export async function writeLayerImage(store: Store, key: LayerKey, dest: string)
   };
 }
 
+/** What a materialized tree could not hold either: refused before anything is written. */
+function checkEntry(key: LayerKey, rel: Buffer, name: Buffer, target?: Buffer): void {
+  const why =
+    name.length > MAX_NAME
+      ? `a name longer than ${MAX_NAME} bytes`
+      : target && (target.length === 0 || target.length > MAX_SYMLINK)
+        ? `a symlink target of ${target.length} bytes`
+        : undefined;
+  if (why) throw new InvalidInputError(`layer ${key}: ${JSON.stringify(displayName(rel))} has ${why}`);
+}
+
 /**
  * The image's bytes: a root directory (0555) holding one directory per tree. Everything is owned by this process's
  * user, as materialized dirs and symlinks are (and its files, links to objects this user's store wrote).
@@ -51,7 +63,7 @@ export function layerImage(manifest: LayerManifest): Buffer {
   const ids = { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
   const root = dirNode(0o555, ids);
   for (const [name, tree] of Object.entries(manifest.trees))
-    root.entries.push({ name: Buffer.from(name), node: treeNode(tree, ids) });
+    root.entries.push({ name: Buffer.from(name), node: treeNode(manifest.key, tree, ids) });
   return erofsImage(root);
 }
 
@@ -62,7 +74,7 @@ function dirNode(mode: number, ids: Ids): ErofsDir {
 }
 
 /** One tree, as materializeTree would place it (files with their object's mode; a git index one second newer). */
-function treeNode(tree: TreeManifest, ids: Ids): ErofsDir {
+function treeNode(key: LayerKey, tree: TreeManifest, ids: Ids): ErofsDir {
   const top = dirNode(readOnlyDirMode(tree.mode), ids);
   const dirs = new Map<string, ErofsDir>([["", top]]);
   const files = new Map<string, ErofsFile>();
@@ -70,6 +82,8 @@ function treeNode(tree: TreeManifest, ids: Ids): ErofsDir {
     const rel = decodeName(e.path);
     const parent = dirs.get(pathKey(parentOf(rel)))!;
     const name = rel.subarray(rel.lastIndexOf(0x2f) + 1);
+    const target = e.type === "symlink" ? decodeName(e.target) : undefined;
+    checkEntry(key, rel, name, target);
     if (e.type === "dir") {
       const d = dirNode(readOnlyDirMode(e.mode), ids);
       dirs.set(pathKey(rel), d);
@@ -86,8 +100,7 @@ function treeNode(tree: TreeManifest, ids: Ids): ErofsDir {
       };
       files.set(pathKey(rel), f);
       parent.entries.push({ name, node: f });
-    } else if (e.type === "symlink") {
-      const target = decodeName(e.target);
+    } else if (target) {
       const node = { kind: "symlink" as const, mode: 0o777, ...ids, mtimeSec: NORMALIZED_MTIME_SEC, target };
       parent.entries.push({ name, node });
     } else parent.entries.push({ name, node: files.get(pathKey(decodeName(e.target)))! });
