@@ -48,10 +48,10 @@ async function probe(store: Store): Promise<FormChoice> {
     await fsp.writeFile(join(dir, "objects", "ab", "cd"), PROBE_TEXT);
     const attrs = { mode: 0o555, uid: 0, gid: 0, mtimeSec: NORMALIZED_MTIME_SEC };
     const file = { kind: "file" as const, ...attrs, mode: 0o444, size: PROBE_TEXT.length, redirect: "/ab/cd" };
-    const tree = { kind: "dir" as const, ...attrs, entries: [{ name: Buffer.from("f"), node: file }] };
+    const tree = { kind: "dir" as const, ...attrs, entries: [{ name: "f", node: file }] };
     await fsp.writeFile(
       join(dir, "probe.erofs"),
-      erofsImage({ kind: "dir", ...attrs, entries: [{ name: Buffer.from("t"), node: tree }] }),
+      erofsImage({ kind: "dir", ...attrs, entries: [{ name: "t", node: tree }] }),
     );
     const lower = imageLower({ image: join(dir, "probe.erofs"), objects: join(dir, "objects"), tree: "t" });
     const out = await helperOutput(["check-image", lower, "f", String(idPool().base)]);

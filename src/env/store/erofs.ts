@@ -21,7 +21,8 @@ interface NodeAttrs {
 }
 export interface ErofsDir extends NodeAttrs {
   kind: "dir";
-  entries: { name: Buffer; node: ErofsNode }[];
+  /** Names as byte strings (each character one byte, latin1): sorting them sorts the bytes. */
+  entries: { name: string; node: ErofsNode }[];
 }
 export interface ErofsFile extends NodeAttrs {
   kind: "file";
@@ -98,6 +99,8 @@ export function erofsImage(root: ErofsDir): Buffer {
   return image;
 }
 
+const byName = (a: { name: string }, b: { name: string }): number => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+
 /** Every inode once, parents before children; each directory's entries sorted by name (the kernel bisects them). */
 function collect(root: ErofsDir): Placed[] {
   const seen = new Map<ErofsNode, Placed>();
@@ -127,7 +130,7 @@ function collect(root: ErofsDir): Placed[] {
     seen.set(node, p);
     out.push(p);
     if (node.kind !== "dir") continue;
-    node.entries.sort((a, b) => Buffer.compare(a.name, b.name));
+    node.entries.sort(byName);
     p.nlink = 2;
     for (const e of node.entries) {
       if (e.node.kind === "dir") p.nlink++;
@@ -164,16 +167,16 @@ function prepareData(p: Placed): void {
 }
 
 interface DirBlock {
-  entries: { name: Buffer; node: ErofsNode | "." | ".." }[];
+  entries: { name: string; node: ErofsNode | "." | ".." }[];
   used: number;
 }
 
 function dirBlocks(d: ErofsDir): DirBlock[] {
   const all: DirBlock["entries"] = [
-    { name: Buffer.from("."), node: "." as const },
-    { name: Buffer.from(".."), node: ".." as const },
+    { name: ".", node: "." as const },
+    { name: "..", node: ".." as const },
     ...d.entries,
-  ].sort((a, b) => Buffer.compare(a.name, b.name));
+  ].sort(byName);
   const blocks: DirBlock[] = [{ entries: [], used: 0 }];
   for (const e of all) {
     const need = DIRENT_SIZE + e.name.length;
@@ -201,7 +204,7 @@ function writeDir(image: Buffer, p: Placed, nids: Map<ErofsNode, number>, inline
       writeU64(image, nids.get(node)!, at);
       image.writeUInt16LE(nameOff, at + 8);
       image.writeUInt8(FileType[node.kind], at + 10);
-      e.name.copy(image, base + nameOff);
+      image.write(e.name, base + nameOff, "latin1");
       nameOff += e.name.length;
     });
   });

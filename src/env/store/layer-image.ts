@@ -12,8 +12,8 @@ import { type ErofsDir, type ErofsFile, erofsImage, MAX_NAME, MAX_SYMLINK } from
 import { NORMALIZED_MTIME_SEC } from "./fsutil.js";
 import { objectMode, type ObjectId, type Store } from "./layout.js";
 import { readManifest, type LayerManifest, type TreeManifest } from "./manifest.js";
-import { GIT_INDEX_MTIME_SEC, isGitIndex, readOnlyDirMode } from "./materialize.js";
-import { decodeName, displayName, parentOf, pathKey } from "./names.js";
+import { GIT_INDEX_MTIME_SEC, readOnlyDirMode } from "./materialize.js";
+import { decodeName, displayName, type EncodedName, pathKey } from "./names.js";
 
 export interface LayerImageResult {
   path: string;
@@ -45,14 +45,15 @@ export async function writeLayerImage(store: Store, key: LayerKey, dest: string)
 }
 
 /** What a materialized tree could not hold either: refused before anything is written. */
-function checkEntry(key: LayerKey, rel: Buffer, name: Buffer, target?: Buffer): void {
+function checkEntry(key: LayerKey, path: string, name: string, target?: Buffer): void {
   const why =
     name.length > MAX_NAME
       ? `a name longer than ${MAX_NAME} bytes`
       : target && (target.length === 0 || target.length > MAX_SYMLINK)
         ? `a symlink target of ${target.length} bytes`
         : undefined;
-  if (why) throw new InvalidInputError(`layer ${key}: ${JSON.stringify(displayName(rel))} has ${why}`);
+  if (why)
+    throw new InvalidInputError(`layer ${key}: ${JSON.stringify(displayName(Buffer.from(path, "latin1")))} has ${why}`);
 }
 
 /**
@@ -63,7 +64,7 @@ export function layerImage(manifest: LayerManifest): Buffer {
   const ids = { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
   const root = dirNode(0o555, ids);
   for (const [name, tree] of Object.entries(manifest.trees))
-    root.entries.push({ name: Buffer.from(name), node: treeNode(manifest.key, tree, ids) });
+    root.entries.push({ name, node: treeNode(manifest.key, tree, ids) });
   return erofsImage(root);
 }
 
@@ -79,31 +80,39 @@ function treeNode(key: LayerKey, tree: TreeManifest, ids: Ids): ErofsDir {
   const dirs = new Map<string, ErofsDir>([["", top]]);
   const files = new Map<string, ErofsFile>();
   for (const e of tree.entries) {
-    const rel = decodeName(e.path);
-    const parent = dirs.get(pathKey(parentOf(rel)))!;
-    const name = rel.subarray(rel.lastIndexOf(0x2f) + 1);
+    const path = byteString(e.path);
+    const slash = path.lastIndexOf("/");
+    const parent = dirs.get(slash < 0 ? "" : path.slice(0, slash))!;
+    const name = path.slice(slash + 1);
     const target = e.type === "symlink" ? decodeName(e.target) : undefined;
-    checkEntry(key, rel, name, target);
+    checkEntry(key, path, name, target);
     if (e.type === "dir") {
       const d = dirNode(readOnlyDirMode(e.mode), ids);
-      dirs.set(pathKey(rel), d);
+      dirs.set(path, d);
       parent.entries.push({ name, node: d });
     } else if (e.type === "file") {
+      const gitIndex = path === ".git/index" || path.endsWith("/.git/index");
       const f: ErofsFile = {
         kind: "file",
         mode: objectMode(e.object),
         uid: ids.uid,
         gid: ids.gid,
-        mtimeSec: isGitIndex(rel) ? GIT_INDEX_MTIME_SEC : NORMALIZED_MTIME_SEC,
+        mtimeSec: gitIndex ? GIT_INDEX_MTIME_SEC : NORMALIZED_MTIME_SEC,
         size: e.size,
         redirect: objectRedirect(e.object),
       };
-      files.set(pathKey(rel), f);
+      files.set(path, f);
       parent.entries.push({ name, node: f });
     } else if (target) {
       const node = { kind: "symlink" as const, mode: 0o777, ...ids, mtimeSec: NORMALIZED_MTIME_SEC, target };
       parent.entries.push({ name, node });
-    } else parent.entries.push({ name, node: files.get(pathKey(decodeName(e.target)))! });
+    } else parent.entries.push({ name, node: files.get(byteString(e.target))! });
   }
   return top;
 }
+
+/** A path's bytes as a string of one character per byte (latin1): an ASCII name is its own. */
+function byteString(name: EncodedName): string {
+  return typeof name === "string" && !NON_ASCII.test(name) ? name : pathKey(decodeName(name));
+}
+const NON_ASCII = /[^\x00-\x7f]/;

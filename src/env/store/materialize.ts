@@ -163,7 +163,7 @@ async function materializeTree(ctx: Ctx, treeDir: string, tree: TreeManifest, co
  * the whole tree on the first `git status`/`git diff` in each sandbox. Index files are therefore private copies
  * one second newer than everything else (small: one per checkout).
  */
-export const isGitIndex = (rel: Buffer): boolean => {
+const isGitIndex = (rel: Buffer): boolean => {
   const path = rel.toString("latin1");
   return path === ".git/index" || path.endsWith("/.git/index");
 };
