@@ -82,7 +82,7 @@ function waitingHelperGiven(message: Buffer | null): Promise<{ code: number | nu
   return new Promise((resolve) => child.on("close", (code) => resolve({ code, stderr })));
 }
 
-test("a waiting helper leaves with 0 only when told it is not needed; no word or a cut message is an error", async () => {
+test("a waiting helper exits 0 only when told it is not needed; no word or a cut message is an error", async () => {
   assert.equal((await waitingHelperGiven(Buffer.from("drop\0"))).code, 0);
   const none = await waitingHelperGiven(null);
   assert.notEqual(none.code, 0);
@@ -113,4 +113,12 @@ test("a command's helper killed before it ran is never a success", async () => {
     if (r instanceof Error) continue;
     assert.ok(r.exitCode !== 0 || r.stdout === `ran${i}\n`, `exit ${r.exitCode} without its output`);
   }
+});
+
+test("a ~/.bashrc written inside runs in no later command (bash sources it when stdin is a socket)", async () => {
+  await using sb = await Sandbox.create({ home });
+  const planted = await sb.exec("echo 'echo PLANTED; exit 0' > ~/.bashrc && echo planted");
+  assert.equal(planted.stdout, "planted\n");
+  const r = await sb.exec("echo ran; exit 3");
+  assert.deepEqual([r.exitCode, r.stdout], [3, "ran\n"]);
 });

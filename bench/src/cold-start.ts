@@ -1,5 +1,5 @@
 /**
- * Workload 11, cold start: a layer not in the node cache, until its first sandbox answers `echo ready`, in the two
+ * Workload 12, cold start: a layer not in the node cache, until its first sandbox answers `echo ready`, in the two
  * forms the node cache can give it — its metadata image, mounted by the sandbox's launch (the default where the host
  * can), and materialized by hard links (the fallback) — in interleaved rounds, on the environment's primary layer and
  * on a generated tree of `treeFiles` files (the size of an image's root filesystem).

@@ -1,4 +1,4 @@
-/** Workload 11's ratios, targets and section: a layer's cold start, its image mounted vs materialized by hard links. */
+/** Workload 12's ratios, targets and section: a layer's cold start, its image mounted vs materialized by hard links. */
 import { ratio } from "./stats.js";
 import type { BenchResults, ColdStartLayer, Target } from "./types.js";
 
@@ -35,7 +35,7 @@ export function coldTargets(r: Partial): Target[] {
 }
 
 export function coldLines(r: BenchResults): string[] {
-  const L = ["", "## 11. Cold start (layer not in the node cache → first output), image mounted vs hard links", ""];
+  const L = ["", "## 12. Cold start (layer not in the node cache → first output), image mounted vs hard links", ""];
   const c = r.coldStart;
   if (!c.available) return [...L, `Not available — ${c.reason}`];
   L.push(

@@ -1,5 +1,6 @@
 /** Ratios, targets, and the Markdown table and SVG chart written next to the results JSON. */
 import { formatBytes } from "../../src/util/size.js";
+import { IMAGES_RATIO_MEANINGS, imagesLines, imagesRatios, imagesTargets } from "./report-images.js";
 import type { Dist } from "../../src/util/stats.js";
 import { ROLLOUT_RATIO_MEANINGS, rolloutLines, rolloutRatios, rolloutTargets } from "./report-rollout.js";
 import { COLD_RATIO_MEANINGS, coldLines, coldRatios, coldTargets } from "./report-cold.js";
@@ -41,22 +42,6 @@ export function computeRatios(
   const podmanWhy = r.storage.podman.available ? "podman storage not measured" : r.storage.podman.reason;
   if (storagePodman === null) reasons["storage_vs_podman"] = podmanWhy;
   if (storagePodmanEnv === null) reasons["storage_vs_podman_env_layers"] = podmanWhy;
-  const e = r.evaluation;
-  const ours = e.minisandbox_engine.available
-    ? e.minisandbox_engine
-    : e.minisandbox_steps.available
-      ? e.minisandbox_steps
-      : undefined;
-  const evalRatio = ours && e.podman.available ? ratio(ours.instancesPerMinute, e.podman.instancesPerMinute) : null;
-  if (evalRatio === null)
-    reasons["eval_vs_podman"] = !e.podman.available ? e.podman.reason : "minisandbox evaluation not measured";
-  const stepsRatio =
-    e.minisandbox_steps.available && e.podman.available
-      ? ratio(e.minisandbox_steps.instancesPerMinute, e.podman.instancesPerMinute)
-      : null;
-  if (stepsRatio === null)
-    reasons["eval_steps_vs_podman"] = !e.podman.available ? e.podman.reason : "minisandbox evaluation not measured";
-  const others = { ...rolloutRatios(r, reasons), ...speedRatios(r, reasons), ...coldRatios(r, reasons) };
   return {
     ratios: {
       warm_vs_extract: readyRatio("warm_vs_extract", "extract_per_task", "minisandbox_warm", "echo"),
@@ -72,12 +57,36 @@ export function computeRatios(
         "import",
       ),
       warm_import_vs_podman_import: readyRatio("warm_import_vs_podman_import", "podman", "minisandbox_warm", "import"),
-      eval_vs_podman: evalRatio,
-      eval_steps_vs_podman: stepsRatio,
-      ...others,
+      ...evaluationRatios(r, reasons),
+      ...rolloutRatios(r, reasons),
+      ...speedRatios(r, reasons),
+      ...imagesRatios(r, reasons),
+      ...coldRatios(r, reasons),
     },
     ratio_reasons: reasons,
   };
+}
+
+function evaluationRatios(
+  r: Pick<BenchResults, "evaluation">,
+  reasons: Record<string, string>,
+): Pick<BenchResults["ratios"], "eval_vs_podman" | "eval_steps_vs_podman"> {
+  const e = r.evaluation;
+  const ours = e.minisandbox_engine.available
+    ? e.minisandbox_engine
+    : e.minisandbox_steps.available
+      ? e.minisandbox_steps
+      : undefined;
+  const evalRatio = ours && e.podman.available ? ratio(ours.instancesPerMinute, e.podman.instancesPerMinute) : null;
+  if (evalRatio === null)
+    reasons["eval_vs_podman"] = !e.podman.available ? e.podman.reason : "minisandbox evaluation not measured";
+  const stepsRatio =
+    e.minisandbox_steps.available && e.podman.available
+      ? ratio(e.minisandbox_steps.instancesPerMinute, e.podman.instancesPerMinute)
+      : null;
+  if (stepsRatio === null)
+    reasons["eval_steps_vs_podman"] = !e.podman.available ? e.podman.reason : "minisandbox evaluation not measured";
+  return { eval_vs_podman: evalRatio, eval_steps_vs_podman: stepsRatio };
 }
 
 const x = (n: number | null | undefined, d = 1): string => (n == null ? "n/a" : `${n.toFixed(d)}×`);
@@ -98,6 +107,7 @@ export function computeTargets(r: Omit<BenchResults, "targets">): Target[] {
   t.push(...rolloutTargets(r));
   fleetTargets(r.fleet, at);
   t.push(...speedTargets(r));
+  t.push(...imagesTargets(r));
   t.push(...coldTargets(r));
   return t;
 }
@@ -227,6 +237,7 @@ export function renderMarkdown(r: BenchResults): string {
     "",
     ...dashboardLines(r.dashboard),
     ...cliLines(r),
+    ...imagesLines(r),
     ...coldLines(r),
   ];
   if (r.notes.length) L.push("", "## Notes", "", ...r.notes.map((n) => `- ${n}`));
@@ -536,6 +547,7 @@ const RATIO_MEANINGS: Record<keyof BenchResults["ratios"], string> = {
   eval_steps_vs_podman: "evaluation throughput, the very same script: Sandbox API ÷ podman run -i",
   ...ROLLOUT_RATIO_MEANINGS,
   ...SPEED_RATIO_MEANINGS,
+  ...IMAGES_RATIO_MEANINGS,
   ...COLD_RATIO_MEANINGS,
 };
 

@@ -17,6 +17,7 @@ import { defaultWorkDir, setupEnvironment, type BenchEnvironment } from "./setup
 import { benchStorage } from "./storage.js";
 import { benchFleet } from "./fleet.js";
 import { benchCliStart } from "./cli-start.js";
+import { benchImages } from "./images.js";
 import { benchColdStart } from "./cold-start.js";
 import type { BenchResults, Unavailable } from "./types.js";
 
@@ -36,6 +37,7 @@ export type Workload =
   | "fleet"
   | "dashboard"
   | "cli"
+  | "images"
   | "coldstart";
 export const ALL_WORKLOADS: Workload[] = [
   "ready",
@@ -48,6 +50,7 @@ export const ALL_WORKLOADS: Workload[] = [
   "fleet",
   "dashboard",
   "cli",
+  "images",
   "coldstart",
 ];
 /** What `--dataset` runs (workloads 1, 2, 5 and 7); the others do not depend on the environment. */
@@ -96,7 +99,7 @@ export interface BenchOptions {
   fleetInstances?: number;
   /** Rounds of the command-line workload (default 15, --quick 5). */
   cliRuns?: number;
-  /** Workload 11: rounds, and the size of its generated tree (default 40 000 files). */
+  /** Workload 12: rounds, and the size of its generated tree (default 40 000 files). */
   coldRuns?: number;
   coldTreeFiles?: number;
   rayPython?: string;
@@ -317,6 +320,7 @@ async function skeleton(x: {
       podman: podman instanceof Podman ? notRun("evaluation") : podman,
     },
     rollout: notRun("rollout"),
+    images: notRun("images"),
     notes: x.notes,
   };
 }
@@ -450,7 +454,7 @@ const WORKLOADS: Record<Workload, (run: BenchRun) => Promise<void>> = {
   async coldstart({ o, results, env, work, log }) {
     const runs = o.coldRuns ?? (o.quick ? 3 : 10);
     const treeFiles = o.coldTreeFiles ?? 40_000;
-    log(`workload 11: cold start, image mounted vs hard links, ${runs} rounds (and a ${treeFiles}-file tree)`);
+    log(`workload 12: cold start, image mounted vs hard links, ${runs} rounds (and a ${treeFiles}-file tree)`);
     results.coldStart = await benchColdStart({ env, work, runs, treeFiles, log }).catch((e: unknown) =>
       na(`cold start failed: ${(e as Error).message.split("\n")[0]}`),
     );
@@ -471,6 +475,16 @@ const WORKLOADS: Record<Workload, (run: BenchRun) => Promise<void>> = {
         na(`podman evaluation failed: ${(err as Error).message.split("\n")[0]}`),
       );
     }
+  },
+  async images({ o, results, work, size, log }) {
+    log(`workload 11: environments from images, N = ${size.storageNs.join(", ")}`);
+    results.images = await benchImages({
+      work,
+      ns: o.dataset ? [] : size.storageNs,
+      historyMiB: size.historyMiB,
+      podman: o.podman !== false,
+      log,
+    }).catch((err: unknown) => na(`images workload failed: ${(err as Error).message.split("\n")[0]}`));
   },
   async rollout({ results, env, size, podman, log }) {
     log("workload 7: rollouts (group of 8 ready, overhead per trajectory, fork, reset, live rollouts at once)");

@@ -8,6 +8,7 @@ import { registerExecCommand } from "./exec.js";
 import { registerShellCommand } from "./shell.js";
 import { registerDoctorCommand } from "./doctor.js";
 import { registerStoreCommand } from "./store.js";
+import { registerImagesCommand } from "./images.js";
 import { registerPrepareCommand } from "./prepare.js";
 import { registerDemoCommand } from "./demo.js";
 import { registerEvaluateCommand } from "./evaluate.js";
@@ -43,6 +44,7 @@ registerDoctorCommand(program, getHome, async () => {
 registerPrepareCommand(program, getHome);
 registerEvaluateCommand(program, getHome);
 registerStoreCommand(program, getHome);
+registerImagesCommand(program, getHome);
 registerDemoCommand(program, getHome);
 registerServeCommand(program, getHome, envProviders);
 registerDashboardCommand(program, getHome);

@@ -89,6 +89,11 @@ export interface SandboxOptions {
   home?: string;
   /** Host directory mounted copy-on-write at /testbed. */
   dir?: string;
+  /**
+   * A root filesystem (an image's) that becomes the sandbox's `/`, copy-on-write, instead of the host's /usr, /etc
+   * and the rest; everything else (namespaces, masks of /proc, seccomp, limits, the network) is as for any sandbox.
+   */
+  rootfs?: RootFs;
   /** More copy-on-write trees (e.g. a venv). */
   overlays?: OverlayMount[];
   binds?: BindMount[];
@@ -118,6 +123,15 @@ export interface SandboxOptions {
   dirRoots?: string[];
   /** The seccomp profile (default on). Turning it off is an explicit, reported choice (`security()`). */
   seccomp?: boolean;
+}
+
+export interface RootFs {
+  /** The tree, never written (writes go to the sandbox's scratch). */
+  path: string;
+  /** First host id of the range its files belong to (the store's, root mode): mapped onto the sandbox's range. */
+  owner?: number;
+  /** HOME inside: the user's home in that tree (its own files, writable copy-on-write like the rest). */
+  home?: string;
 }
 
 /** What `Sandbox.security()` reports. */
@@ -165,6 +179,12 @@ function sandboxEnv(opts: SandboxOptions, uid: number, home: string, hostname: s
   const path = [...(opts.pathPrepend ?? []), DEFAULT_PATH].join(":");
   const base = { PATH: path, HOME: home, USER: user, LOGNAME: user, LANG: "C.UTF-8", HOSTNAME: hostname };
   return { ...base, ...defaultCommandEnv(opts.network ?? false), ...opts.env };
+}
+
+/** An image's root filesystem as the first copy-on-write tree, its files mapped from the range they belong to. */
+function rootOverlay(rootfs: RootFs): OverlayMount {
+  if (!existsSync(rootfs.path)) throw new InvalidInputError(`root filesystem ${rootfs.path} does not exist`);
+  return { lower: [rootfs.path], owner: rootfs.owner, target: "/" };
 }
 
 /** Plain words for limits this host cannot enforce, so that nobody relies on them. */
@@ -288,6 +308,7 @@ export class Sandbox implements AsyncDisposable {
     for (const o of overlays) for (const l of o.lower) checkLower(l, mode);
     // The opened directory itself, as descriptor 5 of the launch: no path is looked up again.
     if (dir) overlays.unshift({ lower: [`/proc/self/fd/${FIRST_PASSED_FD}`], target: TESTBED_PATH });
+    if (opts.rootfs) overlays.unshift(rootOverlay(opts.rootfs));
     return Sandbox.launch({
       opts,
       sandboxesDir: layout.sandboxes,
@@ -304,7 +325,7 @@ export class Sandbox implements AsyncDisposable {
     const { opts, mode, uid, gid, overlays } = inputs;
     const id = `sb-${randomBytes(6).toString("hex")}`;
     const paths = sandboxPaths(inputs.sandboxesDir, id);
-    const home = uid === 0 ? "/root" : `/home/u${uid}`;
+    const home = opts.rootfs?.home ?? (uid === 0 ? "/root" : `/home/u${uid}`);
     const plan: MountPlan = {
       hostname: opts.hostname ?? id,
       network: opts.network ?? false,
@@ -340,7 +361,7 @@ export class Sandbox implements AsyncDisposable {
         label: id,
         seccomp: opts.seccomp ?? true,
         fds: inputs.dir ? [inputs.dir.fd] : [],
-        homeFiles: HOME_DOTFILES,
+        homeFiles: opts.rootfs ? undefined : HOME_DOTFILES, // an image's home is its own
       });
       await writeState(paths, {
         id,
@@ -699,11 +720,13 @@ export class Sandbox implements AsyncDisposable {
   }
 
   /**
-   * Run one command in a fresh process: a string runs under `bash -c`, an array is executed as is.
+   * Run one command in a fresh process: a string runs under `bash --norc -c`, an array is executed as is.
    * stdin is closed unless given; a timeout kills the whole tree and yields exit code 124.
    */
   async exec(cmd: string | string[], opts: ExecOptions = {}): Promise<ExecResult> {
-    const command = typeof cmd === "string" ? ["/bin/bash", "-c", cmd] : cmd;
+    // --norc: bash sources ~/.bashrc when stdin is a socket (as ours is), so a file the sandbox wrote would run in
+    // every later command, the grading scripts' included; `docker exec bash -c` sources nothing either.
+    const command = typeof cmd === "string" ? ["/bin/bash", "--norc", "-c", cmd] : cmd;
     if (command.length === 0) throw new InvalidInputError("empty command");
     const before = readCounters(this.cgroups);
     const { child, group, cleanup } = this.startCommand(command, opts);

@@ -44,6 +44,9 @@ export async function writeLayerImage(store: Store, key: LayerKey, dest: string)
   };
 }
 
+/** An OCI image's root filesystem: owners and modes of its own (see README "Images"), not written as an image yet. */
+export const hasImageTrees = (m: LayerManifest): boolean => Object.values(m.trees).some((t) => t.owner !== undefined);
+
 /** What a materialized tree could not hold either: refused before anything is written. */
 function checkEntry(key: LayerKey, path: string, name: string, target?: Buffer): void {
   const why =
@@ -61,6 +64,8 @@ function checkEntry(key: LayerKey, path: string, name: string, target?: Buffer):
  * user, as materialized dirs and symlinks are (and its files, links to objects this user's store wrote).
  */
 export function layerImage(manifest: LayerManifest): Buffer {
+  if (hasImageTrees(manifest))
+    throw new InvalidInputError(`layer ${manifest.key} is an image's root filesystem: it is materialized, not imaged`);
   const ids = { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
   const root = dirNode(0o555, ids);
   for (const [name, tree] of Object.entries(manifest.trees))
