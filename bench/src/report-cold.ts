@@ -39,7 +39,8 @@ export function coldLines(r: BenchResults): string[] {
   const c = r.coldStart;
   if (!c.available) return [...L, `Not available — ${c.reason}`];
   L.push(
-    `${c.runs} interleaved rounds, p50 (p90). "Placed": the image written, or the layer materialized, alone. ${c.reason}.`,
+    `${c.runs} interleaved rounds, p50 (p90). "Placed": the image written, or the layer materialized, alone. ` +
+      `${c.reason}.`,
     "",
     "| layer | files | image: ready | image: placed | hard links: ready | hard links: placed | links ÷ image |",
     "|---|---:|---:|---:|---:|---:|---:|",

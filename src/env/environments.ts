@@ -146,7 +146,7 @@ export interface CacheConfig {
   maxConcurrent?: number;
   bytesPerSec?: number;
   remotes?: string[];
-  /** How workspaces get layers: "auto" (default: a mounted image where this host can, else materialized), "tree", "image". */
+  /** How workspaces get layers: "auto" (default: an image mounted where possible, else materialized), or one form. */
   form?: "tree" | "image" | "auto";
 }
 

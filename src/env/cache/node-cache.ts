@@ -510,7 +510,7 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
     return true;
   }
 
-  /** Atomically take a layer's dir (of either form) out of place (undefined if there was none); the caller deletes it. */
+  /** Atomically take a layer's dir (either form) out of place (undefined if there was none); the caller deletes it. */
   private async moveToTrash(path: string): Promise<string | undefined> {
     const trash = join(this.d.trash, scratchName(basename(path)));
     try {
