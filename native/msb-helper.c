@@ -472,6 +472,80 @@ static int clone_tree(const char *path, int userns) {
   return tree;
 }
 
+/*
+ * A layer tree shown from its metadata image (composefs-style), for a lower given as `erofs,IMAGE,OBJECTS,TREE`:
+ * the image (EROFS, mounted from its file) and the store's objects/ (a clone), each read-only and id-mapped like any
+ * lower, composed by a read-only overlay whose data-only layer is the objects: a file is the image's inode (mode,
+ * owner, time, size) over its object's bytes (`trusted.overlay.redirect`). Nothing of it is writable: no upper
+ * layer here, the sandbox's own overlay above copies up into its generation. Every mount is detached: it exists only
+ * where the launch attaches it, in the sandbox's mount namespace, and goes with it. Host root only (EROFS is not
+ * mountable in a user namespace); one image is mounted once per launch, whatever the number of its trees.
+ */
+#define IMAGE_PREFIX "erofs,"
+#define MAX_IMAGES 8
+static struct {
+  char image[4096];
+  int erofs, objects;
+} images[MAX_IMAGES];
+static int nimages;
+
+static void set_mount_attrs(int mnt, int userns, const char *what) {
+  struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV};
+  if (userns >= 0) attr.attr_set |= MOUNT_ATTR_IDMAP, attr.userns_fd = (unsigned)userns;
+  if (syscall(SYS_mount_setattr, mnt, "", AT_EMPTY_PATH, &attr, sizeof attr) != 0)
+    die(1, "id-mapped mount of %s: %s", what, strerror(errno));
+}
+
+static int mount_image(const char *image, int userns) {
+  for (int i = 0; i < nimages; i++)
+    if (!strcmp(images[i].image, image)) return i;
+  if (nimages >= MAX_IMAGES) die(2, "too many layer images");
+  int fs = (int)syscall(SYS_fsopen, "erofs", FSOPEN_CLOEXEC);
+  if (fs < 0) die(1, "layer image %s: this kernel has no EROFS (%s)", image, strerror(errno));
+  if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "source", image, 0) != 0 ||
+      syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) != 0)
+    die(1, "mount layer image %s: %s", image, strerror(errno));
+  int mnt = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, 0);
+  if (mnt < 0) die(1, "mount layer image %s: %s", image, strerror(errno));
+  close(fs);
+  set_mount_attrs(mnt, userns, image);
+  fmt(images[nimages].image, sizeof images[nimages].image, "%s", image);
+  images[nimages].erofs = mnt;
+  images[nimages].objects = -1;
+  return nimages++;
+}
+
+static int image_tree(const char *spec, int userns) {
+  char buf[8192];
+  fmt(buf, sizeof buf, "%s", spec + strlen(IMAGE_PREFIX));
+  char *image = buf, *objects = strchr(image, ','), *tree = objects ? strchr(objects + 1, ',') : NULL;
+  if (!tree) die(2, "bad layer image lower %s (want erofs,IMAGE,OBJECTS,TREE)", spec);
+  *objects++ = '\0', *tree++ = '\0';
+  if (!*tree || strchr(tree, '/') || !strcmp(tree, ".") || !strcmp(tree, "..")) die(2, "bad tree name %s", tree);
+  if (userns < 0) die(2, "layer images need root (the store's layers are materialized otherwise)");
+  int i = mount_image(image, userns);
+  if (images[i].objects < 0) images[i].objects = clone_tree(objects, userns);
+  int top = openat(images[i].erofs, tree, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (top < 0) die(1, "layer image %s has no tree %s: %s", image, tree, strerror(errno));
+  int fs = (int)syscall(SYS_fsopen, "overlay", FSOPEN_CLOEXEC);
+  if (fs < 0) die(1, "overlay: %s", strerror(errno));
+  if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_FD, "lowerdir+", NULL, top) != 0 ||
+      syscall(SYS_fsconfig, fs, FSCONFIG_SET_FD, "datadir+", NULL, images[i].objects) != 0 ||
+      syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "metacopy", "on", 0) != 0 ||
+      syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "redirect_dir", "follow", 0) != 0 ||
+      syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) != 0)
+    die(1, "overlay over layer image %s: %s (overlayfs lacks data-only layers)", image, strerror(errno));
+  int mnt = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+  if (mnt < 0) die(1, "overlay over layer image %s: %s", image, strerror(errno));
+  close(fs);
+  close(top);
+  return mnt;
+}
+
+static int lower_tree(const char *lower, int userns) {
+  return strncmp(lower, IMAGE_PREFIX, strlen(IMAGE_PREFIX)) ? clone_tree(lower, userns) : image_tree(lower, userns);
+}
+
 /* Attach a detached tree at `target`, creating the mount point as a file or a directory like the tree's root. */
 static void attach_tree(int tree, const char *target) {
   struct stat st;
@@ -626,7 +700,7 @@ static int owner_userns(struct launch_opts *o, unsigned owner) {
  * outside root mode.
  */
 static int clone_lower(struct launch_opts *o, const char *spec, int userns) {
-  if (spec[0] != '+') return clone_tree(spec, userns);
+  if (spec[0] != '+') return lower_tree(spec, userns);
   const char *at = strchr(spec, '@');
   char num[16];
   size_t len = at ? (size_t)(at - spec - 1) : 0;
@@ -634,8 +708,8 @@ static int clone_lower(struct launch_opts *o, const char *spec, int userns) {
   memcpy(num, spec + 1, len);
   num[len] = '\0';
   unsigned owner = parse_uint(num, "owner");
-  if (userns < 0 || owner == o->id_base) return clone_tree(at + 1, -1);
-  return clone_tree(at + 1, owner_userns(o, owner));
+  if (userns < 0 || owner == o->id_base) return lower_tree(at + 1, -1);
+  return lower_tree(at + 1, owner_userns(o, owner));
 }
 
 /*
@@ -2122,12 +2196,32 @@ static int cmd_check(void) {
   return 0;
 }
 
+/*
+ * check-image LOWER FILE BASE: the lower a launch would make of a layer image (erofs,IMAGE,OBJECTS,TREE), id-mapped
+ * onto BASE, and FILE of its tree printed: the caller compares it with what it put there.
+ */
+static int cmd_check_image(int argc, char **argv) {
+  if (argc != 3) die(2, "usage: msb-helper check-image erofs,IMAGE,OBJECTS,TREE FILE BASE");
+  unsigned base = (unsigned)strtoul(argv[2], NULL, 10);
+  if (!base) die(2, "bad base id %s", argv[2]);
+  int tree = image_tree(argv[0], make_userns(0, base, 1));
+  int fd = openat(tree, argv[1], O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) die(1, "open %s in the layer image: %s", argv[1], strerror(errno));
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0)
+    if (fwrite(buf, 1, (size_t)n, stdout) != (size_t)n) die(1, "write: %s", strerror(errno));
+  if (n < 0) die(1, "read %s in the layer image: %s", argv[1], strerror(errno));
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "launch")) return cmd_launch(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "init")) return cmd_init(argc - 1, argv + 1);
   if (argc >= 2 && !strcmp(argv[1], "enter")) return cmd_enter(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "restore")) return cmd_restore(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "check")) return cmd_check();
+  if (argc >= 2 && !strcmp(argv[1], "check-image")) return cmd_check_image(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "export-bpf")) return cmd_export_bpf();
   fprintf(stderr, "usage: msb-helper launch|init|enter|check ...\n");
   return 2;

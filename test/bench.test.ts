@@ -34,6 +34,8 @@ test("bench: a tiny run of every workload gives well-formed results and files", 
     fleetInstances: 1,
     fleetCluster: false,
     cliRuns: 1,
+    coldRuns: 1,
+    coldTreeFiles: 300,
     workloads: ALL_WORKLOADS.filter((w) => w !== "images"), // below, with the image tests' images
     log: () => {},
   });
@@ -152,6 +154,20 @@ test("bench: a tiny run of every workload gives well-formed results and files", 
     "group of 8 ready, no warm pool, p50, beside 8 × the warm start",
   ])
     assert.equal(typeof r.targets.find((t) => t.name === name)?.met, "boolean", name);
+  // Cold start in both forms (as root the image form is there), each beside the other.
+  const c = r.coldStart;
+  if (process.getuid?.() === 0) {
+    assert.ok(c.available, JSON.stringify(c));
+    assert.deepEqual(
+      c.layers.map((l) => [l.files > 0, l.image.ready.n, l.links.ready.n]),
+      [
+        [true, 1, 1],
+        [true, 1, 1],
+      ],
+    );
+    assert.equal(c.layers[1]!.files, 300);
+    assert.equal(typeof r.ratios.cold_image_vs_links, "number");
+  } else assert.ok(!c.available && c.reason, JSON.stringify(c));
   const d = r.dashboard;
   assert.ok(d.available, JSON.stringify(d));
   assert.equal(d.sandboxes, 16);

@@ -63,8 +63,8 @@ function minisandboxVariant(env: BenchEnvironment, cold: boolean): Variant {
     name: cold ? "minisandbox_cold" : "minisandbox_warm",
     label: cold ? "minisandbox cold" : "minisandbox warm",
     method: cold
-      ? "layer evicted from the node cache first; Sandbox.create({instance}) materializes it (hard links from the " +
-        "store), then exec"
+      ? "layer evicted from the node cache first; Sandbox.create({instance}) brings it back in the cache's form " +
+        "(its metadata image where the host mounts one, else hard links from the store), then exec"
       : "layer in the node cache; Sandbox.create({instance}) + exec (bwrap + overlayfs, clean environment)",
     before: cold
       ? () => evictLayer(env.home, env.primaryKey)
@@ -137,7 +137,7 @@ async function resolvedVariant(env: BenchEnvironment): Promise<Variant> {
 
 async function bwrapVariant(env: BenchEnvironment): Promise<Variant> {
   const bwrap = requireTool("bwrap", "bubblewrap");
-  const lease = await nodeCacheFor(env.home).acquire(env.primaryKey);
+  const lease = await nodeCacheFor(env.home).acquire(env.primaryKey, { form: "tree" });
   const trees = { ...lease.trees };
   await lease.release();
   const args = (command: string): string[] => {
@@ -157,7 +157,7 @@ async function bwrapVariant(env: BenchEnvironment): Promise<Variant> {
     method:
       "bwrap --unshare-all with read-only binds of the materialized trees (no overlay, no session machinery): " +
       "the floor",
-    before: async () => void (await nodeCacheFor(env.home).acquire(env.primaryKey)).release(),
+    before: async () => void (await nodeCacheFor(env.home).acquire(env.primaryKey, { form: "tree" })).release(),
     once: async (command) => {
       const r = await timedRun(bwrap, args(command));
       if (r.code !== 0) throw new Error(`bwrap exit ${r.code}: ${r.stderr.trim().slice(-300)}`);
@@ -168,7 +168,7 @@ async function bwrapVariant(env: BenchEnvironment): Promise<Variant> {
 }
 
 async function extractVariant(env: BenchEnvironment, work: string): Promise<Variant> {
-  const lease = await nodeCacheFor(env.home).acquire(env.primaryKey);
+  const lease = await nodeCacheFor(env.home).acquire(env.primaryKey, { form: "tree" });
   let tarballs: Tarballs;
   try {
     tarballs = await ensureTarballs(work, env.primaryKey, {
@@ -218,7 +218,7 @@ async function podmanVariant(env: BenchEnvironment, podman: Podman): Promise<Var
 /** The podman image of one of the environment's layers (built once, kept in the bench's podman storage). */
 export async function ensureEnvImageFor(env: BenchEnvironment, podman: Podman, key: string): Promise<string> {
   const toolchainImage = await podman.ensureToolchainImage(env.toolchain.version, env.toolchain.mounts);
-  const lease = await nodeCacheFor(env.home).acquire(key);
+  const lease = await nodeCacheFor(env.home).acquire(key, { form: "tree" });
   try {
     const spec = [...env.keys].find(([, k]) => k === key)?.[0];
     const extra = spec ? env.specs.get(spec)!.env : {};

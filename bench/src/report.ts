@@ -3,6 +3,7 @@ import { formatBytes } from "../../src/util/size.js";
 import { IMAGES_RATIO_MEANINGS, imagesLines, imagesRatios, imagesTargets } from "./report-images.js";
 import type { Dist } from "../../src/util/stats.js";
 import { ROLLOUT_RATIO_MEANINGS, rolloutLines, rolloutRatios, rolloutTargets } from "./report-rollout.js";
+import { COLD_RATIO_MEANINGS, coldLines, coldRatios, coldTargets } from "./report-cold.js";
 import { cliLines, SPEED_RATIO_MEANINGS, speedRatios, speedTargets } from "./report-speed.js";
 import { ratio } from "./stats.js";
 import type { DashboardBenchResult } from "./dashboard.js";
@@ -60,6 +61,7 @@ export function computeRatios(
       ...rolloutRatios(r, reasons),
       ...speedRatios(r, reasons),
       ...imagesRatios(r, reasons),
+      ...coldRatios(r, reasons),
     },
     ratio_reasons: reasons,
   };
@@ -106,6 +108,7 @@ export function computeTargets(r: Omit<BenchResults, "targets">): Target[] {
   fleetTargets(r.fleet, at);
   t.push(...speedTargets(r));
   t.push(...imagesTargets(r));
+  t.push(...coldTargets(r));
   return t;
 }
 
@@ -235,6 +238,7 @@ export function renderMarkdown(r: BenchResults): string {
     ...dashboardLines(r.dashboard),
     ...cliLines(r),
     ...imagesLines(r),
+    ...coldLines(r),
   ];
   if (r.notes.length) L.push("", "## Notes", "", ...r.notes.map((n) => `- ${n}`));
   return `${L.join("\n")}\n`;
@@ -544,6 +548,7 @@ const RATIO_MEANINGS: Record<keyof BenchResults["ratios"], string> = {
   ...ROLLOUT_RATIO_MEANINGS,
   ...SPEED_RATIO_MEANINGS,
   ...IMAGES_RATIO_MEANINGS,
+  ...COLD_RATIO_MEANINGS,
 };
 
 /** Which environment: the fixture with its history size, or the dataset. */

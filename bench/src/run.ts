@@ -18,6 +18,7 @@ import { benchStorage } from "./storage.js";
 import { benchFleet } from "./fleet.js";
 import { benchCliStart } from "./cli-start.js";
 import { benchImages } from "./images.js";
+import { benchColdStart } from "./cold-start.js";
 import type { BenchResults, Unavailable } from "./types.js";
 
 const PODMAN_STORAGE_METHOD =
@@ -36,7 +37,8 @@ export type Workload =
   | "fleet"
   | "dashboard"
   | "cli"
-  | "images";
+  | "images"
+  | "coldstart";
 export const ALL_WORKLOADS: Workload[] = [
   "ready",
   "storage",
@@ -49,6 +51,7 @@ export const ALL_WORKLOADS: Workload[] = [
   "dashboard",
   "cli",
   "images",
+  "coldstart",
 ];
 /** What `--dataset` runs (workloads 1, 2, 5 and 7); the others do not depend on the environment. */
 export const DATASET_WORKLOADS: Workload[] = ["ready", "storage", "evaluation", "rollout"];
@@ -96,6 +99,9 @@ export interface BenchOptions {
   fleetInstances?: number;
   /** Rounds of the command-line workload (default 15, --quick 5). */
   cliRuns?: number;
+  /** Workload 12: rounds, and the size of its generated tree (default 40 000 files). */
+  coldRuns?: number;
+  coldTreeFiles?: number;
   rayPython?: string;
   /** false: skip the fleet's simulated Ray cluster (the layer transfer still runs). */
   fleetCluster?: boolean;
@@ -307,6 +313,7 @@ async function skeleton(x: {
     fleet: notRun("many nodes"),
     dashboard: notRun("dashboard"),
     cli: notRun("command line"),
+    coldStart: notRun("cold start"),
     evaluation: {
       minisandbox_engine: notRun("evaluation"),
       minisandbox_steps: notRun("evaluation"),
@@ -442,6 +449,14 @@ const WORKLOADS: Record<Workload, (run: BenchRun) => Promise<void>> = {
     log(`workload 10: command line, ${runs} rounds`);
     results.cli = await benchCliStart({ work, runs, podman }).catch((e: unknown) =>
       na(`command line failed: ${(e as Error).message.split("\n")[0]}`),
+    );
+  },
+  async coldstart({ o, results, env, work, log }) {
+    const runs = o.coldRuns ?? (o.quick ? 3 : 10);
+    const treeFiles = o.coldTreeFiles ?? 40_000;
+    log(`workload 12: cold start, image mounted vs hard links, ${runs} rounds (and a ${treeFiles}-file tree)`);
+    results.coldStart = await benchColdStart({ env, work, runs, treeFiles, log }).catch((e: unknown) =>
+      na(`cold start failed: ${(e as Error).message.split("\n")[0]}`),
     );
   },
   async evaluation({ o, results, env, size, podman, log }) {

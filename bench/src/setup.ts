@@ -228,7 +228,7 @@ async function measureWorkspace(
   key: LayerKey,
   importModule: string | undefined,
 ): Promise<Pick<BenchEnvironment, "testbedBytes" | "gitPackBytes" | "venvBytes" | "importModule">> {
-  const lease = await nodeCacheFor(home).acquire(key);
+  const lease = await nodeCacheFor(home).acquire(key, { form: "tree" });
   try {
     const testbed = lease.trees["testbed"]!;
     return {

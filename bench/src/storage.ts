@@ -83,7 +83,7 @@ async function archiveAndImage(
   let podman = opts.podman instanceof Podman ? opts.podman : undefined;
   let podmanNote: string | undefined;
   for (const [i, key] of keys.entries()) {
-    const lease = await cache.acquire(key);
+    const lease = await cache.acquire(key, { form: "tree" });
     leases.push(lease);
     const trees = { testbed: lease.trees["testbed"]!, venv: lease.trees["venv"]! };
     tarBytes.push((await ensureTarballs(opts.work, key, trees)).bytes);

@@ -313,6 +313,8 @@ export interface BenchResults {
   dashboard: DashboardBenchResult | Unavailable;
   /** Workload 10: the command line's own start, beside node's empty script and podman run. */
   cli: CliStartResult | Unavailable;
+  /** Workload 12: cold start, a layer's metadata image mounted vs materialized by hard links. */
+  coldStart: ColdStartResult | Unavailable;
   evaluation: {
     minisandbox_engine: EvalMeasurement | Unavailable;
     /** The same with one worker (overhead is judged at 1 and 2), when the main run uses more. */
@@ -354,6 +356,10 @@ export interface BenchResults {
     cli_exec_vs_podman_run: number | null;
     /** Layer into a fresh node: HTTP (missing objects) MB/s ÷ `cp -a` of the materialized tree MB/s. */
     transfer_http_vs_copy: number | null;
+    /** Cold start p50, environment layer: materialized by hard links ÷ its metadata image mounted. */
+    cold_image_vs_links: number | null;
+    /** The same on the generated tree (an image root's size). */
+    cold_image_vs_links_tree: number | null;
     /** Images: podman's graph root ÷ the store after the largest N. */
     images_storage_vs_podman: number | null;
     /** Images: the mean of the 2nd…Nth pulls, podman ÷ minisandbox. */
@@ -363,6 +369,25 @@ export interface BenchResults {
   ratio_reasons: Record<string, string>;
   targets: Target[];
   notes: string[];
+}
+
+/** One layer's cold starts (evicted, then until `echo ready`), in both forms. */
+export interface ColdStartLayer {
+  name: string;
+  /** File names (hard links counted), and every entry (dirs and symlinks too). */
+  files: number;
+  entries: number;
+  /** `ready`: evicted → first output; `place`: the image built, or the layer materialized, alone. */
+  image: { ready: Dist; place: Dist };
+  links: { ready: Dist; place: Dist };
+}
+
+export interface ColdStartResult {
+  available: true;
+  runs: number;
+  /** Why this node mounts images (the cache's form choice). */
+  reason: string;
+  layers: ColdStartLayer[];
 }
 
 /** Workload 9: whole-process wall times, medians of `runs` interleaved rounds. */

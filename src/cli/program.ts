@@ -37,7 +37,10 @@ const envProviders: ProviderFactory = async (o) => (await import("../server/env-
 
 registerExecCommand(program, getHome);
 registerShellCommand(program, getHome);
-registerDoctorCommand(program, getHome);
+registerDoctorCommand(program, getHome, async () => {
+  const c = await (await import("../env/environments.js")).nodeCacheFor(getHome()).formChoice();
+  return [{ name: "layers", status: "ok", detail: c.reason }];
+});
 registerPrepareCommand(program, getHome);
 registerEvaluateCommand(program, getHome);
 registerStoreCommand(program, getHome);

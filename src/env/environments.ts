@@ -138,7 +138,7 @@ function notPresent(env: { key: LayerKey; spec?: EnvSpec }): NotFoundError {
 const caches = new Map<string, NodeCache>();
 
 /**
- * Node cache settings from `<home>/config.json` → `cache`: `{ maxBytes, maxConcurrent, bytesPerSec, remotes }`.
+ * Node cache settings from `<home>/config.json` → `cache`: `{ maxBytes, maxConcurrent, bytesPerSec, remotes, form }`.
  * `MINISANDBOX_REMOTE_STORES` (colon-separated directories on shared storage) adds remote stores to pull from.
  */
 export interface CacheConfig {
@@ -146,6 +146,8 @@ export interface CacheConfig {
   maxConcurrent?: number;
   bytesPerSec?: number;
   remotes?: string[];
+  /** How workspaces get layers: "auto" (default: an image mounted where possible, else materialized), or one form. */
+  form?: "tree" | "image" | "auto";
 }
 
 export function readCacheConfig(home: string): CacheConfig {
@@ -164,6 +166,7 @@ export function nodeCacheFor(home: string): NodeCache {
   let c = caches.get(home);
   if (!c) {
     c = new NodeCache({
+      form: "auto",
       ...readCacheConfig(home),
       store: openStore(homeLayout(home).store),
       dir: homeLayout(home).cache,

@@ -73,6 +73,32 @@ export const SANDBOX_CAPS = [
 // Paths end up inside overlay mount options and a shell script's env: refuse the characters that break them.
 const UNSAFE = /[,:\n\r\0\\]/;
 
+/**
+ * A lower that is a tree of a layer's metadata image (root mode only): the launch mounts the image, id-mapped, over
+ * the store's objects as overlayfs's data-only layer (msb-helper `image_tree`), read-only, in the sandbox's mount
+ * namespace alone. Written `erofs,IMAGE,OBJECTS,TREE` among the lowers.
+ */
+export interface ImageLower {
+  image: string;
+  objects: string;
+  tree: string;
+}
+const IMAGE_LOWER = "erofs,";
+const TREE_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+
+export function imageLower(l: ImageLower): string {
+  return `${IMAGE_LOWER}${l.image},${l.objects},${l.tree}`;
+}
+
+export function parseImageLower(lower: string): ImageLower | undefined {
+  if (!lower.startsWith(IMAGE_LOWER)) return undefined;
+  const [image, objects, tree, ...rest] = lower.slice(IMAGE_LOWER.length).split(",");
+  if (image === undefined || objects === undefined || tree === undefined || rest.length > 0) return undefined;
+  return { image, objects, tree };
+}
+
+const safePath = (p: string): boolean => !UNSAFE.test(p) && p.startsWith("/");
+
 /** Whether the plan's first tree is the sandbox's root (an image's) rather than the host's system directories. */
 export function ownsRoot(plan: Pick<MountPlan, "overlays">): boolean {
   return plan.overlays[0]?.target === "/";
@@ -88,8 +114,9 @@ export function checkPlanPaths(plan: MountPlan): void {
     throw new InvalidInputError("only the first copy-on-write tree may be the sandbox's root");
   for (const o of plan.overlays) {
     for (const l of o.lower) {
-      if (UNSAFE.test(l) || !l.startsWith("/"))
-        throw new InvalidInputError(`unsupported lower directory ${JSON.stringify(l)}`);
+      const img = parseImageLower(l);
+      const ok = img ? safePath(img.image) && safePath(img.objects) && TREE_NAME.test(img.tree) : safePath(l);
+      if (!ok) throw new InvalidInputError(`unsupported lower directory ${JSON.stringify(l)}`);
     }
     if (!o.target.startsWith("/")) throw new InvalidInputError(`mount target must be absolute: ${o.target}`);
   }

@@ -31,7 +31,15 @@ import {
   thaw,
   withDefaults,
 } from "./limits.js";
-import { CONTROL_PATH, defaultCwd, TESTBED_PATH, type BindMount, type MountPlan, type OverlayMount } from "./plan.js";
+import {
+  CONTROL_PATH,
+  defaultCwd,
+  parseImageLower,
+  TESTBED_PATH,
+  type BindMount,
+  type MountPlan,
+  type OverlayMount,
+} from "./plan.js";
 import { commandName, descendants, killQuietly, parentPid, processStartTime } from "./procfs.js";
 import { reapHome } from "./reaper.js";
 import { namespacesDir, type RestoreSide, type RestoreTarget, restoreArgs, runRestore } from "./restore.js";
@@ -134,6 +142,11 @@ export interface SandboxSecurity {
   seccomp: boolean;
   noNewPrivileges: boolean;
   limits: Enforcement;
+  /**
+   * Trees shown from a layer's metadata image (read-only, nosuid, nodev, over the store's objects; mounted in this
+   * sandbox's namespace only) rather than from a directory: the node cache's form, said by `minisandbox doctor`.
+   */
+  layerImages: boolean;
 }
 
 export interface SessionCreateOptions {
@@ -143,6 +156,15 @@ export interface SessionCreateOptions {
 }
 
 const DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/** A lower must exist; a layer image's (its image file and objects) can be mounted only by host root. */
+function checkLower(lower: string, mode: LaunchMode): void {
+  const image = parseImageLower(lower);
+  if (image && mode !== "root")
+    throw new InvalidInputError(`lower ${lower}: layer images are mounted only as root; use the materialized layer`);
+  for (const path of image ? [image.image, image.objects] : [lower])
+    if (!existsSync(path)) throw new InvalidInputError(`mount source ${path} does not exist`);
+}
 
 function checkId(value: number, field: "uid" | "gid"): number {
   if (!Number.isInteger(value) || value < 0 || value > 65_535) {
@@ -283,8 +305,7 @@ export class Sandbox implements AsyncDisposable {
     }
     const dir = opts.dir === undefined ? undefined : openHostDir(resolve(opts.dir), opts.dirRoots);
     const overlays = [...(opts.overlays ?? [])];
-    for (const o of overlays)
-      for (const l of o.lower) if (!existsSync(l)) throw new InvalidInputError(`mount source ${l} does not exist`);
+    for (const o of overlays) for (const l of o.lower) checkLower(l, mode);
     // The opened directory itself, as descriptor 5 of the launch: no path is looked up again.
     if (dir) overlays.unshift({ lower: [`/proc/self/fd/${FIRST_PASSED_FD}`], target: TESTBED_PATH });
     if (opts.rootfs) overlays.unshift(rootOverlay(opts.rootfs));
@@ -587,6 +608,7 @@ export class Sandbox implements AsyncDisposable {
       seccomp: this.opts.seccomp ?? true,
       noNewPrivileges: true,
       limits: enforcement(),
+      layerImages: this.inputs.overlays.some((o) => o.lower.some((l) => parseImageLower(l) !== undefined)),
     };
   }
 

@@ -2,6 +2,7 @@
  * The node cache: layers materialized once on this machine, read-only, shared by every sandbox here.
  *
  *   layers/<key>/<tree>/…   materialized layer (placed by an atomic rename, so it is complete or absent)
+ *   images/<key>/           a layer's metadata image (layer.erofs) and meta.json, placed the same way
  *   meta/<key>.json         size and trees; its mtime is the layer's last use (LRU)
  *   leases/<key>/lease-…    one file per acquire() not yet released (in-use tracking)
  *   locks/<key>.lock        flock: one materialization per layer across processes; io-slot-N.lock: I/O budget
@@ -11,18 +12,21 @@
 import { EventEmitter } from "node:events";
 import { appendFileSync, mkdirSync } from "node:fs";
 import * as fsp from "node:fs/promises";
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import { errCode, errMessage, LayerUnavailableError, NotFoundError, TimeoutError } from "../../errors.js";
 import { homeLayout } from "../../util/home.js";
 import type { LayerKey } from "../types.js";
 import { exists, processAlive, removeTree, scratchName, sleep, writeFileAtomic } from "../store/fsutil.js";
 import { assertLayerKey, openStore, type Store } from "../store/layout.js";
 import { lockFile } from "../store/lock.js";
-import { hasLayer } from "../store/manifest.js";
+import { hasLayer, readManifest } from "../store/manifest.js";
+import { hasImageTrees, type LayerImageResult, writeLayerImage } from "../store/layer-image.js";
 import { materializeLayer, type MaterializeOptions } from "../store/materialize.js";
+import { imageLower } from "../../sandbox/plan.js";
 import { pullLayer, type PullResult } from "../store/remote.js";
 import { pullLayerHttp, sourceBase, type HttpSource } from "../store/http-remote.js";
 import { IoBudget } from "./io-budget.js";
+import { chooseLayerForm, type LayerForm } from "./layer-form.js";
 import { countLiveLeases, createLease, identityAlive, identityText } from "./leases.js";
 
 export interface NodeCacheOptions {
@@ -42,21 +46,32 @@ export interface NodeCacheOptions {
   lockTimeoutMs?: number;
   /** Passed to materializeLayer (e.g. force copies, or a low maxLinks in tests). */
   materialize?: Pick<MaterializeOptions, "mode" | "maxLinks" | "concurrency">;
+  /**
+   * How acquire() gives layers by default: `tree` (materialized; the default), `image` (a metadata image each
+   * sandbox mounts over the store), or `auto` (image where this host can mount one: `chooseLayerForm`).
+   */
+  form?: LayerForm | "auto";
 }
 
-/** A materialized layer held in use until release(); eviction never removes a layer with a live lease. */
+/** A layer held in use until release(); eviction never removes a layer with a live lease. */
 export interface CacheLease {
   readonly key: LayerKey;
-  /** layers/<key>: one subdirectory per tree. */
+  readonly form: LayerForm;
+  /** layers/<key> (one subdirectory per tree), or images/<key>. */
   readonly path: string;
-  /** Tree name -> absolute path (e.g. testbed, venv). Read-only: mount copy-on-write. */
+  /**
+   * Tree name -> an overlay's lower for it (e.g. testbed, venv): the tree's absolute path, or, in the image form, a
+   * layer image lower (`imageLower`). Read-only: mount copy-on-write.
+   */
   readonly trees: Record<string, string>;
   release(): Promise<void>;
 }
 
 export interface CachedLayer {
   key: LayerKey;
+  /** Where it is: layers/<key> when materialized, else images/<key>. */
   path: string;
+  forms: LayerForm[];
   logicalBytes: number;
   lastUsedMs: number;
   /** Live leases (stale ones are dropped while counting). */
@@ -65,6 +80,7 @@ export interface CachedLayer {
 
 export interface MaterializeEvent {
   key: LayerKey;
+  form: LayerForm;
   durationMs: number;
   files: number;
   linked: number;
@@ -75,6 +91,11 @@ export interface MaterializeEvent {
 /** Where a layer may come from when the local store lacks it, for one call (peers' servers, tried in order). */
 export interface FetchOptions {
   sources?: readonly HttpSource[];
+}
+
+export interface AcquireOptions extends FetchOptions {
+  /** The form wanted (default: the cache's `form`). */
+  form?: LayerForm | "auto";
 }
 
 /** One layer brought into the local store from elsewhere (a line of `pulls.jsonl`). */
@@ -99,12 +120,14 @@ export interface NodeCacheEvents {
 
 interface LayerMeta {
   key: LayerKey;
+  /** Tree form: the sum of file sizes; image form: the image's size. */
   logicalBytes: number;
   trees: string[];
   materializedAtMs: number;
 }
 
 const MAX_ACQUIRE_ATTEMPTS = 5;
+const IMAGE_FILE = "layer.erofs";
 
 export class NodeCache extends EventEmitter<NodeCacheEvents> {
   readonly store: Store;
@@ -112,7 +135,9 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
   readonly budget: IoBudget;
   private readonly inflight = new Map<LayerKey, Promise<void>>();
   private readonly fetching = new Map<LayerKey, Promise<void>>();
-  private readonly d: Record<"layers" | "meta" | "leases" | "locks" | "tmp" | "trash" | "evicting", string>;
+  /** Per layer: can it be given as an image (no image root filesystem in it)? Layers are immutable. */
+  private readonly imageable = new Map<LayerKey, boolean>();
+  private readonly d: Record<"layers" | "images" | "meta" | "leases" | "locks" | "tmp" | "trash" | "evicting", string>;
 
   constructor(private readonly opts: NodeCacheOptions) {
     super();
@@ -120,6 +145,7 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
     this.dir = opts.dir;
     this.d = {
       layers: join(opts.dir, "layers"),
+      images: join(opts.dir, "images"),
       meta: join(opts.dir, "meta"),
       leases: join(opts.dir, "leases"),
       locks: join(opts.dir, "locks"),
@@ -145,29 +171,41 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
     return join(this.d.layers, key);
   }
 
-  /** Is the layer materialized here right now? */
+  imagePath(key: LayerKey): string {
+    return join(this.d.images, key);
+  }
+
+  /** Is the layer here right now, in either form? */
   async has(key: LayerKey): Promise<boolean> {
     assertLayerKey(key);
-    return exists(this.layerPath(key));
+    return (await exists(this.layerPath(key))) || exists(this.imagePath(key));
+  }
+
+  /** The form `acquire` gives by default on this host, and why. */
+  async formChoice(): Promise<{ form: LayerForm; reason: string }> {
+    const asked = this.opts.form ?? "tree";
+    if (asked !== "auto") return { form: asked, reason: `layers in the ${asked} form, as configured` };
+    return chooseLayerForm(this.store);
   }
 
   /**
    * Get a read-only materialized layer, materializing it (once, even under concurrent calls from any number of
    * processes) on first use, pulling it from a remote store or one of `sources` if the local store lacks it.
    */
-  async acquire(key: LayerKey, opts: FetchOptions = {}): Promise<CacheLease> {
+  async acquire(key: LayerKey, opts: AcquireOptions = {}): Promise<CacheLease> {
     assertLayerKey(key);
+    const form = await this.formFor(key, opts);
     // The lease comes first: an evictor that checks leases after this point will see it (see evictOne).
     const leaseFile = await createLease(join(this.d.leases, key));
     try {
       for (let attempt = 0; attempt < MAX_ACQUIRE_ATTEMPTS; attempt++) {
         await this.waitWhileEvicting(key);
-        const meta = await this.readMeta(key);
-        if (meta && (await exists(this.layerPath(key)))) {
-          await this.touch(key);
-          return this.lease(key, meta, leaseFile);
+        const meta = await this.placed(key, form);
+        if (meta) {
+          await this.touch(key, form);
+          return this.lease(key, form, meta, leaseFile);
         }
-        await this.ensureMaterialized(key, opts);
+        await this.ensurePlaced(key, form, opts);
       }
       throw new Error(`layer ${key} kept disappearing from node cache ${this.dir} while being acquired`);
     } catch (e) {
@@ -176,25 +214,49 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
     }
   }
 
-  /** Layers materialized here, least recently used first. */
-  async list(): Promise<CachedLayer[]> {
-    const out: CachedLayer[] = [];
-    for (const name of await fsp.readdir(this.d.meta)) {
-      if (!name.endsWith(".json")) continue;
-      const key = name.slice(0, -".json".length);
-      const meta = await this.readMeta(key);
-      if (!meta || !(await exists(this.layerPath(key)))) continue;
-      const st = await fsp.stat(join(this.d.meta, name)).catch(() => undefined);
-      if (!st) continue;
-      out.push({
-        key,
-        path: this.layerPath(key),
-        logicalBytes: meta.logicalBytes,
-        lastUsedMs: st.mtimeMs,
-        leases: await countLiveLeases(join(this.d.leases, key)),
-      });
+  /**
+   * The form a lease gets: as asked (auto: this host's choice). An image's root filesystem (owners and modes of its
+   * own) is materialized: its image form is not written yet.
+   */
+  private async formFor(key: LayerKey, opts: AcquireOptions): Promise<LayerForm> {
+    const asked = opts.form ?? this.opts.form ?? "tree";
+    const form = asked === "auto" ? (await chooseLayerForm(this.store)).form : asked;
+    if (form === "tree" || (await exists(this.imagePath(key)))) return form;
+    let imageable = this.imageable.get(key);
+    if (imageable === undefined) {
+      await this.fetch(key, opts);
+      imageable = !hasImageTrees(await readManifest(this.store, key));
+      this.imageable.set(key, imageable);
     }
-    return out.sort((a, b) => a.lastUsedMs - b.lastUsedMs || a.key.localeCompare(b.key));
+    return imageable ? "image" : "tree";
+  }
+
+  /** Layers here (in one form or both), least recently used first. */
+  async list(): Promise<CachedLayer[]> {
+    const byKey = new Map<LayerKey, CachedLayer>();
+    const keys = [
+      ...(await fsp.readdir(this.d.meta)).filter((n) => n.endsWith(".json")).map((n) => n.slice(0, -".json".length)),
+      ...(await fsp.readdir(this.d.images)),
+    ];
+    for (const key of keys) {
+      for (const form of ["tree", "image"] as const) {
+        const meta = await this.placed(key, form);
+        const st = meta && (await fsp.stat(this.metaPath(key, form)).catch(() => undefined));
+        if (!meta || !st) continue;
+        const known = byKey.get(key);
+        if (known) {
+          if (known.forms.includes(form)) continue;
+          known.forms.push(form);
+          known.logicalBytes += meta.logicalBytes;
+          known.lastUsedMs = Math.max(known.lastUsedMs, st.mtimeMs);
+          continue;
+        }
+        const leases = await countLiveLeases(join(this.d.leases, key));
+        const path = form === "tree" ? this.layerPath(key) : this.imagePath(key);
+        byKey.set(key, { key, path, forms: [form], logicalBytes: meta.logicalBytes, lastUsedMs: st.mtimeMs, leases });
+      }
+    }
+    return [...byKey.values()].sort((a, b) => a.lastUsedMs - b.lastUsedMs || a.key.localeCompare(b.key));
   }
 
   /**
@@ -223,18 +285,22 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
     }
   }
 
-  private lease(key: LayerKey, meta: LayerMeta, leaseFile: string): CacheLease {
-    const path = this.layerPath(key);
+  private lease(key: LayerKey, form: LayerForm, meta: LayerMeta, leaseFile: string): CacheLease {
+    const path = form === "tree" ? this.layerPath(key) : this.imagePath(key);
+    const image = join(path, IMAGE_FILE);
+    const lower = (tree: string): string =>
+      form === "tree" ? join(path, tree) : imageLower({ image, objects: this.store.objectsDir, tree });
     let released = false;
     return {
       key,
+      form,
       path,
-      trees: Object.fromEntries(meta.trees.map((t) => [t, join(path, t)])),
+      trees: Object.fromEntries(meta.trees.map((t) => [t, lower(t)])),
       release: async () => {
         if (released) return;
         released = true;
         await fsp.rm(leaseFile, { force: true });
-        await this.touch(key);
+        await this.touch(key, form);
       },
     };
   }
@@ -287,21 +353,22 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
       .map((l) => JSON.parse(l) as PullRecord);
   }
 
-  /** Single-flight: one materialization per key in this process; the per-key flock extends it across processes. */
-  private ensureMaterialized(key: LayerKey, opts: FetchOptions): Promise<void> {
-    let p = this.inflight.get(key);
+  /** Single-flight: one placement per key and form in this process; the per-key flock extends it across processes. */
+  private ensurePlaced(key: LayerKey, form: LayerForm, opts: FetchOptions): Promise<void> {
+    const id = `${form}/${key}`;
+    let p = this.inflight.get(id);
     if (!p) {
-      p = this.materializeOnce(key, opts).finally(() => this.inflight.delete(key));
-      this.inflight.set(key, p);
+      p = this.placeOnce(key, form, opts).finally(() => this.inflight.delete(id));
+      this.inflight.set(id, p);
     }
     return p;
   }
 
-  private async materializeOnce(key: LayerKey, opts: FetchOptions): Promise<void> {
+  private async placeOnce(key: LayerKey, form: LayerForm, opts: FetchOptions): Promise<void> {
     const lock = await lockFile(join(this.d.locks, `${key}.lock`), { timeoutMs: this.opts.lockTimeoutMs });
     let event: MaterializeEvent | undefined;
     try {
-      if ((await exists(this.layerPath(key))) && (await this.readMeta(key))) return;
+      if (await this.placed(key, form)) return;
       // We hold the key's lock, so any scratch dir for this key is a crashed attempt's leftover.
       for (const name of await fsp.readdir(this.d.tmp))
         if (name.startsWith(`${key}@`)) await removeTree(join(this.d.tmp, name));
@@ -309,33 +376,7 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
         if (!(await hasLayer(this.store, key))) await this.pullFromRemotes(key, opts.sources ?? []);
         this.emit("materialize-start", { key });
         const tmp = join(this.d.tmp, scratchName(`${key}@`));
-        const r = await materializeLayer(this.store, key, tmp, {
-          ...this.opts.materialize,
-          throttle: this.budget.consume,
-        });
-        try {
-          const meta: LayerMeta = {
-            key,
-            logicalBytes: r.logicalBytes,
-            trees: Object.keys(r.trees),
-            materializedAtMs: Date.now(),
-          };
-          await writeFileAtomic(this.metaPath(key), `${JSON.stringify(meta)}\n`, this.d.tmp);
-          const damaged = await this.moveToTrash(key); // a layer dir without meta: replace it
-          await renameDir(tmp, this.layerPath(key));
-          if (damaged) await removeTree(damaged);
-        } catch (e) {
-          await removeTree(tmp);
-          throw e;
-        }
-        const done: MaterializeEvent = {
-          key,
-          durationMs: r.durationMs,
-          files: r.files,
-          linked: r.linked,
-          copied: r.copied,
-          bytesCopied: r.bytesCopied,
-        };
+        const done = form === "tree" ? await this.materializeTree(key, tmp) : await this.writeImage(key, tmp);
         this.emit("materialize", done); // inside the slot: start..end events bracket the budgeted work
         return done;
       });
@@ -348,6 +389,40 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
         this.emit("warning", `eviction after materializing ${key} failed: ${String(e)}`),
       );
     }
+  }
+
+  private async materializeTree(key: LayerKey, tmp: string): Promise<MaterializeEvent> {
+    const r = await materializeLayer(this.store, key, tmp, { ...this.opts.materialize, throttle: this.budget.consume });
+    const meta: LayerMeta = {
+      key,
+      logicalBytes: r.logicalBytes,
+      trees: Object.keys(r.trees),
+      materializedAtMs: Date.now(),
+    };
+    await placeOrDrop(tmp, async () => {
+      await writeFileAtomic(this.metaPath(key, "tree"), `${JSON.stringify(meta)}\n`, this.d.tmp);
+      const damaged = await this.moveToTrash(this.layerPath(key)); // a layer dir without meta: replace it
+      await renameDir(tmp, this.layerPath(key));
+      if (damaged) await removeTree(damaged);
+    });
+    const { durationMs, files, linked, copied, bytesCopied } = r;
+    return { key, form: "tree", durationMs, files, linked, copied, bytesCopied };
+  }
+
+  /** The image form: images/<key>/ holds layer.erofs and meta.json, moved into place by one rename. */
+  private async writeImage(key: LayerKey, tmp: string): Promise<MaterializeEvent> {
+    let r: LayerImageResult | undefined;
+    await placeOrDrop(tmp, async () => {
+      await fsp.mkdir(tmp);
+      r = await writeLayerImage(this.store, key, join(tmp, IMAGE_FILE));
+      const meta: LayerMeta = { key, logicalBytes: r.imageBytes, trees: r.trees, materializedAtMs: Date.now() };
+      await fsp.writeFile(join(tmp, "meta.json"), `${JSON.stringify(meta)}\n`);
+      const damaged = await this.moveToTrash(this.imagePath(key)); // an image dir without meta: replace it
+      await fsp.rename(tmp, this.imagePath(key));
+      if (damaged) await removeTree(damaged);
+    });
+    const { durationMs, files } = r!;
+    return { key, form: "image", durationMs, files, linked: 0, copied: 0, bytesCopied: 0 };
   }
 
   /**
@@ -419,24 +494,27 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
       if (errCode(e) === "EEXIST") return false;
       throw e;
     }
-    let trash: string | undefined;
+    const trash: string[] = [];
     try {
       if ((await countLiveLeases(join(this.d.leases, key))) > 0) return false;
-      trash = await this.moveToTrash(key);
-      if (!trash) return false;
-      await fsp.rm(this.metaPath(key), { force: true });
+      for (const path of [this.layerPath(key), this.imagePath(key)]) {
+        const t = await this.moveToTrash(path);
+        if (t) trash.push(t);
+      }
+      if (trash.length === 0) return false;
+      await fsp.rm(this.metaPath(key, "tree"), { force: true });
     } finally {
       await fsp.rm(marker, { force: true });
     }
-    await removeTree(trash);
+    for (const t of trash) await removeTree(t);
     return true;
   }
 
-  /** Atomically take a layer dir out of layers/ (undefined if there was none); the caller deletes it. */
-  private async moveToTrash(key: LayerKey): Promise<string | undefined> {
-    const trash = join(this.d.trash, scratchName(key));
+  /** Atomically take a layer's dir (either form) out of place (undefined if there was none); the caller deletes it. */
+  private async moveToTrash(path: string): Promise<string | undefined> {
+    const trash = join(this.d.trash, scratchName(basename(path)));
     try {
-      await renameDir(this.layerPath(key), trash);
+      await renameDir(path, trash);
       return trash;
     } catch (e) {
       if (errCode(e) === "ENOENT") return undefined;
@@ -478,23 +556,31 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
     }
   }
 
-  private metaPath(key: LayerKey): string {
-    return join(this.d.meta, `${key}.json`);
+  /** meta/<key>.json for a materialized layer, images/<key>/meta.json for an image (whose dir is placed whole). */
+  private metaPath(key: LayerKey, form: LayerForm): string {
+    return form === "tree" ? join(this.d.meta, `${key}.json`) : join(this.imagePath(key), "meta.json");
   }
 
-  private async readMeta(key: LayerKey): Promise<LayerMeta | undefined> {
+  /** The layer's meta when it is in place in that form. */
+  private async placed(key: LayerKey, form: LayerForm): Promise<LayerMeta | undefined> {
+    const meta = await this.readMeta(key, form);
+    if (!meta || (form === "tree" && !(await exists(this.layerPath(key))))) return undefined;
+    return meta;
+  }
+
+  private async readMeta(key: LayerKey, form: LayerForm): Promise<LayerMeta | undefined> {
     try {
-      return JSON.parse(await fsp.readFile(this.metaPath(key), "utf8")) as LayerMeta;
+      return JSON.parse(await fsp.readFile(this.metaPath(key, form), "utf8")) as LayerMeta;
     } catch (e) {
-      if (errCode(e) === "ENOENT" || e instanceof SyntaxError) return undefined;
+      if (errCode(e) === "ENOENT" || errCode(e) === "ENOTDIR" || e instanceof SyntaxError) return undefined;
       throw e;
     }
   }
 
   /** Record a use for LRU (the meta file's mtime). */
-  private async touch(key: LayerKey): Promise<void> {
+  private async touch(key: LayerKey, form: LayerForm): Promise<void> {
     const now = new Date();
-    await fsp.utimes(this.metaPath(key), now, now).catch(() => undefined);
+    await fsp.utimes(this.metaPath(key, form), now, now).catch(() => undefined);
   }
 }
 
@@ -507,4 +593,14 @@ async function renameDir(from: string, to: string): Promise<void> {
   await fsp.chmod(from, mode | 0o200);
   await fsp.rename(from, to);
   await fsp.chmod(to, mode);
+}
+
+/** Run `move`, which puts the scratch dir `tmp` in place; if it fails, the scratch goes. */
+async function placeOrDrop(tmp: string, move: () => Promise<void>): Promise<void> {
+  try {
+    await move();
+  } catch (e) {
+    await removeTree(tmp);
+    throw e;
+  }
 }

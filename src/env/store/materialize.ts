@@ -106,7 +106,7 @@ export async function materializeLayer(
 }
 
 /** Read-only, but the owner keeps read+search so the tree can be walked and removed. */
-const readOnlyDirMode = (mode: number): number => (mode & 0o555) | 0o500;
+export const readOnlyDirMode = (mode: number): number => (mode & 0o555) | 0o500;
 
 /** How a tree's directories and symlinks get their mode and owner: read-only (built), or as the image says. */
 interface TreeAttrs {
