@@ -328,6 +328,7 @@ export class Sandbox implements AsyncDisposable {
         holderPid: launched.child.pid!,
         holderStart: processStartTime(launched.child.pid!),
         pid1: launched.pid1,
+        pid1Start: processStartTime(launched.pid1),
         hostUid: launched.hostIds.uid,
         cgroups,
         createdAt: new Date().toISOString(),
