@@ -73,7 +73,7 @@ test("no reaper of another process or home touches a live sandbox; each still re
   assert.deepEqual([...scratchDirs(homeA), ...scratchDirs(homeB)], []);
 });
 
-test("a killed owner's sandboxes are reaped: their cgroups by any home's start, the rest by their own home's", async () => {
+test("a killed owner's sandboxes are reaped: cgroups by any home's start, the rest by their own home's", async () => {
   const [home, other] = [tempHome(), tempHome()];
   const holder = run("hold-sandboxes.js", [home, "3"]);
   while (holder.lines.length === 0) await new Promise((r) => setTimeout(r, 50));
