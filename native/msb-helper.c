@@ -351,11 +351,12 @@ static int cmd_export_bpf(void) {
 /* ---------------------------------------------------------------- launch */
 
 /*
- * A user namespace whose ids 0..count-1 are host ids base..base+count-1, held by a descriptor. Only a process
- * outside may write such a map (the kernel requires CAP_SETUID over the parent namespace): a short-lived child
- * creates the namespace and we, still host root, write its maps.
+ * A user namespace whose ids first..first+count-1 are host ids base..base+count-1, held by a descriptor. Only a
+ * process outside may write such a map (the kernel requires CAP_SETUID over the parent namespace): a short-lived
+ * child creates the namespace and we, still host root, write its maps. `first` 0 makes the sandbox's namespace; any
+ * other `first` serves only to id-map a tree owned by another range (an image's root, the store's) onto this one's.
  */
-static int make_userns(unsigned base, unsigned count) {
+static int make_userns(unsigned first, unsigned base, unsigned count) {
   int up[2], down[2];
   if (pipe2(up, O_CLOEXEC) != 0 || pipe2(down, O_CLOEXEC) != 0) die(1, "pipe: %s", strerror(errno));
   pid_t child = fork();
@@ -378,7 +379,7 @@ static int make_userns(unsigned base, unsigned count) {
   close(down[0]);
   char b, path[64], map[64];
   if (read(up[0], &b, 1) != 1) die(1, "create user namespace: %s", strerror(errno));
-  fmt(map, sizeof map, "0 %u %u\n", base, count);
+  fmt(map, sizeof map, "%u %u %u\n", first, base, count);
   fmt(path, sizeof path, "/proc/%d/uid_map", child);
   write_file(path, map);
   fmt(path, sizeof path, "/proc/%d/gid_map", child);
@@ -547,6 +548,9 @@ struct launch_opts {
   int *lowers[MAX_ITEMS]; /* per overlay: cloned lower trees, -1 terminated */
   int nov, nsrc, nhome, force_copy;
   const char *scratch, *disk, *owner, *idmap, *id_pool, *id_locks;
+  unsigned id_base, id_count; /* root mode: this sandbox's range */
+  unsigned owners[MAX_ITEMS]; /* ranges that own lower trees of ours, and the namespaces that map them onto ours */
+  int owner_ns[MAX_ITEMS], nowners;
   struct limits limits;
   char **bwrap;
 };
@@ -588,6 +592,33 @@ static void parse_launch(int argc, char **argv, struct launch_opts *o) {
   o->bwrap = argv + i + 1;
 }
 
+/* The namespace that maps the range at `owner` onto ours (made once per owner). */
+static int owner_userns(struct launch_opts *o, unsigned owner) {
+  for (int i = 0; i < o->nowners; i++)
+    if (o->owners[i] == owner) return o->owner_ns[i];
+  if (o->nowners >= MAX_ITEMS) die(2, "too many owners");
+  o->owners[o->nowners] = owner;
+  return o->owner_ns[o->nowners++] = make_userns(owner, o->id_base, o->id_count);
+}
+
+/*
+ * A lower layer: "DIR" (host ids, mapped through our namespace) or "+OWNER@DIR", a tree whose files belong to the
+ * id range starting at host id OWNER (an image's root in the store): mapped from that range onto ours, or not at all
+ * outside root mode.
+ */
+static int clone_lower(struct launch_opts *o, const char *spec, int userns) {
+  if (spec[0] != '+') return clone_tree(spec, userns);
+  const char *at = strchr(spec, '@');
+  char num[16];
+  size_t len = at ? (size_t)(at - spec - 1) : 0;
+  if (!len || len >= sizeof num || strspn(spec + 1, "0123456789") != len) die(2, "bad owned lower %s", spec);
+  memcpy(num, spec + 1, len);
+  num[len] = '\0';
+  unsigned owner = parse_uint(num, "owner");
+  if (userns < 0 || owner == o->id_base) return clone_tree(at + 1, -1);
+  return clone_tree(at + 1, owner_userns(o, owner));
+}
+
 /*
  * Clone every host path the sandbox will see: lower layers and sources. In root mode this runs before entering the
  * user namespace: only host root can id-map, and the sandbox's root may not even traverse the directories above
@@ -605,7 +636,7 @@ static void clone_sources(struct launch_opts *o, int userns) {
     int k = 0;
     for (char *save, *p = strtok_r(buf, ":", &save); p; p = strtok_r(NULL, ":", &save)) {
       if (k >= MAX_ITEMS) die(2, "too many lower layers");
-      o->lowers[i][k++] = clone_tree(p, userns);
+      o->lowers[i][k++] = clone_lower(o, p, userns);
     }
     o->lowers[i][k] = -1;
   }
@@ -768,7 +799,8 @@ static int range_and_userns(struct launch_opts *o, int *lock) {
   } else if (sscanf(o->idmap, "%u:%u", &base, &count) != 2 || base == 0 || count == 0) {
     die(2, "bad --idmap %s", o->idmap);
   }
-  return make_userns(base, count);
+  o->id_base = base, o->id_count = count;
+  return make_userns(0, base, count);
 }
 
 static int cmd_launch(int argc, char **argv) {
@@ -1302,6 +1334,7 @@ static int cmd_enter(int argc, char **argv) {
  */
 struct restore_opts {
   const char *pid1, *holder, *scratch, *gen, *old_gen, *next_gen, *disk, *owner, *kill_cgroup;
+  const char *root; /* the place that is the sandbox's `/` ("+root"; an image's: "+m/0", its overlay) */
   const char *seed_holder, *seed_dir, *seed_pid1; /* the seed: its launch process, its generation, its pid 1 */
   unsigned shift_from, shift_to, shift_count;     /* root mode: the seed's id range, ours, their size */
   const char *moves[MAX_ITEMS], *binds[MAX_ITEMS], *overlays[MAX_ITEMS], *symlinks[MAX_ITEMS];
@@ -1329,6 +1362,7 @@ static void parse_restore(int argc, char **argv, struct restore_opts *o) {
     else if (!strcmp(a, "--disk")) o->disk = v;
     else if (!strcmp(a, "--owner")) o->owner = v;
     else if (!strcmp(a, "--kill-cgroup")) o->kill_cgroup = v;
+    else if (!strcmp(a, "--root")) o->root = v;
     else if (!strcmp(a, "--cgroup")) join_cgroup(v); /* a helper started for the restore: its copies charged there */
     else if (!strcmp(a, "--keep")) {
       if (o->nkeep >= MAX_ITEMS) die(2, "too many --keep");
@@ -1953,7 +1987,7 @@ static long pid_counter(int pidns, long set, int own) {
 
 static int cmd_restore(int argc, char **argv) {
   prog = "minisandbox-restore";
-  struct restore_opts o = {.last_pid = -1};
+  struct restore_opts o = {.last_pid = -1, .root = "+root"};
   parse_restore(argc, argv, &o);
   umask(0);
   /* A deep tree keeps a few descriptors per level open while it is copied. */
@@ -1976,7 +2010,7 @@ static int cmd_restore(int argc, char **argv) {
   char gen[4096];
   fmt(gen, sizeof gen, "%s/%s", o.scratch, o.gen);
   for (int i = 0; i < o.nov; i++) generation_overlay(&o, gen, o.overlays[i]);
-  int new_root = place_tree(&o, gen, "+root", 0), trees[MAX_ITEMS];
+  int new_root = place_tree(&o, gen, o.root, 0), trees[MAX_ITEMS];
   for (int i = 0; i < o.nbind; i++) {
     char rel[4096];
     const char *eq = strchr(o.binds[i], '=');

@@ -3,6 +3,8 @@
 set -euo pipefail
 # chromium: the tests open the dashboard and the HTML reports in a real headless browser.
 pkgs=(bubblewrap gcc libc6-dev libseccomp-dev util-linux bsdutils procps zstd tar git python3 python3-venv chromium)
+# For the image tests: a registry (htpasswd and token auth), tools that push, build and unpack images, a Debian root.
+pkgs+=(docker-registry skopeo umoci podman runc debootstrap apache2-utils openssl)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -25,6 +27,12 @@ for f in /etc/subuid /etc/subgid; do
   elif grep -qx 'minisandbox:1879048192:65536' "$f"; then
     $SUDO sed -i "s/^minisandbox:1879048192:65536\$/$POOL/" "$f"
   fi
+done
+# Files of images in the store belong to this range on the host (uid N inside -> BASE + N), never to a host user
+# (the same default as src/env/store/ids.ts; MINISANDBOX_STORE_IDS overrides both).
+for f in /etc/subuid /etc/subgid; do
+  grep -q '^minisandbox-store:' "$f" 2>/dev/null ||
+    echo "minisandbox-store:1878982656:65536" | $SUDO tee -a "$f" >/dev/null
 done
 
 # The Python package's lint, type-check and test tools, in a project-local venv (.tools/venv) from the pip index.

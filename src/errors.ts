@@ -14,10 +14,13 @@ export const HTTP_STATUS = {
   invalid_input: 400,
   validation_failed: 422,
   task_invalid: 422,
+  image_invalid: 422,
   unauthorized: 401,
   forbidden: 403,
+  registry_denied: 403,
   peer_not_allowed: 403,
   not_found: 404,
+  image_not_found: 404,
   sandbox_not_found: 404,
   sandbox_lost: 410,
   session_exists: 409,
@@ -32,9 +35,11 @@ export const HTTP_STATUS = {
   session_died: 500,
   no_exit_code: 500,
   not_implemented: 501,
+  registry_error: 502,
   unavailable: 503,
   layer_unavailable: 503,
   timeout: 504,
+  disk_full: 507,
 } as const satisfies Record<string, number>;
 
 export type ErrorCode = keyof typeof HTTP_STATUS;
@@ -236,6 +241,38 @@ export class BuildError extends MinisandboxError {
     readonly tail: string,
   ) {
     super("build_failed", `build failed at step "${step}" (log: ${logFile}):\n${tail}`);
+  }
+}
+
+/** An image (a manifest, a config, a layer) that is malformed, hostile or not what its digest says. */
+export class ImageInvalidError extends InvalidInputError {
+  override readonly code = "image_invalid";
+}
+
+/** A registry, or a local image tool, has no image (or blob) by that name. */
+export class ImageNotFoundError extends NotFoundError {
+  override readonly code = "image_not_found";
+}
+
+/** A registry refused us (401 with the credentials we have, or 403): fixing it takes credentials or access. */
+export class RegistryDeniedError extends InvalidInputError {
+  override readonly code = "registry_denied";
+}
+
+/** A registry could not be reached or kept failing (5xx, 429, a connection cut) after every retry. */
+export class RegistryError extends MinisandboxError {
+  /** When the registry said when to come back (429/503 `Retry-After`). */
+  readonly retryAfterMs?: number;
+  constructor(message: string, opts: { retryAfterMs?: number } = {}) {
+    super("registry_error", message);
+    if (opts.retryAfterMs !== undefined) this.retryAfterMs = opts.retryAfterMs;
+  }
+}
+
+/** The filesystem holding the store is full (ENOSPC): nothing half-written was kept. */
+export class DiskFullError extends MinisandboxError {
+  constructor(message: string) {
+    super("disk_full", message);
   }
 }
 

@@ -16,7 +16,10 @@ export {
   AuthError,
   BuildError,
   CommandTimeoutError,
+  DiskFullError,
   ForbiddenError,
+  ImageInvalidError,
+  ImageNotFoundError,
   InvalidInputError,
   LayerUnavailableError,
   LimitError,
@@ -24,6 +27,8 @@ export {
   NotFoundError,
   NotImplementedError,
   PeerNotAllowedError,
+  RegistryDeniedError,
+  RegistryError,
   RemoteRuntimeError,
   RequestValidationError,
   SandboxError,
@@ -63,6 +68,26 @@ export {
   type WorkspaceParts,
 } from "./env/workspace.js";
 export { ensurePresent, type Presence, type PresenceOptions } from "./env/environments.js";
+export {
+  acquireImageRootfs,
+  canonicalReference,
+  getImage,
+  importImage,
+  listStoredImages,
+  loadRegistryConfig,
+  parsePlatform,
+  parseReference,
+  pullImage,
+  removeStoredImage,
+  type ImageEvent,
+  type ImageRootfs,
+  type ImportOptions,
+  type ImportResult,
+  type PullOptions,
+  type PullResult,
+  type RegistryConfig,
+} from "./env/images/index.js";
+export type { ImageConfig, ImageRecord } from "./env/store/index.js";
 export { runDoctor } from "./sandbox/doctor.js";
 export {
   evaluate,

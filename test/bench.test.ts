@@ -4,13 +4,16 @@ import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { runBench, writeResults, type BenchResults } from "../bench/src/index.js";
 import { benchOptionsFrom } from "../bench/src/cli.js";
+import { ALL_WORKLOADS } from "../bench/src/run.js";
 import { parsePycProbe } from "../bench/src/pyc.js";
 import { summarize } from "../bench/src/stats.js";
 import { tempDir } from "./helpers.js";
 
+// One work dir: the images workload's run reuses the environment the first run built.
+const work = tempDir("msb-bench-");
+
 // Behaviour, not speed: a tiny configuration of every workload must produce well-formed results.
 test("bench: a tiny run of every workload gives well-formed results and files", { timeout: 180_000 }, async () => {
-  const work = tempDir("msb-bench-");
   const r: BenchResults = await runBench({
     quick: true,
     work,
@@ -31,6 +34,7 @@ test("bench: a tiny run of every workload gives well-formed results and files", 
     fleetInstances: 1,
     fleetCluster: false,
     cliRuns: 1,
+    workloads: ALL_WORKLOADS.filter((w) => w !== "images"), // below, with the image tests' images
     log: () => {},
   });
   assert.equal(r.schema, 1);
@@ -160,6 +164,37 @@ test("bench: a tiny run of every workload gives well-formed results and files", 
   assert.match(readFileSync(files.markdown, "utf8"), /## 10\. Command line/);
   assert.match(readFileSync(files.svg, "utf8"), /^<svg [^>]*xmlns="http:\/\/www.w3.org\/2000\/svg"/);
   assert.ok(existsSync(files.svg));
+});
+
+test("bench: the images workload pulls N images from a loopback registry and measures the store", {
+  timeout: 900_000, // the first run on a machine builds the image tests' images (then cached)
+}, async () => {
+  const r = await runBench({
+    quick: true,
+    work,
+    storageNs: [1, 2],
+    podman: false,
+    workloads: ["images"],
+    log: () => {},
+  });
+  const m = r.images;
+  assert.ok(m.available, JSON.stringify(m));
+  assert.equal(m.images, 2);
+  assert.deepEqual(
+    m.points.map((p) => p.n),
+    [1, 2],
+  );
+  const [one, two] = m.points;
+  assert.ok(one!.minisandboxStoreBytes > 0 && two!.minisandboxStoreBytes > one!.minisandboxStoreBytes);
+  assert.ok(two!.minisandboxStoreBytes < 2 * one!.minisandboxStoreBytes, "the 2nd image shares base and env");
+  assert.equal(one!.podmanBytes, null);
+  assert.ok(m.pulls.every((p) => p.minisandboxMs > 0 && p.podmanMs === null));
+  assert.equal(m.laterPullMeanMs.minisandbox, m.pulls[1]!.minisandboxMs);
+  assert.equal(r.ratios.images_pull_vs_podman, null);
+  assert.match(r.ratio_reasons.images_storage_vs_podman ?? "", /podman/);
+  assert.ok(!existsSync(join(work, "images")), "the registry, store and podman storage are removed after the run");
+  const files = writeResults(r, { outDir: join(work, "out-images") });
+  assert.match(readFileSync(files.markdown, "utf8"), /## 10\. Environments from images/);
 });
 
 test("bench: option parsing and helpers", () => {

@@ -13,7 +13,7 @@ import { buildLogPath } from "../src/env/build.js";
 import { depsKey } from "../src/env/deps-cache.js";
 import { openStore, storeStats, verifyStore } from "../src/env/store/index.js";
 import { GIT_INDEX_MTIME_SEC } from "../src/env/store/materialize.js";
-import { InvalidInputError, NotFoundError, NotImplementedError, Sandbox } from "../src/index.js";
+import { InvalidInputError, NotFoundError, Sandbox } from "../src/index.js";
 import { homeLayout } from "../src/util/home.js";
 import { CLI, tempDir, tempHome } from "./helpers.js";
 
@@ -326,5 +326,5 @@ test("one rule for python: first on PATH for a directory or an empty sandbox, re
   assert.match(cli.stderr, refused);
   assert.equal(cli.stderr.trim().split("\n").length, 1);
   await assert.rejects(Sandbox.create({ home, dir: fx.repoPath, instance: fx.instances[0]! }), /at most one of/);
-  await assert.rejects(Sandbox.create({ home, image: "docker.io/library/python:3.11" }), NotImplementedError);
+  await assert.rejects(Sandbox.create({ home, image: "docker.io/library/python:3.11" }), /is not in the store/);
 });

@@ -4,9 +4,12 @@ import assert from "node:assert/strict";
 import {
   BuildError,
   CommandTimeoutError,
+  DiskFullError,
   errorCode,
   ForbiddenError,
   httpStatus,
+  ImageInvalidError,
+  ImageNotFoundError,
   InvalidInputError,
   LayerUnavailableError,
   LimitError,
@@ -14,6 +17,8 @@ import {
   NotFoundError,
   NotImplementedError,
   PeerNotAllowedError,
+  RegistryDeniedError,
+  RegistryError,
   RemoteRuntimeError,
   RequestValidationError,
   SandboxError,
@@ -52,6 +57,11 @@ test("each error's code answers with its HTTP status; unknown codes and foreign 
     [new LayerUnavailableError("no source had it"), "layer_unavailable", 503],
     [new TimeoutError("slow"), "timeout", 504],
     [new CommandTimeoutError("slow"), "timeout", 504],
+    [new ImageInvalidError("digest mismatch"), "image_invalid", 422],
+    [new ImageNotFoundError("no such tag"), "image_not_found", 404],
+    [new RegistryDeniedError("401"), "registry_denied", 403],
+    [new RegistryError("503 after 5 attempts", { retryAfterMs: 1000 }), "registry_error", 502],
+    [new DiskFullError("ENOSPC"), "disk_full", 507],
   ];
   for (const [e, code, status] of cases) {
     assert.equal(e.code, code, e.name);

@@ -82,7 +82,7 @@ function waitingHelperGiven(message: Buffer | null): Promise<{ code: number | nu
   return new Promise((resolve) => child.on("close", (code) => resolve({ code, stderr })));
 }
 
-test("a waiting helper leaves with 0 only when told it is not needed; no word or a cut message is an error", async () => {
+test("a waiting helper exits 0 only when told it is not needed; no word or a cut message is an error", async () => {
   assert.equal((await waitingHelperGiven(Buffer.from("drop\0"))).code, 0);
   const none = await waitingHelperGiven(null);
   assert.notEqual(none.code, 0);

@@ -6,8 +6,8 @@
  *
  * A block is skipped only when the line above it says so: `<!-- readme-test: skip KIND (why) -->`, KIND one of
  * `setup` (installs this machine and runs this very suite: CI's own steps), `mirrors` (agents and trainers installed
- * from their sources: mini-swe-agent, SWE-agent, SWE-ReX, verl, SkyRL) and `cluster` (a Ray cluster) — each said on
- * stderr.
+ * from their sources: mini-swe-agent, SWE-agent, SWE-ReX, verl, SkyRL), `cluster` (a Ray cluster) and `registry`
+ * (images from Docker Hub: nothing leaves this machine) — each said on stderr.
  *
  * Everything runs in network and pid namespaces of its own (only loopback up, so nothing leaves the machine and the
  * README's fixed ports are free; every process goes when the shell ends), with a fresh HOME. The machine's part
@@ -30,7 +30,7 @@ import { preparedFixture } from "./agent-clients.js";
 import { tempDir } from "./helpers.js";
 
 const REPO = join(import.meta.dirname, "..", "..");
-const SKIP_KINDS = new Set(["setup", "mirrors", "cluster"]);
+const SKIP_KINDS = new Set(["setup", "mirrors", "cluster", "registry"]);
 
 interface Block {
   line: number;

@@ -371,7 +371,7 @@ test("verify finds corrupt and missing objects; gc frees exactly the unreference
   fs.writeFileSync(join(store.tmpDir, "obj-999999-deadbeef"), "partial");
   await removeLayer(store, "b");
   const gc = await gcStore(store);
-  assert.deepEqual(gc, { removedObjects: 1, freedBytes: 7000, removedTemp: 1 });
+  assert.deepEqual(gc, { removedObjects: 1, freedBytes: 7000, removedImageFiles: 0, removedTemp: 1 });
   assert.deepEqual(await listLayers(store), ["a"]);
   assert.equal((await verifyStore(store)).ok, true);
   await materializeLayer(store, "a", join(dir, "out"));
@@ -787,7 +787,7 @@ test("CLI: store list/stats/verify/gc/export/import, --json; bad input exits 2, 
   assert.match(imp.stdout, /imported L1: 1 new objects/);
 
   const gc = await cli(home, "store", "gc", "--json");
-  assert.deepEqual(JSON.parse(gc.stdout), { removedObjects: 0, freedBytes: 0, removedTemp: 0 });
+  assert.deepEqual(JSON.parse(gc.stdout), { removedObjects: 0, freedBytes: 0, removedImageFiles: 0, removedTemp: 0 });
 
   // Bad input exits 2 with one line: an unknown layer says where the full keys are; a missing or invalid pack.
   const missing = await cli(home, "store", "export", "nope", "-o", join(dir, "x.tar.zst"));

@@ -1,5 +1,6 @@
 /** Ratios, targets, and the Markdown table and SVG chart written next to the results JSON. */
 import { formatBytes } from "../../src/util/size.js";
+import { IMAGES_RATIO_MEANINGS, imagesLines, imagesRatios, imagesTargets } from "./report-images.js";
 import type { Dist } from "../../src/util/stats.js";
 import { ROLLOUT_RATIO_MEANINGS, rolloutLines, rolloutRatios, rolloutTargets } from "./report-rollout.js";
 import { cliLines, SPEED_RATIO_MEANINGS, speedRatios, speedTargets } from "./report-speed.js";
@@ -40,21 +41,6 @@ export function computeRatios(
   const podmanWhy = r.storage.podman.available ? "podman storage not measured" : r.storage.podman.reason;
   if (storagePodman === null) reasons["storage_vs_podman"] = podmanWhy;
   if (storagePodmanEnv === null) reasons["storage_vs_podman_env_layers"] = podmanWhy;
-  const e = r.evaluation;
-  const ours = e.minisandbox_engine.available
-    ? e.minisandbox_engine
-    : e.minisandbox_steps.available
-      ? e.minisandbox_steps
-      : undefined;
-  const evalRatio = ours && e.podman.available ? ratio(ours.instancesPerMinute, e.podman.instancesPerMinute) : null;
-  if (evalRatio === null)
-    reasons["eval_vs_podman"] = !e.podman.available ? e.podman.reason : "minisandbox evaluation not measured";
-  const stepsRatio =
-    e.minisandbox_steps.available && e.podman.available
-      ? ratio(e.minisandbox_steps.instancesPerMinute, e.podman.instancesPerMinute)
-      : null;
-  if (stepsRatio === null)
-    reasons["eval_steps_vs_podman"] = !e.podman.available ? e.podman.reason : "minisandbox evaluation not measured";
   return {
     ratios: {
       warm_vs_extract: readyRatio("warm_vs_extract", "extract_per_task", "minisandbox_warm", "echo"),
@@ -70,13 +56,35 @@ export function computeRatios(
         "import",
       ),
       warm_import_vs_podman_import: readyRatio("warm_import_vs_podman_import", "podman", "minisandbox_warm", "import"),
-      eval_vs_podman: evalRatio,
-      eval_steps_vs_podman: stepsRatio,
+      ...evaluationRatios(r, reasons),
       ...rolloutRatios(r, reasons),
       ...speedRatios(r, reasons),
+      ...imagesRatios(r, reasons),
     },
     ratio_reasons: reasons,
   };
+}
+
+function evaluationRatios(
+  r: Pick<BenchResults, "evaluation">,
+  reasons: Record<string, string>,
+): Pick<BenchResults["ratios"], "eval_vs_podman" | "eval_steps_vs_podman"> {
+  const e = r.evaluation;
+  const ours = e.minisandbox_engine.available
+    ? e.minisandbox_engine
+    : e.minisandbox_steps.available
+      ? e.minisandbox_steps
+      : undefined;
+  const evalRatio = ours && e.podman.available ? ratio(ours.instancesPerMinute, e.podman.instancesPerMinute) : null;
+  if (evalRatio === null)
+    reasons["eval_vs_podman"] = !e.podman.available ? e.podman.reason : "minisandbox evaluation not measured";
+  const stepsRatio =
+    e.minisandbox_steps.available && e.podman.available
+      ? ratio(e.minisandbox_steps.instancesPerMinute, e.podman.instancesPerMinute)
+      : null;
+  if (stepsRatio === null)
+    reasons["eval_steps_vs_podman"] = !e.podman.available ? e.podman.reason : "minisandbox evaluation not measured";
+  return { eval_vs_podman: evalRatio, eval_steps_vs_podman: stepsRatio };
 }
 
 const x = (n: number | null | undefined, d = 1): string => (n == null ? "n/a" : `${n.toFixed(d)}×`);
@@ -97,6 +105,7 @@ export function computeTargets(r: Omit<BenchResults, "targets">): Target[] {
   t.push(...rolloutTargets(r));
   fleetTargets(r.fleet, at);
   t.push(...speedTargets(r));
+  t.push(...imagesTargets(r));
   return t;
 }
 
@@ -225,6 +234,7 @@ export function renderMarkdown(r: BenchResults): string {
     "",
     ...dashboardLines(r.dashboard),
     ...cliLines(r),
+    ...imagesLines(r),
   ];
   if (r.notes.length) L.push("", "## Notes", "", ...r.notes.map((n) => `- ${n}`));
   return `${L.join("\n")}\n`;
@@ -533,6 +543,7 @@ const RATIO_MEANINGS: Record<keyof BenchResults["ratios"], string> = {
   eval_steps_vs_podman: "evaluation throughput, the very same script: Sandbox API ÷ podman run -i",
   ...ROLLOUT_RATIO_MEANINGS,
   ...SPEED_RATIO_MEANINGS,
+  ...IMAGES_RATIO_MEANINGS,
 };
 
 /** Which environment: the fixture with its history size, or the dataset. */

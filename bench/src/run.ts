@@ -17,6 +17,7 @@ import { defaultWorkDir, setupEnvironment, type BenchEnvironment } from "./setup
 import { benchStorage } from "./storage.js";
 import { benchFleet } from "./fleet.js";
 import { benchCliStart } from "./cli-start.js";
+import { benchImages } from "./images.js";
 import type { BenchResults, Unavailable } from "./types.js";
 
 const PODMAN_STORAGE_METHOD =
@@ -34,7 +35,8 @@ export type Workload =
   | "rollout"
   | "fleet"
   | "dashboard"
-  | "cli";
+  | "cli"
+  | "images";
 export const ALL_WORKLOADS: Workload[] = [
   "ready",
   "storage",
@@ -46,6 +48,7 @@ export const ALL_WORKLOADS: Workload[] = [
   "fleet",
   "dashboard",
   "cli",
+  "images",
 ];
 /** What `--dataset` runs (workloads 1, 2, 5 and 7); the others do not depend on the environment. */
 export const DATASET_WORKLOADS: Workload[] = ["ready", "storage", "evaluation", "rollout"];
@@ -310,6 +313,7 @@ async function skeleton(x: {
       podman: podman instanceof Podman ? notRun("evaluation") : podman,
     },
     rollout: notRun("rollout"),
+    images: notRun("images"),
     notes: x.notes,
   };
 }
@@ -456,6 +460,16 @@ const WORKLOADS: Record<Workload, (run: BenchRun) => Promise<void>> = {
         na(`podman evaluation failed: ${(err as Error).message.split("\n")[0]}`),
       );
     }
+  },
+  async images({ o, results, work, size, log }) {
+    log(`workload 11: environments from images, N = ${size.storageNs.join(", ")}`);
+    results.images = await benchImages({
+      work,
+      ns: o.dataset ? [] : size.storageNs,
+      historyMiB: size.historyMiB,
+      podman: o.podman !== false,
+      log,
+    }).catch((err: unknown) => na(`images workload failed: ${(err as Error).message.split("\n")[0]}`));
   },
   async rollout({ results, env, size, podman, log }) {
     log("workload 7: rollouts (group of 8 ready, overhead per trajectory, fork, reset, live rollouts at once)");

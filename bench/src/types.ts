@@ -223,6 +223,26 @@ export interface RolloutResults {
   live: LiveRollouts | Unavailable;
 }
 
+/** Workload 11: one image's pull by each side (the image's position in the sequence, 1 = the first). */
+export interface ImagePull {
+  image: number;
+  minisandboxMs: number;
+  podmanMs: number | null;
+}
+
+/** Workload 11: N instance images of one repository pulled from a loopback registry, side by side with podman. */
+export interface ImagesResult {
+  available: true;
+  images: number;
+  /** The fixture repository's generated history in MiB (in every instance image's /testbed). */
+  historyMiB: number;
+  pulls: ImagePull[];
+  /** Disk use after the N-th pull: the store, and podman's graph root. */
+  points: { n: number; minisandboxStoreBytes: number; podmanBytes: number | null }[];
+  /** Mean of the 2nd…Nth pulls (base and env layers already present). */
+  laterPullMeanMs: { minisandbox: number | null; podman: number | null };
+}
+
 export interface Target {
   name: string;
   target: string;
@@ -301,6 +321,8 @@ export interface BenchResults {
     podman: EvalMeasurement | Unavailable;
   };
   rollout: RolloutResults | Unavailable;
+  /** Workload 11: OCI images pulled from a loopback registry, side by side with podman pull. */
+  images: ImagesResult | Unavailable;
   ratios: {
     warm_vs_extract: number | null;
     warm_vs_podman: number | null;
@@ -330,6 +352,10 @@ export interface BenchResults {
     cli_exec_vs_podman_run: number | null;
     /** Layer into a fresh node: HTTP (missing objects) MB/s ÷ `cp -a` of the materialized tree MB/s. */
     transfer_http_vs_copy: number | null;
+    /** Images: podman's graph root ÷ the store after the largest N. */
+    images_storage_vs_podman: number | null;
+    /** Images: the mean of the 2nd…Nth pulls, podman ÷ minisandbox. */
+    images_pull_vs_podman: number | null;
   };
   /** Why a ratio is null. */
   ratio_reasons: Record<string, string>;

@@ -4,8 +4,9 @@ import { InvalidInputError } from "../errors.js";
 import { fail, openInBrowser, parsePositive } from "./common.js";
 import { addHarnessFlags, applyHarnessFlags, resolveDatasetArg } from "./harness-flags.js";
 import { addDatasetOptions } from "./prepare.js";
+import { addImagePolicyOptions, imagePolicyFrom, type ImageFlags } from "./workspace.js";
 
-interface EvaluateCliOptions {
+interface EvaluateCliOptions extends ImageFlags {
   dataset: string;
   split?: string;
   instanceIds: string[];
@@ -29,6 +30,7 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
   const cmd = addDatasetOptions(program.command("evaluate"))
     .description("evaluate predictions as the SWE-bench harness does, each instance in a fresh sandbox without network")
     .option("--predictions <FILE|gold|empty>", "predictions (JSON list, JSONL, preds.json) or gold / empty");
+  addImagePolicyOptions(cmd);
   addHarnessFlags(cmd, ["dataset_name", "predictions_path", "max_workers", "run_id", "instance_ids", "report_dir"])
     .option(
       "--run-id <ID>",
@@ -50,6 +52,7 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
         const home = getHome();
         const dataset = await resolveDatasetArg(o.dataset, o.split, home);
         if (!o.predictions) throw new InvalidInputError("--predictions is required (a file, or gold / empty)");
+        const images = await imagePolicyFrom(o);
         await refuseUnknownIds(dataset, o.predictions);
         if (o.plan || o.summaryOnly) {
           await planOrSummary({ ...o, dataset }, home);
@@ -72,6 +75,7 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
           specsFile: o.specs,
           reportDir: o.reportDir,
           build: o.build,
+          ...(images ? { images } : {}),
           rerun: o.rerun ?? false,
           html: o.html || o.open,
         });

@@ -1,11 +1,13 @@
 import type { Command } from "commander";
+import type { ImagePolicy } from "../env/instance-image.js";
 import type { PrepareResult } from "../env/prepare.js";
 import type { validationSummary } from "../eval/validate.js";
 import type { Instance } from "../tasks/index.js";
 import { collect, fail, parsePositive } from "./common.js";
 import { addHarnessFlags, applyHarnessFlags, resolveDatasetArg } from "./harness-flags.js";
+import { addImagePolicyOptions, imagePolicyFrom, type ImageFlags } from "./workspace.js";
 
-export interface PrepareCliOptions {
+export interface PrepareCliOptions extends ImageFlags {
   dataset: string;
   split?: string;
   instanceIds: string[];
@@ -30,8 +32,11 @@ export function addDatasetOptions(cmd: Command): Command {
 
 export function registerPrepareCommand(program: Command, getHome: () => string): void {
   const cmd = addDatasetOptions(program.command("prepare"))
-    .description("build every instance's environment once, deduplicated in the store (resumable)")
+    .description(
+      "build every instance's environment once, deduplicated in the store (resumable); rows on images: pulled",
+    )
     .option("--workers <N>", "parallel builds", "2");
+  addImagePolicyOptions(cmd);
   addHarnessFlags(cmd, ["dataset_name", "instance_ids", "max_workers"])
     .option("--validate", "check each environment with the gold patch and without it")
     .option("--json", "machine-readable output")
@@ -64,13 +69,14 @@ async function prepare(home: string, o: PrepareCliOptions): Promise<void> {
   const ids = o.instanceIds.flat();
   const dataset = await resolveDatasetArg(o.dataset, o.split, home);
   const workers = parsePositive(o.workers, "--workers", { integer: true });
+  const images = await imagePolicyFrom(o);
   const [{ loadDataset }, { renderPrepare }] = await Promise.all([
     import("../tasks/index.js"),
     import("../env/prepare.js"),
   ]);
   const instances = await loadDataset(dataset, ids.length ? { instanceIds: ids } : {});
   const env = { home, reposDir: o.repos, specsFile: o.specs, workers };
-  const results = await prepareWithProgress(instances, env);
+  const results = await prepareWithProgress(instances, { ...env, ...(images ? { images } : {}) });
   const validation = o.validate ? await validate(instances, results, env, o.json) : undefined;
   if (o.json) process.stdout.write(`${JSON.stringify({ results, validation }, null, 2)}\n`);
   else process.stdout.write(renderPrepare(results));
@@ -80,7 +86,7 @@ async function prepare(home: string, o: PrepareCliOptions): Promise<void> {
 /** `prepareInstances` with each build step and result on stderr, and an ETA from the builds' own durations. */
 export async function prepareWithProgress(
   instances: Instance[],
-  env: { home: string; reposDir?: string; specsFile?: string; workers: number },
+  env: { home: string; reposDir?: string; specsFile?: string; workers: number; images?: ImagePolicy },
 ): Promise<PrepareResult[]> {
   const [{ prepareInstances }, { Progress }] = await Promise.all([
     import("../env/prepare.js"),

@@ -5,9 +5,10 @@ import type { ProviderFactory, WorkspaceProvider } from "../server/provider.js";
 import { parseSize } from "../util/size.js";
 import { InvalidInputError } from "../errors.js";
 import { collect, fail, parseBind } from "./common.js";
+import { imagePolicyFrom, type ImageFlags } from "./workspace.js";
 import { addNodeServeOptions, stopWhenStdinEnds, writeReadyFile, type NodeServeOptions } from "./serve-node.js";
 
-interface ServeOptions extends NodeServeOptions {
+interface ServeOptions extends NodeServeOptions, ImageFlags {
   host: string;
   port: string;
   authToken?: string;
@@ -74,6 +75,8 @@ export function registerServeCommand(program: Command, getHome: () => string, pr
     .option("--rate-limit <N>", "requests per second per token, bursts of 2N (0: none)", "200")
     .option("--dataset <FILE>", "SWE-bench / SWE-smith dataset: create sandboxes from instance ids, evaluate, diff")
     .option("--specs <FILE>", "environment spec overrides (JSON), as given to prepare and evaluate")
+    .option("--images <auto|row|swebench|none>", "with --dataset: rows on Docker/OCI images of the store (as evaluate)")
+    .option("--image-template <TEMPLATE>", "with --dataset: each row's image from a template (as evaluate)")
     .option("--max-sandboxes <N>", "live sandboxes at most, then HTTP 429 (default: 1 GiB and 512 processes each)")
     .option("--dir <DIR>", "also serve one default sandbox of DIR at the root (like swerex-remote)")
     .option("--python <VERSION>", "the default sandbox gets this host Python first on PATH (python, python3, pip)")
@@ -123,13 +126,16 @@ async function serverOptions(o: ServeOptions, home: string, providerFactory?: Pr
   if (o.specs && !o.dataset)
     throw new InvalidInputError("--specs applies to the instances of --dataset: give --dataset FILE too");
   if (o.specs) (await import("../env/spec.js")).loadSpecOverrides(o.specs); // refused at start, not at a request
+  const images = await imagePolicyFrom(o);
+  if (images && !o.dataset)
+    throw new InvalidInputError("--images and --image-template apply to the rows of --dataset: give --dataset FILE");
   if (o.dataset) {
     if (!providerFactory)
       throw new InvalidInputError(
         "--dataset: this build has no workspace provider wired in " +
           "(serve directories with --dir or POST /sandboxes {dir})",
       );
-    provider = await providerFactory({ home, dataset: o.dataset, reposDir: o.repos, specsFile: o.specs });
+    provider = await providerFactory({ home, dataset: o.dataset, reposDir: o.repos, specsFile: o.specs, images });
   } else if (providerFactory) {
     provider = await providerFactory({ home, reposDir: o.repos });
   }

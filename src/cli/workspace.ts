@@ -1,20 +1,46 @@
 import type { Command } from "commander";
+import type { ImagePolicy } from "../env/instance-image.js";
 import type { Sandbox, SandboxOptions } from "../sandbox/sandbox.js";
 
-/** How exec/shell pick their workspace: a plain directory, or a dataset instance's environment. */
-export interface WorkspaceCliOptions {
+/** `--images` / `--image-template`: which dataset rows run on an image (prepare, exec, shell, evaluate, serve). */
+export interface ImageFlags {
+  images?: string;
+  imageTemplate?: string;
+}
+
+export function addImagePolicyOptions(cmd: Command): Command {
+  return cmd
+    .option(
+      "--images <auto|row|swebench|none>",
+      "rows on Docker/OCI images: auto (default: a row's image_name/docker_image if in the store), row (that image, " +
+        "always), swebench (the harness's instance image name), none (build from the spec)",
+    )
+    .option("--image-template <TEMPLATE>", "each row's image from a template, e.g. 'ghcr.io/org/env.{instance_id}'");
+}
+
+/** The policy the flags give (undefined: none given, each command's default); bad flags are bad input. */
+export async function imagePolicyFrom(o: ImageFlags): Promise<ImagePolicy | undefined> {
+  if (o.images === undefined && o.imageTemplate === undefined) return undefined;
+  return (await import("../env/instance-image.js")).parseImagePolicy(o.images, o.imageTemplate);
+}
+
+/** How exec/shell pick their workspace: a plain directory, a dataset instance's environment, or an image. */
+export interface WorkspaceCliOptions extends ImageFlags {
   dir?: string;
   instance?: string;
+  image?: string;
   dataset?: string;
   specs?: string;
   python?: string;
 }
 
 export function addWorkspaceOptions(cmd: Command): Command {
-  return cmd
+  cmd
     .option("--instance <ID>", "a sandbox on this task's environment (needs --dataset; build it with `prepare`)")
+    .option("--image <REF>", "a sandbox on this image's root filesystem (with --instance: that task on it)")
     .option("--dataset <FILE>", "dataset holding --instance")
     .option("--specs <FILE>", "environment spec overrides (JSON)");
+  return addImagePolicyOptions(cmd);
 }
 
 /** Start the sandbox a command asked for: the flags as one request to the door, which checks them. */
@@ -22,7 +48,8 @@ export async function sandboxFor(
   o: WorkspaceCliOptions,
   common: Omit<SandboxOptions, "dir" | "overlays">,
 ): Promise<Sandbox> {
-  const { dir, instance, dataset, specs, python } = o;
+  const { dir, instance, image, dataset, specs, python } = o;
+  const images = await imagePolicyFrom(o);
   const { openSandbox } = await import("../env/workspace.js");
-  return openSandbox({ ...common, dir, instance, dataset, specsFile: specs, python });
+  return openSandbox({ ...common, dir, instance, image, dataset, specsFile: specs, python, images });
 }

@@ -5,12 +5,21 @@ import { pool, table } from "../util/progress.js";
 import { BuildError } from "../errors.js";
 import { explainBuildFailure } from "./build-diagnosis.js";
 import { ensureBuilt, envFor, type EnvOptions } from "./environments.js";
+import { findStoredImage, loadRegistryConfig, pullImage, type RegistryConfig } from "./images/index.js";
+import type { ImagePolicy } from "./instance-image.js";
+import { openStore, type Store } from "./store/index.js";
+import { homeLayout } from "../util/home.js";
+import { rowImageRef } from "./workspace.js";
 
-export type PrepareStatus = "built" | "cached" | "failed";
+/** `pulled`: the row runs on an image, fetched now (`cached`: it was in the store, or the environment was built). */
+export type PrepareStatus = "built" | "cached" | "pulled" | "failed";
 
 export interface PrepareResult {
   instanceId: string;
+  /** The environment's layer key; for a row on an image, its root filesystem's. */
   key: string;
+  /** The image the row runs on (`images` policy), when it runs on one. */
+  image?: string;
   status: PrepareStatus;
   durationMs: number;
   /** For failures: the cause, in one line (the failing step and what the log says went wrong). */
@@ -54,23 +63,38 @@ export async function prepareInstances(
     onResult?: (r: PrepareResult) => void;
     /** Each build step as it starts (toolchain, fetch, checkout, venv, dependencies, install, store...). */
     onStep?: (instanceId: string, step: string) => void;
+    /** Which rows run on an image (default `auto`: a row's own image when the store has it); those are pulled. */
+    images?: ImagePolicy;
+    /** Mirrors and plain-http hosts for pulls (default: the home's registries.json). */
+    registries?: RegistryConfig;
   },
 ): Promise<PrepareResult[]> {
+  const pulls = new ImagePulls(opts.home, opts.registries);
   return pool(instances, opts.workers ?? 2, async (instance) => {
     const t = performance.now();
     let key = "";
+    let image: string | undefined;
     try {
-      const env = envFor(instance, opts);
-      key = env.key;
+      image = await rowImageRef(opts.home, instance, opts.images ?? { kind: "auto" });
       const onStep = (step: string) => opts.onStep?.(instance.instance_id, step);
-      const status = await ensureBuilt({ ...opts, ...env, onStep });
+      let status: PrepareStatus;
+      if (image !== undefined) {
+        onStep(`image ${image}`);
+        ({ key, status } = await pulls.ensure(image));
+      } else {
+        const env = envFor(instance, opts);
+        key = env.key;
+        status = await ensureBuilt({ ...opts, ...env, onStep });
+      }
       const r: PrepareResult = { instanceId: instance.instance_id, key, status, durationMs: performance.now() - t };
+      if (image !== undefined) r.image = image;
       opts.onResult?.(r);
       return r;
     } catch (e) {
       const r: PrepareResult = {
         instanceId: instance.instance_id,
         key,
+        ...(image !== undefined ? { image } : {}),
         status: "failed",
         durationMs: performance.now() - t,
         ...explained(e),
@@ -82,15 +106,47 @@ export async function prepareInstances(
   });
 }
 
+/** Images the rows run on, each pulled once however many rows name it (unless the store has it already). */
+class ImagePulls {
+  private readonly store: Store;
+  private readonly pulls = new Map<string, Promise<{ key: string; status: PrepareStatus }>>();
+
+  constructor(
+    private readonly home: string,
+    private registries: RegistryConfig | undefined,
+  ) {
+    this.store = openStore(homeLayout(home).store);
+  }
+
+  ensure(ref: string): Promise<{ key: string; status: PrepareStatus }> {
+    let p = this.pulls.get(ref);
+    if (!p) {
+      p = this.pull(ref);
+      this.pulls.set(ref, p);
+    }
+    return p;
+  }
+
+  private async pull(ref: string): Promise<{ key: string; status: PrepareStatus }> {
+    const have = await findStoredImage(this.store, ref);
+    if (have) return { key: have.rootfs, status: "cached" };
+    this.registries ??= loadRegistryConfig(this.home);
+    const r = await pullImage(this.store, ref, { registries: this.registries });
+    return { key: r.image.rootfs, status: "pulled" };
+  }
+}
+
 function explained(e: unknown): { error: string; fix?: string } {
   const f = explainBuildFailure(e);
   return f.fix ? { error: f.cause, fix: f.fix } : { error: f.cause };
 }
 
-/** The instances whose environment is ready (built now or before). */
+/** The instances whose environment is built and ready (now or before); rows on images are not built. */
 export function builtInstances(instances: readonly Instance[], results: readonly PrepareResult[]): Instance[] {
-  const failed = new Set(results.filter((r) => r.status === "failed").map((r) => r.instanceId));
-  return instances.filter((i) => !failed.has(i.instance_id));
+  const notBuilt = new Set(
+    results.filter((r) => r.status === "failed" || r.image !== undefined).map((r) => r.instanceId),
+  );
+  return instances.filter((i) => !notBuilt.has(i.instance_id));
 }
 
 /** One row per instance, the counts, then each failure in full: what `minisandbox prepare` prints. */
@@ -100,9 +156,10 @@ export function renderPrepare(results: readonly PrepareResult[]): string {
     r.key.slice(0, 12),
     r.status,
     (r.durationMs / 1000).toFixed(1),
-    r.error ? r.error.split("\n")[0]! : "",
+    r.error ? r.error.split("\n")[0]! : r.image ? `on ${r.image}` : "",
   ]);
   const n = (s: PrepareStatus): number => results.filter((r) => r.status === s).length;
+  const pulled = n("pulled") > 0 ? `${n("pulled")} pulled, ` : "";
   const failures = results
     .filter((r) => r.status === "failed")
     .map((r) => {
@@ -111,7 +168,7 @@ export function renderPrepare(results: readonly PrepareResult[]): string {
     });
   return [
     table(["instance", "environment", "status", "seconds", "reason"], rows),
-    `\n${n("built")} built, ${n("cached")} cached, ${n("failed")} failed\n`,
+    `\n${n("built")} built, ${pulled}${n("cached")} cached, ${n("failed")} failed\n`,
     ...failures,
   ].join("");
 }

@@ -7,7 +7,7 @@
  * committed). The SDK's `Sandbox.create`, the CLI, the server, rollouts and evaluation all come through here and add
  * only what is theirs (limits, labels, registry entries).
  */
-import { InvalidInputError, NotFoundError, NotImplementedError, SandboxError } from "../errors.js";
+import { InvalidInputError, NotFoundError, SandboxError } from "../errors.js";
 import { Sandbox, type SandboxOptions } from "../sandbox/sandbox.js";
 import { loadDataset } from "../tasks/index.js";
 import type { Instance } from "../tasks/types.js";
@@ -15,7 +15,9 @@ import { homeLayout, resolveHome } from "../util/home.js";
 import type { CacheLease } from "./cache/index.js";
 import { ensurePresent, envFor, nodeCacheFor, readEnvRecord, writeEnvRecord } from "./environments.js";
 import { pythonOnPath } from "./python-on-path.js";
-import { isLayerKey, openStore, readManifest, type HttpSource } from "./store/index.js";
+import { acquireImageRootfs, findStoredImage, imageRuntime } from "./images/index.js";
+import { imageFor, type ImagePolicy } from "./instance-image.js";
+import { canChown, isLayerKey, openStore, readManifest, storeIds, type HttpSource } from "./store/index.js";
 import { specKey } from "./spec.js";
 import { findToolchain, type Toolchain } from "./toolchains.js";
 import { BUG_COMMIT_SCRIPT, BUG_ON_TOP_SCRIPT, SETUP_ENV } from "./task-setup.js";
@@ -32,7 +34,8 @@ export type WorkspaceKind = "dir" | "instance" | "env_key" | "image" | "empty";
 
 /**
  * Every way of asking for a sandbox: at most one of `dir`, `instance`, `envKey`, `image` (none: an empty sandbox),
- * and the sandbox's own options (limits, env, labels...), applied over what the environment brings.
+ * or an instance on a given image (`instance` and `image`), and the sandbox's own options (limits, env, labels...),
+ * applied over what the environment brings.
  */
 export interface SandboxRequest extends SandboxOptions {
   /** The task: the instance itself, or its id in `dataset`. */
@@ -41,7 +44,7 @@ export interface SandboxRequest extends SandboxOptions {
   envKey?: LayerKey;
   /**
    * Or an OCI image by reference (e.g. "docker.io/swebench/sweb.eval.x86_64.sympy_1776_sympy-20590:latest"), run
-   * from the store without a container runtime. Not supported yet: such a request is refused (`imageWorkspace`).
+   * from the store without a container runtime; with `instance`, the image that instance runs on.
    */
   image?: string;
   /**
@@ -50,6 +53,11 @@ export interface SandboxRequest extends SandboxOptions {
    */
   python?: string;
   dataset?: string;
+  /**
+   * Which rows run on an image instead of an environment built from their spec (`instance-image.ts`; default
+   * `auto`: the row's own image_name / docker_image when the store holds it; `none` when `environment` is given).
+   */
+  images?: ImagePolicy;
   specsFile?: string;
   reposDir?: string;
   /** Build the environment when neither this home nor a source has it (default false: a clear error). */
@@ -201,6 +209,7 @@ function keyByKey<T extends object>(a: T | undefined, b: T | undefined): T | und
 /** The kind of workspace a request asks for; more than one source is bad input. */
 export function kindOf(req: SandboxRequest): WorkspaceKind {
   const given = (["dir", "instance", "envKey", "image"] as const).filter((k) => req[k] !== undefined);
+  if (given.length === 2 && req.instance !== undefined && req.image !== undefined) return "instance";
   if (given.length > 1)
     throw new InvalidInputError(
       `a sandbox comes from at most one of dir, instance, envKey, image (got ${given.join(", ")})`,
@@ -226,9 +235,26 @@ export function checkPython(kind: WorkspaceKind, python: string | undefined): vo
 export async function resolveWorkspace(req: SandboxRequest): Promise<Workspace> {
   const kind = kindOf(req);
   checkPython(kind, req.python);
-  if (kind === "image") return imageWorkspace(req);
-  if (kind === "instance" || kind === "env_key") return taskWorkspace(req);
-  return dirWorkspace(req);
+  if (req.images && kind !== "instance")
+    throw new InvalidInputError("an image policy (images, --images, --image-template) is for dataset instances only");
+  if (kind === "image") return imageWorkspace(req, req.image!);
+  if (kind === "env_key") return taskWorkspace({ ...req, instance: undefined });
+  if (kind === "dir" || kind === "empty") return dirWorkspace(req);
+  const instance = typeof req.instance === "string" ? await instanceById(req.instance, req.dataset) : req.instance!;
+  const policy = req.images ?? { kind: req.environment ? "none" : "auto" };
+  const image = req.image ?? (await rowImageRef(resolveHome(req.home), instance, policy));
+  return image ? imageWorkspace({ ...req, instance }, image) : taskWorkspace({ ...req, instance });
+}
+
+/**
+ * The image a row's environment is under the policy, if any: the one the policy names (whether or not the store has
+ * it yet), or under `auto` the row's own when the store holds it.
+ */
+export async function rowImageRef(home: string, instance: Instance, policy: ImagePolicy): Promise<string | undefined> {
+  const pick = imageFor(instance, policy);
+  if (!pick || pick.required) return pick?.ref;
+  const store = openStore(homeLayout(home).store);
+  return (await findStoredImage(store, pick.ref).catch(() => undefined)) ? pick.ref : undefined;
 }
 
 /** A sandbox for any request, set up; closing it gives its environment back. */
@@ -243,7 +269,8 @@ export async function openSandbox(req: SandboxRequest = {}): Promise<Sandbox> {
 
 /** The request's own sandbox options: everything but how the workspace is found. */
 function ownOptions(req: SandboxRequest): SandboxOptions {
-  const { instance, envKey, image, python, dataset, specsFile, reposDir, build, environment, sources, ...own } = req;
+  const { instance, envKey, image, images, python, dataset, specsFile, reposDir, build, environment, sources, ...own } =
+    req;
   return own;
 }
 
@@ -257,19 +284,45 @@ async function dirWorkspace(req: SandboxRequest): Promise<Workspace> {
 }
 
 /**
- * The slot for OCI images: a reference resolved to a layer of the store (its root filesystem) and run without a
- * container runtime. Until images are in the store, a clear refusal.
+ * An OCI image from the store: its root filesystem (materialized once per node, leased) becomes the sandbox's `/`,
+ * copy-on-write, with the image config's Env, WorkingDir and User (`images/runtime.ts`); the caller's options go
+ * over them. Its files keep their owners inside (the store's id range, mapped onto the sandbox's).
  */
-function imageWorkspace(req: SandboxRequest): Promise<Workspace> {
-  const why = `image ${req.image}: sandboxes from OCI images are not supported yet`;
-  return Promise.reject(new NotImplementedError(`${why}; use a dataset instance or a directory`));
+async function imageWorkspace(req: SandboxRequest, ref: string): Promise<Workspace> {
+  const home = resolveHome(req.home);
+  const cache = nodeCacheFor(home);
+  const { image, root, lease } = await acquireImageRootfs(cache, ref);
+  const instance = typeof req.instance === "object" ? req.instance : undefined;
+  try {
+    const run = await imageRuntime(cache.store, image);
+    const owner = canChown() ? storeIds(cache.store).base : undefined;
+    const base: SandboxOptions = {
+      home,
+      rootfs: { path: root, ...(owner === undefined ? {} : { owner }), home: run.home },
+      env: run.env,
+      cwd: run.cwd,
+      uid: run.uid,
+      gid: run.gid,
+      labels: { image: ref, env: image.rootfs, ...(instance ? { instance: instance.instance_id } : {}) },
+    };
+    const options = withOwn(base, ownOptions({ ...req, home }));
+    return new Workspace({
+      kind: instance ? "instance" : "image",
+      options,
+      ...(instance ? { instance, setup: (sb: Sandbox) => applyBugOnTop(sb, instance) } : {}),
+      release: () => lease.release(),
+    });
+  } catch (e) {
+    await lease.release();
+    throw e;
+  }
 }
 
 /** An instance's (or a built environment's) workspace: the layer made present, leased, mounted copy-on-write. */
-async function taskWorkspace(req: SandboxRequest): Promise<Workspace> {
+async function taskWorkspace(req: SandboxRequest & { instance?: Instance }): Promise<Workspace> {
   const home = resolveHome(req.home);
   if (req.envKey !== undefined && !isLayerKey(req.envKey)) throw new NotFoundError(`unknown environment ${req.envKey}`);
-  const instance = typeof req.instance === "string" ? await instanceById(req.instance, req.dataset) : req.instance;
+  const instance = req.instance;
   const env = instance ? (req.environment ?? envFor(instance, { specsFile: req.specsFile })) : undefined;
   const present = { home, sources: req.sources, specsFile: req.specsFile, reposDir: req.reposDir };
   await ensurePresent(env ?? { key: req.envKey! }, { ...present, build: (req.build ?? false) && env !== undefined });
@@ -312,8 +365,16 @@ function layerOptions(
 
 /** What a task needs once its sandbox is up: SWE-smith's bug patch, the testbed's only commit (`task-setup.ts`). */
 async function applyTaskSetup(sb: Sandbox, instance: Instance, spec: EnvSpec): Promise<void> {
+  return applyBugPatch(sb, instance, spec.history === "full" ? BUG_ON_TOP_SCRIPT : BUG_COMMIT_SCRIPT);
+}
+
+/** On an image, the testbed's history is the image's: the bug is committed on top of it. */
+function applyBugOnTop(sb: Sandbox, instance: Instance): Promise<void> {
+  return applyBugPatch(sb, instance, BUG_ON_TOP_SCRIPT);
+}
+
+async function applyBugPatch(sb: Sandbox, instance: Instance, script: string): Promise<void> {
   if (!instance.bug_patch) return;
-  const script = spec.history === "full" ? BUG_ON_TOP_SCRIPT : BUG_COMMIT_SCRIPT;
   const r = await sb.exec(script, { stdin: instance.bug_patch, env: SETUP_ENV, cwd: TESTBED_PATH });
   if (r.exitCode !== 0)
     throw new SandboxError(`could not apply the bug patch of ${instance.instance_id}: ${r.stderr.trim()}`);

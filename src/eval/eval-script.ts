@@ -17,6 +17,18 @@ export interface EvalScriptInput {
   testbedPath?: string;
   /** Where the venv is (default VENV_PATH). */
   venvPath?: string;
+  /** The lines that activate the environment (default: `source <venvPath>/bin/activate`; an image's own: see below). */
+  activate?: readonly string[];
+}
+
+/** How the harness's eval script activates a SWE-bench image's environment (its conda env `testbed`). */
+export const CONDA_ACTIVATION: readonly string[] = ["source /opt/miniconda3/bin/activate", "conda activate testbed"];
+/** Whether an image has that conda env (a shell test, run in the sandbox). */
+export const HAS_CONDA_TESTBED = "test -f /opt/miniconda3/bin/activate && test -d /opt/miniconda3/envs/testbed";
+
+/** The activation of a venv at `venvPath`. */
+export function venvActivation(venvPath: string = VENV_PATH): string[] {
+  return [`source ${shellQuote(`${venvPath}/bin/activate`)}`];
 }
 
 /** The harness's heredoc delimiter. */
@@ -45,7 +57,7 @@ function resetCommands(baseCommit: string, testPatch: string): string[] {
 export function makeEvalScript(input: EvalScriptInput): string {
   const { instance, spec } = input;
   const testbed = shellQuote(input.testbedPath ?? TESTBED_PATH);
-  const activate = `source ${shellQuote(`${input.venvPath ?? VENV_PATH}/bin/activate`)}`;
+  const activate = (input.activate ?? venvActivation(input.venvPath)).join("\n");
   const base = shellQuote(instance.base_commit);
   const reset = resetCommands(instance.base_commit, instance.test_patch);
   const delimiter = heredocDelimiter(instance.test_patch);

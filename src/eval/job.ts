@@ -93,7 +93,8 @@ export async function runEvalJob(input: EvalJobInput): Promise<EvalJobResult> {
   }
   let layer: EvalJobResult["layer"];
   try {
-    layer = await ensurePresent(env, { ...input, build: input.build ?? false });
+    // On an image, the image is the environment (the sandbox's open says when the store lacks it).
+    if (input.image === undefined) layer = await ensurePresent(env, { ...input, build: input.build ?? false });
   } catch (e) {
     // No source had it: another node may (run the job there). Nothing has it and it may not be built: the
     // evaluation records "Environment Missing" itself, with its log and timings, as it does for a missing layer.

@@ -102,6 +102,8 @@ interface Attempt {
   instance: Instance;
   home: string;
   env: InstanceEnv;
+  /** The image the agent's sandbox runs on (graded on that image too), when it runs on one. */
+  image?: string;
   /** The agent's sandbox, for a live attempt. */
   live?: Sandbox;
   /** The patch given with the instance (null: none). */
@@ -163,7 +165,8 @@ async function startAttempt(target: EvaluateTarget, opts: EvaluateOptions): Prom
   );
   const home = resolveHome(opts.home ?? live?.home);
   const env = envFor(instance, { specsFile: opts.specsFile });
-  if (live?.labels["env"] && live.labels["env"] !== env.key) {
+  const image = live?.labels["image"];
+  if (!image && live?.labels["env"] && live.labels["env"] !== env.key) {
     throw new InvalidInputError(
       `evaluate: sandbox ${live.id} runs environment ${live.labels["env"].slice(0, 12)}, ` +
         `but ${instance.instance_id}'s spec gives ${env.key.slice(0, 12)} ` +
@@ -175,6 +178,7 @@ async function startAttempt(target: EvaluateTarget, opts: EvaluateOptions): Prom
     instance,
     home,
     env,
+    ...(image ? { image } : {}),
     ...(live ? { live } : {}),
     givenPatch: given ? given.patch : "",
     reward: opts.reward ?? "binary",
@@ -227,7 +231,7 @@ const listings = new Map<string, Promise<Buffer>>();
 const MAX_LISTINGS = 64;
 
 function cachedPristineListing(a: Attempt, opts: EvaluateOptions): Promise<Buffer> {
-  const id = `${a.home}\0${a.env.key}\0${a.instance.instance_id}`;
+  const id = `${a.home}\0${a.image ?? a.env.key}\0${a.instance.instance_id}`;
   let p = listings.get(id);
   if (!p) {
     p = (async () => {
@@ -263,6 +267,7 @@ async function evaluateInPlace(a: Attempt, live: Sandbox, opts: EvaluateOptions)
     home: a.home,
     instance: a.instance,
     env: a.env,
+    ...(a.image ? { image: a.image } : {}),
     patch: d.patchBytes,
     inPlace: true,
     sandbox: live,
@@ -341,6 +346,7 @@ async function runInFresh(a: Attempt, g: Graded, opts: EvaluateOptions): Promise
     home: a.home,
     instance: a.instance,
     env: a.env,
+    ...(a.image ? { image: a.image } : {}),
     patch: g.patchBytes ?? patch,
     timeoutMs: opts.timeoutMs,
     specsFile: opts.specsFile,

@@ -9,10 +9,13 @@ import { mkdir, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { asTaskInstance, loadDataset, selectInstances } from "../tasks/index.js";
 import type { Instance } from "../tasks/types.js";
-import type { LayerKey } from "../env/types.js";
 import type { CamelOf, plan } from "../wire/index.js";
-import type { InstanceEnv } from "../env/workspace.js";
+import { rowImageRef, type InstanceEnv } from "../env/workspace.js";
 import { envFor, isBuilt } from "../env/environments.js";
+import { findStoredImage } from "../env/images/index.js";
+import type { ImagePolicy } from "../env/instance-image.js";
+import { openStore } from "../env/store/index.js";
+import { homeLayout } from "../util/home.js";
 import { prepareInstances } from "../env/prepare.js";
 import { Progress, pool } from "../util/progress.js";
 import { InvalidInputError } from "../errors.js";
@@ -49,8 +52,13 @@ export interface RunEvaluationOptions extends EvalSettings {
   buildWorkers?: number;
   /** Where `logs/run_evaluation/...` and the summary go (default: the current directory, as the harness). */
   reportDir?: string;
-  /** Build missing environments first (default true); otherwise their instances are errors. */
+  /** Build missing environments (pull missing images) first (default true); otherwise their instances are errors. */
   build?: boolean;
+  /**
+   * Which rows run on an image of the store instead of an environment built from their spec (default `auto`: a
+   * row's own image_name / docker_image when the store has it). The eval script is the same either way.
+   */
+  images?: ImagePolicy;
   /** Re-run instances that already have a report.json in this run (default false: skipped, as the harness). */
   rerun?: boolean;
   /** Also write `<model>.<run_id>.html` beside the summary (a self-contained report; the harness's files unchanged). */
@@ -247,6 +255,8 @@ interface Job {
   prediction: Prediction;
   logDir: string;
   env?: InstanceEnv;
+  /** The image it runs on, when it runs on one. */
+  image?: string;
 }
 
 async function startRun(opts: RunEvaluationOptions): Promise<Run> {
@@ -366,12 +376,18 @@ async function recordError(run: Run, job: Job, kind: EvalErrorKind, message: str
   run.opts.onInstance?.(record);
 }
 
-/** Each job's environment (its spec computed here, once); jobs whose spec cannot be made are errors. */
+/**
+ * Each job's environment (its spec computed here, once: the eval script comes from it) and the image it runs on if
+ * any; jobs whose spec cannot be made, or that the image policy gives no image, are errors.
+ */
 async function resolveEnvironments(run: Run, jobs: Job[]): Promise<Job[]> {
   const runnable: Job[] = [];
+  const policy = run.opts.images ?? { kind: "auto" };
   for (const job of jobs) {
     try {
       job.env = envFor(job.instance, { specsFile: run.opts.specsFile });
+      const image = await rowImageRef(run.opts.home, job.instance, policy);
+      if (image !== undefined) job.image = image;
     } catch (e) {
       await recordError(run, job, "Environment Missing", (e as Error).message);
       continue;
@@ -388,13 +404,16 @@ async function buildEnvironments(
   started: number,
 ): Promise<{ toRun: Job[]; buildMs: number }> {
   const { opts } = run;
-  const missing = new Map<LayerKey, Job[]>();
-  const built = new Map<LayerKey, boolean>();
+  // What each job needs present: its image, or its environment's layer.
+  const missing = new Map<string, Job[]>();
+  const present = new Map<string, boolean>();
+  const store = openStore(homeLayout(opts.home).store);
   for (const job of runnable) {
     if (opts.build ?? true) {
-      const key = job.env!.key;
-      if (!built.has(key)) built.set(key, await isBuilt(opts.home, key));
-      if (!built.get(key)) missing.set(key, [...(missing.get(key) ?? []), job]);
+      const need = job.image ?? job.env!.key;
+      if (!present.has(need))
+        present.set(need, job.image ? !!(await findStoredImage(store, job.image)) : await isBuilt(opts.home, need));
+      if (!present.get(need)) missing.set(need, [...(missing.get(need) ?? []), job]);
     }
   }
   const failedEnvs = await buildMissing(
@@ -404,17 +423,17 @@ async function buildEnvironments(
   const buildMs = performance.now() - started;
   const toRun: Job[] = [];
   for (const job of runnable) {
-    const failure = failedEnvs.get(job.env!.key);
-    if (failure !== undefined)
-      await recordError(run, job, "Environment Build Failed", `environment build failed: ${failure}`);
+    const failure = failedEnvs.get(job.image ?? job.env!.key);
+    const what = job.image ? `image ${job.image} could not be pulled` : "environment build failed";
+    if (failure !== undefined) await recordError(run, job, "Environment Build Failed", `${what}: ${failure}`);
     else toRun.push(job);
   }
   return { toRun, buildMs };
 }
 
-/** Build the environments of these instances; the failures by key. */
-async function buildMissing(run: Run, representatives: Instance[]): Promise<Map<LayerKey, string>> {
-  const failed = new Map<LayerKey, string>();
+/** Build the environments (pull the images) of these instances; the failures by key (image). */
+async function buildMissing(run: Run, representatives: Instance[]): Promise<Map<string, string>> {
+  const failed = new Map<string, string>();
   if (representatives.length === 0) return failed;
   const { opts } = run;
   const workers = opts.buildWorkers ?? run.workers;
@@ -426,11 +445,12 @@ async function buildMissing(run: Run, representatives: Instance[]): Promise<Map<
     reposDir: opts.reposDir,
     specsFile: opts.specsFile,
     workers,
+    ...(opts.images ? { images: opts.images } : {}),
     onStep: (id, step) => progress?.step(`${id}: ${step}`, id),
     onResult: (r) => progress?.tick(r.status, r.instanceId, r.instanceId),
   });
   progress?.finish();
-  for (const r of results) if (r.status === "failed") failed.set(r.key, r.error ?? "build failed");
+  for (const r of results) if (r.status === "failed") failed.set(r.image ?? r.key, r.error ?? "build failed");
   return failed;
 }
 
@@ -457,6 +477,7 @@ async function evaluateJobs(run: Run, toRun: Job[]): Promise<{ timed: Timed[]; e
       ...run.settings,
       instance: job.instance,
       env: job.env,
+      ...(job.image ? { image: job.image } : {}),
       patch: job.prediction.model_patch ?? "",
       model: job.prediction.model_name_or_path,
       logDir: job.logDir,

@@ -14,7 +14,15 @@ import {
 } from "./host.js";
 import { cgroupDirs, type SandboxCgroups } from "./limits.js";
 import { parentPid } from "./procfs.js";
-import { bwrapArgs, checkPlanPaths, INIT_PATH, initMaskArgs, type MountPlan, planSources } from "./plan.js";
+import {
+  bwrapArgs,
+  checkPlanPaths,
+  helperLowers,
+  INIT_PATH,
+  initMaskArgs,
+  type MountPlan,
+  planSources,
+} from "./plan.js";
 
 export interface LaunchRequest {
   plan: MountPlan;
@@ -108,7 +116,7 @@ function launchArgv(req: LaunchRequest): string[] {
   if (req.mode === "root" && req.ids) a.push(...idPoolArgs(req.ids));
   a.push(...req.rlimits);
   if (req.forceCopy) a.push("--force-copy");
-  for (const o of req.plan.overlays) a.push("--overlay", o.lower.join(":"));
+  for (const o of req.plan.overlays) a.push("--overlay", helperLowers(o));
   for (const [name, text] of Object.entries(req.homeFiles ?? {})) a.push("--home-file", `${name}=${text}`);
   for (const s of planSources(req.plan, helper)) a.push(SOURCE_FLAGS[s.kind], `${s.name}=${s.path}`);
   a.push("--", requireTool("bwrap", "bubblewrap"), ...bwrapArgs(req.plan, req.scratch, helper), "--info-fd", "3");
@@ -120,7 +128,7 @@ function launchArgv(req: LaunchRequest): string[] {
     ...(req.seccomp ? [] : ["--no-seccomp"]),
     ...(holdsRange ? ["--holds-id-range"] : []),
   );
-  a.push(...initMaskArgs(), req.label);
+  a.push(...initMaskArgs(req.plan), req.label);
   return a;
 }
 

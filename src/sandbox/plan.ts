@@ -12,6 +12,12 @@ export interface OverlayMount {
   lower: string[];
   /** Path inside the sandbox. */
   target: string;
+  /**
+   * Root mode: the first host id of the range the lower trees' files belong to (an image's root filesystem: the
+   * store's range), mapped onto the sandbox's range. Without it, host ids are shown as the sandbox's namespace maps
+   * them.
+   */
+  owner?: number;
 }
 
 /** A plain bind mount of a host directory. */
@@ -25,6 +31,11 @@ export interface BindMount {
 export interface MountPlan {
   hostname: string;
   network: boolean;
+  /**
+   * Copy-on-write trees. One whose target is `/` (first, if any) is the sandbox's whole root (an image's): then no
+   * host system directory is shown, the host's /etc is not masked (it is not there), and no private home is mounted
+   * over the image's own.
+   */
   overlays: OverlayMount[];
   binds: BindMount[];
   /** Host directories bind-mounted read-only at their own path (interpreters). */
@@ -61,7 +72,19 @@ export const SANDBOX_CAPS = [
 // Paths end up inside overlay mount options and a shell script's env: refuse the characters that break them.
 const UNSAFE = /[,:\n\r\0\\]/;
 
+/** Whether the plan's first tree is the sandbox's root (an image's) rather than the host's system directories. */
+export function ownsRoot(plan: Pick<MountPlan, "overlays">): boolean {
+  return plan.overlays[0]?.target === "/";
+}
+
+/** An overlay's lowers as msb-helper reads them: `DIR`, or `+OWNER@DIR` for a tree owned by another id range. */
+export function helperLowers(o: OverlayMount): string {
+  return o.lower.map((l) => (o.owner === undefined ? l : `+${o.owner}@${l}`)).join(":");
+}
+
 export function checkPlanPaths(plan: MountPlan): void {
+  if (plan.overlays.some((o, i) => o.target === "/" && i > 0))
+    throw new InvalidInputError("only the first copy-on-write tree may be the sandbox's root");
   for (const o of plan.overlays) {
     for (const l of o.lower) {
       if (UNSAFE.test(l) || !l.startsWith("/"))
@@ -93,7 +116,7 @@ export function planSources(plan: MountPlan, initBinary: string): PlanSource[] {
   return [
     { name: "init", path: dirname(initBinary), kind: "shared" },
     { name: "ctl", path: plan.controlDir, kind: "live" },
-    ...systemEntries().flatMap((e, i) =>
+    ...(ownsRoot(plan) ? [] : systemEntries()).flatMap((e, i) =>
       e.symlinkTo ? [] : [{ name: `s${i}`, path: e.path, kind: "system" as const }],
     ),
     ...plan.toolchains.map((path, i) => ({ name: `t${i}`, path, kind: "shared" as const })),
@@ -125,10 +148,14 @@ export type SandboxMount =
   | { kind: "place"; place: string; target: string }
   | { kind: "source"; source: string; target: string; readOnly: boolean };
 
-/** Every mount of a plan's tree, as the launch makes it (bwrapArgs) and a restore makes it again (restore.ts). */
+/**
+ * Every mount of a plan's tree, as the launch makes it (bwrapArgs) and a restore makes it again (restore.ts). On an
+ * image's root (ownsRoot) the first overlay is `/`: no host system tree, and the image's own home.
+ */
 export function sandboxMounts(plan: MountPlan, initBinary: string): SandboxMount[] {
-  const m: SandboxMount[] = [{ kind: "place", place: "root", target: "/" }];
-  for (const [i, e] of systemEntries().entries())
+  const own = ownsRoot(plan);
+  const m: SandboxMount[] = [{ kind: "place", place: own ? "m/0" : "root", target: "/" }];
+  for (const [i, e] of (own ? [] : systemEntries()).entries())
     m.push(
       e.symlinkTo
         ? { kind: "symlink", to: e.symlinkTo, target: e.path }
@@ -137,11 +164,12 @@ export function sandboxMounts(plan: MountPlan, initBinary: string): SandboxMount
   m.push({ kind: "proc", target: "/proc" }, { kind: "dev", target: "/dev", shm: "/dev/shm" });
   m.push({ kind: "place", place: "tmp", target: "/tmp" });
   const homeParent = plan.home.slice(0, plan.home.lastIndexOf("/"));
-  if (homeParent && homeParent !== "/root") m.push({ kind: "dir", target: homeParent });
-  m.push({ kind: "place", place: "home", target: plan.home });
+  if (!own && homeParent && homeParent !== "/root") m.push({ kind: "dir", target: homeParent });
+  if (!own) m.push({ kind: "place", place: "home", target: plan.home });
   const ro = (source: string, target: string): SandboxMount => ({ kind: "source", source, target, readOnly: true });
   for (const [i, t] of plan.toolchains.entries()) m.push(ro(`b/t${i}`, t));
-  for (const [i, o] of plan.overlays.entries()) m.push({ kind: "place", place: `m/${i}`, target: o.target });
+  for (const [i, o] of plan.overlays.entries())
+    if (!own || i > 0) m.push({ kind: "place", place: `m/${i}`, target: o.target });
   for (const [i, b] of plan.binds.entries())
     m.push({ kind: "source", source: `b/x${i}`, target: b.target, readOnly: b.readOnly });
   m.push(ro("b/ctl", CONTROL_PATH), ro(`b/init/${basename(initBinary)}`, INIT_PATH));
@@ -205,13 +233,14 @@ export function bwrapArgs(plan: MountPlan, scratch: string, initBinary: string):
  * read-only, /proc's sensitive files and /etc's secrets empty (files read as /dev/null, directories as an empty
  * read-only tmpfs).
  */
-export function initMaskArgs(): string[] {
+export function initMaskArgs(plan: Pick<MountPlan, "overlays">): string[] {
   const proc = procCover();
   const mask = (m: MaskedPath): string[] => [m.kind === "dir" ? "--mask-dir" : "--mask-file", m.path];
   return [
     ...proc.readOnly.flatMap((p) => ["--read-only", p]),
     ...proc.masked.flatMap(mask),
-    ...etcSecrets().flatMap(mask),
+    // An image's /etc is its own: its secrets are the image's, and the host's are not in the sandbox at all.
+    ...(ownsRoot(plan) ? [] : etcSecrets()).flatMap(mask),
   ];
 }
 

@@ -60,7 +60,7 @@ function mountArgs(m: SandboxMount): string[] {
     case "symlink":
       return ["--symlink", `${m.to}=${m.target}`];
     case "place":
-      return m.place === "root" ? [] : ["--bind", `+${m.place}=${m.target}`];
+      return m.target === "/" ? ["--root", `+${m.place}`] : ["--bind", `+${m.place}=${m.target}`];
     case "source":
       return [m.readOnly ? "--ro-bind" : "--bind", `${m.source}=${m.target}`];
     case "dir":

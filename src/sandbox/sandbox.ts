@@ -81,6 +81,11 @@ export interface SandboxOptions {
   home?: string;
   /** Host directory mounted copy-on-write at /testbed. */
   dir?: string;
+  /**
+   * A root filesystem (an image's) that becomes the sandbox's `/`, copy-on-write, instead of the host's /usr, /etc
+   * and the rest; everything else (namespaces, masks of /proc, seccomp, limits, the network) is as for any sandbox.
+   */
+  rootfs?: RootFs;
   /** More copy-on-write trees (e.g. a venv). */
   overlays?: OverlayMount[];
   binds?: BindMount[];
@@ -110,6 +115,15 @@ export interface SandboxOptions {
   dirRoots?: string[];
   /** The seccomp profile (default on). Turning it off is an explicit, reported choice (`security()`). */
   seccomp?: boolean;
+}
+
+export interface RootFs {
+  /** The tree, never written (writes go to the sandbox's scratch). */
+  path: string;
+  /** First host id of the range its files belong to (the store's, root mode): mapped onto the sandbox's range. */
+  owner?: number;
+  /** HOME inside: the user's home in that tree (its own files, writable copy-on-write like the rest). */
+  home?: string;
 }
 
 /** What `Sandbox.security()` reports. */
@@ -143,6 +157,12 @@ function sandboxEnv(opts: SandboxOptions, uid: number, home: string, hostname: s
   const path = [...(opts.pathPrepend ?? []), DEFAULT_PATH].join(":");
   const base = { PATH: path, HOME: home, USER: user, LOGNAME: user, LANG: "C.UTF-8", HOSTNAME: hostname };
   return { ...base, ...defaultCommandEnv(opts.network ?? false), ...opts.env };
+}
+
+/** An image's root filesystem as the first copy-on-write tree, its files mapped from the range they belong to. */
+function rootOverlay(rootfs: RootFs): OverlayMount {
+  if (!existsSync(rootfs.path)) throw new InvalidInputError(`root filesystem ${rootfs.path} does not exist`);
+  return { lower: [rootfs.path], owner: rootfs.owner, target: "/" };
 }
 
 /** Plain words for limits this host cannot enforce, so that nobody relies on them. */
@@ -267,6 +287,7 @@ export class Sandbox implements AsyncDisposable {
       for (const l of o.lower) if (!existsSync(l)) throw new InvalidInputError(`mount source ${l} does not exist`);
     // The opened directory itself, as descriptor 5 of the launch: no path is looked up again.
     if (dir) overlays.unshift({ lower: [`/proc/self/fd/${FIRST_PASSED_FD}`], target: TESTBED_PATH });
+    if (opts.rootfs) overlays.unshift(rootOverlay(opts.rootfs));
     return Sandbox.launch({
       opts,
       sandboxesDir: layout.sandboxes,
@@ -283,7 +304,7 @@ export class Sandbox implements AsyncDisposable {
     const { opts, mode, uid, gid, overlays } = inputs;
     const id = `sb-${randomBytes(6).toString("hex")}`;
     const paths = sandboxPaths(inputs.sandboxesDir, id);
-    const home = uid === 0 ? "/root" : `/home/u${uid}`;
+    const home = opts.rootfs?.home ?? (uid === 0 ? "/root" : `/home/u${uid}`);
     const plan: MountPlan = {
       hostname: opts.hostname ?? id,
       network: opts.network ?? false,
@@ -319,7 +340,7 @@ export class Sandbox implements AsyncDisposable {
         label: id,
         seccomp: opts.seccomp ?? true,
         fds: inputs.dir ? [inputs.dir.fd] : [],
-        homeFiles: HOME_DOTFILES,
+        homeFiles: opts.rootfs ? undefined : HOME_DOTFILES, // an image's home is its own
       });
       await writeState(paths, {
         id,

@@ -10,6 +10,7 @@ import { agentDiff, pristineListing } from "../eval/runner/agent-diff.js";
 import { BuildError, errMessage, NotFoundError } from "../errors.js";
 import { withOneLineMessage } from "../env/build-diagnosis.js";
 import { homeLayout } from "../util/home.js";
+import type { ImagePolicy } from "../env/instance-image.js";
 import type {
   EvaluationJob,
   LayerSources,
@@ -28,6 +29,7 @@ export function envProvider(opts: {
   instances: readonly Instance[];
   reposDir?: string;
   specsFile?: string;
+  images?: ImagePolicy;
 }): WorkspaceProvider {
   const instance = instanceLookup(opts.instances);
   // Layer leases are given back asynchronously; a server shutting down waits for them (no lease file outlives it).
@@ -48,11 +50,12 @@ export function envProvider(opts: {
         specsFile,
         build: true,
         sources: o.sources,
+        ...(opts.images ? { images: opts.images } : {}),
       }).catch((e) => {
         throw withOneLineMessage(e);
       });
-      const meta = { instance_id: inst.instance_id, env_key: ws.env!.key, repo: ws.env!.spec.repo };
-      return tracked(ws, { ...meta, base_commit: inst.base_commit });
+      const env = ws.env ? { env_key: ws.env.key, repo: ws.env.spec.repo } : { image: ws.options.labels?.["image"] };
+      return tracked(ws, { instance_id: inst.instance_id, ...env, base_commit: inst.base_commit });
     },
     async forEnvKey(key: string, o: LayerSources = {}): Promise<ProvidedWorkspace> {
       const ws = await resolveWorkspace({ home: opts.home, envKey: key, sources: o.sources });
@@ -76,7 +79,7 @@ export function envProvider(opts: {
   };
 }
 
-type ProviderOptions = { home: string; reposDir?: string; specsFile?: string };
+type ProviderOptions = { home: string; reposDir?: string; specsFile?: string; images?: ImagePolicy };
 
 /** An instance by id; image-based runners lower-case ids (docker image names): a unique case-insensitive match too. */
 function instanceLookup(instances: readonly Instance[]): (id: string) => Instance {
@@ -105,7 +108,8 @@ async function evaluateSandbox(opts: ProviderOptions, instance: Instance, sandbo
 async function workspaceDiff(opts: ProviderOptions, instance: Instance, sandbox: Sandbox): Promise<string> {
   let listing: Buffer;
   {
-    await using fresh = await openSandbox({ home: opts.home, instance, specsFile: opts.specsFile });
+    const images = opts.images ? { images: opts.images } : {};
+    await using fresh = await openSandbox({ home: opts.home, instance, specsFile: opts.specsFile, ...images });
     listing = await pristineListing(fresh);
   }
   return (await agentDiff(sandbox, listing)).patch;
@@ -160,5 +164,5 @@ async function prepareHere(
   }
 }
 
-export const envProviderFactory: ProviderFactory = async ({ home, dataset, reposDir, specsFile }) =>
-  envProvider({ home, instances: dataset ? await loadDataset(dataset) : [], reposDir, specsFile });
+export const envProviderFactory: ProviderFactory = async ({ home, dataset, reposDir, specsFile, images }) =>
+  envProvider({ home, instances: dataset ? await loadDataset(dataset) : [], reposDir, specsFile, images });

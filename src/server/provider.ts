@@ -1,6 +1,7 @@
 import type { Sandbox } from "../sandbox/sandbox.js";
 import type { HttpSource } from "../env/store/index.js";
 import type { Workspace } from "../env/workspace.js";
+import type { ImagePolicy } from "../env/instance-image.js";
 import type { EvalJobInput, EvalJobResult } from "../eval/job.js";
 import type { Instance } from "../tasks/index.js";
 
@@ -75,4 +76,6 @@ export type ProviderFactory = (o: {
   reposDir?: string;
   /** Environment spec overrides (`--specs`): the same file the other commands are given. */
   specsFile?: string;
+  /** Which rows run on an image of the store (`--images`, `--image-template`; default auto). */
+  images?: ImagePolicy;
 }) => Promise<WorkspaceProvider>;

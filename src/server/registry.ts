@@ -95,6 +95,8 @@ export class SandboxRegistry {
   private readonly starting = new Map<string, number>();
   /** Creations in progress: shutdown waits for them (they close what they made). */
   private readonly inProgress = new Set<Promise<unknown>>();
+  /** Workspaces being given back (an image's lease): shutdown waits for them, so no lease file outlives it. */
+  private readonly releasing = new Set<Promise<unknown>>();
   private closing = false;
   private readonly timer: NodeJS.Timeout;
   /** Sandboxes held outside the registry (the rollout engine's), counted against the same caps. */
@@ -207,7 +209,11 @@ export class SandboxRegistry {
       source = opts.provided
         ? { ...opts.provided, done: () => {} }
         : await resolveSource(req, sourceCtx, opts.trustedDir, opts.trustedBinds);
-      source.workspace.onReleased((done) => done.catch((err) => this.o.log.warn({ err }, "provider release failed")));
+      source.workspace.onReleased((done) => {
+        const settled = done.catch((err) => this.o.log.warn({ err }, "provider release failed"));
+        this.releasing.add(settled);
+        void settled.then(() => this.releasing.delete(settled));
+      });
       const entry = await this.launch(req, who, source, opts);
       const kind = source.workspace.kind;
       this.o.metrics.creations.inc({ result: "ok" });
@@ -317,6 +323,7 @@ export class SandboxRegistry {
     clearInterval(this.timer);
     await Promise.all([...this.inProgress]);
     await Promise.all([...this.entries.keys()].map((id) => this.delete(id, "shutdown").catch(() => undefined)));
+    await Promise.all([...this.releasing]);
   }
 }
 

@@ -1,6 +1,7 @@
 /**
  * Where a new sandbox's workspace comes from: a host directory (only under the allowed roots, mounted through the
- * descriptor that was checked), a dataset instance or an environment key (through the provider), or nothing. Each
+ * descriptor that was checked), a dataset instance or an environment key (through the provider), an image in the
+ * server's store, or nothing. Each
  * becomes a workspace of the one door (src/env/workspace.ts), under its one rule for `python`.
  */
 import { availableParallelism } from "node:os";
@@ -41,9 +42,15 @@ export async function resolveSource(
 ): Promise<ResolvedSource> {
   const nothing = (): void => {};
   const kind: WorkspaceKind =
-    trustedDir !== undefined ? "dir" : kindOf({ dir: req.dir, instance: req.instance_id, envKey: req.env_key });
+    trustedDir !== undefined
+      ? "dir"
+      : kindOf({ dir: req.dir, instance: req.instance_id, envKey: req.env_key, image: req.image });
   checkPython(kind, req.python);
   if (kind === "instance" || kind === "env_key") return { ...(await provided(req, ctx)), done: nothing };
+  if (kind === "image") {
+    const workspace = await resolveWorkspace({ home: ctx.home, image: req.image });
+    return { workspace, meta: { image: req.image }, done: nothing };
+  }
   const binds = trustedBinds?.length ? { binds: trustedBinds } : {};
   const at = { home: ctx.home, python: req.python, ...binds };
   if (trustedDir !== undefined)

@@ -1,3 +1,5 @@
+import { formatBytes } from "./size.js";
+
 export interface ProgressOptions {
   /** Where lines go (default stderr); a terminal gets one line rewritten in place. */
   out?: NodeJS.WritableStream;
@@ -10,8 +12,8 @@ export interface ProgressOptions {
 /**
  * A one-line progress bar with ETA on a terminal; one plain line per step otherwise (logs, CI). Items named when
  * they start (`begin(key)` or `step(detail, key)`) and end (`tick(outcome, detail, key)`) give an ETA from their own
- * durations,
- * `workers` at a time: the items still running count for what they have left, the waiting ones for whole items.
+ * durations, `workers` at a time: the items still running count for what they have left, the waiting ones for
+ * whole items.
  */
 export class Progress {
   private done = 0;
@@ -67,8 +69,7 @@ export class Progress {
   /** Seconds left, as text; "?" until an item has finished. */
   private eta(): string {
     if (this.done === 0) return "?";
-    const s = Math.round(this.secondsLeft());
-    return s >= 60 ? `${Math.floor(s / 60)}m${String(s % 60).padStart(2, "0")}s` : `${s}s`;
+    return formatSeconds(this.secondsLeft());
   }
 
   private secondsLeft(): number {
@@ -88,6 +89,80 @@ export class Progress {
     const bar = `${"#".repeat(filled)}${"-".repeat(width - filled)}`;
     const note = this.note ? ` | ${this.note}` : "";
     this.out.write(`\r${this.label} [${bar}] ${this.done}/${this.total} ${counts} ETA ${this.eta()}${note}\x1b[K`);
+  }
+
+  finish(): void {
+    if (this.tty) this.out.write("\n");
+  }
+}
+
+function formatSeconds(seconds: number): string {
+  const s = Math.round(seconds);
+  return s >= 60 ? `${Math.floor(s / 60)}m${String(s % 60).padStart(2, "0")}s` : `${s}s`;
+}
+
+/**
+ * A transfer measured in bytes and items (an image's layers): on a terminal a bar with both counts and an ETA from
+ * the byte rate, redrawn at most 10 times a second; otherwise one plain line per finished item and per note.
+ */
+export class TransferProgress {
+  private bytes = 0;
+  private totalBytes = 0;
+  private items = 0;
+  private totalItems = 0;
+  private readonly started = performance.now();
+  private readonly tty: boolean;
+  private lastDraw = 0;
+
+  constructor(
+    private readonly label: string,
+    private readonly unit: string,
+    private readonly out: NodeJS.WriteStream = process.stderr,
+  ) {
+    this.tty = Boolean(out.isTTY);
+  }
+
+  setTotals(bytes: number, items: number): void {
+    this.totalBytes = bytes;
+    this.totalItems = items;
+    this.draw(true);
+  }
+
+  addBytes(n: number): void {
+    this.bytes += n;
+    this.draw(false);
+  }
+
+  itemDone(detail: string): void {
+    this.items++;
+    if (this.tty) this.draw(true);
+    else this.out.write(`${this.label}: ${this.items}/${this.totalItems} ${this.unit} ${detail} (${this.counts()})\n`);
+  }
+
+  /** Something worth a line of its own (a retry, a resume). */
+  note(text: string): void {
+    if (this.tty) this.out.write(`\r\x1b[K${this.label}: ${text}\n`);
+    else this.out.write(`${this.label}: ${text}\n`);
+    this.draw(true);
+  }
+
+  private counts(): string {
+    const elapsed = (performance.now() - this.started) / 1000;
+    const rate = elapsed > 0 ? this.bytes / elapsed : 0;
+    const eta = rate > 0 ? formatSeconds((this.totalBytes - this.bytes) / rate) : "?";
+    return `${formatBytes(this.bytes)}/${formatBytes(this.totalBytes)}, ETA ${eta}`;
+  }
+
+  private draw(force: boolean): void {
+    if (!this.tty) return;
+    const now = performance.now();
+    if (!force && now - this.lastDraw < 100) return;
+    this.lastDraw = now;
+    const width = 30;
+    const filled = this.totalBytes ? Math.min(width, Math.round((this.bytes / this.totalBytes) * width)) : 0;
+    const bar = `${"#".repeat(filled)}${"-".repeat(width - filled)}`;
+    const items = `${this.items}/${this.totalItems} ${this.unit}`;
+    this.out.write(`\r${this.label} [${bar}] ${items}, ${this.counts()}\x1b[K`);
   }
 
   finish(): void {

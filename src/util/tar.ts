@@ -1,7 +1,8 @@
 /**
- * A minimal streaming tar reader (ustar, GNU long names and link names, pax path/linkpath/size). Its input is
- * untrusted (store packs, archives made inside sandboxes): reading the stream ourselves means no entry ever touches
- * the filesystem except as the caller decides — no symlink or hard link tricks, unlike extracting with tar(1).
+ * A streaming tar reader: ustar, GNU (long names and link names, base-256 numbers) and pax (path, linkpath, size,
+ * uid, gid, mtime, `SCHILY.xattr.*` / `LIBARCHIVE.xattr.*`), i.e. everything OCI image layers use. Its input is
+ * untrusted (store packs, image layers, archives made inside sandboxes): reading the stream ourselves means no entry
+ * ever touches the filesystem except as the caller decides — no symlink or hard link tricks, unlike tar(1).
  */
 import { TarFormatError } from "../errors.js";
 
@@ -15,6 +16,16 @@ export interface TarHeader {
   mode: number;
   /** Target of a symlink or hard link (raw bytes). */
   linkName: Buffer;
+  uid: number;
+  gid: number;
+  /** Modification time in whole seconds (pax fractions dropped). */
+  mtimeSec: number;
+  /** Device numbers of a "device" entry (0 otherwise); `char` tells character from block devices. */
+  device: { major: number; minor: number; char: boolean };
+  /** Extended attributes from pax records (`security.capability`, `user.*`...), values as raw bytes. */
+  xattrs: Map<string, Buffer>;
+  /** Offset of the entry's data in the (uncompressed) stream: an archive can be indexed and read back by range. */
+  dataOffset: number;
 }
 
 const BLOCK = 512;
@@ -23,6 +34,8 @@ const MAX_META_BYTES = 1 << 20;
 /** Reads exact byte counts from an async stream of chunks. */
 class ChunkReader {
   private pending: Buffer = Buffer.alloc(0);
+  /** Bytes handed out so far (read, taken or skipped). */
+  position = 0;
   constructor(private readonly source: AsyncIterator<Buffer>) {}
 
   /** Exactly n bytes; null on a clean end of stream before any byte; throws when the stream ends midway. */
@@ -37,6 +50,7 @@ class ChunkReader {
     }
     const out = this.pending.subarray(0, n);
     this.pending = this.pending.subarray(n);
+    this.position += n;
     return out;
   }
 
@@ -52,6 +66,7 @@ class ChunkReader {
       const part = this.pending.subarray(0, Math.min(left, this.pending.length));
       this.pending = this.pending.subarray(part.length);
       left -= part.length;
+      this.position += part.length;
       yield part;
     }
   }
@@ -95,13 +110,7 @@ export async function readTar(
       else if (flag === "x") pax = parsePax(data);
       continue;
     }
-    const header: TarHeader = {
-      name: pax.path ?? longName ?? headerName(block),
-      kind: kindOf(flag),
-      size: pax.size ?? size,
-      mode: parseNumber(block, 100, 8) & 0o7777,
-      linkName: pax.linkpath ?? longLink ?? cString(block.subarray(157, 257)),
-    };
+    const header = buildHeader(block, flag, size, pax, longName, longLink, r.position);
     longName = undefined;
     longLink = undefined;
     pax = {};
@@ -118,6 +127,33 @@ export async function readTar(
     await r.skip(header.kind === "file" ? unread : dataSize);
     await r.skip((BLOCK - (dataSize % BLOCK)) % BLOCK);
   }
+}
+
+function buildHeader(
+  block: Buffer,
+  flag: string,
+  size: number,
+  pax: Pax,
+  longName: Buffer | undefined,
+  longLink: Buffer | undefined,
+  dataOffset: number,
+): TarHeader {
+  return {
+    name: pax.path ?? longName ?? headerName(block),
+    kind: kindOf(flag),
+    size: pax.size ?? size,
+    mode: parseNumber(block, 100, 8) & 0o7777,
+    linkName: pax.linkpath ?? longLink ?? cString(block.subarray(157, 257)),
+    uid: pax.uid ?? parseNumber(block, 108, 8),
+    gid: pax.gid ?? parseNumber(block, 116, 8),
+    mtimeSec: pax.mtime ?? parseNumber(block, 136, 12),
+    device:
+      flag === "3" || flag === "4"
+        ? { major: parseNumber(block, 329, 8), minor: parseNumber(block, 337, 8), char: flag === "3" }
+        : { major: 0, minor: 0, char: false },
+    xattrs: pax.xattrs ?? new Map(),
+    dataOffset,
+  };
 }
 
 function kindOf(flag: string): TarHeader["kind"] {
@@ -189,7 +225,13 @@ interface Pax {
   path?: Buffer;
   linkpath?: Buffer;
   size?: number;
+  uid?: number;
+  gid?: number;
+  mtime?: number;
+  xattrs?: Map<string, Buffer>;
 }
+
+const PAX_NUMBERS = { size: "size", uid: "uid", gid: "gid" } as const;
 
 function parsePax(data: Buffer): Pax {
   const out: Pax = {};
@@ -205,12 +247,29 @@ function parsePax(data: Buffer): Pax {
     const value = record.subarray(eq + 1);
     if (key === "path") out.path = value;
     else if (key === "linkpath") out.linkpath = value;
-    else if (key === "size") {
-      const n = Number(value.toString("latin1"));
-      if (!Number.isSafeInteger(n) || n < 0) throw new TarFormatError("corrupt pax size");
-      out.size = n;
-    }
+    else if (key in PAX_NUMBERS) out[PAX_NUMBERS[key as keyof typeof PAX_NUMBERS]] = paxInteger(key, value);
+    else if (key === "mtime") out.mtime = Math.floor(paxNumber(key, value));
+    else if (key.startsWith("SCHILY.xattr.")) setXattr(out, key.slice(13), value);
+    else if (key.startsWith("LIBARCHIVE.xattr."))
+      setXattr(out, decodeURIComponent(key.slice(17)), Buffer.from(value.toString("latin1"), "base64"));
     pos += len;
   }
   return out;
+}
+
+function setXattr(pax: Pax, name: string, value: Buffer): void {
+  pax.xattrs ??= new Map();
+  pax.xattrs.set(name, value);
+}
+
+function paxNumber(key: string, value: Buffer): number {
+  const n = Number(value.toString("latin1"));
+  if (!Number.isFinite(n) || n < 0 || n > Number.MAX_SAFE_INTEGER) throw new TarFormatError(`corrupt pax ${key}`);
+  return n;
+}
+
+function paxInteger(key: string, value: Buffer): number {
+  const n = paxNumber(key, value);
+  if (!Number.isSafeInteger(n)) throw new TarFormatError(`corrupt pax ${key}`);
+  return n;
 }

@@ -27,12 +27,12 @@ export const LimitsRequest = model(
 );
 
 function oneSource(v: Record<string, unknown>, raw: Record<string, unknown>, loc: Loc, errors: ValidationDetail[]) {
-  const given = ["dir", "instance_id", "env_key"].filter((k) => v[k] !== undefined);
+  const given = ["dir", "instance_id", "env_key", "image"].filter((k) => v[k] !== undefined);
   if (given.length > 1)
     errors.push({
       type: "value_error",
       loc,
-      msg: `Value error, give at most one of dir, instance_id, env_key (got ${given.join(", ")})`,
+      msg: `Value error, give at most one of dir, instance_id, env_key, image (got ${given.join(", ")})`,
       input: raw,
     });
 }
@@ -43,6 +43,8 @@ export const CreateSandboxRequest = model(
     dir: t.str().optional(),
     instance_id: t.str().optional(),
     env_key: t.str().optional(),
+    /** An OCI image in this server's store (by reference or id): its root filesystem, Env, WorkingDir and User. */
+    image: t.str().optional(),
     network: t.bool().optional(),
     limits: LimitsRequest.optional(),
     ttl_seconds: t.float().gt(0).optional(),
@@ -52,7 +54,7 @@ export const CreateSandboxRequest = model(
     labels: t.dict(t.str()).optional(),
     /**
      * A host Python (e.g. "3.11") mounted read-only, first on PATH as python, python3, pip: for a `dir` or an empty
-     * sandbox; refused (400) with `instance_id` or `env_key`, whose environment runs its own interpreter.
+     * sandbox; refused (400) with `instance_id`, `env_key` or `image`, whose environment runs its own interpreter.
      */
     python: t.str().optional(),
     /** SWE-ReX's `POST …/close` deletes the sandbox (default: it closes the sessions only, as SWE-ReX's server). */

@@ -22,6 +22,21 @@ export function scratchName(prefix: string): string {
   return `${prefix}-${scratchBase.pid}-${scratchBase.nonce}${(scratchCount++).toString(16)}`;
 }
 
+/**
+ * Remove what writers that are gone left in a scratch dir (names from scratchName carry the pid): a pull killed
+ * midway leaves the object it was writing. Entries of live processes (or that do not parse) are left alone.
+ */
+export async function sweepDeadScratch(dir: string): Promise<number> {
+  let removed = 0;
+  for (const name of await fsp.readdir(dir).catch(() => [] as string[])) {
+    const pid = Number(/^[a-z-]+-(\d+)-[0-9a-f]{12}/.exec(name)?.[1]);
+    if (!pid || processAlive(pid)) continue;
+    await removeTree(join(dir, name));
+    removed++;
+  }
+  return removed;
+}
+
 /** Start time of a process in clock ticks since boot, as recorded in lease and marker names; undefined if gone. */
 export function processStartTime(pid: number): string | undefined {
   const ticks = procStartTime(pid);
@@ -56,12 +71,7 @@ export async function exists(path: string): Promise<boolean> {
 }
 
 export async function fsyncDir(dir: string): Promise<void> {
-  const fh = await fsp.open(dir, "r");
-  try {
-    await fh.sync();
-  } finally {
-    await fh.close();
-  }
+  await fsyncPath(dir);
 }
 
 /** Write a file so readers see either the old or the complete new content, also across a crash. */
@@ -90,6 +100,33 @@ export async function writeFileAtomic(path: string, data: string | Buffer, scrat
 export async function syncFilesystem(path: string): Promise<void> {
   const r = await run("sync", ["-f", path]);
   if (r.code !== 0) await run("sync", []);
+}
+
+/** Up to this many new files are fsynced one by one (with their directories); more take one syncfs. */
+const FSYNC_EACH_MAX = 64;
+
+/**
+ * Make `files` durable before a record names them. A few (a repository's next image brings a handful of new
+ * files) are fsynced one by one, so that nothing else written on the filesystem — another tool's gigabytes — is
+ * waited for; many take one syncfs, far cheaper than thousands of fsyncs.
+ */
+export async function syncFiles(files: readonly string[], fsPath: string): Promise<void> {
+  if (files.length > FSYNC_EACH_MAX) return syncFilesystem(fsPath);
+  try {
+    await mapLimit(files, 8, fsyncPath);
+    await mapLimit([...new Set(files.map((f) => dirname(f)))], 8, fsyncDir);
+  } catch {
+    await syncFilesystem(fsPath); // a file we may not open (an image's mode 000 one, unprivileged)
+  }
+}
+
+async function fsyncPath(path: string): Promise<void> {
+  const fh = await fsp.open(path, "r");
+  try {
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
 }
 
 /** rm -rf that also works on read-only trees when we are not root (dirs 0555 forbid unlinking children). */

@@ -11,7 +11,7 @@ import { Readable } from "node:stream";
 import { InvalidInputError, NotFoundError, StoreCorruptError } from "../../errors.js";
 import type { LayerKey } from "../types.js";
 import { InFlight, mapLimit, scratchName, yielder } from "./fsutil.js";
-import { assertLayerKey, objectIdFor, isExecutableId, objectPath, type ObjectId, type Store } from "./layout.js";
+import { assertLayerKey, objectHash, objectPath, type ObjectId, type Store } from "./layout.js";
 import { parseManifest } from "./manifest.js";
 import { placeObject, putVerified, SMALL_FILE_BYTES, writeHashed } from "./objects.js";
 import { importPack, type ImportResult } from "./pack.js";
@@ -242,7 +242,7 @@ async function receiveObject(
   }
   const tmp = join(local.tmpDir, scratchName("obj"));
   const got = await writeHashed(reader.take(size, o.what), tmp, o.throttle);
-  if (objectIdFor(got.hex, isExecutableId(id)) !== id) {
+  if (objectHash(id) !== got.hex) {
     await fsp.rm(tmp, { force: true });
     throw o.mismatch();
   }

@@ -15,6 +15,7 @@ export {
   hasLayer,
   listLayers,
   readManifest,
+  removeLayer,
   resolveLayerKey,
   summarizeManifest,
   validateManifest,
@@ -44,10 +45,49 @@ export {
 } from "./http-remote.js";
 export {
   gcStore,
-  removeLayer,
   storeStats,
   verifyStore,
   type GcResult,
   type StoreStats,
   type VerifyReport,
 } from "./maintenance.js";
+export {
+  canChown,
+  configuredStoreIds,
+  DEFAULT_STORE_IDS,
+  IMAGE_ID_COUNT,
+  storeIds,
+  STORE_SUBID_USER,
+  type StoreIds,
+} from "./ids.js";
+export { imageFileAttrs, imageObjectId, objectHash, type ImageFileAttrs } from "./layout.js";
+export { DIGEST_RE, digestHex, ensureImageDirs, imageDirs, type ImageDirs } from "./image-layout.js";
+export {
+  cleanPath,
+  diffPath,
+  hasDiff,
+  readDiff,
+  unpackError,
+  unpackLayer,
+  type DiffEntry,
+  type DiffRecord,
+  type UnpackBudget,
+  type UnpackResult,
+} from "./layer-diff.js";
+export { chainId, flattenImage, rootfsKey, ROOTFS_TREE, type NotApplied } from "./flatten.js";
+export {
+  blobPath,
+  findImage,
+  imageRoots,
+  listImages,
+  readImage,
+  removeImage,
+  writeBlob,
+  writeImage,
+  type ImageConfig,
+  type ImageLayer,
+  type ImageListing,
+  type ImagePlatform,
+  type ImageRecord,
+  type RemoveImageResult,
+} from "./images.js";

@@ -1,7 +1,7 @@
 /**
  * On-disk layout of a store:
  *   store.json                 format marker
- *   objects/ab/cdef…[x]        content-addressed files, read-only (0444, or 0555 when the name ends in "x")
+ *   objects/ab/cdef…[x|.M.U.G] content-addressed files: their id says their mode (and, for images, owner)
  *   manifests/<layerKey>.json  one per layer, written last and atomically
  *   tmp/                       scratch for in-flight writes (same filesystem, so renames are atomic)
  *   .lock                      flock: ingest/import/pull hold it shared, gc exclusive
@@ -19,10 +19,29 @@ export interface Store {
   readonly lockPath: string;
 }
 
-/** sha256 (hex) of the content, plus "x" when the file is executable: two different objects for the same bytes. */
+/**
+ * sha256 (hex) of the content, then what the file's inode must carry, since materialized files are hard links to
+ * their object: for a built layer's file nothing (0444) or "x" (0555, executable); for an image's file
+ * ".MODE.UID.GID" (permission bits in 4 octal digits, owner inside the image), plus ".MTIME" for a Python source
+ * (its `.pyc` caches record that mtime). The same bytes with other attributes are another object.
+ */
 export type ObjectId = string;
 
-export const OBJECT_ID_RE = /^[0-9a-f]{64}x?$/;
+const ATTRS = String.raw`(?:x|\.0[0-7]{3}\.\d{1,5}\.\d{1,5}(?:\.\d{1,11})?)?`;
+export const OBJECT_ID_RE = new RegExp(`^[0-9a-f]{64}${ATTRS}$`);
+/** The name of an object's file inside its shard directory (objects/<first 2 hex>/<this>). */
+export const OBJECT_FILE_RE = new RegExp(`^[0-9a-f]{62}${ATTRS}$`);
+
+/** What an image's file object carries besides its content. */
+export interface ImageFileAttrs {
+  /** Permission bits (0o777 at most: setuid, setgid and sticky never reach a host inode). */
+  mode: number;
+  uid: number;
+  gid: number;
+  /** Kept for Python sources only; every other object has NORMALIZED_MTIME_SEC. */
+  mtimeSec?: number;
+}
+
 const LAYER_KEY_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$/;
 const TREE_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
@@ -58,8 +77,29 @@ export function objectIdFor(sha256Hex: string, executable: boolean): ObjectId {
   return executable ? `${sha256Hex}x` : sha256Hex;
 }
 
-/** Objects are immutable: read-only for everyone, executable iff their id says so. */
+export function imageObjectId(sha256Hex: string, a: ImageFileAttrs): ObjectId {
+  const base = `${sha256Hex}.${a.mode.toString(8).padStart(4, "0")}.${a.uid}.${a.gid}`;
+  return a.mtimeSec === undefined ? base : `${base}.${a.mtimeSec}`;
+}
+
+/** The sha256 (hex) of an object's content. */
+export function objectHash(id: ObjectId): string {
+  return id.slice(0, 64);
+}
+
+/** The attributes of an image's file object; undefined for a built layer's object. */
+export function imageFileAttrs(id: ObjectId): ImageFileAttrs | undefined {
+  if (id.length <= 65) return undefined;
+  const [mode, uid, gid, mtime] = id.slice(65).split(".");
+  const a: ImageFileAttrs = { mode: parseInt(mode!, 8), uid: Number(uid), gid: Number(gid) };
+  if (mtime !== undefined) a.mtimeSec = Number(mtime);
+  return a;
+}
+
+/** Objects are immutable: a built layer's are read-only for everyone, an image's have the image's bits. */
 export function objectMode(id: ObjectId): number {
+  const image = imageFileAttrs(id);
+  if (image) return image.mode;
   return isExecutableId(id) ? 0o555 : 0o444;
 }
 

@@ -1,16 +1,32 @@
-/** Store upkeep: stats (dedup), verify (rehash everything), gc (drop unreferenced objects and scratch). */
+/**
+ * Store upkeep: stats (dedup), verify (rehash everything), gc (drop unreferenced objects and scratch). Images count:
+ * the layers (diff records) and blobs an image record names keep their objects; the others go with gc.
+ */
 import * as fsp from "node:fs/promises";
 import { join } from "node:path";
 import { errMessage, StoreCorruptError, TimeoutError } from "../../errors.js";
 import type { LayerKey } from "../types.js";
-import { mapLimit, NORMALIZED_MTIME_SEC, removeTree } from "./fsutil.js";
-import { isExecutableId, manifestPath, objectIdFor, objectMode, type ObjectId, type Store } from "./layout.js";
+import { mapLimit, removeTree } from "./fsutil.js";
+import { imageDirs } from "./image-layout.js";
+import { imageRoots, listImages } from "./images.js";
+import { readDiff, type DiffRecord } from "./layer-diff.js";
+import { objectHash, objectMode, type ObjectId, type Store } from "./layout.js";
 import { lockFile } from "./lock.js";
-import { listLayers, readManifest, referencedObjects, summarizeManifest, type LayerManifest } from "./manifest.js";
-import { scanObjects, sha256File } from "./objects.js";
+import {
+  hasLayer,
+  listLayers,
+  readManifest,
+  referencedObjects,
+  summarizeManifest,
+  type LayerManifest,
+} from "./manifest.js";
+import { objectMtime, objectOwner, scanObjects, sha256File } from "./objects.js";
 
 export interface StoreStats {
   layers: number;
+  /** Image records, and the unpacked OCI layers they name. */
+  images: number;
+  imageLayers: number;
   objects: number;
   /** What the layers would take without dedup: sum of file sizes over all manifests. */
   logicalBytes: number;
@@ -33,6 +49,8 @@ export interface VerifyReport {
   missing: { id: ObjectId; layers: LayerKey[] }[];
   /** Manifests that do not parse or validate. */
   badManifests: { key: LayerKey; error: string }[];
+  /** Image records whose layers or root filesystem are missing or unreadable. */
+  badImages: { id: string; error: string }[];
   /** Files in objects/ that are not objects. */
   stray: string[];
 }
@@ -40,6 +58,8 @@ export interface VerifyReport {
 export interface GcResult {
   removedObjects: number;
   freedBytes: number;
+  /** Unpacked OCI layers and manifest/config blobs no image needs any more, and interrupted downloads. */
+  removedImageFiles: number;
   /** Scratch files and dirs left in tmp/ by interrupted writers. */
   removedTemp: number;
 }
@@ -60,24 +80,50 @@ async function loadManifests(
   return { manifests, bad };
 }
 
-function referenceIndex(manifests: LayerManifest[]): Map<ObjectId, { size: number; layers: LayerKey[] }> {
-  const refs = new Map<ObjectId, { size: number; layers: LayerKey[] }>();
-  for (const m of manifests) {
-    for (const [id, size] of referencedObjects(m)) {
-      const r = refs.get(id);
-      if (r) r.layers.push(m.key);
-      else refs.set(id, { size, layers: [m.key] });
+/** Diff records some image names (readable ones; the others are reported), and the file names of the rest. */
+async function loadDiffs(
+  store: Store,
+): Promise<{ live: DiffRecord[]; bad: { id: string; error: string }[]; dead: string[]; blobs: Set<string> }> {
+  const roots = await imageRoots(store);
+  const live: DiffRecord[] = [];
+  const bad: { id: string; error: string }[] = [];
+  for (const diffId of roots.diffIds) {
+    try {
+      live.push(await readDiff(store, diffId));
+    } catch (e) {
+      bad.push({ id: diffId, error: errMessage(e) });
     }
   }
+  const names = await fsp.readdir(imageDirs(store).diffs).catch(() => [] as string[]);
+  const dead = names.filter((n) => !roots.diffIds.has(`sha256:${n.replace(/\.json$/, "")}`));
+  return { live, bad, dead, blobs: roots.blobs };
+}
+
+function referenceIndex(
+  manifests: LayerManifest[],
+  diffs: DiffRecord[],
+): Map<ObjectId, { size: number; layers: LayerKey[] }> {
+  const refs = new Map<ObjectId, { size: number; layers: LayerKey[] }>();
+  const add = (id: ObjectId, size: number, owner: string): void => {
+    const r = refs.get(id);
+    if (r) r.layers.push(owner);
+    else refs.set(id, { size, layers: [owner] });
+  };
+  for (const m of manifests) for (const [id, size] of referencedObjects(m)) add(id, size, m.key);
+  for (const d of diffs)
+    for (const e of d.entries) if (e.type === "file") add(e.object, e.size, `image layer ${d.diffId}`);
   return refs;
 }
 
 export async function storeStats(store: Store): Promise<StoreStats> {
   const { manifests } = await loadManifests(store);
-  const refs = referenceIndex(manifests);
+  const diffs = await loadDiffs(store);
+  const refs = referenceIndex(manifests, diffs.live);
   const { objects } = await scanObjects(store);
   const stats: StoreStats = {
     layers: (await listLayers(store)).length,
+    images: (await listImages(store)).length,
+    imageLayers: diffs.live.length,
     objects: objects.length,
     logicalBytes: manifests.reduce((n, m) => n + summarizeManifest(m).logicalBytes, 0),
     storedBytes: objects.reduce((n, o) => n + o.size, 0),
@@ -100,7 +146,8 @@ export async function verifyStore(
   opts: { concurrency?: number; onProgress?: (done: number, total: number) => void } = {},
 ): Promise<VerifyReport> {
   const { manifests, bad } = await loadManifests(store);
-  const refs = referenceIndex(manifests);
+  const diffs = await loadDiffs(store);
+  const refs = referenceIndex(manifests, diffs.live);
   const { objects, stray } = await scanObjects(store);
   const report: VerifyReport = {
     ok: true,
@@ -109,11 +156,12 @@ export async function verifyStore(
     corrupt: [],
     missing: [],
     badManifests: bad,
+    badImages: [...diffs.bad, ...(await imageProblems(store))],
     stray,
   };
   const sizes = new Map(objects.map((o) => [o.id, o.size]));
   await mapLimit(objects, opts.concurrency ?? 4, async (o) => {
-    const reason = await checkObject(o.id, o.path);
+    const reason = await checkObject(store, o.id, o.path);
     if (reason) report.corrupt.push({ id: o.id, reason });
     report.objectsChecked++;
     report.bytesChecked += o.size;
@@ -126,18 +174,36 @@ export async function verifyStore(
   }
   report.corrupt.sort((a, b) => a.id.localeCompare(b.id));
   report.missing.sort((a, b) => a.id.localeCompare(b.id));
-  report.ok = report.corrupt.length === 0 && report.missing.length === 0 && bad.length === 0 && stray.length === 0;
+  report.ok =
+    report.corrupt.length === 0 &&
+    report.missing.length === 0 &&
+    bad.length === 0 &&
+    report.badImages.length === 0 &&
+    stray.length === 0;
   return report;
 }
 
-async function checkObject(id: ObjectId, path: string): Promise<string | undefined> {
+/** Image records whose root filesystem layer is gone (their diff records are checked by loadDiffs). */
+async function imageProblems(store: Store): Promise<{ id: string; error: string }[]> {
+  const out: { id: string; error: string }[] = [];
+  for (const { record } of await listImages(store)) {
+    if (!(await hasLayer(store, record.rootfs)))
+      out.push({ id: record.id, error: `root filesystem layer ${record.rootfs} is missing` });
+  }
+  return out;
+}
+
+async function checkObject(store: Store, id: ObjectId, path: string): Promise<string | undefined> {
   const st = await fsp.lstat(path);
   const { hex } = await sha256File(path);
-  if (objectIdFor(hex, isExecutableId(id)) !== id) return `content hash is ${hex}`;
+  if (objectHash(id) !== hex) return `content hash is ${hex}`;
   if ((st.mode & 0o7777) !== objectMode(id))
     return `mode ${(st.mode & 0o7777).toString(8)}, expected ${objectMode(id).toString(8)}`;
-  if (Math.floor(st.mtimeMs / 1000) !== NORMALIZED_MTIME_SEC)
-    return `mtime ${new Date(st.mtimeMs).toISOString()} is not the normalized epoch`;
+  if (Math.floor(st.mtimeMs / 1000) !== objectMtime(id))
+    return `mtime ${new Date(st.mtimeMs).toISOString()} is not ${new Date(objectMtime(id) * 1000).toISOString()}`;
+  const owner = objectOwner(store, id);
+  if (owner && (st.uid !== owner.uid || st.gid !== owner.gid))
+    return `owner ${st.uid}:${st.gid}, expected ${owner.uid}:${owner.gid}`;
   return undefined;
 }
 
@@ -157,15 +223,15 @@ export async function gcStore(store: Store, opts: { lockTimeoutMs?: number } = {
   }
   try {
     const { manifests, bad } = await loadManifests(store);
-    if (bad.length > 0) {
-      throw new StoreCorruptError(
-        `refusing to gc: manifest of layer ${bad[0]!.key} is corrupt (${bad[0]!.error}); ` +
-          "remove or re-import that layer first",
-      );
+    const diffs = await loadDiffs(store);
+    const unreadable = bad[0] ? `manifest of layer ${bad[0].key}` : diffs.bad[0] ? `layer ${diffs.bad[0].id}` : "";
+    if (unreadable) {
+      const why = bad[0]?.error ?? diffs.bad[0]!.error;
+      throw new StoreCorruptError(`refusing to gc: ${unreadable} is corrupt (${why}); remove or re-import it first`);
     }
-    const refs = referenceIndex(manifests);
+    const refs = referenceIndex(manifests, diffs.live);
     const { objects, stray } = await scanObjects(store);
-    const result: GcResult = { removedObjects: 0, freedBytes: 0, removedTemp: 0 };
+    const result: GcResult = { removedObjects: 0, freedBytes: 0, removedImageFiles: 0, removedTemp: 0 };
     for (const o of objects) {
       if (refs.has(o.id)) continue;
       await fsp.rm(o.path, { force: true });
@@ -178,6 +244,7 @@ export async function gcStore(store: Store, opts: { lockTimeoutMs?: number } = {
       await fsp.rm(path, { force: true });
       result.freedBytes += st.size;
     }
+    result.freedBytes += await gcImageFiles(store, diffs.dead, diffs.blobs, result);
     for (const name of await fsp.readdir(store.tmpDir)) {
       await removeTree(join(store.tmpDir, name));
       result.removedTemp++;
@@ -188,10 +255,21 @@ export async function gcStore(store: Store, opts: { lockTimeoutMs?: number } = {
   }
 }
 
-/** Forget a layer (its objects stay until gc). */
-export async function removeLayer(store: Store, key: LayerKey): Promise<void> {
-  await readManifest(store, key).catch((e: unknown) => {
-    if (!(e instanceof StoreCorruptError)) throw e;
-  });
-  await fsp.rm(manifestPath(store, key), { force: true });
+/** Diff records and blobs no image names, and every download (gc holds the lock: none is in flight). */
+async function gcImageFiles(store: Store, deadDiffs: string[], liveBlobs: Set<string>, r: GcResult): Promise<number> {
+  const dirs = imageDirs(store);
+  const blobs = await fsp.readdir(dirs.blobs).catch(() => [] as string[]);
+  const downloads = await fsp.readdir(dirs.downloads).catch(() => [] as string[]);
+  const victims = [
+    ...deadDiffs.map((n) => join(dirs.diffs, n)),
+    ...blobs.filter((n) => !liveBlobs.has(`sha256:${n}`)).map((n) => join(dirs.blobs, n)),
+    ...downloads.map((n) => join(dirs.downloads, n)),
+  ];
+  let freed = 0;
+  for (const path of victims) {
+    freed += (await fsp.lstat(path)).size;
+    await fsp.rm(path, { force: true, recursive: true });
+    r.removedImageFiles++;
+  }
+  return freed;
 }

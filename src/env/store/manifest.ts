@@ -3,7 +3,9 @@ import * as fsp from "node:fs/promises";
 import { errCode, errMessage, InvalidInputError, NotFoundError, StoreCorruptError } from "../../errors.js";
 import type { LayerKey } from "../types.js";
 import { writeFileAtomic } from "./fsutil.js";
+import { IMAGE_ID_COUNT } from "./ids.js";
 import {
+  imageFileAttrs,
   isLayerKey,
   isTreeName,
   manifestPath,
@@ -26,20 +28,33 @@ export const MANIFEST_FORMAT = 1;
 
 export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue };
 
-export interface DirEntry {
+/** Owner inside an image (host ids: the store's range base + these; see ids.ts). Only in image trees. */
+export interface EntryOwner {
+  uid?: number;
+  gid?: number;
+}
+/** Extended attributes an image recorded (name -> base64 value): kept for the record, never set on a host inode. */
+export type Xattrs = Record<string, string>;
+
+export interface DirEntry extends EntryOwner {
   path: EncodedName;
   type: "dir";
   mode: number;
+  xattrs?: Xattrs;
 }
 export interface FileEntry {
   path: EncodedName;
   type: "file";
-  /** Mode at ingest (informational; materialized files are 0444, or 0555 when executable). */
+  /**
+   * Mode at ingest. Built trees: informational (materialized files are 0444, or 0555 when executable). Image trees:
+   * the archived bits, setuid/setgid included (the object's inode has them without: see README "Images").
+   */
   mode: number;
   object: ObjectId;
   size: number;
+  xattrs?: Xattrs;
 }
-export interface SymlinkEntry {
+export interface SymlinkEntry extends EntryOwner {
   path: EncodedName;
   type: "symlink";
   target: EncodedName;
@@ -55,6 +70,11 @@ export type ManifestEntry = DirEntry | FileEntry | SymlinkEntry | HardlinkEntry;
 export interface TreeManifest {
   /** Mode of the tree's root directory. */
   mode: number;
+  /**
+   * Present on an image's root filesystem, and the owner of its root directory: modes are materialized as recorded
+   * (setuid dropped) and every dir and symlink entry has an owner (`uid`, `gid`), every file an image object id.
+   */
+  owner?: { uid: number; gid: number };
   /** Pre-order: every entry's parent directory comes before it. Paths are relative, "/"-separated. */
   entries: ManifestEntry[];
 }
@@ -103,6 +123,10 @@ export function referencedObjects(m: LayerManifest): Map<ObjectId, number> {
 const isObj = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
 const isMode = (v: unknown): v is number => Number.isInteger(v) && (v as number) >= 0 && (v as number) <= 0o7777;
 const isSize = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 0;
+const isImageId = (v: unknown): v is number =>
+  Number.isInteger(v) && (v as number) >= 0 && (v as number) < IMAGE_ID_COUNT;
+const isXattrs = (v: unknown): boolean =>
+  v === undefined || (isObj(v) && Object.values(v).every((x) => typeof x === "string"));
 
 /**
  * Check that a parsed value is a well-formed manifest whose entries cannot escape their tree when materialized:
@@ -124,12 +148,34 @@ export function validateManifest(value: unknown, expectedKey?: LayerKey): LayerM
   for (const [name, tree] of Object.entries(value.trees)) {
     if (!isTreeName(name)) fail(`invalid tree name ${JSON.stringify(name)}`);
     if (!isObj(tree) || !isMode(tree.mode) || !Array.isArray(tree.entries)) return fail(`tree ${name}: malformed`);
-    validateEntries(name, tree.entries, fail);
+    const image = tree.owner !== undefined;
+    if (image && !(isObj(tree.owner) && isImageId(tree.owner.uid) && isImageId(tree.owner.gid)))
+      fail(`tree ${name}: invalid owner`);
+    validateEntries(name, tree.entries, image, fail);
   }
   return value as unknown as LayerManifest;
 }
 
-function validateEntries(tree: string, entries: unknown[], fail: (why: string) => never): void {
+/** Owners and xattrs where (and only where) an image tree has them; a file's object id matching its mode. */
+function entryAttrsProblem(e: Record<string, unknown>, image: boolean): string | undefined {
+  const owned = e.uid !== undefined || e.gid !== undefined;
+  if (!image) {
+    if (owned || e.xattrs !== undefined) return "owner or xattrs outside an image tree";
+    if (e.type === "file" && isExecutableId(e.object as string) !== (((e.mode as number) & 0o111) !== 0))
+      return "exec bit disagrees with object id";
+    return undefined;
+  }
+  if (!isXattrs(e.xattrs)) return "invalid xattrs";
+  if (e.type === "file") {
+    const attrs = imageFileAttrs(e.object as string);
+    if (!attrs || attrs.mode !== ((e.mode as number) & 0o777)) return "object id does not carry the file's mode";
+    if (!isImageId(attrs.uid) || !isImageId(attrs.gid)) return "object owner out of range";
+  } else if ((e.type === "dir" || e.type === "symlink") && !(isImageId(e.uid) && isImageId(e.gid)))
+    return "missing or invalid owner";
+  return undefined;
+}
+
+function validateEntries(tree: string, entries: unknown[], image: boolean, fail: (why: string) => never): void {
   const dirs = new Set<string>([""]);
   const files = new Set<string>();
   const seen = new Set<string>();
@@ -151,8 +197,6 @@ function validateEntries(tree: string, entries: unknown[], fail: (why: string) =
       case "file":
         if (!isMode(e.mode) || !isSize(e.size)) fail(`${where}: invalid mode or size`);
         if (typeof e.object !== "string" || !OBJECT_ID_RE.test(e.object)) fail(`${where}: invalid object id`);
-        if (isExecutableId(e.object) !== (((e.mode as number) & 0o111) !== 0))
-          fail(`${where}: exec bit disagrees with object id`);
         files.add(key);
         break;
       case "symlink": {
@@ -169,6 +213,8 @@ function validateEntries(tree: string, entries: unknown[], fail: (why: string) =
       default:
         fail(`${where}: unknown entry type ${JSON.stringify(e.type)}`);
     }
+    const problem2 = entryAttrsProblem(e, image);
+    if (problem2) fail(`${where}: ${problem2}`);
   }
 }
 
@@ -242,6 +288,14 @@ export async function listLayers(store: Store): Promise<LayerKey[]> {
     .map((n) => n.slice(0, -".json".length))
     .filter(isLayerKey)
     .sort();
+}
+
+/** Forget a layer (its objects stay until gc). */
+export async function removeLayer(store: Store, key: LayerKey): Promise<void> {
+  await readManifest(store, key).catch((e: unknown) => {
+    if (!(e instanceof StoreCorruptError)) throw e;
+  });
+  await fsp.rm(manifestPath(store, key), { force: true });
 }
 
 /**

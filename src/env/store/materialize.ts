@@ -9,7 +9,9 @@ import { performance } from "node:perf_hooks";
 import { errCode, InvalidInputError, StoreCorruptError } from "../../errors.js";
 import type { LayerKey } from "../types.js";
 import { mapLimit, NORMALIZED_MTIME_SEC, removeTree } from "./fsutil.js";
+import { canChown, storeIds } from "./ids.js";
 import { objectMode, objectPath, type ObjectId, type Store } from "./layout.js";
+import { objectMtime, objectOwner } from "./objects.js";
 import { readManifest, summarizeManifest, type FileEntry, type LayerManifest, type TreeManifest } from "./manifest.js";
 import { decodeName, displayName, joinBytes, pathKey } from "./names.js";
 
@@ -92,7 +94,9 @@ export async function materializeLayer(
       result.trees[name] = treeDir;
     }
     await fsp.utimes(dest, NORMALIZED_MTIME_SEC, NORMALIZED_MTIME_SEC);
-    await fsp.chmod(dest, 0o555);
+    // An image's tree keeps its own modes (a world-writable /tmp...): only the owner may even reach it.
+    const image = Object.values(manifest.trees).some((t) => t.owner !== undefined);
+    await fsp.chmod(dest, image ? 0o500 : 0o555);
   } catch (e) {
     await removeTree(dest);
     throw e;
@@ -104,8 +108,29 @@ export async function materializeLayer(
 /** Read-only, but the owner keeps read+search so the tree can be walked and removed. */
 const readOnlyDirMode = (mode: number): number => (mode & 0o555) | 0o500;
 
+/** How a tree's directories and symlinks get their mode and owner: read-only (built), or as the image says. */
+interface TreeAttrs {
+  image: boolean;
+  dirMode(mode: number): number;
+  chown(abs: Buffer, uid?: number, gid?: number): Promise<void>;
+}
+
+function treeAttrs(store: Store, tree: TreeManifest): TreeAttrs {
+  if (!tree.owner) return { image: false, dirMode: readOnlyDirMode, chown: async () => {} };
+  const base = canChown() ? storeIds(store).base : undefined;
+  return {
+    image: true,
+    // setuid means nothing on a directory; setgid (new entries inherit the group) and sticky (/tmp) are kept.
+    dirMode: (mode) => mode & 0o3777,
+    chown: async (abs, uid = 0, gid = 0) => {
+      if (base !== undefined) await fsp.lchown(abs, base + uid, base + gid);
+    },
+  };
+}
+
 async function materializeTree(ctx: Ctx, treeDir: string, tree: TreeManifest, concurrency: number): Promise<void> {
   const root = Buffer.from(treeDir);
+  const attrs = treeAttrs(ctx.store, tree);
   await fsp.mkdir(root, { mode: 0o700 });
   const dirs: { abs: Buffer; mode: number }[] = [];
   /** Placed files by path, and whether they share the object's inode (hard links to them then count too). */
@@ -115,6 +140,7 @@ async function materializeTree(ctx: Ctx, treeDir: string, tree: TreeManifest, co
     if (e.type !== "dir") continue;
     const abs = joinBytes(root, decodeName(e.path));
     await fsp.mkdir(abs, { mode: 0o700 });
+    await attrs.chown(abs, e.uid, e.gid);
     dirs.push({ abs, mode: e.mode });
   }
   const leaves = tree.entries.filter((e) => e.type === "file" || e.type === "symlink");
@@ -123,11 +149,30 @@ async function materializeTree(ctx: Ctx, treeDir: string, tree: TreeManifest, co
     const abs = joinBytes(root, rel);
     if (e.type === "symlink") {
       await fsp.symlink(decodeName(e.target), abs);
+      await attrs.chown(abs, e.uid, e.gid);
       await fsp.lutimes(abs, NORMALIZED_MTIME_SEC, NORMALIZED_MTIME_SEC);
     } else if (e.type === "file") {
-      files.set(pathKey(rel), { entry: e, linked: await placeFile(ctx, e, abs, displayName(rel), rel) });
+      const indexCopy = !attrs.image && isGitIndex(rel);
+      files.set(pathKey(rel), { entry: e, linked: await placeFile(ctx, e, abs, displayName(rel), indexCopy) });
     }
   });
+  await linkHardlinks(ctx, root, tree, files, concurrency);
+  for (const d of dirs.reverse()) {
+    await fsp.utimes(d.abs, NORMALIZED_MTIME_SEC, NORMALIZED_MTIME_SEC);
+    await fsp.chmod(d.abs, attrs.dirMode(d.mode));
+  }
+  await attrs.chown(root, tree.owner?.uid, tree.owner?.gid);
+  await fsp.utimes(root, NORMALIZED_MTIME_SEC, NORMALIZED_MTIME_SEC);
+  await fsp.chmod(root, attrs.dirMode(tree.mode));
+}
+
+async function linkHardlinks(
+  ctx: Ctx,
+  root: Buffer,
+  tree: TreeManifest,
+  files: Map<string, { entry: FileEntry; linked: boolean }>,
+  concurrency: number,
+): Promise<void> {
   await mapLimit(
     tree.entries.filter((e) => e.type === "hardlink"),
     concurrency,
@@ -150,12 +195,6 @@ async function materializeTree(ctx: Ctx, treeDir: string, tree: TreeManifest, co
       await copyFile(ctx, first, abs, entry.object, entry.size);
     },
   );
-  for (const d of dirs.reverse()) {
-    await fsp.utimes(d.abs, NORMALIZED_MTIME_SEC, NORMALIZED_MTIME_SEC);
-    await fsp.chmod(d.abs, readOnlyDirMode(d.mode));
-  }
-  await fsp.utimes(root, NORMALIZED_MTIME_SEC, NORMALIZED_MTIME_SEC);
-  await fsp.chmod(root, readOnlyDirMode(tree.mode));
 }
 
 /**
@@ -170,10 +209,10 @@ const isGitIndex = (rel: Buffer): boolean => {
 export const GIT_INDEX_MTIME_SEC = NORMALIZED_MTIME_SEC + 1;
 
 /** Link or copy one file; true when it was linked to the object. */
-async function placeFile(ctx: Ctx, e: FileEntry, abs: Buffer, shown: string, rel: Buffer): Promise<boolean> {
+async function placeFile(ctx: Ctx, e: FileEntry, abs: Buffer, shown: string, indexCopy: boolean): Promise<boolean> {
   const src = objectPath(ctx.store, e.object);
   try {
-    if (isGitIndex(rel)) {
+    if (indexCopy) {
       await copyFile(ctx, src, abs, e.object, e.size);
       await fsp.utimes(abs, GIT_INDEX_MTIME_SEC, GIT_INDEX_MTIME_SEC);
       return false;
@@ -221,8 +260,10 @@ async function takeLink(ctx: Ctx, id: ObjectId): Promise<boolean> {
 async function copyFile(ctx: Ctx, src: string | Buffer, abs: Buffer, id: ObjectId, size: number): Promise<void> {
   if (ctx.throttle) await ctx.throttle(size);
   await fsp.copyFile(src, abs, constants.COPYFILE_EXCL);
+  const owner = objectOwner(ctx.store, id);
+  if (owner) await fsp.chown(abs, owner.uid, owner.gid);
   await fsp.chmod(abs, objectMode(id));
-  await fsp.utimes(abs, NORMALIZED_MTIME_SEC, NORMALIZED_MTIME_SEC);
+  await fsp.utimes(abs, objectMtime(id), objectMtime(id));
   ctx.result.files++;
   ctx.result.copied++;
   ctx.result.bytesCopied += size;

@@ -5,6 +5,7 @@
 import { createHash } from "node:crypto";
 import {
   chmodSync,
+  chownSync,
   createReadStream,
   lstatSync,
   mkdirSync,
@@ -19,7 +20,17 @@ import * as fsp from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { errCode, InvalidInputError } from "../../errors.js";
 import { NORMALIZED_MTIME_SEC, scratchName } from "./fsutil.js";
-import { isExecutableId, objectIdFor, objectMode, objectPath, type ObjectId, type Store } from "./layout.js";
+import { canChown, storeIds } from "./ids.js";
+import {
+  imageFileAttrs,
+  objectHash,
+  objectIdFor,
+  objectMode,
+  objectPath,
+  OBJECT_FILE_RE,
+  type ObjectId,
+  type Store,
+} from "./layout.js";
 
 /** Streamed writes are gathered into writes of about this size. */
 const WRITE_BYTES = 1 << 20;
@@ -68,30 +79,28 @@ export async function sha256File(path: PathLike): Promise<{ hex: string; size: n
 export function putSmallFileSync(store: Store, src: Buffer, executable: boolean): PutResult {
   const data = readFileSync(src);
   const id = objectIdFor(createHash("sha256").update(data).digest("hex"), executable);
-  const dest = objectPath(store, id);
-  const st = lstatSync(dest, { throwIfNoEntry: false });
-  if (st?.isFile() && st.size === data.length) return { id, size: data.length, added: false };
-  writeObjectSync(store, data, id);
-  return { id, size: data.length, added: true };
+  return { id, size: data.length, added: putBufferSync(store, data, id) };
 }
 
 /**
  * Store bytes received from elsewhere as object `id`, synchronously, if they hash to it; `mismatch()` is thrown
- * (and nothing is written) if they do not.
+ * (and nothing is written) if they do not. (What else the id says, mode and owner, comes with the layer's record.)
  */
 export function putVerifiedSync(store: Store, data: Buffer, id: ObjectId, mismatch: () => Error): void {
-  if (objectIdFor(createHash("sha256").update(data).digest("hex"), isExecutableId(id)) !== id) throw mismatch();
+  if (createHash("sha256").update(data).digest("hex") !== objectHash(id)) throw mismatch();
   writeObjectSync(store, data, id);
 }
 
 /** `putVerifiedSync`'s asynchronous twin, for many writes in flight at once (the thread pool makes the calls). */
 export async function putVerified(store: Store, data: Buffer, id: ObjectId, mismatch: () => Error): Promise<void> {
-  if (objectIdFor(createHash("sha256").update(data).digest("hex"), isExecutableId(id)) !== id) throw mismatch();
+  if (createHash("sha256").update(data).digest("hex") !== objectHash(id)) throw mismatch();
   const tmp = join(store.tmpDir, scratchName("obj"));
   try {
     await fsp.writeFile(tmp, data, { flag: "wx", mode: 0o600 });
+    const owner = objectOwner(store, id);
+    if (owner) await fsp.chown(tmp, owner.uid, owner.gid);
     await fsp.chmod(tmp, objectMode(id));
-    await fsp.utimes(tmp, NORMALIZED_MTIME_SEC, NORMALIZED_MTIME_SEC);
+    await fsp.utimes(tmp, objectMtime(id), objectMtime(id));
     const dest = objectPath(store, id);
     await fsp.rename(tmp, dest).catch(async (e: unknown) => {
       if (errCode(e) !== "ENOENT") throw e;
@@ -174,7 +183,7 @@ export async function copyVerified(
 ): Promise<number> {
   const tmp = join(store.tmpDir, scratchName("obj"));
   const { hex, size } = await writeHashed(createReadStream(src), tmp, throttle);
-  if (objectIdFor(hex, isExecutableId(id)) !== id) {
+  if (objectHash(id) !== hex) {
     await fsp.rm(tmp, { force: true });
     throw mismatch();
   }
@@ -182,20 +191,43 @@ export async function copyVerified(
   return size;
 }
 
+/** The mtime an object's inode carries: the fixed epoch, or a Python source's own (see layout.ts). */
+export function objectMtime(id: ObjectId): number {
+  return imageFileAttrs(id)?.mtimeSec ?? NORMALIZED_MTIME_SEC;
+}
+
+/** Host owner of an image's object (the store's id range; see ids.ts), or undefined: keep the writer's own. */
+export function objectOwner(store: Store, id: ObjectId): { uid: number; gid: number } | undefined {
+  const image = imageFileAttrs(id);
+  if (!image || !canChown()) return undefined;
+  const { base } = storeIds(store);
+  return { uid: base + image.uid, gid: base + image.gid };
+}
+
 /**
- * Give a verified scratch file its final mode and mtime, then rename it to its object path (a few quick
+ * Give a verified scratch file its final owner, mode and mtime, then rename it to its object path (a few quick
  * metadata calls, so synchronous). The scratch file is removed on failure.
  */
 export function placeObject(store: Store, tmp: string, id: ObjectId): void {
   const dest = objectPath(store, id);
   try {
+    const owner = objectOwner(store, id);
+    if (owner) chownSync(tmp, owner.uid, owner.gid);
     chmodSync(tmp, objectMode(id));
-    utimesSync(tmp, NORMALIZED_MTIME_SEC, NORMALIZED_MTIME_SEC);
+    utimesSync(tmp, objectMtime(id), objectMtime(id));
     renameInto(tmp, dest);
   } catch (e) {
     rmSync(tmp, { force: true });
     throw e;
   }
+}
+
+/** Store bytes already in memory as object `id` (its hash computed by the caller) unless the store has it. */
+export function putBufferSync(store: Store, data: Buffer, id: ObjectId): boolean {
+  const st = lstatSync(objectPath(store, id), { throwIfNoEntry: false });
+  if (st?.isFile() && st.size === data.length) return false;
+  writeObjectSync(store, data, id);
+  return true;
 }
 
 /** Rename into a shard directory, made on first use (one call per object once the shard exists). */
@@ -228,7 +260,7 @@ export async function scanObjects(store: Store): Promise<{ objects: ObjectFile[]
     for (const rest of (await fsp.readdir(shardDir)).sort()) {
       const path = join(shardDir, rest);
       const st = await fsp.lstat(path);
-      if (/^[0-9a-f]{62}x?$/.test(rest) && st.isFile()) objects.push({ id: shard + rest, path, size: st.size });
+      if (OBJECT_FILE_RE.test(rest) && st.isFile()) objects.push({ id: shard + rest, path, size: st.size });
       else stray.push(path);
     }
   }

@@ -9,7 +9,7 @@ import { errMessage, InvalidInputError, NotFoundError, StoreCorruptError, TarFor
 import { runOk } from "../../util/run.js";
 import type { LayerKey } from "../types.js";
 import { NORMALIZED_MTIME_SEC, removeTree, scratchName, syncFilesystem } from "./fsutil.js";
-import { isExecutableId, isLayerKey, objectIdFor, type ObjectId, type Store } from "./layout.js";
+import { isLayerKey, objectHash, OBJECT_FILE_RE, type ObjectId, type Store } from "./layout.js";
 import { lockFile } from "./lock.js";
 import {
   assertCanWrite,
@@ -266,7 +266,7 @@ function entryName(h: TarHeader): string {
   return name.replace(/\/+$/, "");
 }
 
-const OBJECT_ENTRY = /^objects\/([0-9a-f]{2})\/([0-9a-f]{62}x?)$/;
+const OBJECT_ENTRY = new RegExp(`^objects/([0-9a-f]{2})/(${OBJECT_FILE_RE.source.slice(1, -1)})$`);
 const MANIFEST_ENTRY = /^manifests\/(.+)\.json$/;
 
 async function readEntry(
@@ -308,8 +308,7 @@ async function readEntry(
 
 async function writeVerified(id: ObjectId, body: AsyncIterable<Buffer>, path: string): Promise<number> {
   const { hex, size } = await writeHashed(body, path);
-  if (objectIdFor(hex, isExecutableId(id)) !== id)
-    throw new InvalidInputError(`object ${id}: content does not match its hash`);
+  if (objectHash(id) !== hex) throw new InvalidInputError(`object ${id}: content does not match its hash`);
   return size;
 }
 

@@ -9,7 +9,7 @@ import { mkdir, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { NotFoundError } from "../../errors.js";
 import { envFor, readEnvRecord } from "../../env/environments.js";
-import { TESTBED_PATH } from "../../env/types.js";
+import { TESTBED_PATH, VENV_PATH } from "../../env/types.js";
 import { openSandbox, type InstanceEnv } from "../../env/workspace.js";
 import type { ExecResult } from "../../sandbox/exec.js";
 import type { Limits } from "../../sandbox/limits.js";
@@ -17,7 +17,7 @@ import type { Sandbox } from "../../sandbox/sandbox.js";
 import type { Instance } from "../../tasks/types.js";
 import type { CamelOf, plan } from "../../wire/index.js";
 import { pyRepr } from "../../util/pyrepr.js";
-import { makeEvalScript } from "../eval-script.js";
+import { CONDA_ACTIVATION, HAS_CONDA_TESTBED, makeEvalScript, venvActivation } from "../eval-script.js";
 import { gradeInstance, type Grade, type ResolutionStatus } from "../grading.js";
 import { integrityFlags, type IntegrityFlag } from "../integrity.js";
 import { MARKERS } from "../parsers.js";
@@ -75,6 +75,11 @@ export interface InstanceEvalInput extends EvalSettings {
   instance: Instance;
   /** The instance's environment (computed from specsFile when absent). */
   env?: InstanceEnv;
+  /**
+   * The image of the store it runs on instead of `env`'s built layer: the same eval script (from `env`'s spec),
+   * activating the image's own environment as the harness's does.
+   */
+  image?: string;
   /** The patch to apply (bytes kept as they are); null runs eval.sh on the untouched base (validation's run). */
   patch: string | Buffer | null;
   /** Model name, for log lines only. */
@@ -141,6 +146,17 @@ export async function runInstanceEvaluation(input: InstanceEvalInput): Promise<I
     run.fail("Tests Errored", `unexpected error: ${(e as Error).message}`);
   }
   return run.finish();
+}
+
+/**
+ * How the eval script activates an image's environment: as the harness does in SWE-bench's images (their conda env
+ * `testbed`), else a venv where built environments have theirs, else nothing (the image's own PATH).
+ */
+async function imageActivation(sb: Sandbox): Promise<readonly string[]> {
+  const venv = `${VENV_PATH}/bin/activate`;
+  const r = await sb.exec(`if ${HAS_CONDA_TESTBED}; then echo conda; elif test -f ${venv}; then echo venv; fi`);
+  const found = r.stdout.trim();
+  return found === "conda" ? CONDA_ACTIVATION : found === "venv" ? venvActivation() : [];
 }
 
 /** Remove a previous attempt's outputs before re-running an instance into the same directory. */
@@ -214,7 +230,7 @@ class InstanceRun {
         return this.fail("Environment Missing", (e as Error).message);
       }
     }
-    const check = this.input.checkValidation ?? true;
+    const check = (this.input.checkValidation ?? true) && this.input.image === undefined;
     const verdict = check ? readEnvRecord(this.input.home, this.env.key)?.validation : undefined;
     if (verdict && !verdict.valid) {
       this.warn(
@@ -243,9 +259,8 @@ class InstanceRun {
     this.timings.sandboxMs = performance.now() - t;
     this.outcome.sandboxId = this.sandbox.id;
     const network = this.sandbox.network ? "on" : "off";
-    this.log.info(
-      `Sandbox for ${this.id} created: ${this.sandbox.id} (environment ${env.key.slice(0, 12)}, network ${network})`,
-    );
+    const on = input.image ? `image ${input.image}` : `environment ${env.key.slice(0, 12)}`;
+    this.log.info(`Sandbox for ${this.id} created: ${this.sandbox.id} (${on}, network ${network})`);
     return true;
   }
 
@@ -340,7 +355,12 @@ class InstanceRun {
   async runTests(): Promise<boolean> {
     const { input, id } = this;
     const t = performance.now();
-    const evalScript = makeEvalScript({ instance: input.instance, spec: this.env!.spec });
+    const activate = input.image ? await imageActivation(this.sandbox!) : undefined;
+    const evalScript = makeEvalScript({
+      instance: input.instance,
+      spec: this.env!.spec,
+      ...(activate ? { activate } : {}),
+    });
     if (input.logDir) {
       await writeInstanceFiles(input.logDir, { evalScript });
       const file = join(input.logDir, LOG_FILES.evalScript);

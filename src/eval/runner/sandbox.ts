@@ -65,6 +65,8 @@ export interface EvalSandboxInput {
   home: string;
   instance: Instance;
   env: InstanceEnv;
+  /** The image the instance runs on instead of `env`'s layer (`env` still gives the eval script). */
+  image?: string;
   limits?: Limits;
   network?: boolean;
 }
@@ -75,6 +77,7 @@ export async function evalSandboxRequest(e: EvalSandboxInput): Promise<SandboxRe
     home: e.home,
     instance: e.instance,
     environment: e.env,
+    ...(e.image ? { image: e.image } : {}),
     ...(e.limits ? { limits: e.limits } : {}),
     ...(await evalSandboxSettings(e.home, e.env.spec, { network: e.network })),
   };
