@@ -1255,6 +1255,8 @@ struct enter_opts {
   const char *cgroups[MAX_ITEMS];
   const char **envs;
   int ncg, nenv, merge, seccomp, keep_terminal, scope_abstract;
+  /* Where the child says it reached the command (see tell_reached), or -1. */
+  int reached_fd;
   const char *pid, *cwd, *caps, *ns_dir;
   uid_t uid;
   gid_t gid;
@@ -1356,8 +1358,17 @@ static char **read_late_args(int fd, int *count) {
   return args;
 }
 
+/*
+ * One byte to the caller: every step of the helper's went well, what follows is the command's own (its exec, or its
+ * directory missing). Without it, the helper's exit status is the helper's failure, never the command's. The
+ * descriptor is close-on-exec: the command never holds it, so it can neither forge the byte nor withhold it.
+ */
+static void tell_reached(const struct enter_opts *o) {
+  if (o->reached_fd >= 0 && write(o->reached_fd, "E", 1) != 1) die(1, "tell the caller: %s", strerror(errno));
+}
+
 /* In the child, inside every namespace: become the sandbox's user with its capabilities, then exec. */
-static void become_and_exec(const struct enter_opts *o) {
+static void become_and_exec(struct enter_opts *o) {
   limit_bounding_set(o->caps);
   fresh_keyring();
   /* An unprivileged sandbox's namespace denies setgroups (it maps one id): there are no groups to drop. */
@@ -1365,23 +1376,33 @@ static void become_and_exec(const struct enter_opts *o) {
   if (setresgid(o->gid, o->gid, o->gid) != 0 || setresuid(o->uid, o->uid, o->uid) != 0)
     die(1, "switch to %u:%u: %s", (unsigned)o->uid, (unsigned)o->gid, strerror(errno));
   /* The same messages and codes as `env -i -C DIR`, so that callers map them to errors alike. */
-  if (chdir(o->cwd) != 0) die(125, "cannot change directory to '%s': %s", o->cwd, strerror(errno));
+  if (chdir(o->cwd) != 0) {
+    tell_reached(o);
+    die(125, "cannot change directory to '%s': %s", o->cwd, strerror(errno));
+  }
   /* One descriptor for both streams, so that the order of writes survives (subprocess's stderr=STDOUT). */
   if (o->merge && dup2(1, 2) < 0) die(1, "dup2: %s", strerror(errno));
   /* A session of its own: no controlling terminal of the host's, and kill(0) reaches only its own process group
      (process groups span pid namespaces). Only an interactive shell keeps the caller's terminal (then one of the
      sandbox's own in its place, when there is one: attach_pty made that session already). */
   if (!o->keep_terminal && setsid() < 0) die(1, "setsid: %s", strerror(errno));
-  close_from(3);
+  /* Nothing the caller held reaches the command; the descriptor to tell it by is kept (as 3, close-on-exec). */
+  if (o->reached_fd >= 0) {
+    if (o->reached_fd == 3 ? fcntl(3, F_SETFD, FD_CLOEXEC) != 0 : dup3(o->reached_fd, 3, O_CLOEXEC) != 3)
+      die(1, "keep the descriptor to tell the caller: %s", strerror(errno));
+    o->reached_fd = 3;
+  }
+  close_from(o->reached_fd >= 0 ? 4 : 3);
   clearenv();
   for (int e = 0; e < o->nenv; e++) putenv((char *)o->envs[e]);
   lock_down(o->seccomp, o->scope_abstract);
+  tell_reached(o);
   execvp(o->cmd[0], o->cmd);
   die(errno == ENOENT ? 127 : 126, "'%s': %s", o->cmd[0], strerror(errno));
 }
 
 static int cmd_enter(int argc, char **argv) {
-  struct enter_opts o = {.cwd = "/", .seccomp = 1};
+  struct enter_opts o = {.cwd = "/", .seccomp = 1, .reached_fd = -1};
   int args_fd = -1;
   if (argc >= 2 && !strcmp(argv[0], "--args-fd")) {
     args_fd = (int)parse_uint(argv[1], "--args-fd");
@@ -1402,6 +1423,8 @@ static int cmd_enter(int argc, char **argv) {
       if (write(joined, "J", 1) != 1) die(1, "tell the caller the cgroups are joined: %s", strerror(errno));
       close(joined);
     }
+    /* Two above (when the caller gave one): where the command's child says it reached the command. */
+    if (fcntl(args_fd + 2, F_GETFD) >= 0) o.reached_fd = args_fd + 2;
     int n = 0;
     char **late = read_late_args(args_fd, &n);
     if (!late) return 0; /* told it is not needed: nothing ran, and nobody reads this status */
@@ -1435,7 +1458,10 @@ static int cmd_enter(int argc, char **argv) {
   /* A pid namespace applies to children only. */
   pid_t child = fork();
   if (child < 0) die(1, "fork: %s", strerror(errno));
-  if (child > 0) return use_pty ? relay_pty(&pty, child, &relayed) : wait_and_mirror(child);
+  if (child > 0) {
+    if (o.reached_fd >= 0) close(o.reached_fd);
+    return use_pty ? relay_pty(&pty, child, &relayed) : wait_and_mirror(child);
+  }
   if (use_pty) {
     sigprocmask(SIG_SETMASK, &before, NULL);
     attach_pty(&pty);

@@ -122,3 +122,21 @@ test("a ~/.bashrc written inside runs in no later command (bash sources it when 
   const r = await sb.exec("echo ran; exit 3");
   assert.deepEqual([r.exitCode, r.stdout], [3, "ran\n"]);
 });
+
+test("a helper failing before the exec is an error, not an exit status; after it, all is the command's", async () => {
+  const sb = await Sandbox.create({ home, limits: { pids: 24 } });
+  // The descriptor the helper tells by is gone at the exec: the command holds 0-2 (3 is ls's own directory).
+  assert.equal((await sb.exec(["/bin/ls", "/proc/self/fd"])).stdout, "0\n1\n2\n3\n");
+  assert.equal((await sb.exec(["/nonexistent"])).exitCode, 127);
+  // Its own fork bomb, once running, is the command's result.
+  const bomb = await sb.exec("for i in $(seq 40); do sleep 30 & done; wait", { timeoutMs: 60_000 });
+  assert.equal(bomb.limit, "pids");
+  // A neighbour inside takes every process slot left: the next command's helper cannot fork it.
+  await sb.exec("(while :; do sleep 1000 & done) >/dev/null 2>&1 &");
+  await new Promise((r) => setTimeout(r, 500));
+  await assert.rejects(
+    sb.exec("echo never"),
+    (e: Error & { code?: string }) => e.name === "SandboxError" && /did not start: .*fork/.test(e.message),
+  );
+  await sb.close();
+});

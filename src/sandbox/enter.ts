@@ -75,6 +75,17 @@ export function enterArgv(spec: EnterSpec, command: readonly string[]): string[]
  */
 const ARGS_FD = 3;
 const JOINED_FD = 4;
+/** On the one above, the command's child says it reached the command (its exec): the helper's steps went well. */
+const REACHED_FD = 5;
+
+/** True when a byte comes on `stream` before it ends. */
+function firstByte(stream: NodeJS.ReadableStream): Promise<boolean> {
+  return new Promise((resolve) => {
+    stream.once("data", () => resolve(true));
+    stream.once("close", () => resolve(false));
+    stream.once("error", () => resolve(false));
+  });
+}
 
 /**
  * A helper started ahead of its command: it joins the command's cgroups, then waits. A cgroup v1 move waits for an
@@ -85,6 +96,11 @@ export class WaitingHelper {
   readonly child: ChildProcess;
   /** Settles once the helper is in its cgroups (or gone): a job handed over then waits for no move. */
   readonly joined: Promise<void>;
+  /**
+   * True once the helper reached its command; false when it ended without (a failure of its own before the exec:
+   * its exit status and message are the helper's, not the command's). The command never holds the descriptor.
+   */
+  readonly reached: Promise<boolean>;
   private isJoined = false;
   private used = false;
   private failed = false;
@@ -95,19 +111,16 @@ export class WaitingHelper {
     readonly group: string | undefined,
   ) {
     const argv = [helperPath(), "enter", "--args-fd", String(ARGS_FD), ...cgroupDirs.flatMap((c) => ["--cgroup", c])];
-    this.child = spawn(argv[0]!, argv.slice(1), { stdio: ["pipe", "pipe", "pipe", "pipe", "pipe"], env: {} });
+    this.child = spawn(argv[0]!, argv.slice(1), { stdio: ["pipe", "pipe", "pipe", "pipe", "pipe", "pipe"], env: {} });
     this.child.on("error", () => {
       this.failed = true;
     });
     const said = this.child.stdio[JOINED_FD] as NodeJS.ReadableStream;
-    this.joined = new Promise((resolve) => {
-      said.once("data", () => {
-        this.isJoined = true;
-        resolve();
-      });
-      said.once("close", () => resolve());
-      said.once("error", () => resolve());
+    this.joined = firstByte(said).then((joined) => {
+      this.isJoined = joined;
     });
+    // Node types a child's stdio as five streams at most; a sixth is there all the same.
+    this.reached = firstByte((this.child.stdio as readonly unknown[])[REACHED_FD] as NodeJS.ReadableStream);
     this.child.stdio[ARGS_FD]!.on("error", () => {});
     this.child.stdin!.on("error", () => {});
   }

@@ -1,5 +1,6 @@
 import type { ChildProcess } from "node:child_process";
 import type { Socket } from "node:net";
+import { SandboxError } from "../errors.js";
 import { CappedBuffer } from "./output.js";
 
 /** Which limit ended a command, when one did. */
@@ -54,6 +55,11 @@ export interface SpawnedCommand {
   /** Reads which limit was hit (from cgroup counters), after exit. */
   limitHit: () => LimitHit | undefined;
   cleanup: () => void;
+  /**
+   * Settles true once the helper reached the command (its exec), false when it ended without: then its status is
+   * a failure of the helper's, never the command's result.
+   */
+  reached?: Promise<boolean>;
 }
 
 /** Output of one command, capped per stream (one buffer for both when merged). */
@@ -153,9 +159,22 @@ export function runCommand(cmd: SpawnedCommand, opts: ExecOptions): Promise<Exec
     onDone(child, (code, signal) => {
       stop();
       const ended = { code, signal, timedOut, pid: child.pid!, durationMs: () => performance.now() - started };
-      finish(cmd, opts, output, ended).then(resolve, reject);
+      notStarted(cmd, timedOut || opts.signal?.aborted === true, output)
+        .then((e) => (e ? Promise.reject(e) : finish(cmd, opts, output, ended)))
+        .then(resolve, reject);
     });
   });
+}
+
+/**
+ * The error to throw when the helper ended before it reached the command (a fork refused, a cgroup gone...): nothing
+ * of the command ran, and an exit status would pass for its own. One we killed (timeout, abort) gives its result.
+ */
+async function notStarted(cmd: SpawnedCommand, killed: boolean, { err }: Capture): Promise<SandboxError | undefined> {
+  if (!cmd.reached || (await cmd.reached) || killed) return undefined;
+  cmd.cleanup();
+  const why = err.toBuffer().toString("utf8").trim().split("\n").at(-1) || "it ended without a word";
+  return new SandboxError(`the command did not start: ${why} (nothing of it ran; retry, or see the sandbox's limits)`);
 }
 
 /** The result, once the command ended: which limit stopped it (a stopped command is stopped whole), its output. */

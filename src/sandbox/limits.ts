@@ -160,11 +160,27 @@ const CFS_PERIOD_US = 100_000;
 
 /**
  * The sandbox's groups, made off the event loop (a memory group's mkdir costs the kernel a millisecond or more, and
- * a group start makes many at once). On failure, what was made is removed.
+ * a group start makes many at once). The CPU groups are made once one of the groups pid 1 joins exists: a sandbox's
+ * CPU groups are never without one of those, by which a reaper tells a live sandbox from a dead one's leftovers
+ * (`isLeftover`). On failure, what was made is removed.
  */
 export async function createCgroups(id: string, limits: Limits): Promise<SandboxCgroups> {
-  const support = cgroupSupport();
   const groups: SandboxCgroups = {};
+  const anchors = makeInitGroups(id, limits, groups);
+  // Whichever is made first (a pids or freezer mkdir is cheap, memory's is not).
+  const anchored = anchors.length ? Promise.any(anchors).catch(() => undefined) : Promise.resolve();
+  const made = [...anchors, anchored.then(() => makeCpuGroups(id, limits, groups))];
+  const failed = (await Promise.allSettled(made)).find((r): r is PromiseRejectedResult => r.status === "rejected");
+  if (failed) {
+    await killSandboxCgroups(groups);
+    throw failed.reason;
+  }
+  return groups;
+}
+
+/** The groups pid 1 joins (`cgroupDirs`): memory, pids, freezer; each one's making, recorded in `groups`. */
+function makeInitGroups(id: string, limits: Limits, groups: SandboxCgroups): Promise<unknown>[] {
+  const support = cgroupSupport();
   const made: Promise<unknown>[] = [];
   if (support.memory && limits.memoryBytes) {
     const dir = join(CGROUP_ROOT, "memory", GROUP, id);
@@ -195,6 +211,13 @@ export async function createCgroups(id: string, limits: Limits): Promise<Sandbox
     groups.freezer = dir;
     made.push(mkdir(dir, { recursive: true }));
   }
+  return made;
+}
+
+/** The CPU groups, which only commands and their waiting helpers join: empty between commands. */
+async function makeCpuGroups(id: string, limits: Limits, groups: SandboxCgroups): Promise<void> {
+  const support = cgroupSupport();
+  const made: Promise<unknown>[] = [];
   if (support.cpu) {
     // Every sandbox weighs the same (the default 1024 shares): whatever one runs, another gets its fair share.
     const dir = join(CGROUP_ROOT, "cpu", GROUP, id);
@@ -220,11 +243,7 @@ export async function createCgroups(id: string, limits: Limits): Promise<Sandbox
     made.push(mkdir(cpuacct, { recursive: true }));
   }
   const failed = (await Promise.allSettled(made)).find((r): r is PromiseRejectedResult => r.status === "rejected");
-  if (failed) {
-    await killSandboxCgroups(groups);
-    throw failed.reason;
-  }
-  return groups;
+  if (failed) throw failed.reason;
 }
 
 /** True when two controllers share one hierarchy (e.g. `cpu,cpuacct`, with `cpu` and `cpuacct` links to it). */
@@ -234,6 +253,11 @@ function sameController(a: string, b: string): boolean {
   } catch {
     return false;
   }
+}
+
+/** Every group of a sandbox, in every controller. */
+export function allCgroupDirs(groups: SandboxCgroups): string[] {
+  return CONTROLLERS.map((ctl) => groups[ctl]).filter((d): d is string => Boolean(d));
 }
 
 /**
@@ -341,7 +365,17 @@ export async function killCgroup(dir: string, removeDir = true, spareFirst: numb
 export async function killSandboxCgroups(groups: SandboxCgroups): Promise<void> {
   thaw(groups.freezer);
   for (const dir of [groups.pids, groups.memory, groups.freezer, groups.cpu, groups.cpuacct])
-    if (dir) await killCgroup(dir);
+    if (dir) await killCgroup(dir, false);
+  removeSandboxCgroups(groups);
+}
+
+/**
+ * Remove a sandbox's (empty) groups: the CPU groups first, those pid 1 joins last, so that whatever an interrupted
+ * removal leaves still has one of them (see `isLeftover`). Busy groups are left.
+ */
+export function removeSandboxCgroups(groups: SandboxCgroups): void {
+  for (const dir of [groups.cpuacct, groups.cpu, groups.freezer, groups.memory, groups.pids])
+    if (dir) removeCgroupTree(dir);
   if (groups.cpu) rebalanceCpuParent();
 }
 
@@ -401,20 +435,38 @@ function sumOverTree(dir: string, file: string, re: RegExp): number {
   return total;
 }
 
-/** All sandbox cgroups on this host (for the reaper). */
-export function listSandboxCgroups(): { id: string; dir: string }[] {
-  const out: { id: string; dir: string }[] = [];
+/** Every sandbox's cgroups on this host (any process, any home), by sandbox id: for the reaper. */
+export function listSandboxCgroups(): Map<string, SandboxCgroups> {
+  const out = new Map<string, SandboxCgroups>();
   for (const ctl of CONTROLLERS) {
     const base = join(CGROUP_ROOT, ctl, GROUP);
     try {
       for (const e of readdirSync(base, { withFileTypes: true })) {
-        if (e.isDirectory()) out.push({ id: e.name, dir: join(base, e.name) });
+        if (!e.isDirectory()) continue;
+        const groups = out.get(e.name) ?? {};
+        groups[ctl] = join(base, e.name);
+        out.set(e.name, groups);
       }
     } catch {
       /* controller absent */
     }
   }
   return out;
+}
+
+/**
+ * True when a sandbox's groups are provably a dead sandbox's: no process in any of them, and none of the groups
+ * pid 1 joins (memory, pids, freezer) holds it. Judged per sandbox, never per group: pid 1 stays in those for the
+ * sandbox's whole life, but its CPU groups hold only running commands and waiting helpers, so they are empty
+ * between two commands of a live sandbox. A sandbox's CPU groups never exist without one of pid 1's groups (made
+ * after, removed before): CPU groups alone are leftovers where every sandbox has a pids or freezer group; elsewhere
+ * nothing tells a live sandbox from a dead one, and they are left to the owner's home.
+ */
+export function isLeftover(groups: SandboxCgroups): boolean {
+  if (allCgroupDirs(groups).some((dir) => cgroupTreePids(dir).length > 0)) return false;
+  if (cgroupDirs(groups).length > 0) return true;
+  const s = cgroupSupport();
+  return s.pids || s.freezer;
 }
 
 /** The per-process limits (rlimits): CPU seconds, open files. Memory and processes are per sandbox (cgroups) only. */

@@ -1,7 +1,7 @@
 import { spawnSync } from "node:child_process";
 import { existsSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { cgroupPids, killSandboxCgroups, listSandboxCgroups, removeCgroupTree } from "./limits.js";
+import { allCgroupDirs, isLeftover, killSandboxCgroups, listSandboxCgroups, removeSandboxCgroups } from "./limits.js";
 import { isSameProcessAlive, killQuietly } from "./procfs.js";
 import { homeLayout } from "../util/home.js";
 import { readState, removeSandboxDirs, runtimeDirFor, sandboxPaths } from "./state.js";
@@ -38,17 +38,12 @@ export async function reapLeftovers(sandboxesDir: string): Promise<ReapReport> {
     const paths = sandboxPaths(sandboxesDir, id);
     const state = readState(paths);
     if (state && isSameProcessAlive(state.ownerPid, state.ownerStart)) continue;
-    if (!state) {
-      // A sandbox still starting has no state yet: give it time.
-      try {
-        if (Date.now() - statSync(paths.dir).mtimeMs < GRACE_MS) continue;
-      } catch {
-        continue;
-      }
-    }
+    // A sandbox still starting has no state yet: give it time.
+    if (!state && isYoung(paths.dir)) continue;
     if (state) {
+      // By pid only while it is the same process: a pid the kernel reused may be anyone's, a neighbour's included.
       if (isSameProcessAlive(state.holderPid, state.holderStart)) killQuietly(state.holderPid);
-      if (isSameProcessAlive(state.pid1, undefined) && state.holderStart !== undefined) killQuietly(state.pid1);
+      if (state.pid1Start !== undefined && isSameProcessAlive(state.pid1, state.pid1Start)) killQuietly(state.pid1);
       await killSandboxCgroups(state.cgroups);
     }
     unmountUnder(paths.dir);
@@ -59,38 +54,27 @@ export async function reapLeftovers(sandboxesDir: string): Promise<ReapReport> {
   // Root-mode scratch mount points whose sandbox directory is gone (a crash between the two removals).
   const runtime = runtimeDirFor(sandboxesDir);
   for (const id of existsSync(runtime) ? readdirSync(runtime) : []) {
-    if (existsSync(join(sandboxesDir, id))) continue;
-    try {
-      if (Date.now() - statSync(join(runtime, id)).mtimeMs < GRACE_MS) continue;
-    } catch {
-      continue;
-    }
+    if (existsSync(join(sandboxesDir, id)) || isYoung(join(runtime, id))) continue;
     rmSync(join(runtime, id), { recursive: true, force: true });
     report.sandboxes.push(id);
   }
-  // Empty sandbox cgroups whose owner is gone (any home): nothing lives in them, so removing them is safe.
-  for (const { id, dir } of listSandboxCgroups()) {
+  // Cgroups of sandboxes that are gone (any home's: an owner that died before its home was reaped, a removal cut
+  // short). Each sandbox's groups are judged together: one group alone can be empty while its sandbox lives.
+  for (const [id, groups] of listSandboxCgroups()) {
     if (existsSync(join(sandboxesDir, id))) continue;
-    try {
-      if (Date.now() - statSync(dir).mtimeMs < GRACE_MS) continue;
-    } catch {
-      continue;
-    }
-    if (cgroupPids(dir).length === 0 && !hasLiveChildren(dir)) {
-      removeCgroupTree(dir);
-      if (!existsSync(dir)) report.cgroups.push(dir);
-    }
+    if (allCgroupDirs(groups).some(isYoung) || !isLeftover(groups)) continue;
+    removeSandboxCgroups(groups);
+    report.cgroups.push(...allCgroupDirs(groups).filter((dir) => !existsSync(dir)));
   }
   return report;
 }
 
-function hasLiveChildren(dir: string): boolean {
+/** Made within the grace: a sandbox still starting (pid 1 not in its groups yet), or a snapshot being taken. */
+function isYoung(path: string): boolean {
   try {
-    return readdirSync(dir, { withFileTypes: true }).some(
-      (e) => e.isDirectory() && cgroupPids(join(dir, e.name)).length > 0,
-    );
+    return Date.now() - statSync(path).mtimeMs < GRACE_MS;
   } catch {
-    return false;
+    return true;
   }
 }
 
@@ -124,11 +108,7 @@ export function reapSnapshots(snapshotsDir: string): string[] {
       if (isSameProcessAlive(owner.pid, owner.start)) continue;
     } catch {
       // No owner file yet: a snapshot being taken right now, unless it is old.
-      try {
-        if (Date.now() - statSync(dir).mtimeMs < 60_000) continue;
-      } catch {
-        continue;
-      }
+      if (isYoung(dir)) continue;
     }
     rmSync(dir, { recursive: true, force: true });
     removed.push(name);

@@ -370,6 +370,7 @@ export class Sandbox implements AsyncDisposable {
         holderPid: launched.child.pid!,
         holderStart: processStartTime(launched.child.pid!),
         pid1: launched.pid1,
+        pid1Start: processStartTime(launched.pid1),
         hostUid: launched.hostIds.uid,
         cgroups,
         createdAt: new Date().toISOString(),
@@ -698,7 +699,7 @@ export class Sandbox implements AsyncDisposable {
   private startCommand(
     command: string[],
     o: CommandOptions,
-  ): { child: ChildProcess; group?: string; cleanup: () => void } {
+  ): { child: ChildProcess; group?: string; cleanup: () => void; reached: Promise<boolean> } {
     this.checkUsable();
     let helper = this.spare;
     this.spare = undefined;
@@ -712,7 +713,7 @@ export class Sandbox implements AsyncDisposable {
       this.startSpareSoon();
     };
     try {
-      return { child: helper.run(this.commandSpec(o, group), command), group, cleanup };
+      return { child: helper.run(this.commandSpec(o, group), command), group, cleanup, reached: helper.reached };
     } catch (e) {
       void dropHelper(helper);
       throw e;
@@ -729,10 +730,11 @@ export class Sandbox implements AsyncDisposable {
     const command = typeof cmd === "string" ? ["/bin/bash", "--norc", "-c", cmd] : cmd;
     if (command.length === 0) throw new InvalidInputError("empty command");
     const before = readCounters(this.cgroups);
-    const { child, group, cleanup } = this.startCommand(command, opts);
+    const { child, group, cleanup, reached } = this.startCommand(command, opts);
     return runCommand(
       {
         child,
+        reached,
         killTree: async (rootPid) => {
           // With cgroups the whole tree (double forks too) is found; without, the /proc tree of the command.
           if (group) return killCgroup(group, false, [rootPid]);

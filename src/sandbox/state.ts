@@ -13,6 +13,7 @@ export interface SandboxState {
   holderPid: number;
   holderStart?: number;
   pid1: number;
+  pid1Start?: number;
   /** The first host id of the sandbox's range (its root on the host). */
   hostUid: number;
   cgroups: SandboxCgroups;
