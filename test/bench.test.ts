@@ -217,7 +217,7 @@ test("bench: the images workload pulls N images from a loopback registry and mea
   assert.match(r.ratio_reasons.images_storage_vs_podman ?? "", /podman/);
   assert.ok(!existsSync(join(work, "images")), "the registry, store and podman storage are removed after the run");
   const files = writeResults(r, { outDir: join(work, "out-images") });
-  assert.match(readFileSync(files.markdown, "utf8"), /## 10\. Environments from images/);
+  assert.match(readFileSync(files.markdown, "utf8"), /## 11\. Environments from images/);
 });
 
 test("bench: option parsing and helpers", () => {

@@ -378,7 +378,9 @@ test("clients kept apart: another token's sandbox is a 404 like a missing one; a
   assert.equal((await call(s.url, "GET", "/metrics", { key: ALICE })).status, 403);
   const metrics = await call(s.url, "GET", "/metrics", { key: OPS });
   const { defaultMaxSandboxes } = await import("../src/server/options.js");
-  assert.match(metrics.text, new RegExp(`^minisandbox_sandboxes_max ${defaultMaxSandboxes()}$`, "m"));
+  // Derived from the memory available when the server started, which moves a little on a busy host since.
+  const max = Number(/^minisandbox_sandboxes_max (\d+)$/m.exec(metrics.text)?.[1]);
+  assert.ok(Math.abs(max - defaultMaxSandboxes()) <= 1, `sandboxes_max ${max}, derived now ${defaultMaxSandboxes()}`);
   assert.equal((await call(s.url, "GET", "/healthz")).text, '{"status":"ok"}', "the open probe says nothing");
 });
 

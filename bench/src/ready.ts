@@ -163,7 +163,15 @@ async function bwrapVariant(env: BenchEnvironment): Promise<Variant> {
       if (r.code !== 0) throw new Error(`bwrap exit ${r.code}: ${r.stderr.trim().slice(-300)}`);
       return { ms: r.exitMs, output: r.stdout, pycNewer: null };
     },
-    probe: async () => (await timedRun(bwrap, args(`${pycProbe(env.importModule)} 2>&1`))).stdout,
+    // Leased while it runs: the cold variant may have evicted the trees since (its sandboxes mount a layer image).
+    probe: async () => {
+      const held = await nodeCacheFor(env.home).acquire(env.primaryKey, { form: "tree" });
+      try {
+        return (await timedRun(bwrap, args(`${pycProbe(env.importModule)} 2>&1`))).stdout;
+      } finally {
+        await held.release();
+      }
+    },
   };
 }
 

@@ -168,6 +168,9 @@ def error_for(status: int, body: Any, what: str) -> MinisandboxError:
     code = body.get("code") if isinstance(body, dict) else None
     if isinstance(code, str) and code in CODE_CLASSES:
         cls = class_of(CODE_CLASSES[code])
+    elif not isinstance(body, dict):
+        # Not the server's answer (a proxy's page, say): no code of ours applies, whatever its status.
+        code, cls = f"http_{status}", MinisandboxError
     else:
         fallback, cls = _by_status(status)
         code = code if isinstance(code, str) and code else fallback
