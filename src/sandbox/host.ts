@@ -2,6 +2,7 @@ import { spawnSync } from "node:child_process";
 import { accessSync, constants, existsSync, lstatSync, readFileSync, readlinkSync } from "node:fs";
 import { join } from "node:path";
 import { InvalidInputError, SandboxError } from "../errors.js";
+import { configuredIdRange } from "../util/subid.js";
 
 /** How sandboxes are launched on this host. */
 export type LaunchMode = "root" | "userns";
@@ -115,20 +116,6 @@ export const DEFAULT_ID_POOL = { base: 1_879_048_192, size: IDS_PER_SANDBOX, slo
 /** Where `msb-helper launch` takes the lock of each range in use (shared by every process on the host). */
 export const ID_LOCKS_DIR = "/run/minisandbox/ids";
 
-function subidEntry(file: string): { base: number; count: number } | undefined {
-  let text: string;
-  try {
-    text = readFileSync(file, "utf8");
-  } catch {
-    return undefined;
-  }
-  for (const line of text.split("\n")) {
-    const [name, base, count] = line.trim().split(":");
-    if (name === SUBID_USER && base && count) return { base: Number(base), count: Number(count) };
-  }
-  return undefined;
-}
-
 /** A reservation of `count` ids as a pool: ranges of 65536 ids, or one smaller range shared by all. */
 function poolOf(r: { base: number; count: number }, source: string): IdPool {
   const ok = (n: number): boolean => Number.isSafeInteger(n) && n > 0;
@@ -145,15 +132,8 @@ function poolOf(r: { base: number; count: number }, source: string): IdPool {
  * (with the same in /etc/subgid), else DEFAULT_ID_POOL. Never host id 0: root inside is an unprivileged id outside.
  */
 export function idPool(): IdPool {
-  const env = process.env.MINISANDBOX_IDMAP;
-  if (env) {
-    const [base, count] = env.split(":").map(Number);
-    return poolOf({ base: base ?? Number.NaN, count: count ?? Number.NaN }, "MINISANDBOX_IDMAP");
-  }
-  const uid = subidEntry("/etc/subuid");
-  const gid = subidEntry("/etc/subgid");
-  if (uid && gid && uid.base === gid.base && uid.count === gid.count) return poolOf(uid, "/etc/subuid");
-  return { ...DEFAULT_ID_POOL, source: "default" };
+  const r = configuredIdRange("MINISANDBOX_IDMAP", SUBID_USER);
+  return r ? poolOf(r, r.source) : { ...DEFAULT_ID_POOL, source: "default" };
 }
 
 /** The host ids a sandbox's root-mode launch maps to: one range of the pool taken for it, or the one shared range. */

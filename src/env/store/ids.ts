@@ -8,6 +8,7 @@
 import { chmodSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { InvalidInputError, StoreCorruptError } from "../../errors.js";
+import { configuredIdRange } from "../../util/subid.js";
 import { scratchName } from "./fsutil.js";
 import type { Store } from "./layout.js";
 
@@ -34,29 +35,10 @@ function checkIds(ids: StoreIds, source: string): StoreIds {
   return { base: ids.base, count: ids.count };
 }
 
-function subidEntry(file: string): StoreIds | undefined {
-  let text = "";
-  try {
-    text = readFileSync(file, "utf8");
-  } catch {
-    return undefined;
-  }
-  const line = text.split("\n").find((l) => l.startsWith(`${STORE_SUBID_USER}:`));
-  const [, base, count] = (line ?? "").split(":");
-  return line ? { base: Number(base), count: Number(count) } : undefined;
-}
-
 /** The range a new store takes: `MINISANDBOX_STORE_IDS=BASE:COUNT`, else /etc/subuid's entry, else the default. */
 export function configuredStoreIds(): StoreIds {
-  const env = process.env.MINISANDBOX_STORE_IDS;
-  if (env) {
-    const [base, count] = env.split(":").map(Number);
-    return checkIds({ base: base ?? Number.NaN, count: count ?? Number.NaN }, "MINISANDBOX_STORE_IDS");
-  }
-  const uid = subidEntry("/etc/subuid");
-  const gid = subidEntry("/etc/subgid");
-  if (uid && gid && uid.base === gid.base && uid.count === gid.count) return checkIds(uid, "/etc/subuid");
-  return DEFAULT_STORE_IDS;
+  const r = configuredIdRange("MINISANDBOX_STORE_IDS", STORE_SUBID_USER);
+  return r ? checkIds(r, r.source) : DEFAULT_STORE_IDS;
 }
 
 interface StoreMarker {
