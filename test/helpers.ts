@@ -30,6 +30,16 @@ export function tempDir(prefix = "msb-dir-"): string {
   return tempHome(prefix);
 }
 
+/** A small directory workspace for fork and restore tests: a file to keep, one to delete, a Python package. */
+export function smallWorkspace(): string {
+  const dir = tempDir();
+  writeFileSync(join(dir, "kept.txt"), "from host\n");
+  writeFileSync(join(dir, "doomed.txt"), "to be deleted\n");
+  mkdirSync(join(dir, "pkg"));
+  writeFileSync(join(dir, "pkg", "mod.py"), "X = 1\n");
+  return dir;
+}
+
 /** Root-mode sandboxes of a home keep their scratch mount points in a runtime directory of their own. */
 function runtimeOf(home: string): string {
   return runtimeDirFor(join(home, "sandboxes"));

@@ -121,7 +121,8 @@ async function listing(lowers: Record<string, string>, home: string): Promise<st
   return r.stdout;
 }
 
-test("a mounted layer image shows exactly what hard-link materialization shows", { skip: !root }, async (t) => {
+/** The test tree ingested as layer "L" and leased in both forms, hard-linked trees and a mounted image. */
+async function layerInBothForms(t: TestContext) {
   const dir = tmpDir(t);
   const store = openStore(join(dir, "store"));
   await ingestLayer(store, "L", makeTree(join(dir, "src")));
@@ -129,6 +130,11 @@ test("a mounted layer image shows exactly what hard-link materialization shows",
   const tree = await cache.acquire("L", { form: "tree" });
   const image = await cache.acquire("L", { form: "image" });
   t.after(() => Promise.all([tree.release(), image.release()]));
+  return { dir, store, cache, tree, image };
+}
+
+test("a mounted layer image shows exactly what hard-link materialization shows", { skip: !root }, async (t) => {
+  const { dir, cache, tree, image } = await layerInBothForms(t);
   assert.equal(image.form, "image");
   assert.ok(parseImageLower(image.trees["testbed"]!), image.trees["testbed"]);
   assert.deepEqual(Object.keys(image.trees).sort(), ["testbed", "venv"]);
@@ -158,13 +164,7 @@ const WRITES = [
 test("writes through a mounted image behave as over hard links, stay in the sandbox, never reach the store", {
   skip: !root,
 }, async (t) => {
-  const dir = tmpDir(t);
-  const store = openStore(join(dir, "store"));
-  await ingestLayer(store, "L", makeTree(join(dir, "src")));
-  const cache = new NodeCache({ store, dir: join(dir, "cache") });
-  const tree = await cache.acquire("L", { form: "tree" });
-  const image = await cache.acquire("L", { form: "image" });
-  t.after(() => Promise.all([tree.release(), image.release()]));
+  const { dir, store, tree, image } = await layerInBothForms(t);
   const overlays = (lowers: Record<string, string>) => [
     { lower: [lowers["testbed"]!], target: "/testbed" },
     { lower: [lowers["venv"]!], target: "/opt/venv" },

@@ -1,27 +1,18 @@
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { Sandbox } from "../src/sandbox/sandbox.js";
 import { startServer } from "../src/server/server.js";
-import { cgroupsLeft, processesMatching, scratchDirs, tempDir, tempHome } from "./helpers.js";
+import { cgroupsLeft, processesMatching, scratchDirs, smallWorkspace, tempDir, tempHome } from "./helpers.js";
 
 const home = tempHome("msb-fork-");
-
-function workspace(): string {
-  const dir = tempDir();
-  writeFileSync(join(dir, "kept.txt"), "from host\n");
-  writeFileSync(join(dir, "doomed.txt"), "to be deleted\n");
-  mkdirSync(join(dir, "pkg"));
-  writeFileSync(join(dir, "pkg", "mod.py"), "X = 1\n");
-  return dir;
-}
 
 const snapshots = (): string[] => (existsSync(join(home, "snapshots")) ? readdirSync(join(home, "snapshots")) : []);
 
 test("children start from the parent's writable state: workspace changes, /, /tmp, home, /dev/shm", async () => {
-  const dir = workspace();
+  const dir = smallWorkspace();
   await using parent = await Sandbox.create({ home, dir });
   const setup = await parent.exec(
     "echo parent > /testbed/new.txt && rm /testbed/doomed.txt && echo 'X = 2' > /testbed/pkg/mod.py && " +
@@ -40,7 +31,7 @@ test("children start from the parent's writable state: workspace changes, /, /tm
 });
 
 test("K children diverge independently; the parent keeps running and sees none of their writes", async () => {
-  await using parent = await Sandbox.create({ home, dir: workspace() });
+  await using parent = await Sandbox.create({ home, dir: smallWorkspace() });
   const { session } = await parent.sessions.create();
   await session.run("export KEEP=1; echo base > /testbed/state");
   const children = await parent.fork(4);
@@ -57,7 +48,7 @@ test("K children diverge independently; the parent keeps running and sees none o
 });
 
 test("a grandchild outlives its parent and grandparent: a fork's copy is its own, nothing kept on disk", async () => {
-  const parent = await Sandbox.create({ home, dir: workspace() });
+  const parent = await Sandbox.create({ home, dir: smallWorkspace() });
   await parent.exec("echo 1 > /testbed/gen");
   const [child] = await parent.fork();
   await child!.exec("echo 2 >> /testbed/gen");
@@ -70,10 +61,10 @@ test("a grandchild outlives its parent and grandparent: a fork's copy is its own
 });
 
 test("fork into sandboxes started ahead: they take the parent's state; another workspace's is refused", async () => {
-  const dir = workspace();
+  const dir = smallWorkspace();
   await using parent = await Sandbox.create({ home, dir });
   await using ready = await Sandbox.create({ home, dir });
-  await using other = await Sandbox.create({ home, dir: workspace() });
+  await using other = await Sandbox.create({ home, dir: smallWorkspace() });
   await parent.exec("echo forked > /testbed/new.txt && echo t > /tmp/t");
   await assert.rejects(parent.fork(1, { into: [other] }), /was not started the way/);
   const [child] = await parent.fork(1, { into: [ready] });

@@ -1,23 +1,14 @@
 import assert from "node:assert/strict";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { InvalidInputError, SandboxError } from "../src/errors.js";
 import type { SandboxCgroups } from "../src/sandbox/limits.js";
 import { Sandbox } from "../src/sandbox/sandbox.js";
 import { cgroupPids } from "../src/sandbox/limits.js";
-import { cgroupsLeft, processesMatching, scratchDirs, tempDir, tempHome } from "./helpers.js";
+import { cgroupsLeft, processesMatching, scratchDirs, smallWorkspace, tempHome } from "./helpers.js";
 
 const home = tempHome("msb-restore-");
-
-function workspace(): string {
-  const dir = tempDir();
-  writeFileSync(join(dir, "kept.txt"), "from host\n");
-  writeFileSync(join(dir, "doomed.txt"), "to be deleted\n");
-  mkdirSync(join(dir, "pkg"));
-  writeFileSync(join(dir, "pkg", "mod.py"), "X = 1\n");
-  return dir;
-}
 
 function cgroupsOf(sb: Sandbox): SandboxCgroups {
   return (JSON.parse(readFileSync(sb.paths.state, "utf8")) as { cgroups: SandboxCgroups }).cgroups;
@@ -53,7 +44,7 @@ const LOOK =
   "awk '{print $5}' /proc/self/mountinfo | sort | tr '\\n' ' '";
 
 test("a restore discards every write, process, IPC object, socket: the sandbox is its pristine sibling", async () => {
-  const dir = workspace();
+  const dir = smallWorkspace();
   await using pristine = await Sandbox.create({ home, dir });
   await using sb = await Sandbox.create({ home, dir });
   const left = await sb.exec(LEFTOVERS, { timeoutMs: 60_000 });
@@ -106,7 +97,7 @@ test("a restore outruns a fork bomb and leaves the previous generation's memory 
 });
 
 test("a fork of a hostile parent: mount points it moved or replaced are made again in the child", async () => {
-  await using parent = await Sandbox.create({ home, dir: workspace() });
+  await using parent = await Sandbox.create({ home, dir: smallWorkspace() });
   const move = await parent.exec("mv /run /run2 && ln -s /tmp /run && rm /bin && mkdir /bin && echo x > /bin/x");
   assert.equal(move.exitCode, 0, move.stderr);
   const [child] = await parent.fork(1);
@@ -117,10 +108,10 @@ test("a fork of a hostile parent: mount points it moved or replaced are made aga
 });
 
 test("bad input: another workspace's sandbox, itself, a command meanwhile; twice, forked; no leak", async () => {
-  const dir = workspace();
+  const dir = smallWorkspace();
   const pristine = await Sandbox.create({ home, dir });
   const sb = await Sandbox.create({ home, dir });
-  const other = await Sandbox.create({ home, dir: workspace() });
+  const other = await Sandbox.create({ home, dir: smallWorkspace() });
   await assert.rejects(
     sb.restore(other),
     (e) => e instanceof InvalidInputError && /not started the way/.test(e.message),
