@@ -20,10 +20,12 @@ import { startServe } from "./serve-process.js";
 
 const REPO = join(import.meta.dirname, "..", "..");
 const TOKEN = "sdk-dropin-token";
+// Made at the top: a home made inside the `before` hook was never removed (its `after` did not run).
+const home = tempHome("msb-sdk-");
 let srv: RunningServer;
 
 before(async () => {
-  srv = await startServer({ home: tempHome("msb-sdk-"), authToken: TOKEN, allowDirs: [tmpdir()] });
+  srv = await startServer({ home, authToken: TOKEN, allowDirs: [tmpdir()] });
 });
 after(() => srv?.close());
 
