@@ -4,8 +4,11 @@
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { test } from "node:test";
 import { helperPath } from "../src/sandbox/host.js";
+import type { SandboxCgroups } from "../src/sandbox/limits.js";
 import { killQuietly } from "../src/sandbox/procfs.js";
 import { Sandbox } from "../src/sandbox/sandbox.js";
 import { processesMatching, tempHome } from "./helpers.js";
@@ -124,7 +127,7 @@ test("a ~/.bashrc written inside runs in no later command (bash sources it when 
 });
 
 test("a helper failing before the exec is an error, not an exit status; after it, all is the command's", async () => {
-  const sb = await Sandbox.create({ home, limits: { pids: 24 } });
+  await using sb = await Sandbox.create({ home, limits: { pids: 24 } });
   // The descriptor the helper tells by is gone at the exec: the command holds 0-2 (3 is ls's own directory).
   assert.equal((await sb.exec(["/bin/ls", "/proc/self/fd"])).stdout, "0\n1\n2\n3\n");
   assert.equal((await sb.exec(["/nonexistent"])).exitCode, 127);
@@ -133,10 +136,13 @@ test("a helper failing before the exec is an error, not an exit status; after it
   assert.equal(bomb.limit, "pids");
   // A neighbour inside takes every process slot left: the next command's helper cannot fork it.
   await sb.exec("(while :; do sleep 1000 & done) >/dev/null 2>&1 &");
-  await new Promise((r) => setTimeout(r, 500));
+  // Until every slot is taken, as the host sees the sandbox's pids group (a fixed wait was too short under load).
+  const state = JSON.parse(readFileSync(sb.paths.state, "utf8")) as { cgroups: SandboxCgroups };
+  const current = (): number => Number(readFileSync(join(state.cgroups.pids!, "pids.current"), "utf8"));
+  for (const t0 = Date.now(); current() < 24; await new Promise((r) => setTimeout(r, 100)))
+    assert.ok(Date.now() - t0 < 30_000, `the neighbour took ${current()} of 24 process slots`);
   await assert.rejects(
     sb.exec("echo never"),
     (e: Error & { code?: string }) => e.name === "SandboxError" && /did not start: .*fork/.test(e.message),
   );
-  await sb.close();
 });
