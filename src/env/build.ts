@@ -13,7 +13,8 @@ import { firstTime, withReachableIndexes } from "./pip-reach.js";
 import { checkoutTestbed, repoSource } from "./repos.js";
 import { isSweSmithMirror } from "../tasks/swesmith.js";
 import { DepsCache, depsKey } from "./deps-cache.js";
-import { openStore, ingestLayer, normalizeMtimes } from "./store/index.js";
+import { openStore, ingestLayer, normalizeMtimes, type Store } from "./store/index.js";
+import { BuildReuse } from "./build-reuse.js";
 
 export interface BuildOptions {
   home: string;
@@ -25,10 +26,17 @@ export interface BuildOptions {
   onStep?: (step: string) => void;
 }
 
+/** One step of a build and its wall time. */
+export interface BuildStep {
+  name: string;
+  durationMs: number;
+}
+
 export interface BuildResult {
   key: LayerKey;
   durationMs: number;
-  steps: { name: string; durationMs: number }[];
+  /** In order; they add up to `durationMs` (the last, `other`, is what no step accounts for). */
+  steps: BuildStep[];
   logFile: string;
 }
 
@@ -88,6 +96,9 @@ class Build {
   private pipEnv: Record<string, string> = {};
   /** Indexes left out because they do not answer (said again at a failure: it may be its cause). */
   private note: string | undefined;
+  private readonly store: Store;
+  /** Year packs and bytecode from earlier builds of the repository. */
+  private readonly reuse: BuildReuse;
 
   constructor(private readonly opts: BuildOptions) {
     const { home, spec, key } = opts;
@@ -96,6 +107,8 @@ class Build {
     writeFileSync(this.logFile, `# build ${key} ${new Date().toISOString()}\n# spec ${JSON.stringify(spec)}\n`);
     this.work = join(homeLayout(home).envs, `build-${key.slice(0, 16)}-${randomBytes(4).toString("hex")}`);
     this.trees = { testbed: join(this.work, "testbed"), venv: join(this.work, "venv") };
+    this.store = openStore(homeLayout(home).store);
+    this.reuse = new BuildReuse(home, this.store);
   }
 
   private log(text: string): void {
@@ -136,15 +149,25 @@ class Build {
     const history = spec.history ?? "chronological";
     // SWE-smith's bug is committed over the base at sandbox start: the base's objects must be deletable then.
     const looseObjects = isSweSmithMirror(spec.repo);
-    await this.step("checkout", () =>
-      checkoutTestbed(source, spec.commit, this.trees.testbed, { history, looseObjects }),
-    );
+    const step = <T>(name: string, fn: () => Promise<T>): Promise<T> => this.step(name, fn);
+    const packs = this.reuse.history;
+    const ranges = await checkoutTestbed(source, spec.commit, this.trees.testbed, {
+      history,
+      looseObjects,
+      step,
+      packs,
+    });
+    this.reuse.checkedOut(ranges);
     const requirements = await this.step("requirements", () => requirementsFile(spec, source, this.work));
     return { toolchain, requirements };
   }
 
   /** The build sandbox: network on, the trees bound writable, the user's pip configuration read-only. */
   async openSandbox(toolchain: Toolchain, requirements: Requirements): Promise<void> {
+    await this.step("sandbox", () => this.startSandbox(toolchain, requirements));
+  }
+
+  private async startSandbox(toolchain: Toolchain, requirements: Requirements): Promise<void> {
     const { home, spec, key } = this.opts;
     const configured = await pipSettings(toolchain.python);
     this.pipEnv = configured.env; // the snapshot key follows the user's configuration, not today's network
@@ -171,8 +194,9 @@ class Build {
     });
     // The trees are written by the sandbox's root, an unprivileged host uid of its own in root mode: hand them over
     // for the build (before anything runs inside), take them back before anything on the host reads them (chown
-    // also clears setuid and setgid bits).
-    await chownTree([this.trees.testbed, this.trees.venv], this.rootOnHost());
+    // also clears setuid and setgid bits). The history's packs stay the store's owner's: some are its objects.
+    this.reuse.writer(this.rootOnHost(), this.trees.testbed);
+    await chownTree([this.trees.testbed, this.trees.venv], this.rootOnHost(), join(this.trees.testbed, PACK_DIR));
   }
 
   /** Whom the build sandbox's root is on the host. */
@@ -196,17 +220,29 @@ class Build {
     });
     const venv = this.trees.venv;
     const restored =
-      depsId !== undefined && (await this.step("dependencies (snapshot)", () => deps.restore(depsId, venv)));
+      depsId !== undefined &&
+      (await this.step("dependencies (snapshot)", async () => {
+        if (!(await deps.restore(depsId, venv))) return false;
+        // A snapshot keeps the owner it was saved with: make the venv the sandbox's root's to write again.
+        await chownTree([venv], this.rootOnHost());
+        return true;
+      }));
     if (restored) {
-      // A snapshot keeps the owner it was saved with: make the venv the sandbox's root's to write again.
-      await chownTree([venv], this.rootOnHost());
       this.log(`restored the venv with dependencies from snapshot ${depsId}`);
     } else {
       await this.sh("venv", `${toolchain.python} -m venv ${VENV_PATH}`);
       await this.runAll(script.deps, 1);
+      // Compiled against normalized mtimes before it is kept, so no build restoring it compiles it again.
+      await this.step("normalize (dependencies)", () => normalizeMtimes(venv));
+      await this.sh("compile (dependencies)", `${ACTIVATE} && ${compileVenv}; true`);
       if (depsId !== undefined) await this.step("dependencies (save snapshot)", () => deps.save(depsId, venv));
     }
     await this.runAll(script.install, script.deps.length + 1);
+    const scope = { repo: spec.repo, python: toolchain.python, version: toolchain.version };
+    await this.step("bytecode (reuse)", async () => {
+      const n = await this.reuse.placeBytecode(this.trees.testbed, scope, this.rootOnHost());
+      this.log(`${n} .pyc file(s) of identical sources taken from earlier layers`);
+    });
   }
 
   private async runAll(commands: string[], first: number): Promise<void> {
@@ -220,15 +256,14 @@ class Build {
       await normalizeMtimes(this.trees.testbed);
       await normalizeMtimes(this.trees.venv);
     });
-    const deleteVenvPycs = `find ${VENV_PATH} -name '*.pyc' -delete`;
-    const venvPycs = `${deleteVenvPycs} && python -m compileall -q -j 0 ${VENV_PATH} >/dev/null 2>&1`;
-    const testbedPycs = `python -m compileall -q -j 0 -x '/\\.git/' ${TESTBED_PATH} >/dev/null 2>&1`;
-    await this.sh("compile", `${ACTIVATE} && ${venvPycs}; ${testbedPycs}; true`);
-    await this.sandbox!.close();
-    this.sandbox = undefined;
-    const self = { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
-    await chownTree([this.trees.testbed, this.trees.venv], self);
+    // compileall keeps each .pyc whose header matches its source: a restored venv and reused bytecode stay as they are.
+    const both = `python -m compileall -q -j 0 -x '/\\.git/' ${VENV_PATH} ${TESTBED_PATH} >/dev/null 2>&1`;
+    await this.sh("compile", `${ACTIVATE} && ${both}; true`);
     await this.step("finalize", async () => {
+      await this.sandbox!.close();
+      this.sandbox = undefined;
+      const self = { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
+      await chownTree([this.trees.testbed, this.trees.venv], self);
       await normalizeMtimes(this.trees.testbed);
       await normalizeMtimes(this.trees.venv);
       // The index's stat data must match the normalized files, or every `git status` rewrites the index.
@@ -238,27 +273,28 @@ class Build {
 
   /** Both trees into the store as one layer. */
   async ingest(toolchain: Toolchain): Promise<void> {
-    const { home, spec, key } = this.opts;
-    const store = openStore(homeLayout(home).store);
-    await this.step("store", () =>
-      ingestLayer(store, key, this.trees, {
+    const { spec, key } = this.opts;
+    const r = await this.step("store", () =>
+      ingestLayer(this.store, key, this.trees, {
         meta: {
           spec: spec as unknown as { [k: string]: string },
           python: toolchain.version,
           builtAt: new Date().toISOString(),
         },
+        linked: this.reuse.linked(),
       }),
     );
+    this.reuse.remember(key, r.manifest);
   }
 
+  /** The result; `other` is what no step accounts for (the log, resolving the commit), so the steps add up. */
   done(): BuildResult {
-    this.log(`\n# done in ${((performance.now() - this.started) / 1000).toFixed(1)} s`);
-    return {
-      key: this.opts.key,
-      durationMs: performance.now() - this.started,
-      steps: this.steps,
-      logFile: this.logFile,
-    };
+    const durationMs = performance.now() - this.started;
+    const other = durationMs - this.steps.reduce((n, s) => n + s.durationMs, 0);
+    this.steps.push({ name: "other", durationMs: Math.max(0, other) });
+    for (const s of this.steps) this.log(`# ${s.name}: ${(s.durationMs / 1000).toFixed(2)} s`);
+    this.log(`\n# done in ${(durationMs / 1000).toFixed(1)} s`);
+    return { key: this.opts.key, durationMs, steps: this.steps, logFile: this.logFile };
   }
 
   /** The error to throw: the step that failed and the tail of the log. */
@@ -276,10 +312,17 @@ class Build {
 }
 
 const ACTIVATE = `. ${VENV_PATH}/bin/activate && cd ${TESTBED_PATH}`;
+const compileVenv = `python -m compileall -q -j 0 ${VENV_PATH} >/dev/null 2>&1`;
+const PACK_DIR = join(".git", "objects", "pack");
 
-/** chown -R without following symlinks (the trees' contents came from a sandbox). */
-async function chownTree(dirs: string[], ids: { uid: number; gid: number }): Promise<void> {
-  await runOk("chown", ["-R", "-h", `${ids.uid}:${ids.gid}`, "--", ...dirs]);
+/** chown -R without following symlinks (the trees' contents came from a sandbox), `except` that directory. */
+async function chownTree(dirs: string[], ids: { uid: number; gid: number }, except?: string): Promise<void> {
+  if (!except) {
+    await runOk("chown", ["-R", "-h", `${ids.uid}:${ids.gid}`, "--", ...dirs]);
+    return;
+  }
+  const prune = ["(", "-path", except, "-prune", ")", "-o", "-exec", "chown", "-h", `${ids.uid}:${ids.gid}`];
+  await runOk("find", [...dirs, ...prune, "{}", "+"]);
 }
 
 /** SWE-bench reads requirements.txt at the environment setup commit; we take it from the repository's history. */

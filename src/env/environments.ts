@@ -4,7 +4,7 @@ import { homeLayout } from "../util/home.js";
 import type { Instance } from "../tasks/types.js";
 import { specForInstance, specKey } from "./spec.js";
 import type { EnvSpec, LayerKey } from "./types.js";
-import { buildEnvironment } from "./build.js";
+import { buildEnvironment, type BuildStep } from "./build.js";
 import { hasLayer, openStore, type HttpSource } from "./store/index.js";
 import { LayerUnavailableError, NotFoundError } from "../errors.js";
 import { NodeCache } from "./cache/index.js";
@@ -60,17 +60,27 @@ export async function isBuilt(home: string, key: LayerKey): Promise<boolean> {
   return existsSync(homeLayout(home).store) && hasLayer(openStore(homeLayout(home).store), key);
 }
 
-const inflight = new Map<string, Promise<"built" | "cached">>();
+/** An environment made sure of: built now (with where its build's time went, step by step), or already there. */
+export type Ensured = { status: "built"; steps: BuildStep[] } | { status: "cached" };
+
+const inflight = new Map<string, Promise<Ensured>>();
 
 /** Build the environment unless the store has it; concurrent calls for one key share the work. */
-export function ensureBuilt(
+export async function ensureBuilt(
   opts: EnvOptions & { spec: EnvSpec; key: LayerKey; onStep?: (s: string) => void },
 ): Promise<"built" | "cached"> {
+  return (await ensureBuiltSteps(opts)).status;
+}
+
+/** `ensureBuilt`, with the build's steps when it built. */
+export function ensureBuiltSteps(
+  opts: EnvOptions & { spec: EnvSpec; key: LayerKey; onStep?: (s: string) => void },
+): Promise<Ensured> {
   const id = `${opts.home}\0${opts.key}`;
   let p = inflight.get(id);
   if (!p) {
-    p = (async () => {
-      if (await isBuilt(opts.home, opts.key)) return "cached" as const;
+    p = (async (): Promise<Ensured> => {
+      if (await isBuilt(opts.home, opts.key)) return { status: "cached" };
       const r = await buildEnvironment({
         home: opts.home,
         spec: opts.spec,
@@ -85,7 +95,7 @@ export function ensureBuilt(
         builtAt: new Date().toISOString(),
         buildMs: r.durationMs,
       });
-      return "built" as const;
+      return { status: "built", steps: r.steps };
     })().finally(() => inflight.delete(id));
     inflight.set(id, p);
   }

@@ -4,7 +4,8 @@ import type { CamelOf, plan } from "../wire/index.js";
 import { pool, table } from "../util/progress.js";
 import { BuildError } from "../errors.js";
 import { explainBuildFailure } from "./build-diagnosis.js";
-import { ensureBuilt, envFor, type EnvOptions } from "./environments.js";
+import { ensureBuiltSteps, envFor, type EnvOptions } from "./environments.js";
+import type { BuildStep } from "./build.js";
 import { findStoredImage, loadRegistryConfig, pullImage, type RegistryConfig } from "./images/index.js";
 import type { ImagePolicy } from "./instance-image.js";
 import { openStore, type Store } from "./store/index.js";
@@ -22,6 +23,11 @@ export interface PrepareResult {
   image?: string;
   status: PrepareStatus;
   durationMs: number;
+  /**
+   * Built now: where the time went, step by step (toolchain, fetch, history, checkout, requirements, sandbox,
+   * dependencies, install N, normalize, compile, finalize, store, other); they add up to the build's time.
+   */
+  steps?: BuildStep[];
   /** For failures: the cause, in one line (the failing step and what the log says went wrong). */
   error?: string;
   /** For failures with a known remedy: what to do, in one line. */
@@ -78,16 +84,20 @@ export async function prepareInstances(
       image = await rowImageRef(opts.home, instance, opts.images ?? { kind: "auto" });
       const onStep = (step: string) => opts.onStep?.(instance.instance_id, step);
       let status: PrepareStatus;
+      let steps: BuildStep[] | undefined;
       if (image !== undefined) {
         onStep(`image ${image}`);
         ({ key, status } = await pulls.ensure(image));
       } else {
         const env = envFor(instance, opts);
         key = env.key;
-        status = await ensureBuilt({ ...opts, ...env, onStep });
+        const ensured = await ensureBuiltSteps({ ...opts, ...env, onStep });
+        status = ensured.status;
+        if (ensured.status === "built") steps = ensured.steps;
       }
       const r: PrepareResult = { instanceId: instance.instance_id, key, status, durationMs: performance.now() - t };
       if (image !== undefined) r.image = image;
+      if (steps) r.steps = steps;
       opts.onResult?.(r);
       return r;
     } catch (e) {

@@ -47,8 +47,9 @@ export async function checkoutTestbed(
   source: string,
   commit: string,
   dest: string,
-  opts: { history?: HistoryPolicy; looseObjects?: boolean } = {},
-): Promise<void> {
+  opts: { history?: HistoryPolicy; looseObjects?: boolean; step?: StepTimer; packs?: PackSource } = {},
+): Promise<PackRange[]> {
+  const step = opts.step ?? ((_name, fn) => fn());
   const resolved = (
     await runOk("git", ["-C", source, "rev-parse", "--verify", "--quiet", `${commit}^{commit}`], GIT_ENV).catch(
       () => "",
@@ -56,24 +57,57 @@ export async function checkoutTestbed(
   ).trim();
   if (!resolved) throw new NotFoundError(`commit ${commit} not found in ${source}`);
   const git = (...args: string[]): Promise<string> => runOk("git", ["-C", dest, ...args], GIT_ENV);
+  let ranges: PackRange[] = [];
   if (opts.history === "full") {
-    await runOk("git", ["clone", "--quiet", "--no-checkout", source, dest], GIT_ENV);
-    await git("checkout", "--quiet", "--detach", resolved);
-    await git("remote", "remove", "origin");
+    await step("history", () => runOk("git", ["clone", "--quiet", "--no-checkout", source, dest], GIT_ENV));
+    await step("checkout", async () => {
+      await git("checkout", "--quiet", "--detach", resolved);
+      await git("remote", "remove", "origin");
+      await configure(git);
+    });
   } else {
-    await runOk("git", ["init", "--quiet", "--template=", dest], GIT_ENV);
-    await packAncestry(source, resolved, join(dest, ".git", "objects", "pack"));
-    if (opts.looseObjects) await unpackObjects(dest);
-    await git("-c", "core.logAllRefUpdates=false", "update-ref", "--no-deref", "HEAD", resolved);
-    await git("read-tree", "-u", "--reset", "HEAD");
-    for (const f of ["logs", "ORIG_HEAD", "FETCH_HEAD", "description"]) rmSync(join(dest, ".git", f), FORCE);
+    await step("history", async () => {
+      await runOk("git", ["init", "--quiet", "--template=", dest], GIT_ENV);
+      const packs = opts.looseObjects ? undefined : opts.packs;
+      ranges = await packAncestry(source, resolved, join(dest, ".git", "objects", "pack"), packs);
+      if (opts.looseObjects) await unpackObjects(dest);
+    });
+    await step("checkout", async () => {
+      await git("-c", "core.logAllRefUpdates=false", "update-ref", "--no-deref", "HEAD", resolved);
+      await git("read-tree", "-u", "--reset", "HEAD");
+      for (const f of ["logs", "ORIG_HEAD", "FETCH_HEAD", "description"]) rmSync(join(dest, ".git", f), FORCE);
+      await configure(git);
+    });
   }
-  // Only mtime and size decide whether a file changed: materialized files get new inodes and ctimes.
+  return ranges;
+}
+
+/**
+ * The testbed's own settings. Only mtime and size decide whether a file changed: materialized files get new inodes
+ * and ctimes.
+ */
+async function configure(git: (...args: string[]) => Promise<string>): Promise<void> {
   await git("config", "core.checkStat", "minimal");
   await git("config", "core.trustctime", "false");
   await git("config", "user.email", "minisandbox@localhost");
   await git("config", "user.name", "minisandbox");
 }
+
+/** One pack of a testbed's history: the objects `tip` reaches and `prev` (if any) does not. */
+export interface PackRange {
+  prev?: string;
+  tip: string;
+  /** `pack-<hash>`, once written. */
+  name?: string;
+}
+
+/** Packs written before, by range (`history-packs.ts`): placed into `packDir`, or undefined when there is none. */
+export interface PackSource {
+  place(range: PackRange, packDir: string): string | undefined;
+}
+
+/** Times one named part of a longer job (a build's steps). */
+export type StepTimer = <T>(name: string, fn: () => Promise<T>) => Promise<T>;
 
 const FORCE = { recursive: true, force: true } as const;
 /** Replace refs and grafts could make the source's history look other than it is. */
@@ -83,17 +117,30 @@ const GIT_ENV = { env: { ...process.env, GIT_NO_REPLACE_OBJECTS: "1", GIT_TERMIN
  * The commit's ancestry as a chain of packs cut at calendar years along its first-parent line: the pack of
  * each year holds what its last commit reaches and the previous year's does not, and a last pack the rest.
  * Packs are written with one thread from the same source, so two commits of one repository share every year's
- * pack they both reach byte for byte, and the store keeps one copy.
+ * pack they both reach byte for byte, and the store keeps one copy; `packs` gives the ones written before.
  */
-async function packAncestry(source: string, commit: string, packDir: string): Promise<void> {
+async function packAncestry(
+  source: string,
+  commit: string,
+  packDir: string,
+  packs: PackSource | undefined,
+): Promise<PackRange[]> {
   const anchors = await yearAnchors(source, commit);
-  let previous: string | undefined;
+  const ranges: PackRange[] = [];
+  let prev: string | undefined;
   for (const tip of [...anchors, commit]) {
-    const revs = `${tip}\n${previous ? `^${previous}\n` : ""}`;
-    const args = ["-C", source, "-c", "pack.threads=1", "pack-objects", "--revs", "--delta-base-offset", "-q"];
-    await runOk("git", [...args, join(packDir, "pack")], { ...GIT_ENV, input: revs });
-    previous = tip;
+    const range: PackRange = prev ? { prev, tip } : { tip };
+    range.name = packs?.place(range, packDir);
+    if (range.name === undefined) {
+      const revs = `${tip}\n${prev ? `^${prev}\n` : ""}`;
+      const args = ["-C", source, "-c", "pack.threads=1", "pack-objects", "--revs", "--delta-base-offset", "-q"];
+      const hash = (await runOk("git", [...args, join(packDir, "pack")], { ...GIT_ENV, input: revs })).trim();
+      if (/^[0-9a-f]{40,64}$/.test(hash)) range.name = `pack-${hash}`;
+    }
+    ranges.push(range);
+    prev = tip;
   }
+  return ranges;
 }
 
 /** The newest first-parent ancestor before each year's start, oldest first (the commit itself never). */

@@ -1,11 +1,11 @@
 /** Directory trees -> objects + one manifest. Idempotent; the manifest is written last, after a filesystem sync. */
-import { lstatSync, readdirSync, readlinkSync, type Stats } from "node:fs";
+import { lstatSync, lutimesSync, readdirSync, readlinkSync, type Stats } from "node:fs";
 import * as fsp from "node:fs/promises";
 import { InvalidInputError } from "../../errors.js";
 import type { LayerKey } from "../types.js";
 import { NORMALIZED_MTIME_SEC, mapLimit, syncFilesystem, yielder } from "./fsutil.js";
 import { lockFile } from "./lock.js";
-import { assertLayerKey, isTreeName, type Store } from "./layout.js";
+import { assertLayerKey, isTreeName, type ObjectId, type Store } from "./layout.js";
 import {
   MANIFEST_FORMAT,
   writeManifest,
@@ -15,13 +15,18 @@ import {
   type TreeManifest,
 } from "./manifest.js";
 import { displayName, encodeName, joinBytes } from "./names.js";
-import { putLargeFile, putSmallFileSync, SMALL_FILE_BYTES, type PutResult } from "./objects.js";
+import { isObjectInode, putLargeFile, putSmallFileSync, SMALL_FILE_BYTES, type PutResult } from "./objects.js";
 
 export interface IngestOptions {
   /** Free-form data kept in the manifest (e.g. the spec). */
   meta?: { [key: string]: JsonValue };
   /** Large files (over 1 MiB) hashed/copied at once (default 4). */
   concurrency?: number;
+  /**
+   * Files the caller made hard links to objects (`linkObject`), by `<tree>/<path>`: one whose inode is still that
+   * object's is recorded without being read. Anything else under that name is hashed like any file.
+   */
+  linked?: ReadonlyMap<string, ObjectId>;
 }
 
 export interface IngestResult {
@@ -58,7 +63,8 @@ export async function ingestLayer(
   // Shared lock: gc (exclusive) must not delete objects we rely on before our manifest exists.
   const lock = await lockFile(store.lockPath, { shared: true });
   try {
-    const { manifestTrees, pending, warnings } = await walkTrees(trees, names);
+    const linked = { store, ids: opts.linked ?? new Map<string, ObjectId>(), count: 0 };
+    const { manifestTrees, pending, warnings } = await walkTrees(trees, names, linked);
     const added = await storeObjects(store, pending, opts.concurrency ?? 4);
     const manifest: LayerManifest = {
       format: MANIFEST_FORMAT,
@@ -73,8 +79,8 @@ export async function ingestLayer(
       key,
       manifest,
       warnings,
-      files: pending.length,
-      logicalBytes: pending.reduce((n, p) => n + p.entry.size, 0),
+      files: pending.length + linked.count,
+      logicalBytes: summarizeFiles(manifestTrees),
       newObjects: added.size,
       newBytes: [...added.values()].reduce((a, b) => a + b, 0),
     };
@@ -100,6 +106,7 @@ async function checkTrees(key: LayerKey, trees: Record<string, string>): Promise
 async function walkTrees(
   trees: Record<string, string>,
   names: string[],
+  linked: LinkedFiles,
 ): Promise<{ manifestTrees: Record<string, TreeManifest>; pending: PendingFile[]; warnings: string[] }> {
   const warnings: string[] = [];
   const pending: PendingFile[] = [];
@@ -116,6 +123,7 @@ async function walkTrees(
       unnormalized,
       inodes: new Map(),
       pause: yielder(),
+      linked,
     });
     manifestTrees[name] = { mode: rootStat.mode & 0o7777, entries };
   }
@@ -158,6 +166,30 @@ interface WalkState {
   /** dev:ino -> first path, to record hard links within the tree once. */
   inodes: Map<string, Buffer>;
   pause: () => Promise<void>;
+  linked: LinkedFiles;
+}
+
+/** The caller's hard links to objects, and how many of them were taken as they are. */
+interface LinkedFiles {
+  store: Store;
+  ids: ReadonlyMap<string, ObjectId>;
+  count: number;
+}
+
+/** The object a file already is (a hard link the caller made), if it still is. */
+function linkedObject(s: WalkState, rel: Buffer, st: Stats): ObjectId | undefined {
+  if (s.linked.ids.size === 0) return undefined;
+  const id = s.linked.ids.get(`${s.tree}/${rel.toString()}`);
+  if (id === undefined || !isObjectInode(s.linked.store, id, st)) return undefined;
+  s.linked.count++;
+  return id;
+}
+
+/** Bytes of the files of the trees (hard links within a tree once). */
+function summarizeFiles(trees: Record<string, TreeManifest>): number {
+  let n = 0;
+  for (const t of Object.values(trees)) for (const e of t.entries) if (e.type === "file") n += e.size;
+  return n;
 }
 
 /** Pre-order walk in byte order of names, so manifests are deterministic. Synchronous calls: see yielder(). */
@@ -186,9 +218,10 @@ async function walk(absDir: Buffer, relDir: Buffer, s: WalkState): Promise<void>
         continue;
       }
       if (st.nlink > 1) s.inodes.set(inode, rel);
-      const entry = { path, type: "file" as const, mode: st.mode & 0o7777, object: "", size: st.size };
+      const known = linkedObject(s, rel, st);
+      const entry = { path, type: "file" as const, mode: st.mode & 0o7777, object: known ?? "", size: st.size };
       s.entries.push(entry);
-      s.pending.push({ entry, abs });
+      if (known === undefined) s.pending.push({ entry, abs });
     } else {
       s.warnings.push(`skipped ${specialKind(st)} ${shown}`);
     }
@@ -208,13 +241,16 @@ function specialKind(st: Stats): string {
  * files so that the source mtimes recorded in them match what materialize restores. Returns entries touched.
  */
 export async function normalizeMtimes(dir: string): Promise<number> {
+  // Synchronous calls in slices (yielder()): thousands of small calls, each far cheaper than a thread-pool trip.
+  const pause = yielder();
   let count = 0;
   const visit = async (abs: Buffer): Promise<void> => {
-    const st = await fsp.lstat(abs);
+    await pause();
+    const st = lstatSync(abs);
     if (st.isDirectory()) {
-      for (const name of await fsp.readdir(abs, { encoding: "buffer" })) await visit(joinBytes(abs, name));
+      for (const name of readdirSync(abs, { encoding: "buffer" })) await visit(joinBytes(abs, name));
     }
-    await fsp.lutimes(abs, NORMALIZED_MTIME_SEC, NORMALIZED_MTIME_SEC);
+    if (st.mtimeMs !== NORMALIZED_MTIME_SEC * 1000) lutimesSync(abs, NORMALIZED_MTIME_SEC, NORMALIZED_MTIME_SEC);
     count++;
   };
   await visit(Buffer.from(dir));

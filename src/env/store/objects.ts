@@ -7,6 +7,7 @@ import {
   chmodSync,
   chownSync,
   createReadStream,
+  linkSync,
   lstatSync,
   mkdirSync,
   readFileSync,
@@ -60,6 +61,27 @@ export async function hasObject(store: Store, id: ObjectId, size?: number): Prom
 export function hasObjectSync(store: Store, id: ObjectId, size?: number): boolean {
   const st = lstatSync(objectPath(store, id), { throwIfNoEntry: false });
   return st?.isFile() === true && (size === undefined || st.size === size);
+}
+
+/**
+ * Make `dest` (a new name) the object itself, by a hard link (false when the store lacks it or the filesystem
+ * cannot link it: another filesystem, a full link count). For trees no one but the caller writes until they are
+ * ingested: the object is immutable only as long as nothing with its owner's rights can reach `dest`.
+ */
+export function linkObject(store: Store, id: ObjectId, dest: string): boolean {
+  try {
+    linkSync(objectPath(store, id), dest);
+    return true;
+  } catch (e) {
+    if (["ENOENT", "EXDEV", "EMLINK", "EPERM"].includes(errCode(e) ?? "")) return false;
+    throw e;
+  }
+}
+
+/** Is the file at `st` the object `id` itself (a hard link to it, so its bytes need no hashing)? */
+export function isObjectInode(store: Store, id: ObjectId, st: { dev: number; ino: number; size: number }): boolean {
+  const o = lstatSync(objectPath(store, id), { throwIfNoEntry: false });
+  return o?.isFile() === true && o.dev === st.dev && o.ino === st.ino && o.size === st.size;
 }
 
 export async function sha256File(path: PathLike): Promise<{ hex: string; size: number }> {
