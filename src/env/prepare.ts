@@ -25,7 +25,8 @@ export interface PrepareResult {
   durationMs: number;
   /**
    * Built now: where the time went, step by step (toolchain, fetch, history, checkout, requirements, sandbox,
-   * dependencies, install N, normalize, compile, finalize, store, other); they add up to the build's time.
+   * dependencies, install N, bytecode, normalize, compile, finalize, store, other, and `prepare`: the rest); they
+   * add up to `durationMs`.
    */
   steps?: BuildStep[];
   /** For failures: the cause, in one line (the failing step and what the log says went wrong). */
@@ -97,7 +98,7 @@ export async function prepareInstances(
       }
       const r: PrepareResult = { instanceId: instance.instance_id, key, status, durationMs: performance.now() - t };
       if (image !== undefined) r.image = image;
-      if (steps) r.steps = steps;
+      if (steps) r.steps = withRest(steps, r.durationMs);
       opts.onResult?.(r);
       return r;
     } catch (e) {
@@ -114,6 +115,12 @@ export async function prepareInstances(
       return r;
     }
   });
+}
+
+/** The build's steps, then `prepare`: the rest of the row's time (its spec, its image policy, the record). */
+function withRest(steps: readonly BuildStep[], durationMs: number): BuildStep[] {
+  const built = steps.reduce((n, s) => n + s.durationMs, 0);
+  return [...steps, { name: "prepare", durationMs: Math.max(0, durationMs - built) }];
 }
 
 /** Images the rows run on, each pulled once however many rows name it (unless the store has it already). */
