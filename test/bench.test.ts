@@ -36,11 +36,15 @@ test("bench: a tiny run of every workload gives well-formed results and files", 
     cliRuns: 1,
     coldRuns: 1,
     coldTreeFiles: 300,
+    // Real sympy builds take minutes: here the preparation workload only says why it cannot run.
+    sympyRepo: "/nonexistent/sympy",
     workloads: ALL_WORKLOADS.filter((w) => w !== "images"), // below, with the image tests' images
     log: () => {},
   });
   assert.equal(r.schema, 1);
   assert.equal(r.source.kind, "fixture");
+  assert.ok(r.preparation && !r.preparation.available);
+  assert.match(r.preparation.reason, /no sympy repository at \/nonexistent\/sympy/);
   assert.equal(r.source.instances, 1);
   for (const key of [
     "warm_vs_extract",

@@ -72,7 +72,7 @@ describe("year packs from the store", () => {
     src = sourceRepo(join(work, "packs"));
   });
 
-  it("a later commit's stored packs serve an earlier one: linked, nothing after its commit, all reachable", async () => {
+  it("a later commit's stored packs serve an earlier one: linked, nothing after it, all reachable", async () => {
     const home = tempHome("msb-reuse-home-");
     const store = openStore(homeLayout(home).store, { create: true });
     const first = new HistoryPacks(home, store, true);

@@ -17,6 +17,9 @@ export interface BenchCliOptions {
   podman?: boolean;
   json?: boolean;
   rayPython?: string;
+  sympy?: string;
+  sympyCommits?: string;
+  sympySpecs?: string;
 }
 
 export function addBenchOptions(cmd: Command): Command {
@@ -37,6 +40,9 @@ export function addBenchOptions(cmd: Command): Command {
     .option("--only <LIST>", `comma-separated workloads (${ALL_WORKLOADS.join(",")})`)
     .option("--no-podman", "skip the podman baselines even if podman is installed")
     .option("--ray-python <PATH>", "fleet workload: a Python with Ray (default $MINISANDBOX_RAY_PYTHON, else python3)")
+    .option("--sympy <DIR>", "preparation workload: a git repository of sympy/sympy (default: its mirror, if any)")
+    .option("--sympy-commits <N>", "preparation workload: base commits per sympy version (default 3, --quick 1)")
+    .option("--sympy-specs <FILE>", "preparation workload: environment spec overrides for its builds (JSON)")
     .option("--json", "print the results JSON instead of the Markdown table");
 }
 
@@ -70,5 +76,8 @@ export function benchOptionsFrom(o: BenchCliOptions): BenchOptions & { outDir?: 
     podman: o.podman,
     rayPython: o.rayPython,
     json: o.json,
+    ...(o.sympy ? { sympyRepo: o.sympy } : {}),
+    ...(o.sympyCommits ? { sympyPerVersion: parsePositive(o.sympyCommits, "--sympy-commits", { integer: true }) } : {}),
+    ...(o.sympySpecs ? { sympySpecs: o.sympySpecs } : {}),
   };
 }

@@ -4,6 +4,7 @@ import { IMAGES_RATIO_MEANINGS, imagesLines, imagesRatios, imagesTargets } from 
 import type { Dist } from "../../src/util/stats.js";
 import { ROLLOUT_RATIO_MEANINGS, rolloutLines, rolloutRatios, rolloutTargets } from "./report-rollout.js";
 import { COLD_RATIO_MEANINGS, coldLines, coldRatios, coldTargets } from "./report-cold.js";
+import { preparationLines, preparationTargets } from "./report-prepare.js";
 import { cliLines, SPEED_RATIO_MEANINGS, speedRatios, speedTargets } from "./report-speed.js";
 import { ratio } from "./stats.js";
 import type { DashboardBenchResult } from "./dashboard.js";
@@ -109,6 +110,7 @@ export function computeTargets(r: Omit<BenchResults, "targets">): Target[] {
   t.push(...speedTargets(r));
   t.push(...imagesTargets(r));
   t.push(...coldTargets(r));
+  t.push(...preparationTargets(r));
   return t;
 }
 
@@ -239,6 +241,7 @@ export function renderMarkdown(r: BenchResults): string {
     ...cliLines(r),
     ...imagesLines(r),
     ...coldLines(r),
+    ...preparationLines(r),
   ];
   if (r.notes.length) L.push("", "## Notes", "", ...r.notes.map((n) => `- ${n}`));
   return `${L.join("\n")}\n`;

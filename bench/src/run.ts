@@ -18,6 +18,7 @@ import { benchStorage } from "./storage.js";
 import { benchFleet } from "./fleet.js";
 import { benchCliStart } from "./cli-start.js";
 import { benchImages } from "./images.js";
+import { benchPreparation, defaultSympyRepo } from "./preparation.js";
 import { benchColdStart } from "./cold-start.js";
 import type { BenchResults, Unavailable } from "./types.js";
 
@@ -38,7 +39,8 @@ export type Workload =
   | "dashboard"
   | "cli"
   | "images"
-  | "coldstart";
+  | "coldstart"
+  | "preparation";
 export const ALL_WORKLOADS: Workload[] = [
   "ready",
   "storage",
@@ -52,6 +54,7 @@ export const ALL_WORKLOADS: Workload[] = [
   "cli",
   "images",
   "coldstart",
+  "preparation",
 ];
 /** What `--dataset` runs (workloads 1, 2, 5 and 7); the others do not depend on the environment. */
 export const DATASET_WORKLOADS: Workload[] = ["ready", "storage", "evaluation", "rollout"];
@@ -105,6 +108,10 @@ export interface BenchOptions {
   rayPython?: string;
   /** false: skip the fleet's simulated Ray cluster (the layer transfer still runs). */
   fleetCluster?: boolean;
+  /** Workload 13: a git repository of sympy/sympy, base commits per version, spec overrides for its builds. */
+  sympyRepo?: string;
+  sympyPerVersion?: number;
+  sympySpecs?: string;
   /** false: do not use podman even if installed. */
   podman?: boolean;
   workloads?: Workload[];
@@ -321,6 +328,7 @@ async function skeleton(x: {
     },
     rollout: notRun("rollout"),
     images: notRun("images"),
+    preparation: notRun("preparation"),
     notes: x.notes,
   };
 }
@@ -485,6 +493,14 @@ const WORKLOADS: Record<Workload, (run: BenchRun) => Promise<void>> = {
       podman: o.podman !== false,
       log,
     }).catch((err: unknown) => na(`images workload failed: ${(err as Error).message.split("\n")[0]}`));
+  },
+  async preparation({ o, results, work, log }) {
+    const perVersion = o.sympyPerVersion ?? (o.quick ? 1 : 3);
+    const repo = o.sympyRepo ?? defaultSympyRepo();
+    log(`workload 13: preparation and storage on real sympy, ${perVersion} commit(s) per version`);
+    results.preparation = await benchPreparation({ repo, perVersion, specsFile: o.sympySpecs, work, log }).catch(
+      (err: unknown) => na(`preparation failed: ${(err as Error).message.split("\n")[0]}`),
+    );
   },
   async rollout({ results, env, size, podman, log }) {
     log("workload 7: rollouts (group of 8 ready, overhead per trajectory, fork, reset, live rollouts at once)");

@@ -315,6 +315,8 @@ export interface BenchResults {
   cli: CliStartResult | Unavailable;
   /** Workload 12: cold start, a layer's metadata image mounted vs materialized by hard links. */
   coldStart: ColdStartResult | Unavailable;
+  /** Workload 13: preparation and storage on the real sympy repository, commits across its versions. */
+  preparation?: PreparationResult | Unavailable;
   evaluation: {
     minisandbox_engine: EvalMeasurement | Unavailable;
     /** The same with one worker (overhead is judged at 1 and 2), when the main run uses more. */
@@ -403,4 +405,31 @@ export interface CliStartResult {
   /** `podman run --rm --network none <base image> true`; null without podman (reason beside it). */
   podmanRunMs: number | null;
   podmanReason: string | null;
+}
+
+/** Workload 13: environments of real sympy commits across its versions, built one at a time. */
+export interface PreparationResult {
+  available: true;
+  repo: string;
+  /** Distinct environments built (one per base commit) and the versions they span. */
+  tasks: number;
+  versions: number;
+  failed: number;
+  /** Mean build time per task, every build (the first of each version installs its dependencies). */
+  perTaskMs: number | null;
+  /** Builds that restored their version's dependencies: how many, and their median. */
+  warm: { builds: number; p50Ms: number | null };
+  /** Each step's median over the warm builds. */
+  steps: { name: string; p50Ms: number }[];
+  storage: {
+    /** Allocated bytes of the tasks' objects (each once) and manifests. */
+    storeBytes: number;
+    perTaskBytes: number;
+    /** Logical bytes of the distinct objects, by what they are. */
+    logicalByKind: Record<string, number>;
+    /** If every object but the git packs were kept compressed (deflate, each object alone), per task. */
+    compressedPerTaskBytes: number;
+    /** One task's testbed.tar.gz + venv.tar.gz. */
+    targzOneTaskBytes: number;
+  };
 }
