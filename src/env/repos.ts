@@ -114,10 +114,12 @@ const FORCE = { recursive: true, force: true } as const;
 const GIT_ENV = { env: { ...process.env, GIT_NO_REPLACE_OBJECTS: "1", GIT_TERMINAL_PROMPT: "0" } };
 
 /**
- * The commit's ancestry as a chain of packs cut at calendar years along its first-parent line: the pack of
- * each year holds what its last commit reaches and the previous year's does not, and a last pack the rest.
- * Packs are written with one thread from the same source, so two commits of one repository share every year's
- * pack they both reach byte for byte, and the store keeps one copy; `packs` gives the ones written before.
+ * The commit's ancestry as a chain of packs cut at calendar years along its first-parent line, and at months within
+ * the commit's own year: each pack holds what its last commit reaches and the previous one does not, and a last
+ * pack the rest (at most a month of history: little to store and to delta-compress per commit). Packs are written
+ * with one thread from the same source, so two commits of one repository share every pack they both reach byte for
+ * byte (every year before their own; the months before theirs in the same year), and the store keeps one copy;
+ * `packs` gives the ones written before.
  */
 async function packAncestry(
   source: string,
@@ -125,7 +127,7 @@ async function packAncestry(
   packDir: string,
   packs: PackSource | undefined,
 ): Promise<PackRange[]> {
-  const anchors = await yearAnchors(source, commit);
+  const anchors = await calendarAnchors(source, commit);
   const ranges: PackRange[] = [];
   let prev: string | undefined;
   for (const tip of [...anchors, commit]) {
@@ -143,8 +145,11 @@ async function packAncestry(
   return ranges;
 }
 
-/** The newest first-parent ancestor before each year's start, oldest first (the commit itself never). */
-async function yearAnchors(source: string, commit: string): Promise<string[]> {
+/**
+ * The newest first-parent ancestor before the start of each month of the commit's year up to its own, then before
+ * each year's start, oldest first (the commit itself never).
+ */
+async function calendarAnchors(source: string, commit: string): Promise<string[]> {
   const args = ["-C", source, "rev-list", "--first-parent", "--format=%H %ct", "--no-commit-header", commit];
   const out = await runOk("git", args, GIT_ENV);
   const chain = out
@@ -155,13 +160,20 @@ async function yearAnchors(source: string, commit: string): Promise<string[]> {
       return { sha: sha!, time: Number(ct) };
     });
   const anchors: string[] = [];
-  let boundary = yearStart(chain[0]!.time);
+  const ownYear = yearStart(chain[0]!.time);
+  let boundary = monthStart(chain[0]!.time);
   for (const c of chain.slice(1)) {
     if (c.time >= boundary) continue;
     if (anchors.at(-1) !== c.sha) anchors.push(c.sha);
-    boundary = yearStart(c.time);
+    boundary = c.time >= ownYear ? monthStart(c.time) : yearStart(c.time);
   }
   return anchors.reverse();
+}
+
+/** Unix seconds of the start of the calendar month (UTC) that `time` is in. */
+function monthStart(time: number): number {
+  const d = new Date(time * 1000);
+  return Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1) / 1000;
 }
 
 /** Unix seconds of the start of the calendar year (UTC) that `time` is in. */
