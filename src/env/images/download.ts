@@ -11,6 +11,7 @@ import * as fsp from "node:fs/promises";
 import { errCode, ImageInvalidError, RegistryError } from "../../errors.js";
 import { sleep } from "../store/fsutil.js";
 import { unpackError } from "../store/index.js";
+import type { HttpAnswer } from "./http-get.js";
 import type { Descriptor } from "./media.js";
 import { backoffMs, type RegistryClient } from "./registry-client.js";
 
@@ -47,9 +48,10 @@ export class BlobDownload {
     try {
       yield* replay(this.path, this.desc.size, this.p);
       if (this.p.have > 0 && this.p.have < this.desc.size) this.o.onResume?.(this.p.have);
-      const out = await fsp.open(this.path, "a", 0o600);
+      const out = new FileAppender(await fsp.open(this.path, "a", 0o600));
       try {
         yield* this.rest(out);
+        await out.flush();
       } finally {
         await out.close();
       }
@@ -81,7 +83,7 @@ export class BlobDownload {
     );
   }
 
-  private async *rest(out: fsp.FileHandle | undefined): AsyncGenerator<Buffer> {
+  private async *rest(out: FileAppender | undefined): AsyncGenerator<Buffer> {
     for (let attempt = 1; this.p.have < this.desc.size; attempt++) {
       if (attempt > (this.o.attempts ?? 5)) {
         throw new RegistryError(
@@ -91,6 +93,60 @@ export class BlobDownload {
       if (attempt > 1) await sleep(backoffMs(attempt - 1));
       yield* fetchFrom(this.client, this.desc, out, this.p, this.o);
     }
+  }
+}
+
+/** Bytes gathered past which the stream waits for the disk (a disk slower than the network). */
+const APPEND_MAX_PENDING = 16 << 20;
+
+/**
+ * Appends to the download file off the stream's path: one write in flight, and whatever chunks arrived meanwhile
+ * (16-64 KiB each from the network) written together as soon as it is done, so the stream never waits for the disk
+ * unless the disk falls 16 MiB behind. A kill loses at most what was not written yet: a later pull replays what the
+ * file holds and continues from there.
+ */
+class FileAppender {
+  private batch: Buffer[] = [];
+  private batchBytes = 0;
+  private writing: Promise<void> | undefined;
+  private failed: unknown;
+
+  constructor(private readonly fh: fsp.FileHandle) {}
+
+  async append(chunk: Buffer): Promise<void> {
+    if (this.failed) throw this.failed; // a failed write (ENOSPC) stops the stream at its next chunk
+    this.batch.push(chunk);
+    this.batchBytes += chunk.length;
+    if (!this.writing) this.writeBatch();
+    else if (this.batchBytes >= APPEND_MAX_PENDING) await this.writing;
+  }
+
+  /** Until everything appended is written. */
+  async flush(): Promise<void> {
+    while (this.writing) await this.writing;
+    if (this.failed) throw this.failed;
+  }
+
+  /** Everything appended written (a failure then is not this call's: the stream has failed or flushed already). */
+  async close(): Promise<void> {
+    await this.flush().catch(() => undefined);
+    await this.fh.close();
+  }
+
+  private writeBatch(): void {
+    const batch = this.batch;
+    this.batch = [];
+    this.batchBytes = 0;
+    this.writing = this.fh.writev(batch).then(
+      () => {
+        this.writing = undefined;
+        if (this.batch.length > 0 && !this.failed) this.writeBatch();
+      },
+      (e: unknown) => {
+        this.failed = e;
+        this.writing = undefined;
+      },
+    );
   }
 }
 
@@ -113,7 +169,7 @@ async function* replay(path: string, size: number, p: Progress): AsyncGenerator<
 async function* fetchFrom(
   client: RegistryClient,
   desc: Descriptor,
-  out: fsp.FileHandle | undefined,
+  out: FileAppender | undefined,
   p: Progress,
   o: DownloadOptions,
 ): AsyncGenerator<Buffer> {
@@ -125,12 +181,11 @@ async function* fetchFrom(
     signal: idle.signal,
   });
   let skip = resume && !(res.status === 206 && rangeStart(res) === p.have) ? p.have : 0;
-  checkLength(res, desc.size - p.have + skip, o.what);
   const timer = setTimeout(() => idle.abort(), o.idleMs ?? 60_000);
   try {
-    for await (const raw of res.body as unknown as AsyncIterable<Uint8Array>) {
+    checkLength(res, desc.size - p.have + skip, o.what); // refused: the finally closes the connection
+    for await (let chunk of res.body) {
       timer.refresh();
-      let chunk = Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength);
       if (skip > 0) {
         const n = Math.min(skip, chunk.length);
         skip -= n;
@@ -139,7 +194,7 @@ async function* fetchFrom(
       }
       if (p.have + chunk.length > desc.size)
         throw new ImageInvalidError(`${o.what}: the registry sent more than the ${desc.size} bytes the manifest says`);
-      await out?.write(chunk);
+      await out?.append(chunk);
       p.hash.update(chunk);
       p.have += chunk.length;
       o.onBytes?.(chunk.length);
@@ -154,20 +209,19 @@ async function* fetchFrom(
   }
 }
 
-/** The ways a body ends early: the connection cut, our idle timer's abort. */
+/** The ways a body ends early: the connection cut or closed midway, our idle timer's abort. */
 function isBodyCut(e: unknown): boolean {
   const name = (e as Error).name;
-  return (
-    name === "AbortError" || name === "TypeError" || errCode(e) === "ECONNRESET" || errCode(e) === "UND_ERR_SOCKET"
-  );
+  const code = errCode(e);
+  return name === "AbortError" || code === "ECONNRESET" || code === "ERR_STREAM_PREMATURE_CLOSE";
 }
 
-function rangeStart(res: Response): number | undefined {
+function rangeStart(res: HttpAnswer): number | undefined {
   const m = /^bytes (\d+)-/.exec(res.headers.get("content-range") ?? "");
   return m ? Number(m[1]) : undefined;
 }
 
-function checkLength(res: Response, expected: number, what: string): void {
+function checkLength(res: HttpAnswer, expected: number, what: string): void {
   const length = res.headers.get("content-length");
   if (length !== null && /^\d+$/.test(length) && Number(length) !== expected) {
     throw new ImageInvalidError(

@@ -21,6 +21,7 @@ import {
 import { DEFAULT_PLATFORM, selectManifest } from "./platform.js";
 import { formatReference, parseReference, type ImageRef } from "./reference.js";
 import { endpointsFor, httpAllowed, type RegistryConfig } from "./registries.js";
+import type { HttpAnswer } from "./http-get.js";
 import { RegistryClient, type Endpoint } from "./registry-client.js";
 import { storeImage, type ImageEvent, type StoreImageResult } from "./store-image.js";
 
@@ -181,14 +182,14 @@ async function fetchSmall(client: RegistryClient, desc: Descriptor, max: number,
 }
 
 /** The body, refused as soon as it passes `max` bytes. */
-async function readBounded(res: Response, max: number, what: string): Promise<Buffer> {
+async function readBounded(res: HttpAnswer, max: number, what: string): Promise<Buffer> {
   const parts: Buffer[] = [];
   let n = 0;
   try {
-    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+    for await (const chunk of res.body) {
       n += chunk.length;
       if (n > max) throw new ImageInvalidError(`${what}: the registry sent more than ${max} bytes`);
-      parts.push(Buffer.from(chunk));
+      parts.push(chunk);
     }
   } catch (e) {
     if (e instanceof ImageInvalidError) throw e;

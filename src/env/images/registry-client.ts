@@ -8,6 +8,7 @@
 import { ImageNotFoundError, MinisandboxError, RegistryDeniedError, RegistryError } from "../../errors.js";
 import { sleep } from "../store/fsutil.js";
 import type { Credentials } from "./credentials.js";
+import { httpGet, type HttpAnswer, type HttpRequest } from "./http-get.js";
 
 export interface Endpoint {
   /** The registry name credentials are looked up by (`docker.io`, `127.0.0.1:5000`, a mirror's host). */
@@ -62,12 +63,12 @@ export class RegistryClient {
   }
 
   /** A 2xx answer to GET (or HEAD) `/v2/<repository>/<path>`; anything else becomes the matching error. */
-  async get(path: string, o: GetOptions): Promise<Response> {
+  async get(path: string, o: GetOptions): Promise<HttpAnswer> {
     const url = new URL(`/v2/${this.repository}/${path}`, this.endpoint.base);
     const attempts = this.opts.attempts ?? 5;
     let authenticated = false;
     for (let attempt = 1; ; attempt++) {
-      let res: Response;
+      let res: HttpAnswer;
       try {
         res = await this.follow(url, o);
       } catch (e) {
@@ -79,7 +80,7 @@ export class RegistryClient {
       if (res.ok) return res;
       if (res.status === 401 && !authenticated) {
         authenticated = true;
-        await res.body?.cancel();
+        res.cancel();
         await this.authenticate(res, o.what);
         attempt--;
         continue;
@@ -103,7 +104,7 @@ export class RegistryClient {
   }
 
   /** One request, following redirects; the registry's credentials only ever go to its own origin. */
-  private async follow(url: URL, o: GetOptions): Promise<Response> {
+  private async follow(url: URL, o: GetOptions): Promise<HttpAnswer> {
     let current = url;
     for (let hop = 0; ; hop++) {
       this.checkScheme(current, o.what);
@@ -115,18 +116,22 @@ export class RegistryClient {
       const res = await this.fetchWithTimeout(current, { method: o.method ?? "GET", headers }, o.signal);
       const location = res.headers.get("location");
       if (!REDIRECTS.has(res.status) || !location) return res;
-      await res.body?.cancel();
+      res.cancel();
       if (hop >= MAX_REDIRECTS) throw new RegistryError(`${o.what}: more than ${MAX_REDIRECTS} redirects`);
       current = new URL(location, current);
     }
   }
 
-  private async fetchWithTimeout(url: URL, init: RequestInit, signal?: AbortSignal): Promise<Response> {
+  private async fetchWithTimeout(
+    url: URL,
+    init: Omit<HttpRequest, "signal">,
+    signal?: AbortSignal,
+  ): Promise<HttpAnswer> {
     const headersDue = new AbortController();
     const timer = setTimeout(() => headersDue.abort(), this.opts.timeoutMs ?? 30_000);
     try {
       const signals = signal ? [signal, headersDue.signal] : [headersDue.signal];
-      return await fetch(url, { ...init, redirect: "manual", signal: AbortSignal.any(signals) });
+      return await httpGet(url, { ...init, signal: AbortSignal.any(signals) });
     } finally {
       clearTimeout(timer);
     }
@@ -141,7 +146,7 @@ export class RegistryClient {
   }
 
   /** Answer a 401's challenge: a bearer token from the realm, or the user's credentials for basic auth. */
-  private async authenticate(res: Response, what: string): Promise<void> {
+  private async authenticate(res: HttpAnswer, what: string): Promise<void> {
     const challenge = parseChallenge(res.headers.get("www-authenticate") ?? "");
     const creds = this.opts.credentials;
     if (challenge?.scheme === "basic") {
@@ -159,14 +164,14 @@ export class RegistryClient {
     this.checkScheme(realm, what);
     const headers: Record<string, string> = { "user-agent": USER_AGENT };
     if (creds) headers.authorization = `Basic ${basic(creds)}`;
-    let answer: Response;
+    let answer: HttpAnswer;
     try {
-      answer = await this.fetchWithTimeout(realm, { headers });
+      answer = await this.fetchWithTimeout(realm, { method: "GET", headers });
     } catch (e) {
       throw new RegistryError(`${what}: cannot reach the token service ${realm.host}: ${networkReason(e)}`);
     }
     if (answer.status === 401 || answer.status === 403) {
-      await answer.body?.cancel();
+      answer.cancel();
       const whose = creds ? `the credentials from ${creds.file}` : "anonymous access";
       throw new RegistryDeniedError(
         `${what}: the token service ${realm.host} refused ${whose} (${answer.status}); ` +
@@ -217,7 +222,7 @@ export function backoffMs(attempt: number): number {
 }
 
 /** `Retry-After` in seconds or as an HTTP date; undefined when absent or unreadable. */
-function retryAfterMs(res: Response): number | undefined {
+function retryAfterMs(res: HttpAnswer): number | undefined {
   const v = res.headers.get("retry-after");
   if (!v) return undefined;
   if (/^\d+$/.test(v.trim())) return Number(v.trim()) * 1000;
@@ -226,7 +231,7 @@ function retryAfterMs(res: Response): number | undefined {
 }
 
 /** A registry's error body (`{"errors":[{"code":"MANIFEST_UNKNOWN","message":…}]}`), shortened. */
-async function errorDetail(res: Response): Promise<string> {
+async function errorDetail(res: HttpAnswer): Promise<string> {
   let text = "";
   try {
     text = (await res.text()).slice(0, 4096);
@@ -242,7 +247,7 @@ async function errorDetail(res: Response): Promise<string> {
   return text.replace(/\s+/g, " ").trim().slice(0, 120);
 }
 
-async function tokenOf(answer: Response, what: string, host: string): Promise<string> {
+async function tokenOf(answer: HttpAnswer, what: string, host: string): Promise<string> {
   if (!answer.ok) throw new RegistryError(`${what}: the token service ${host} answered ${answer.status}`);
   const text = await answer.text();
   let token: unknown;

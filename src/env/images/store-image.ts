@@ -16,7 +16,6 @@ import {
   hasDiff,
   hasLayer,
   lockFile,
-  readManifest,
   storeIds,
   summarizeManifest,
   unpackLayer,
@@ -125,7 +124,7 @@ export async function storeImage(store: Store, input: ImageInput, opts: StoreIma
     }
     const layers = await storeLayers(store, input, config.diffIds, opts);
     opts.onEvent?.({ type: "flatten" });
-    const { key } = await flattenImage(store, config.diffIds);
+    const rootfs = await flattenImage(store, config.diffIds);
     await writeBlob(store, input.manifestDigest, input.manifestBytes);
     await writeBlob(store, id, input.configBytes);
     const record: ImageRecord = {
@@ -135,9 +134,9 @@ export async function storeImage(store: Store, input: ImageInput, opts: StoreIma
       platform: config.platform,
       config: config.config,
       layers: manifest.layers.map((l, i): ImageLayer => ({ ...descriptorOf(l), diffId: config.diffIds[i]! })),
-      rootfs: key,
+      rootfs: rootfs.key,
       sizes: {
-        rootfsBytes: summarizeManifest(await readManifest(store, key)).logicalBytes,
+        rootfsBytes: summarizeManifest(rootfs.manifest).logicalBytes,
         layersBytes: manifest.layers.reduce((n, l) => n + l.size, 0),
       },
       ...(config.created ? { created: config.created } : {}),
@@ -196,12 +195,13 @@ async function storeLayer(
     settled = true;
   };
   try {
-    const raw = measured(opened.stream);
-    const r = await unpackLayer(store, diffId, decompress(raw.stream, what), {
+    // A download has hashed its bytes already: hashing them twice would cost as much as the diff id's hash.
+    const raw = input.verifyLayerDigests ? measured(opened.stream) : undefined;
+    const r = await unpackLayer(store, diffId, decompress(raw?.stream ?? opened.stream, what), {
       ...opts.budget,
       what,
       beforeRecord: async () => {
-        if (input.verifyLayerDigests && (raw.digest() !== desc.digest || raw.bytes() !== desc.size))
+        if (raw && (raw.digest() !== desc.digest || raw.bytes() !== desc.size))
           throw new ImageInvalidError(`${what}: its bytes do not match the digest and size its manifest gives`);
         await settle("stored");
       },

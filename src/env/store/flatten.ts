@@ -14,6 +14,7 @@ import type { ObjectId, Store } from "./layout.js";
 import {
   hasLayer,
   MANIFEST_FORMAT,
+  readManifest,
   validateManifest,
   writeManifest,
   type LayerManifest,
@@ -58,14 +59,17 @@ export interface NotApplied {
   specials: number;
 }
 
-/** Write (unless the store has it) the root filesystem layer of these layers; the caller holds the store lock. */
+/**
+ * Write (unless the store has it) the root filesystem layer of these layers, and give its manifest; the caller holds
+ * the store lock.
+ */
 export async function flattenImage(
   store: Store,
   diffIds: readonly string[],
-): Promise<{ key: LayerKey; created: boolean }> {
+): Promise<{ key: LayerKey; created: boolean; manifest: LayerManifest }> {
   if (diffIds.length === 0) throw new ImageInvalidError("an image without layers has no root filesystem");
   const key = rootfsKey(diffIds);
-  if (await hasLayer(store, key)) return { key, created: false };
+  if (await hasLayer(store, key)) return { key, created: false, manifest: await readManifest(store, key) };
   const root: DirNode = { t: "d", mode: 0o755, uid: 0, gid: 0, kids: new Map() };
   const notApplied: NotApplied = { setid: 0, xattrs: 0, specials: 0 };
   for (const [i, diffId] of diffIds.entries()) {
@@ -83,7 +87,7 @@ export async function flattenImage(
   };
   validateManifest(manifest, key);
   await writeManifest(store, manifest);
-  return { key, created: true };
+  return { key, created: true, manifest };
 }
 
 function applyLayer(root: DirNode, diff: DiffRecord, what: string, notApplied: NotApplied): void {
