@@ -82,6 +82,8 @@ const REACHED_FD = 5;
 function firstByte(stream: NodeJS.ReadableStream): Promise<boolean> {
   return new Promise((resolve) => {
     stream.once("data", () => resolve(true));
+    // At the end itself, not at "close" (which waits for the handle's close, after a turn of the loop).
+    stream.once("end", () => resolve(false));
     stream.once("close", () => resolve(false));
     stream.once("error", () => resolve(false));
   });

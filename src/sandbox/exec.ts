@@ -173,7 +173,12 @@ export function runCommand(cmd: SpawnedCommand, opts: ExecOptions): Promise<Exec
 async function notStarted(cmd: SpawnedCommand, killed: boolean, { err }: Capture): Promise<SandboxError | undefined> {
   if (!cmd.reached || (await cmd.reached) || killed) return undefined;
   cmd.cleanup();
-  const why = err.toBuffer().toString("utf8").trim().split("\n").at(-1) || "it ended without a word";
+  return commandNotStarted(err.toBuffer().toString("utf8"));
+}
+
+/** A command whose helper failed before reaching it (`said`: the helper's stderr): nothing of it ran. */
+export function commandNotStarted(said: string): SandboxError {
+  const why = said.trim().split("\n").at(-1) || "it ended without a word";
   return new SandboxError(`the command did not start: ${why} (nothing of it ran; retry, or see the sandbox's limits)`);
 }
 

@@ -8,7 +8,14 @@ import { sessionExists, sessionMissing } from "../session/errors.js";
 import { enterArgv, type EnterSpec, WaitingHelper } from "./enter.js";
 import type { HelperProcess } from "./spawner.js";
 import { defaultCommandEnv, HOME_DOTFILES } from "./home.js";
-import { DEFAULT_OUTPUT_LIMIT, runCommand, type ExecOptions, type ExecResult, type LimitHit } from "./exec.js";
+import {
+  commandNotStarted,
+  DEFAULT_OUTPUT_LIMIT,
+  runCommand,
+  type ExecOptions,
+  type ExecResult,
+  type LimitHit,
+} from "./exec.js";
 import { SandboxFiles, type StreamedCommand } from "./files.js";
 import { abstractSocketsScoped, type HostIds, idPool, launchMode, type LaunchMode } from "./host.js";
 import { type OpenedDir, openHostDir } from "./host-dir.js";
@@ -89,6 +96,25 @@ interface StartedCommand {
   group?: string;
   cleanup: () => void;
   reached: Promise<boolean>;
+}
+
+/**
+ * Resolves once the command's helper reached the command; throws a SandboxError with the helper's last words when
+ * it ended without (nothing of the command ran: its exit status is the helper's own, never the command's).
+ */
+async function reachedOrThrow(started: StartedCommand): Promise<void> {
+  if (await started.reached) return;
+  let said = "";
+  const stderr = started.child.stderr;
+  if (stderr && !stderr.destroyed && !stderr.closed) {
+    stderr.setEncoding("utf8");
+    stderr.on("data", (s: string) => {
+      if (said.length < 4096) said += s;
+    });
+    await new Promise((resolve) => stderr.once("close", resolve));
+  }
+  started.cleanup();
+  throw commandNotStarted(said);
 }
 
 /** How long after a command ended the next command's helper is started (see startSpareSoon). */
@@ -803,7 +829,9 @@ export class Sandbox implements AsyncDisposable {
 
   /** A command inside with piped stdio, and a way to kill its whole process tree (cgroup, else /proc tree). */
   async stream(argv: string[], env: Record<string, string> = {}): Promise<StreamedCommand> {
-    const { child, group, cleanup } = await this.startCommand(argv, { env });
+    const started = await this.startCommand(argv, { env });
+    await reachedOrThrow(started);
+    const { child, group, cleanup } = started;
     return {
       child,
       cleanup,

@@ -94,9 +94,13 @@ class SpawnedProcess extends EventEmitter implements HelperProcess {
     this.exitCode = code;
     this.signalCode = signal;
     this.emit("exit", code, signal);
-    // As node does for its own children: output nobody reads is drained, so that "close" comes all the same.
-    for (const s of this.stdio)
-      if (s instanceof Socket && s.readable && s.readableFlowing === null && s.listenerCount("data") === 0) s.resume();
+    // As node does for its own children: output nobody reads is drained, so that "close" comes all the same; after
+    // this turn of the loop, so that a reader woken by the same poll (a helper's last words) gets it first.
+    setImmediate(() => {
+      for (const s of this.stdio)
+        if (s instanceof Socket && s.readable && s.readableFlowing === null && s.listenerCount("data") === 0)
+          s.resume();
+    });
     this.outputClosed(0);
   }
 
