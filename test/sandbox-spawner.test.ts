@@ -4,7 +4,9 @@
  */
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { Sandbox } from "../src/sandbox/sandbox.js";
 import { startHelper, type HelperProcess } from "../src/sandbox/spawner.js";
+import { processesMatching, scratchDirs, tempHome } from "./helpers.js";
 
 function output(child: HelperProcess): Promise<{ out: string; code: number | null; signal: string | null }> {
   let out = "";
@@ -53,4 +55,21 @@ test("many children started at once each get their own pipes", async () => {
     outs.map((o) => o.out),
     outs.map((_, i) => `child ${i}\n`),
   );
+});
+
+test("a spawner killed by someone ends its sandboxes, leaves nothing, and the next start gets a new one", async () => {
+  const home = tempHome();
+  const sb = await Sandbox.create({ home });
+  const spawner = (): string[] => processesMatching(`spawner ${process.pid} `);
+  assert.equal(spawner().length, 1);
+  process.kill(Number(spawner()[0]!.split(":")[0]), "SIGKILL");
+  // Its bwrap dies with it, and with bwrap pid 1 and everything inside.
+  for (let i = 0; i < 50 && !sb.isClosed; i++) await new Promise((r) => setTimeout(r, 100));
+  assert.equal(sb.isClosed, true);
+  await sb.close();
+  assert.deepEqual(processesMatching(home), []);
+  assert.deepEqual(scratchDirs(home), []);
+  await using next = await Sandbox.create({ home });
+  assert.equal((await next.exec("echo again")).stdout, "again\n");
+  assert.equal(spawner().length, 1);
 });

@@ -104,6 +104,12 @@ class SpawnedProcess extends EventEmitter implements HelperProcess {
     this.outputClosed(0);
   }
 
+  /** Its spawner is gone: its exit will never be told, and its pid is no longer ours to signal. */
+  abandon(): void {
+    for (const s of this.stdio) s?.destroy();
+    this.ended(null, "SIGKILL");
+  }
+
   private outputClosed(by = 1): void {
     this.openOutputs -= by;
     if (this.exited && this.openOutputs === 0) this.emit("close", this.exitCode, this.signalCode);
@@ -218,28 +224,31 @@ class Spawner {
     const p = this.pending.get(id);
     this.pending.delete(id);
     if (!p) return;
+    const stdio: (Socket | Writable | null)[] = [];
     try {
       let k = 0;
-      const stdio = p.fds.map((f) => (f === "in" || f === "out" ? openEnd(this.child.pid!, held[k++]!, f) : null));
+      for (const f of p.fds) stdio.push(f === "in" || f === "out" ? openEnd(this.child.pid!, held[k++]!, f) : null);
       const proc = new SpawnedProcess(pid, stdio);
       this.live.set(id, proc);
       p.resolve(proc);
     } catch (e) {
-      process.kill(pid, "SIGKILL");
+      for (const s of stdio) s?.destroy();
+      process.kill(pid, "SIGKILL"); // not reaped before we say so: the pid is still this child's
       p.reject(new SandboxError(`the helper's pipes could not be opened: ${(e as Error).message}`));
     }
     this.send(["close", id]);
   }
 
-  /** The spawner died (killed by someone): nothing it started can be followed, each is killed and said ended. */
+  /**
+   * The spawner died (killed by someone): nothing it started can be followed. None is signalled by pid (init may
+   * have reaped it, its pid reused); their pipes are closed instead (a waiting helper then leaves), and a sandbox
+   * ends with its bwrap, which dies with its parent.
+   */
   private ended(): void {
     if (this.gone) return;
     this.gone = true;
     for (const p of this.pending.values()) p.reject(new SandboxError("the helper's spawner ended"));
-    for (const c of this.live.values()) {
-      c.kill("SIGKILL");
-      c.ended(null, "SIGKILL");
-    }
+    for (const c of this.live.values()) c.abandon();
     this.pending.clear();
     this.live.clear();
   }
