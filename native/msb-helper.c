@@ -31,6 +31,8 @@
  *                                                  processes killed, a fresh tmpfs filled with a copy, its mount
  *                                                  tree rebuilt and pivoted, new IPC/network namespaces for its
  *                                                  commands, its pid counter set (see cmd_restore)
+ *   msb-helper spawner PARENT-PID                  starts the processes above for one node process (spawner.c),
+ *                                                  so that node never forks itself on a sandbox's path
  *   msb-helper check                               prints what this kernel and build support (for `doctor`)
  *   msb-helper export-bpf                          the seccomp profile as C arrays (embedded at build time)
  *
@@ -92,6 +94,7 @@
 
 static const char *prog = "minisandbox";
 static int cmd_restore(int argc, char **argv);
+int cmd_spawner(int argc, char **argv); /* spawner.c */
 
 static void die(int code, const char *fmt, ...) {
   va_list ap;
@@ -2246,6 +2249,7 @@ int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "init")) return cmd_init(argc - 1, argv + 1);
   if (argc >= 2 && !strcmp(argv[1], "enter")) return cmd_enter(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "restore")) return cmd_restore(argc - 2, argv + 2);
+  if (argc >= 2 && !strcmp(argv[1], "spawner")) return cmd_spawner(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "check")) return cmd_check();
   if (argc >= 2 && !strcmp(argv[1], "check-image")) return cmd_check_image(argc - 2, argv + 2);
   if (argc >= 2 && !strcmp(argv[1], "export-bpf")) return cmd_export_bpf();

@@ -1,6 +1,6 @@
-// Compiles native/msb-helper.c into dist/native/msb-helper: static (it also runs inside sandboxes, as their pid 1),
-// linked with libseccomp. Two passes: the first binary exports the seccomp profile as BPF, the second embeds it
-// (loading a compiled filter costs microseconds per command; building it costs milliseconds).
+// Compiles native/msb-helper.c and native/spawner.c into dist/native/msb-helper: static (it also runs inside
+// sandboxes, as their pid 1), linked with libseccomp. Two passes: the first binary exports the seccomp profile as BPF,
+// the second embeds it (loading a compiled filter costs microseconds per command; building it costs milliseconds).
 // Sandboxes cannot start without this helper: it does the security-critical steps.
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -17,7 +17,7 @@ const cc = process.env.CC || "cc";
 const flags = ["-O2", "-Wall", "-Wextra", "-Werror", "-static"];
 
 function compile(target, extra) {
-  const args = [...flags, ...extra, "-o", target, join(native, "msb-helper.c"), "-lseccomp"];
+  const args = [...flags, ...extra, "-o", target, join(native, "msb-helper.c"), join(native, "spawner.c"), "-lseccomp"];
   const r = spawnSync(cc, args, { stdio: "inherit" });
   if (r.status === 0) return;
   console.error(`error: could not build ${target} (${cc} ${args.join(" ")}).`);

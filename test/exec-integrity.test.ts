@@ -141,8 +141,9 @@ test("a helper failing before the exec is an error, not an exit status; after it
   const current = (): number => Number(readFileSync(join(state.cgroups.pids!, "pids.current"), "utf8"));
   for (const t0 = Date.now(); current() < 24; await new Promise((r) => setTimeout(r, 100)))
     assert.ok(Date.now() - t0 < 30_000, `the neighbour took ${current()} of 24 process slots`);
-  await assert.rejects(
-    sb.exec("echo never"),
-    (e: Error & { code?: string }) => e.name === "SandboxError" && /did not start: .*fork/.test(e.message),
-  );
+  const notStarted = (e: Error): boolean => e.name === "SandboxError" && /did not start: .*fork/.test(e.message);
+  await assert.rejects(sb.exec("echo never"), notStarted);
+  // A streamed command and a session's shell alike: an error, never a process whose exit passes for theirs.
+  await assert.rejects(sb.stream(["/bin/echo", "never"]), notStarted);
+  await assert.rejects(sb.sessions.create("never"), notStarted);
 });

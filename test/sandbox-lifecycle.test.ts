@@ -59,11 +59,15 @@ test("SIGKILL of a process holding 16 live sandboxes leaves nothing after the ne
   });
   assert.equal(ids.length, 16);
   assert.ok(processesMatching(home).length >= 16);
+  // The process's spawner (which started every helper of its sandboxes) dies with it.
+  const spawner = `spawner ${child.pid} `;
+  assert.equal(processesMatching(spawner).length, 1);
   child.kill("SIGKILL");
   await new Promise((r) => child.once("exit", r));
   // The kernel ends every sandbox with its owner (die-with-parent + pid namespaces)...
   for (let i = 0; i < 50 && processesMatching(home).length; i++) await new Promise((r) => setTimeout(r, 100));
   assert.deepEqual(processesMatching(home), []);
+  assert.deepEqual(processesMatching(spawner), []);
   assert.deepEqual(mountsUnder(home), []);
   // ...and the next start removes the scratch directories and cgroups they left.
   assert.equal(scratchDirs(home).length, 16);

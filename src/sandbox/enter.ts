@@ -1,7 +1,7 @@
-import { type ChildProcess, spawn } from "node:child_process";
 import { InvalidInputError } from "../errors.js";
 import { helperPath } from "./host.js";
 import { SANDBOX_CAPS } from "./plan.js";
+import { type HelperProcess, startHelper } from "./spawner.js";
 
 /** Where a process enters a running sandbox: fixed for the sandbox's life, known before any command. */
 export interface EnterPlace {
@@ -82,18 +82,23 @@ const REACHED_FD = 5;
 function firstByte(stream: NodeJS.ReadableStream): Promise<boolean> {
   return new Promise((resolve) => {
     stream.once("data", () => resolve(true));
+    // At the end itself, not at "close" (which waits for the handle's close, after a turn of the loop).
+    stream.once("end", () => resolve(false));
     stream.once("close", () => resolve(false));
     stream.once("error", () => resolve(false));
   });
 }
 
+/** stdin, stdout, stderr, then the descriptors above: the arguments (read), joined and reached (written). */
+const WAITING_FDS = ["in", "out", "out", "in", "out", "out"] as const;
+
 /**
  * A helper started ahead of its command: it joins the command's cgroups, then waits. A cgroup v1 move waits for an
  * RCU grace period (5-15 ms on an idle host); joined ahead, the command does not wait for it. Given the command, it
  * enters the sandbox as `enterArgv` does. Its stdio pipes are the command's; until `run`, nothing runs inside.
+ * Started by the spawner (`start`): node forks nothing for it.
  */
 export class WaitingHelper {
-  readonly child: ChildProcess;
   /** Settles once the helper is in its cgroups (or gone): a job handed over then waits for no move. */
   readonly joined: Promise<void>;
   /**
@@ -105,13 +110,16 @@ export class WaitingHelper {
   private used = false;
   private failed = false;
 
-  constructor(
-    cgroupDirs: string[],
+  static async start(cgroupDirs: string[], group: string | undefined): Promise<WaitingHelper> {
+    const argv = [helperPath(), "enter", "--args-fd", String(ARGS_FD), ...cgroupDirs.flatMap((c) => ["--cgroup", c])];
+    return new WaitingHelper(await startHelper(argv, {}, WAITING_FDS), group);
+  }
+
+  private constructor(
+    readonly child: HelperProcess,
     /** The command's own pids cgroup (removed by the caller once the command ended). */
     readonly group: string | undefined,
   ) {
-    const argv = [helperPath(), "enter", "--args-fd", String(ARGS_FD), ...cgroupDirs.flatMap((c) => ["--cgroup", c])];
-    this.child = spawn(argv[0]!, argv.slice(1), { stdio: ["pipe", "pipe", "pipe", "pipe", "pipe", "pipe"], env: {} });
     this.child.on("error", () => {
       this.failed = true;
     });
@@ -119,8 +127,7 @@ export class WaitingHelper {
     this.joined = firstByte(said).then((joined) => {
       this.isJoined = joined;
     });
-    // Node types a child's stdio as five streams at most; a sixth is there all the same.
-    this.reached = firstByte((this.child.stdio as readonly unknown[])[REACHED_FD] as NodeJS.ReadableStream);
+    this.reached = firstByte(this.child.stdio[REACHED_FD] as NodeJS.ReadableStream);
     this.child.stdio[ARGS_FD]!.on("error", () => {});
     this.child.stdin!.on("error", () => {});
   }
@@ -136,7 +143,7 @@ export class WaitingHelper {
   }
 
   /** Hands over the command: the helper enters pid 1's namespaces, runs it as `spec` says and mirrors its exit. */
-  run(spec: EnterSpec, command: readonly string[]): ChildProcess {
+  run(spec: EnterSpec, command: readonly string[]): HelperProcess {
     if (this.used) throw new Error("a waiting helper runs one command");
     const args = ["--pid", String(spec.pid1), ...commandArgs(spec, command)];
     // NUL separates the arguments on the wire: one inside a value would smuggle in an option of its own.
@@ -159,7 +166,7 @@ export class WaitingHelper {
   }
 
   /** Hands over another job of the helper's (`restore ...`): run as host root, in the cgroups it joined. */
-  runHelper(args: readonly string[]): ChildProcess {
+  runHelper(args: readonly string[]): HelperProcess {
     if (this.used) throw new Error("a waiting helper runs one command");
     this.used = true;
     this.send(args);

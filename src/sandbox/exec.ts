@@ -1,7 +1,7 @@
-import type { ChildProcess } from "node:child_process";
 import type { Socket } from "node:net";
 import { SandboxError } from "../errors.js";
 import { CappedBuffer } from "./output.js";
+import type { HelperProcess } from "./spawner.js";
 
 /** Which limit ended a command, when one did. */
 export type LimitHit = "memory" | "pids" | "cpu" | "timeout";
@@ -49,7 +49,7 @@ const MAX_DRAIN_TURNS = 64;
 
 export interface SpawnedCommand {
   /** The command's process, its stdio piped. */
-  child: ChildProcess;
+  child: HelperProcess;
   /** Kills the whole process tree of this command. */
   killTree: (rootPid: number) => Promise<void>;
   /** Reads which limit was hit (from cgroup counters), after exit. */
@@ -68,7 +68,7 @@ interface Capture {
   err: CappedBuffer;
 }
 
-function capture(child: ChildProcess, opts: ExecOptions): Capture {
+function capture(child: HelperProcess, opts: ExecOptions): Capture {
   const limit = opts.outputLimitBytes ?? DEFAULT_OUTPUT_LIMIT;
   const out = new CappedBuffer(limit);
   const err = opts.mergeOutput ? out : new CappedBuffer(limit);
@@ -111,7 +111,7 @@ function stopWhenQuiet(stream: NodeJS.ReadableStream & { destroy(): void }, done
  * after the exit the pipes get a short grace, then what is in them is read and reading stops (the child lives on,
  * as after `docker exec`).
  */
-function onDone(child: ChildProcess, done: (code: number | null, signal: NodeJS.Signals | null) => void): void {
+function onDone(child: HelperProcess, done: (code: number | null, signal: NodeJS.Signals | null) => void): void {
   let drain: NodeJS.Timeout | undefined;
   child.on("exit", (code, signal) => {
     drain = setTimeout(() => {
@@ -173,7 +173,12 @@ export function runCommand(cmd: SpawnedCommand, opts: ExecOptions): Promise<Exec
 async function notStarted(cmd: SpawnedCommand, killed: boolean, { err }: Capture): Promise<SandboxError | undefined> {
   if (!cmd.reached || (await cmd.reached) || killed) return undefined;
   cmd.cleanup();
-  const why = err.toBuffer().toString("utf8").trim().split("\n").at(-1) || "it ended without a word";
+  return commandNotStarted(err.toBuffer().toString("utf8"));
+}
+
+/** A command whose helper failed before reaching it (`said`: the helper's stderr): nothing of it ran. */
+export function commandNotStarted(said: string): SandboxError {
+  const why = said.trim().split("\n").at(-1) || "it ended without a word";
   return new SandboxError(`the command did not start: ${why} (nothing of it ran; retry, or see the sandbox's limits)`);
 }
 

@@ -1,13 +1,14 @@
-import { type ChildProcess, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import { statSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { InvalidInputError, LimitError, NotFoundError, SandboxError, TimeoutError } from "../errors.js";
 import { extractUntrusted, type CopyOutReport } from "./copy-out.js";
 import type { ExecOptions, ExecResult } from "./exec.js";
+import type { HelperProcess } from "./spawner.js";
 
 /** A command started inside the sandbox with its output streamed (tar pipes). */
 export interface StreamedCommand {
-  child: ChildProcess;
+  child: HelperProcess;
   /** Kill the command's whole process tree inside the sandbox (nothing stays behind), then clean up. */
   kill(): Promise<void>;
   /** Clean up after a normal exit. */
@@ -17,7 +18,7 @@ export interface StreamedCommand {
 /** The slice of a sandbox that file operations need. */
 export interface FileRunner {
   exec(argv: string[], opts?: ExecOptions): Promise<ExecResult>;
-  stream(argv: string[]): StreamedCommand;
+  stream(argv: string[]): Promise<StreamedCommand>;
 }
 
 export interface FileEntry {
@@ -151,7 +152,7 @@ export class SandboxFiles {
       return;
     }
     const script = 'mkdir -p -- "$1" && exec tar -C "$1" -xf - --no-same-owner --no-overwrite-dir';
-    const cons = this.runner.stream(["/bin/sh", "-c", script, "sh", target]);
+    const cons = await this.runner.stream(["/bin/sh", "-c", script, "sh", target]);
     const prod = spawn("/bin/tar", ["-C", hostPath, "-cf", "-", "."], { stdio: ["ignore", "pipe", "pipe"] });
     let timedOut = false;
     const timer = setTimeout(() => {
@@ -194,7 +195,7 @@ export class SandboxFiles {
       return extractUntrusted.singleFile(bytes, hostTarget);
     }
     if (type !== "directory") throw new InvalidInputError(`download ${path}: not a regular file or directory`);
-    const cmd = this.runner.stream(["/bin/tar", "-C", path, "--hard-dereference", "-cf", "-", "."]);
+    const cmd = await this.runner.stream(["/bin/tar", "-C", path, "--hard-dereference", "-cf", "-", "."]);
     cmd.child.stderr!.resume();
     // At the deadline the stream ends with an error whoever holds its other end (tar, or a process that took it).
     const timer = setTimeout(() => {
@@ -213,7 +214,7 @@ export class SandboxFiles {
   }
 }
 
-function exitOf(child: ChildProcess): Promise<number | null> {
+function exitOf(child: HelperProcess): Promise<number | null> {
   return new Promise((resolve) => {
     child.on("close", (code) => resolve(code));
     child.on("error", () => resolve(-1));

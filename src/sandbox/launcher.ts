@@ -1,4 +1,3 @@
-import { type ChildProcess, spawn } from "node:child_process";
 import type { Readable } from "node:stream";
 import { LimitError, SandboxError } from "../errors.js";
 import {
@@ -21,6 +20,7 @@ import {
   type MountPlan,
   planSources,
 } from "./plan.js";
+import { type HelperProcess, startHelper } from "./spawner.js";
 
 export interface LaunchRequest {
   plan: MountPlan;
@@ -48,7 +48,7 @@ export interface LaunchRequest {
 }
 
 export interface Launched {
-  child: ChildProcess;
+  child: HelperProcess;
   /** Host pid of the sandbox's pid 1 (whose namespaces commands enter). */
   pid1: number;
   /** The first host id of the sandbox's range (its root on the host), and how many ids it has. */
@@ -136,9 +136,8 @@ export async function launch(req: LaunchRequest): Promise<Launched> {
   checkPlanPaths(req.plan);
   const { argv, walksEtc } = launchArgv(req);
   const env = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" };
-  const stdio = ["ignore", "ignore", "pipe", "pipe", "pipe", ...req.fds] as const;
-  const child = spawn(argv[0]!, argv.slice(1), { env, stdio: [...stdio] });
-  const [, , stderr, info, ready] = child.stdio as unknown as [null, null, Readable, Readable, Readable];
+  const child = await startHelper(argv, env, ["null", "null", "out", "out", "out", ...req.fds]);
+  const [, , stderr, info, ready] = child.stdio as [null, null, Readable, Readable, Readable];
   const stderrLines = boundedLines(stderr);
   const exited = new Promise<string>((resolve) => {
     child.on("exit", (code, sig) => resolve(`launcher exited (${code ?? sig})`));

@@ -5,7 +5,8 @@
  * fresh tmpfs) holding a copy of the seed's; its commands get new IPC (and, without the host's network, network)
  * namespaces; its pid counter is the seed's.
  */
-import { type ChildProcess, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
+import type { HelperProcess } from "./spawner.js";
 import { SandboxError } from "../errors.js";
 import type { WaitingHelper } from "./enter.js";
 import { helperPath, type HostIds } from "./host.js";
@@ -112,7 +113,7 @@ export class RestoreRun {
   /** Settles when the helper has exited. */
   readonly exited: Promise<void>;
 
-  constructor(readonly child: ChildProcess) {
+  constructor(readonly child: HelperProcess) {
     let stderr = "";
     child.stderr!.setEncoding("utf8");
     child.stderr!.on("data", (s: string) => {

@@ -1,4 +1,3 @@
-import type { ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync, readdirSync } from "node:fs";
 import { join, resolve } from "node:path";
@@ -7,8 +6,16 @@ import { InvalidInputError, SandboxError } from "../errors.js";
 import { BashSession, type RunOptions, type RunResult, type SessionProcess } from "../session/bash-session.js";
 import { sessionExists, sessionMissing } from "../session/errors.js";
 import { enterArgv, type EnterSpec, WaitingHelper } from "./enter.js";
+import type { HelperProcess } from "./spawner.js";
 import { defaultCommandEnv, HOME_DOTFILES } from "./home.js";
-import { DEFAULT_OUTPUT_LIMIT, runCommand, type ExecOptions, type ExecResult, type LimitHit } from "./exec.js";
+import {
+  commandNotStarted,
+  DEFAULT_OUTPUT_LIMIT,
+  runCommand,
+  type ExecOptions,
+  type ExecResult,
+  type LimitHit,
+} from "./exec.js";
 import { SandboxFiles, type StreamedCommand } from "./files.js";
 import { abstractSocketsScoped, type HostIds, idPool, launchMode, type LaunchMode } from "./host.js";
 import { type OpenedDir, openHostDir } from "./host-dir.js";
@@ -51,9 +58,12 @@ function commandCgroups(cgroups: SandboxCgroups, group: string | undefined): str
 }
 
 /** A helper waiting, in a new pids group of its own, for a command of the sandbox. */
-function waitingHelper(cgroups: SandboxCgroups, name: string): WaitingHelper {
+function waitingHelper(cgroups: SandboxCgroups, name: string): Promise<WaitingHelper> {
   const group = createCommandCgroup(cgroups, name);
-  return new WaitingHelper(commandCgroups(cgroups, group), group);
+  return WaitingHelper.start(commandCgroups(cgroups, group), group).catch((e: unknown) => {
+    if (group) removeCgroupTree(group);
+    throw e;
+  });
 }
 
 /** A helper not needed after all leaves; its pids group goes with it (a group with a process in it stays). */
@@ -62,12 +72,49 @@ async function dropHelper(helper: WaitingHelper): Promise<void> {
   if (helper.group) removeCgroupTree(helper.group);
 }
 
+/** A helper started ahead, once started: undefined if it could not be (its command then starts one of its own). */
+function settled(spare: Promise<WaitingHelper> | undefined): Promise<WaitingHelper | undefined> {
+  return spare ? spare.catch(() => undefined) : Promise.resolve(undefined);
+}
+
+async function dropSpare(spare: Promise<WaitingHelper> | undefined): Promise<void> {
+  const helper = await settled(spare);
+  if (helper) await dropHelper(helper);
+}
+
 /**
  * A command's pids group: random, not counted. A command sees its group's name (/proc/self/cgroup), which must not
  * tell how many ran before it (a restore forgets them), nor collide with a group still being removed.
  */
 function commandGroupName(): string {
   return `c${randomBytes(6).toString("hex")}`;
+}
+
+/** A command handed to its helper: the process, its pids group, and whether the helper reached the command. */
+interface StartedCommand {
+  child: HelperProcess;
+  group?: string;
+  cleanup: () => void;
+  reached: Promise<boolean>;
+}
+
+/**
+ * Resolves once the command's helper reached the command; throws a SandboxError with the helper's last words when
+ * it ended without (nothing of the command ran: its exit status is the helper's own, never the command's).
+ */
+async function reachedOrThrow(started: StartedCommand): Promise<void> {
+  if (await started.reached) return;
+  let said = "";
+  const stderr = started.child.stderr;
+  if (stderr && !stderr.destroyed && !stderr.closed) {
+    stderr.setEncoding("utf8");
+    stderr.on("data", (s: string) => {
+      if (said.length < 4096) said += s;
+    });
+    await new Promise((resolve) => stderr.once("close", resolve));
+  }
+  started.cleanup();
+  throw commandNotStarted(said);
 }
 
 /** How long after a command ended the next command's helper is started (see startSpareSoon). */
@@ -220,7 +267,7 @@ interface LaunchInputs {
 
 /** What a launch made, kept by the sandbox: its processes, ids, mounts and disk. */
 interface Started {
-  holder: ChildProcess;
+  holder: HelperProcess;
   pid1: number;
   hostIds: HostIds;
   plan: MountPlan;
@@ -245,7 +292,7 @@ export class Sandbox implements AsyncDisposable {
   private closing: Promise<void> | undefined;
   private finalCounters: LimitCounters | undefined;
   /** Started ahead of the next command, waiting in its cgroups (see WaitingHelper). */
-  private spare: WaitingHelper | undefined;
+  private spare: Promise<WaitingHelper> | undefined;
   private spareTimer: NodeJS.Timeout | undefined;
   private timer: NodeJS.Timeout | undefined;
   private readonly closeListeners: (() => void)[] = [];
@@ -259,7 +306,7 @@ export class Sandbox implements AsyncDisposable {
     private readonly env: Record<string, string>,
     readonly cwd: string,
     notices: string[],
-    spare: WaitingHelper,
+    spare: Promise<WaitingHelper>,
   ) {
     const opts = inputs.opts;
     this.holder = started.holder;
@@ -338,7 +385,7 @@ export class Sandbox implements AsyncDisposable {
     };
     const limits = opts.limits!;
     let cgroups: SandboxCgroups = {};
-    let spare: WaitingHelper | undefined;
+    let spare: Promise<WaitingHelper> | undefined;
     try {
       const [dirs, groups] = await Promise.allSettled([makeSandboxDirs(paths), createCgroups(id, limits)]);
       if (groups.status === "fulfilled") cgroups = groups.value;
@@ -346,6 +393,7 @@ export class Sandbox implements AsyncDisposable {
       if (groups.status === "rejected") throw groups.reason;
       // The first command's helper joins its cgroups while the sandbox starts.
       spare = waitingHelper(cgroups, commandGroupName());
+      spare.catch(() => undefined); // its command starts one of its own
       const rlimits = rlimitArgs(limits);
       const diskBytes = scratchBytes(limits, Boolean(cgroups.memory));
       const launched = await launch({
@@ -380,7 +428,7 @@ export class Sandbox implements AsyncDisposable {
       const started = { holder: launched.child, pid1: launched.pid1, hostIds: launched.hostIds, plan, diskBytes };
       return new Sandbox(inputs, paths, started, cgroups, rlimits, env, plan.cwd, notices, spare);
     } catch (e) {
-      if (spare) await dropHelper(spare);
+      await dropSpare(spare);
       await killSandboxCgroups(cgroups);
       await removeSandboxDirs(paths);
       inputs.dir?.release();
@@ -464,7 +512,7 @@ export class Sandbox implements AsyncDisposable {
       await this.sessions.closeAll();
       if (this.spareTimer) clearTimeout(this.spareTimer);
       this.spareTimer = undefined;
-      const spare = this.spare;
+      const spare = await settled(this.spare);
       this.spare = undefined;
       if (spare && !spare.ready) void dropHelper(spare);
       const args = restoreArgs(this.restoreTarget(), seed.restoreSide(), keepPidCounter);
@@ -582,7 +630,7 @@ export class Sandbox implements AsyncDisposable {
    * caller; `count` ids from there are the sandbox's.
    */
   readonly hostIds: HostIds;
-  private readonly holder: ChildProcess;
+  private readonly holder: HelperProcess;
   /** The real host path of `dir`, as opened and mounted. */
   readonly dirPath: string | undefined;
   private readonly opts: SandboxOptions;
@@ -687,6 +735,7 @@ export class Sandbox implements AsyncDisposable {
     if (this.closed || this.spare || this.restoring) return;
     try {
       this.spare = waitingHelper(this.cgroups, this.nextGroupName());
+      this.spare.catch(() => undefined); // the next command's helper starts with it
     } catch {
       /* the next command's helper starts with it */
     }
@@ -696,16 +745,20 @@ export class Sandbox implements AsyncDisposable {
    * `command` started inside, in its own pids cgroup (cleanup removes it): handed to the helper waiting in its
    * cgroups when there is one, else to a new one.
    */
-  private startCommand(
-    command: string[],
-    o: CommandOptions,
-  ): { child: ChildProcess; group?: string; cleanup: () => void; reached: Promise<boolean> } {
+  private async startCommand(command: string[], o: CommandOptions): Promise<StartedCommand> {
     this.checkUsable();
-    let helper = this.spare;
+    const spare = this.spare;
     this.spare = undefined;
+    let helper = await settled(spare);
     if (!helper?.ready) {
       if (helper) void dropHelper(helper);
-      helper = waitingHelper(this.cgroups, this.nextGroupName());
+      helper = await waitingHelper(this.cgroups, this.nextGroupName());
+    }
+    try {
+      this.checkUsable(); // closed or being restored while its helper started
+    } catch (e) {
+      void dropHelper(helper);
+      throw e;
     }
     const { group } = helper;
     const cleanup = (): void => {
@@ -730,7 +783,7 @@ export class Sandbox implements AsyncDisposable {
     const command = typeof cmd === "string" ? ["/bin/bash", "--norc", "-c", cmd] : cmd;
     if (command.length === 0) throw new InvalidInputError("empty command");
     const before = readCounters(this.cgroups);
-    const { child, group, cleanup, reached } = this.startCommand(command, opts);
+    const { child, group, cleanup, reached } = await this.startCommand(command, opts);
     return runCommand(
       {
         child,
@@ -754,8 +807,8 @@ export class Sandbox implements AsyncDisposable {
   }
 
   /** Start a process for a session (see BashSession). */
-  spawnSessionProcess(argv: string[]): SessionProcess {
-    const { child, kill } = this.stream(argv, { SHELL: "/bin/bash" });
+  async spawnSessionProcess(argv: string[]): Promise<SessionProcess> {
+    const { child, kill } = await this.stream(argv, { SHELL: "/bin/bash" });
     child.stderr!.on("data", () => {});
     const shellPid = (): number | undefined => {
       // script -> bash: the shell is the child of the `script` process.
@@ -775,8 +828,10 @@ export class Sandbox implements AsyncDisposable {
   }
 
   /** A command inside with piped stdio, and a way to kill its whole process tree (cgroup, else /proc tree). */
-  stream(argv: string[], env: Record<string, string> = {}): StreamedCommand {
-    const { child, group, cleanup } = this.startCommand(argv, { env });
+  async stream(argv: string[], env: Record<string, string> = {}): Promise<StreamedCommand> {
+    const started = await this.startCommand(argv, { env });
+    await reachedOrThrow(started);
+    const { child, group, cleanup } = started;
     return {
       child,
       cleanup,
@@ -806,7 +861,7 @@ export class Sandbox implements AsyncDisposable {
     if (this.spareTimer) clearTimeout(this.spareTimer);
     const spare = this.spare;
     this.spare = undefined;
-    if (spare) await dropHelper(spare);
+    await dropSpare(spare);
     // Killing pid 1 ends the pid namespace: the kernel kills every process in it. bwrap then reaps it and exits;
     // killing bwrap first would orphan pid 1 to the host's init.
     killQuietly(this.pid1);

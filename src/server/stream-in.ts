@@ -9,8 +9,13 @@ import { SandboxError, TimeoutError } from "../errors.js";
 
 const SCRIPT = 'mkdir -p -- "$(dirname -- "$1")" && exec cat > "$1"';
 
-export function streamFileIn(sandbox: Sandbox, hostFile: string, target: string, timeoutMs: number): Promise<void> {
-  const cmd = sandbox.stream(["/bin/sh", "-c", SCRIPT, "sh", target]);
+export async function streamFileIn(
+  sandbox: Sandbox,
+  hostFile: string,
+  target: string,
+  timeoutMs: number,
+): Promise<void> {
+  const cmd = await sandbox.stream(["/bin/sh", "-c", SCRIPT, "sh", target]);
   const { child } = cmd;
   return new Promise((resolve, reject) => {
     let stderr = "";

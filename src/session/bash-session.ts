@@ -1,16 +1,23 @@
-import type { ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import type { Readable, Writable } from "node:stream";
 import { StringDecoder } from "node:string_decoder";
 import { OutputCollector, type PromptHit } from "./stream.js";
 import type { SessionError } from "../errors.js";
 import { shellQuote } from "../util/shell.js";
 import { commandTimeout, nonZeroExit, sessionDied, syntaxError } from "./errors.js";
 
+/** The session's process, as far as the session uses it (a child of the sandbox's helper). */
+export interface SessionChild {
+  readonly stdin: Writable | null;
+  readonly stdout: Readable | null;
+  on(event: "exit", listener: () => void): unknown;
+}
+
 /** What a sandbox provides to run a session inside it. */
 export interface SessionProcess {
-  child: ChildProcess;
+  child: SessionChild;
   /** Kill every process of this session. */
   killTree: () => Promise<void>;
   /** Kill the processes the shell started (the foreground job), keeping the shell. */
@@ -26,7 +33,7 @@ export interface SessionStartOptions {
   startupTimeoutMs?: number;
   outputLimitChars?: number;
   /** Starts `argv` inside the sandbox as this session's process. */
-  spawn: (argv: string[]) => SessionProcess;
+  spawn: (argv: string[]) => Promise<SessionProcess>;
 }
 
 export type CheckMode = "raise" | "silent" | "ignore";
@@ -116,7 +123,7 @@ export class BashSession {
     ].join("\n");
     writeFileSync(join(this.dirHost, "rc"), `${rc}\n`);
     const cmd = `exec /bin/bash --rcfile ${this.dirInside}/rc --noediting -i`;
-    this.proc = this.opts.spawn(["/usr/bin/script", "-qfE", "never", "-c", cmd, "/dev/null"]);
+    this.proc = await this.opts.spawn(["/usr/bin/script", "-qfE", "never", "-c", cmd, "/dev/null"]);
     const { child } = this.proc;
     child.stdout!.on("data", (b: Buffer) => this.onData(this.decoder.write(b)));
     child.stdin!.on("error", () => {});
