@@ -1,0 +1,92 @@
+/**
+ * Rollouts on images: dataset rows naming a SWE-bench-style instance image (imported into the store; no environment
+ * is built from the spec here, and none may be) run their groups, fresh rewards and gold pre-checks on the image's
+ * root filesystem; `serve --dataset --images ...` gives the rollout API the same policy.
+ */
+import { after, test } from "node:test";
+import assert from "node:assert/strict";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { getImage, importImage } from "../src/env/images/index.js";
+import { openStore } from "../src/env/store/index.js";
+import { NotFoundError } from "../src/errors.js";
+import { fixtureImages } from "../src/fixtures/images.js";
+import { makeFixtureDataset } from "../src/fixtures/generate.js";
+import { RolloutEngine } from "../src/index.js";
+import { homeLayout } from "../src/util/home.js";
+import { processesMatching, scratchDirs, tempDir } from "./helpers.js";
+import { call, startServe } from "./serve-process.js";
+
+const dir = tempDir("msb-img-rollout-");
+const home = join(dir, "home");
+const set = await fixtureImages({ instances: 2, c: true, log: (m) => process.stderr.write(`# ${m}\n`) });
+const ds = await makeFixtureDataset(join(dir, "ds"), { instances: 2 });
+const inst = ds.instances[0]!;
+const image = set.images.find((i) => i.kind === "instance" && i.instanceId === inst.instance_id)!;
+const ref = `registry.example/fixture/${inst.instance_id.toLowerCase().replace(/__/g, "-")}:1`;
+const store = openStore(homeLayout(home).store);
+await importImage(store, set.layout, { name: image.name, tags: [ref] });
+const rootfs = (await getImage(store, ref)).rootfs;
+// The row names its image, as SWE-smith and SWE-Gym rows do; the other row names none.
+const datasetPath = join(dir, "dataset.json");
+writeFileSync(datasetPath, JSON.stringify([{ ...inst, image_name: ref }, ...ds.instances.slice(1)]));
+const engine = new RolloutEngine({ home, dataset: datasetPath, rewardTimeoutMs: 300_000 });
+
+after(async () => {
+  await engine.close();
+  assert.deepEqual(processesMatching(home), [], "no process outlives the engine");
+  assert.deepEqual(scratchDirs(home), [], "no sandbox directory outlives the engine");
+});
+
+test("a group on the row's image: its root, the fresh reward and the gold check graded on the image", async (t) => {
+  const verdict = await engine.goldCheck(inst.instance_id);
+  assert.equal(verdict.passed, true, JSON.stringify(verdict));
+  assert.equal(verdict.envKey, rootfs, "verdicts go by the image's root filesystem");
+  const group = await engine.startGroup({ instance: inst.instance_id, n: 2 });
+  t.after(() => group.close());
+  assert.equal(group.envKey, rootfs);
+  const [solver, idle] = group.rollouts;
+  const probe = await solver!.exec("command -v podman || echo no-podman; git -C /testbed rev-parse HEAD; echo $PATH");
+  const [podman, head, path] = probe.stdout.trim().split("\n");
+  assert.equal(podman, "no-podman", "the image's /usr, not the host's");
+  assert.equal(head, inst.base_commit);
+  assert.match(path!, /^\/opt\/venv\/bin:/, "the image's Env");
+  assert.equal((await solver!.exec("git apply -", { stdin: inst.patch })).exitCode, 0);
+  const solved = await solver!.reward();
+  assert.deepEqual([solved.status, solved.reward, solved.reason], ["scored", 1, "graded"], JSON.stringify(solved));
+  const none = await idle!.reward();
+  assert.deepEqual([none.status, none.reward], ["scored", 0], JSON.stringify(none));
+});
+
+test("prewarm holds the image's root; a policy without images wants the built environment", async () => {
+  const report = await engine.prewarm([inst.instance_id]);
+  assert.equal(report.tasks[0]!.envKey, rootfs, JSON.stringify(report));
+  assert.equal(report.tasks[0]!.error, undefined);
+  const built = new RolloutEngine({ home, dataset: datasetPath, images: { kind: "none" } });
+  try {
+    await assert.rejects(built.startGroup({ instance: inst.instance_id, n: 1 }), NotFoundError);
+  } finally {
+    await built.close();
+  }
+});
+
+test("serve --dataset: the rollout API runs rows on their images, under the server's --images policy", async () => {
+  const key = "tok";
+  const auto = await startServe(home, ["--auth-token", key, "--dataset", datasetPath]);
+  const made = await call(auto.url, "POST", "/rollouts/groups", { key, body: { instance_id: inst.instance_id, n: 1 } });
+  assert.equal(made.status, 201, JSON.stringify(made.json));
+  assert.equal(made.json.env_key, rootfs);
+  const rid = made.json.rollouts[0].id as string;
+  const x = await call(auto.url, "POST", `/rollouts/${rid}/exec`, { key, body: { command: "command -v podman" } });
+  assert.notEqual(x.json.exit_code, 0, "no host /usr in the rollout");
+  await call(auto.url, "DELETE", `/rollouts/groups/${made.json.id}`, { key });
+  await auto.stop();
+  const template = "registry.example/absent/{instance_id}:1";
+  const absent = await startServe(home, ["--auth-token", key, "--dataset", datasetPath, "--image-template", template]);
+  const refused = await call(absent.url, "POST", "/rollouts/groups", {
+    key,
+    body: { instance_id: inst.instance_id, n: 1 },
+  });
+  assert.equal(refused.status, 404, refused.text);
+  assert.match(refused.text, /registry\.example\/absent\/.* is not in the store; run: minisandbox images/);
+});
