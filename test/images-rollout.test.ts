@@ -1,10 +1,12 @@
 /**
- * Rollouts on images: dataset rows naming a SWE-bench-style instance image (imported into the store; no environment
- * is built from the spec here, and none may be) run their groups, fresh rewards and gold pre-checks on the image's
- * root filesystem; `serve --dataset --images ...` gives the rollout API the same policy.
+ * Rows on images beyond one sandbox: dataset rows naming a SWE-bench-style instance image (imported into the store;
+ * no environment is built from the spec here, and none may be) run their rollout groups, fresh rewards and gold
+ * pre-checks on the image's root filesystem, `serve --dataset --images ...` gives the rollout API the same policy,
+ * and `prepare --validate` checks rows on their image (gold passes, no patch fails).
  */
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { getImage, importImage } from "../src/env/images/index.js";
@@ -14,7 +16,7 @@ import { fixtureImages } from "../src/fixtures/images.js";
 import { makeFixtureDataset } from "../src/fixtures/generate.js";
 import { RolloutEngine } from "../src/index.js";
 import { homeLayout } from "../src/util/home.js";
-import { processesMatching, scratchDirs, tempDir } from "./helpers.js";
+import { CLI, processesMatching, scratchDirs, tempDir } from "./helpers.js";
 import { call, startServe } from "./serve-process.js";
 
 const dir = tempDir("msb-img-rollout-");
@@ -89,4 +91,42 @@ test("serve --dataset: the rollout API runs rows on their images, under the serv
   });
   assert.equal(refused.status, 404, refused.text);
   assert.match(refused.text, /registry\.example\/absent\/.* is not in the store; run: minisandbox images/);
+});
+
+test("prepare --validate checks rows on their image: gold passes, no patch fails; a wrong row is invalid", () => {
+  // A second row on the same image whose FAIL_TO_PASS lists a test that passes at the base commit.
+  const moved = inst.PASS_TO_PASS[0]!;
+  const wrong = {
+    ...inst,
+    instance_id: `${inst.instance_id}-wrong`,
+    image_name: ref,
+    FAIL_TO_PASS: [...inst.FAIL_TO_PASS, moved],
+    PASS_TO_PASS: inst.PASS_TO_PASS.slice(1),
+  };
+  const rows = join(dir, "validate.json");
+  writeFileSync(rows, JSON.stringify([{ ...inst, image_name: ref }, wrong]));
+  const r = spawnSync(process.execPath, [CLI, "--home", home, "prepare", "--dataset", rows, "--validate", "--json"], {
+    encoding: "utf8",
+  });
+  const out = JSON.parse(r.stdout) as {
+    results: { status: string; image?: string }[];
+    validation: { valid: string[]; invalid: { instanceId: string; problems: string[] }[]; results: unknown[] };
+  };
+  assert.deepEqual(
+    out.results.map((x) => [x.status, x.image]),
+    [
+      ["cached", ref],
+      ["cached", ref],
+    ],
+    r.stderr,
+  );
+  assert.deepEqual(out.validation.valid, [inst.instance_id], JSON.stringify(out.validation.results));
+  assert.deepEqual(out.validation.invalid, [
+    {
+      instanceId: wrong.instance_id,
+      environment: rootfs,
+      problems: [`FAIL_TO_PASS test ${moved} passes without the fix`],
+    },
+  ]);
+  assert.equal(r.status, 0, r.stderr);
 });
