@@ -2,7 +2,8 @@
  * Rows on images beyond one sandbox: dataset rows naming a SWE-bench-style instance image (imported into the store;
  * no environment is built from the spec here, and none may be) run their rollout groups, fresh rewards and gold
  * pre-checks on the image's root filesystem, `serve --dataset --images ...` gives the rollout API the same policy,
- * and `prepare --validate` checks rows on their image (gold passes, no patch fails).
+ * `prepare --validate` checks rows on their image (gold passes, no patch fails), and a fleet's plans name each row's
+ * image, which a node lists, makes present (or says why not) and evaluates on.
  */
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
@@ -14,6 +15,7 @@ import { openStore } from "../src/env/store/index.js";
 import { NotFoundError } from "../src/errors.js";
 import { fixtureImages } from "../src/fixtures/images.js";
 import { makeFixtureDataset } from "../src/fixtures/generate.js";
+import { asTaskInstance } from "../src/tasks/index.js";
 import { RolloutEngine } from "../src/index.js";
 import { homeLayout } from "../src/util/home.js";
 import { CLI, processesMatching, scratchDirs, tempDir } from "./helpers.js";
@@ -129,4 +131,53 @@ test("prepare --validate checks rows on their image: gold passes, no patch fails
     },
   ]);
   assert.equal(r.status, 0, r.stderr);
+});
+
+test("fleet plans name each row's image; a node lists it, makes it present and evaluates on it", async () => {
+  const cli = (args: string[]) => spawnSync(process.execPath, [CLI, "--home", home, ...args], { encoding: "utf8" });
+  const prep = cli(["prepare", "--dataset", datasetPath, "--plan", "--images", "row"]);
+  assert.equal(prep.status, 0, prep.stderr);
+  const p = JSON.parse(prep.stdout);
+  assert.deepEqual(
+    p.environments.map((e: { image?: string; instance_ids: string[] }) => [e.image, e.instance_ids]),
+    [[ref, [inst.instance_id]]],
+  );
+  assert.match(p.errors[0].error, /names no image \(image_name or docker_image\)/, "the row without one");
+  const ev = cli(["evaluate", "--dataset", datasetPath, "--predictions", "gold", "--plan", "--run-id", "p"]);
+  assert.equal(ev.status, 0, ev.stderr);
+  const jobs = JSON.parse(ev.stdout).jobs as { instance_id: string; image?: string }[];
+  assert.deepEqual(
+    jobs.map((j) => [j.instance_id, j.image]),
+    [
+      [inst.instance_id, ref],
+      [ds.instances[1]!.instance_id, undefined],
+    ],
+    "auto: the row's own image, since this store has it",
+  );
+  writeFileSync(join(home, "registries.json"), JSON.stringify({ blocked: ["blocked.example"] }));
+  const key = "tok";
+  const node = await startServe(home, ["--auth-token", key]);
+  const listing = await call(node.url, "GET", "/store/layers", { key });
+  assert.deepEqual(
+    listing.json.images.filter((i: { name: string }) => i.name === ref),
+    [{ name: ref, rootfs }],
+  );
+  const instance = asTaskInstance({ ...inst, image_name: ref });
+  const env = (image: string) => call(node.url, "POST", "/environments", { key, body: { instance, image } });
+  const present = await env(ref);
+  assert.deepEqual([present.json.status, present.json.env_key], ["present", rootfs], present.text);
+  assert.ok(present.json.manifest_sha256, "a peer could check the root filesystem it fetches");
+  const blocked = await env("blocked.example/x:1");
+  assert.equal(blocked.json.status, "failed", blocked.text);
+  assert.match(blocked.json.error, /^image blocked\.example\/x:1 could not be pulled: .*blocked/);
+  const bad = await env("Not A Reference!");
+  assert.equal(bad.status, 400, bad.text);
+  assert.match(bad.json.detail ?? bad.text, /invalid image reference/);
+  const graded = await call(node.url, "POST", "/evaluations", {
+    key,
+    body: { instance, image: ref, model_patch: inst.patch, model_name_or_path: "gold" },
+  });
+  assert.equal(graded.json.status, "resolved", graded.text);
+  const log = Buffer.from(graded.json.files["run_instance.log"], "base64").toString();
+  assert.match(log, new RegExp(`\\(image ${ref.replace(/[.]/g, "\\.")}`), "evaluated on the image");
 });

@@ -55,13 +55,14 @@ export function registerPrepareCommand(program: Command, getHome: () => string):
 async function printPlan(o: PrepareCliOptions, home: string): Promise<void> {
   const ids = o.instanceIds.flat();
   const dataset = await resolveDatasetArg(o.dataset, o.split, home);
+  const images = await imagePolicyFrom(o);
   const [{ loadDataset }, { planPrepare }, { plan }] = await Promise.all([
     import("../tasks/index.js"),
     import("../env/prepare.js"),
     import("../wire/index.js"),
   ]);
   const instances = await loadDataset(dataset, ids.length ? { instanceIds: ids } : {});
-  const p = planPrepare(instances, { specsFile: o.specs });
+  const p = await planPrepare(instances, { specsFile: o.specs, home, ...(images ? { images } : {}) });
   process.stdout.write(`${JSON.stringify(plan.PreparePlan.fromCamel(p))}\n`);
 }
 
