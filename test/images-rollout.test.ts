@@ -3,14 +3,20 @@
  * no environment is built from the spec here, and none may be) run their rollout groups, fresh rewards and gold
  * pre-checks on the image's root filesystem, `serve --dataset --images ...` gives the rollout API the same policy,
  * `prepare --validate` checks rows on their image (gold passes, no patch fails), and a fleet's plans name each row's
- * image, which a node lists, makes present (or says why not) and evaluates on.
+ * image, which a node lists, makes present (or says why not) and evaluates on. A spec may name a base image: its
+ * environment is built on that image's root, not the host's, and runs on it.
  */
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { buildLogPath } from "../src/env/build.js";
+import { readEnvRecord, envFor } from "../src/env/environments.js";
 import { getImage, importImage } from "../src/env/images/index.js";
+import { prepareInstances } from "../src/env/prepare.js";
+import { openSandbox } from "../src/env/workspace.js";
+import { runInstanceEvaluation } from "../src/eval/runner/instance.js";
 import { openStore } from "../src/env/store/index.js";
 import { NotFoundError } from "../src/errors.js";
 import { fixtureImages } from "../src/fixtures/images.js";
@@ -180,4 +186,31 @@ test("fleet plans name each row's image; a node lists it, makes it present and e
   assert.equal(graded.json.status, "resolved", graded.text);
   const log = Buffer.from(graded.json.files["run_instance.log"], "base64").toString();
   assert.match(log, new RegExp(`\\(image ${ref.replace(/[.]/g, "\\.")}`), "evaluated on the image");
+});
+
+test("a spec on a base image: built on the image's root, not the host's, and run and graded on it", async () => {
+  const base = set.images.find((i) => i.kind === "base")!;
+  const baseRef = "registry.example/fixture/base:1";
+  await importImage(store, set.layout, { name: base.name, tags: [baseRef] });
+  const specsFile = join(dir, "base-specs.json");
+  writeFileSync(specsFile, JSON.stringify({ "*": { base: baseRef } }));
+  // The build itself fails if it sees the host's /usr (podman is the host's, not the image's).
+  const row = ds.instances[1]!;
+  const task = { ...row, spec: { ...row.spec, pre_install: ["! command -v podman"] } };
+  const [built] = await prepareInstances([task], { home, reposDir: ds.reposDir, specsFile, workers: 1 });
+  assert.equal(built!.status, "built", built!.error);
+  assert.notEqual(built!.key, envFor(task, {}).key, "a base image is part of the key");
+  assert.equal(readEnvRecord(home, built!.key)?.spec.base, baseRef);
+  assert.match(
+    readFileSync(buildLogPath(home, built!.key), "utf8"),
+    /## base image\n[\s\S]*\$ .* && ! command -v podman\n/,
+  );
+  {
+    await using sb = await openSandbox({ home, instance: task, specsFile });
+    const r = await sb.exec("command -v podman || echo no-podman; python -c 'import calc, sys; print(sys.prefix)'");
+    assert.equal(r.exitCode, 0, r.stderr);
+    assert.deepEqual(r.stdout.trim().split("\n"), ["no-podman", "/opt/venv"], "the base's /usr, the layer's venv");
+  }
+  const gold = await runInstanceEvaluation({ home, instance: task, patch: task.patch, specsFile });
+  assert.equal(gold.status, "resolved", gold.log);
 });

@@ -76,6 +76,7 @@ export function ensureBuilt(
         spec: opts.spec,
         key: opts.key,
         reposDir: opts.reposDir,
+        cache: nodeCacheFor(opts.home),
         onStep: opts.onStep,
       });
       writeEnvRecord(opts.home, {

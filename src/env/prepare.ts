@@ -114,6 +114,8 @@ export async function prepareInstances(
       } else {
         const env = envFor(instance, opts);
         key = env.key;
+        // A spec built on a base image needs that image here first (pulled once however many specs name it).
+        if (env.spec.base !== undefined) await pulls.ensure(env.spec.base);
         status = await ensureBuilt({ ...opts, ...env, onStep });
       }
       const r: PrepareResult = { instanceId: instance.instance_id, key, status, durationMs: performance.now() - t };
