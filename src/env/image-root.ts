@@ -17,7 +17,7 @@ export interface ImageRoot {
   release: () => Promise<void>;
 }
 
-/** The image `ref` of the cache's store as a sandbox's root; NotFoundError (saying `images pull`) when it is not there. */
+/** The image `ref` of the cache's store as a sandbox's root; NotFoundError (saying `images pull`) when absent. */
 export async function imageRoot(cache: NodeCache, ref: string): Promise<ImageRoot> {
   const { image, root, lease } = await acquireImageRootfs(cache, ref);
   try {

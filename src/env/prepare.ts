@@ -13,6 +13,7 @@ import {
   type RegistryConfig,
 } from "./images/index.js";
 import type { ImagePolicy } from "./instance-image.js";
+import type { EnvSpec } from "./types.js";
 import { openStore, type Store } from "./store/index.js";
 import { homeLayout } from "../util/home.js";
 import { rowImageRef } from "./workspace.js";
@@ -163,6 +164,12 @@ class ImagePulls {
     this.registries ??= loadRegistryConfig(this.home);
     return ensureImage(this.store, ref, this.registries);
   }
+}
+
+/** A spec's base image in `home`'s store (pulled with the home's mirrors when missing); nothing without a base. */
+export async function ensureBaseImage(home: string, spec: EnvSpec): Promise<void> {
+  if (spec.base === undefined) return;
+  await ensureImage(openStore(homeLayout(home).store), spec.base, loadRegistryConfig(home));
 }
 
 /**

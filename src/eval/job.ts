@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { errMessage, LayerUnavailableError, LimitError, MinisandboxError, NotFoundError } from "../errors.js";
 import { ensurePresent, envFor } from "../env/environments.js";
 import { loadRegistryConfig } from "../env/images/index.js";
-import { ensureImage } from "../env/prepare.js";
+import { ensureBaseImage, ensureImage } from "../env/prepare.js";
 import { openStore, type HttpSource } from "../env/store/index.js";
 import { homeLayout } from "../util/home.js";
 import type { InstanceEnv } from "../env/workspace.js";
@@ -144,6 +144,12 @@ async function presentEnvironment(
       const message = `image ${input.image} could not be pulled: ${errMessage(e)}`;
       return failed(input, "Environment Build Failed", message, env.key);
     }
+  }
+  try {
+    if (build) await ensureBaseImage(input.home, env.spec);
+  } catch (e) {
+    const message = `base image ${env.spec.base} could not be pulled: ${errMessage(e)}`;
+    return failed(input, "Environment Build Failed", message, env.key);
   }
   try {
     return { layer: await ensurePresent(env, { ...input, build }) };

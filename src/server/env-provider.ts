@@ -11,7 +11,7 @@ import { BuildError, errMessage, NotFoundError } from "../errors.js";
 import { withOneLineMessage } from "../env/build-diagnosis.js";
 import { homeLayout } from "../util/home.js";
 import { getImage, loadRegistryConfig } from "../env/images/index.js";
-import { ensureImage } from "../env/prepare.js";
+import { ensureBaseImage, ensureImage } from "../env/prepare.js";
 import { openStore } from "../env/store/index.js";
 import type { ImagePolicy } from "../env/instance-image.js";
 import type {
@@ -161,6 +161,15 @@ async function prepareHere(
     env = envFor(instance, { specsFile: opts.specsFile });
   } catch (e) {
     return { envKey: null, status: "failed", error: errMessage(e) };
+  }
+  try {
+    if (o.build) await ensureBaseImage(opts.home, env.spec);
+  } catch (e) {
+    return {
+      envKey: env.key,
+      status: "failed",
+      error: `base image ${env.spec.base} could not be pulled: ${errMessage(e)}`,
+    };
   }
   try {
     const status = await ensurePresent(env, { ...opts, sources: o.sources, build: o.build });
