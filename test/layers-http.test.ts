@@ -311,7 +311,7 @@ test("prepare --plan prints the declared PreparePlan; a node takes its instance 
   const printed = await runCli(home, ["prepare", "--dataset", fx.datasetPath, "--plan"]);
   assert.equal(printed.code, 0, printed.stderr);
   const p = plan.PreparePlan.parse(JSON.parse(printed.stdout), ["stdout"]);
-  assert.deepEqual(plan.PreparePlan.fromCamel(planPrepare(fx.instances)), p, "the library's plan, nothing else");
+  assert.deepEqual(plan.PreparePlan.fromCamel(await planPrepare(fx.instances)), p, "the library's plan, nothing else");
   assert.equal(p.environments.length, new Set(fx.instances.map((i) => envFor(i, {}).key)).size);
   const first = p.environments.find((e) => e.env_key === keys[0])!;
   assert.equal(first.instance.task_format, "swebench");

@@ -1,4 +1,5 @@
 import type { Command } from "commander";
+import type { ImagePolicy } from "../env/instance-image.js";
 import type { RunEvaluationOptions, RunEvaluationResult } from "../eval/run.js";
 import { InvalidInputError } from "../errors.js";
 import { fail, openInBrowser, parsePositive } from "./common.js";
@@ -55,7 +56,7 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
         const images = await imagePolicyFrom(o);
         await refuseUnknownIds(dataset, o.predictions);
         if (o.plan || o.summaryOnly) {
-          await planOrSummary({ ...o, dataset }, home);
+          await planOrSummary({ ...o, dataset }, home, images);
           return;
         }
         const [{ runEvaluation }, { renderRun, runResultJson }, { plan }] = await Promise.all([
@@ -124,9 +125,10 @@ async function refuseUnknownIds(dataset: string, predictions: string): Promise<v
   );
 }
 
-function runOptions(o: EvaluateCliOptions, home: string): RunEvaluationOptions {
+function runOptions(o: EvaluateCliOptions, home: string, images: ImagePolicy | undefined): RunEvaluationOptions {
   return {
     home,
+    ...(images ? { images } : {}),
     dataset: o.dataset,
     predictions: o.predictions,
     instanceIds: o.instanceIds.flat(),
@@ -141,11 +143,11 @@ function runOptions(o: EvaluateCliOptions, home: string): RunEvaluationOptions {
 }
 
 /** `--plan` (the jobs, as JSON on stdout) or `--summary-only` (the summary of what is on disk). */
-async function planOrSummary(o: EvaluateCliOptions, home: string): Promise<void> {
+async function planOrSummary(o: EvaluateCliOptions, home: string, images?: ImagePolicy): Promise<void> {
   if (o.plan && o.summaryOnly) throw new InvalidInputError("--plan and --summary-only exclude each other");
   if (o.plan && o.runId === undefined)
     throw new InvalidInputError("--plan needs --run-id (the summary is written later under the same id)");
-  const opts = runOptions(o, home);
+  const opts = runOptions(o, home, images);
   const [{ planEvaluation, summarizeEvaluation }, { renderSummary }, { plan }] = await Promise.all([
     import("../eval/run.js"),
     import("../eval/report.js"),

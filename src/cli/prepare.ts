@@ -55,13 +55,14 @@ export function registerPrepareCommand(program: Command, getHome: () => string):
 async function printPlan(o: PrepareCliOptions, home: string): Promise<void> {
   const ids = o.instanceIds.flat();
   const dataset = await resolveDatasetArg(o.dataset, o.split, home);
+  const images = await imagePolicyFrom(o);
   const [{ loadDataset }, { planPrepare }, { plan }] = await Promise.all([
     import("../tasks/index.js"),
     import("../env/prepare.js"),
     import("../wire/index.js"),
   ]);
   const instances = await loadDataset(dataset, ids.length ? { instanceIds: ids } : {});
-  const p = planPrepare(instances, { specsFile: o.specs });
+  const p = await planPrepare(instances, { specsFile: o.specs, home, ...(images ? { images } : {}) });
   process.stdout.write(`${JSON.stringify(plan.PreparePlan.fromCamel(p))}\n`);
 }
 
@@ -77,7 +78,7 @@ async function prepare(home: string, o: PrepareCliOptions): Promise<void> {
   const instances = await loadDataset(dataset, ids.length ? { instanceIds: ids } : {});
   const env = { home, reposDir: o.repos, specsFile: o.specs, workers };
   const results = await prepareWithProgress(instances, { ...env, ...(images ? { images } : {}) });
-  const validation = o.validate ? await validate(instances, results, env, o.json) : undefined;
+  const validation = o.validate ? await validate(instances, results, { ...env, images }, o.json) : undefined;
   if (o.json) process.stdout.write(`${JSON.stringify({ results, validation }, null, 2)}\n`);
   else process.stdout.write(renderPrepare(results));
   process.exitCode = results.some((r) => r.status === "failed") ? 1 : 0;
@@ -103,18 +104,22 @@ export async function prepareWithProgress(
   return results;
 }
 
-/** `--validate`: every prepared environment with the gold patch and without it; the verdicts are stored. */
+/**
+ * `--validate`: every prepared environment (a pulled image too) with the gold patch and without it; the verdicts of
+ * built environments are stored.
+ */
 async function validate(
   instances: Instance[],
   results: PrepareResult[],
-  env: { home: string; reposDir?: string; specsFile?: string; workers: number },
+  env: { home: string; reposDir?: string; specsFile?: string; workers: number; images?: ImagePolicy },
   json: boolean | undefined,
 ): Promise<ReturnType<typeof validationSummary>> {
-  const [{ builtInstances }, { renderValidation, validateInstances, validationSummary }] = await Promise.all([
-    import("../env/prepare.js"),
-    import("../eval/validate.js"),
-  ]);
-  const report = await validateInstances(builtInstances(instances, results), env);
+  const { renderValidation, validateInstances, validationSummary } = await import("../eval/validate.js");
+  const failed = new Set(results.filter((r) => r.status === "failed").map((r) => r.instanceId));
+  const report = await validateInstances(
+    instances.filter((i) => !failed.has(i.instance_id)),
+    env,
+  );
   if (!json) process.stdout.write(renderValidation(report));
   return validationSummary(report);
 }

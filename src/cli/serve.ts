@@ -2,6 +2,7 @@
 import type { Command } from "commander";
 import type { RunningServer, ServerOptions } from "../server/server.js";
 import type { ProviderFactory, WorkspaceProvider } from "../server/provider.js";
+import type { ImagePolicy } from "../env/instance-image.js";
 import { parseSize } from "../util/size.js";
 import { InvalidInputError } from "../errors.js";
 import { collect, fail, parseBind } from "./common.js";
@@ -121,14 +122,15 @@ export function registerServeCommand(program: Command, getHome: () => string, pr
 
 async function serverOptions(o: ServeOptions, home: string, providerFactory?: ProviderFactory) {
   const authToken = o.authToken ?? (process.env.MINISANDBOX_AUTH_TOKEN || undefined);
-  const rollouts = o.dataset ? rolloutOptions(o, o.dataset) : noRollouts(o); // its flags checked before any work
+  const images = await imagePolicyFrom(o);
+  if (images && !o.dataset)
+    throw new InvalidInputError("--images and --image-template apply to the rows of --dataset: give --dataset FILE");
+  // Its flags checked before any work; sandboxes, rollouts and rewards of a row run on the same image.
+  const rollouts = o.dataset ? rolloutOptions(o, o.dataset, images) : noRollouts(o);
   let provider: WorkspaceProvider | undefined;
   if (o.specs && !o.dataset)
     throw new InvalidInputError("--specs applies to the instances of --dataset: give --dataset FILE too");
   if (o.specs) (await import("../env/spec.js")).loadSpecOverrides(o.specs); // refused at start, not at a request
-  const images = await imagePolicyFrom(o);
-  if (images && !o.dataset)
-    throw new InvalidInputError("--images and --image-template apply to the rows of --dataset: give --dataset FILE");
   if (o.dataset) {
     if (!providerFactory)
       throw new InvalidInputError(
@@ -182,7 +184,7 @@ function noRollouts(o: ServeOptions): undefined {
   return undefined;
 }
 
-function rolloutOptions(o: ServeOptions, dataset: string): ServerOptions["rollouts"] {
+function rolloutOptions(o: ServeOptions, dataset: string, images: ImagePolicy | undefined): ServerOptions["rollouts"] {
   const mode = o.rewardMode;
   if (mode !== "fresh" && mode !== "in_place")
     throw new InvalidInputError(`--reward-mode expects fresh or in_place, got ${mode}`);
@@ -191,6 +193,7 @@ function rolloutOptions(o: ServeOptions, dataset: string): ServerOptions["rollou
     dataset,
     ...(o.specs ? { specsFile: o.specs } : {}),
     build: true,
+    ...(images ? { images } : {}),
     rewardMode: mode,
     ...(o.warmPool === undefined ? {} : { warmPool: { max: integer(o.warmPool, "--warm-pool")! } }),
     ...(max !== undefined ? { maxRollouts: max } : {}),

@@ -8,6 +8,8 @@ import { shellQuote } from "../util/shell.js";
 import { BuildError } from "../errors.js";
 import { TESTBED_PATH, VENV_PATH, type EnvSpec, type LayerKey } from "./types.js";
 import { findToolchain, type Toolchain } from "./toolchains.js";
+import type { NodeCache } from "./cache/index.js";
+import { imageRoot, type ImageRoot } from "./image-root.js";
 import { pipSettings } from "./pip-config.js";
 import { firstTime, withReachableIndexes } from "./pip-reach.js";
 import { checkoutTestbed, repoSource } from "./repos.js";
@@ -21,6 +23,8 @@ export interface BuildOptions {
   spec: EnvSpec;
   key: LayerKey;
   reposDir?: string;
+  /** Where the spec's base image's root filesystem is leased from (a spec with a base needs it). */
+  cache?: NodeCache;
   /** Per step; a step over it fails the build. */
   stepTimeoutMs?: number;
   onStep?: (step: string) => void;
@@ -93,6 +97,8 @@ class Build {
   private readonly steps: BuildResult["steps"] = [];
   private current = "prepare";
   private sandbox: Sandbox | undefined;
+  /** Gives the base image's root filesystem back (when the spec has a base). */
+  private releaseBase: (() => Promise<void>) | undefined;
   private pipEnv: Record<string, string> = {};
   /** Indexes left out because they do not answer (said again at a failure: it may be its cause). */
   private note: string | undefined;
@@ -162,13 +168,18 @@ class Build {
     return { toolchain, requirements };
   }
 
-  /** The build sandbox: network on, the trees bound writable, the user's pip configuration read-only. */
+  /**
+   * The build sandbox: network on, the trees bound writable, the user's pip configuration read-only; on the spec's
+   * base image, that image's root (and its Env) instead of the host's /usr and /etc.
+   */
   async openSandbox(toolchain: Toolchain, requirements: Requirements): Promise<void> {
     await this.step("sandbox", () => this.startSandbox(toolchain, requirements));
   }
 
   private async startSandbox(toolchain: Toolchain, requirements: Requirements): Promise<void> {
     const { home, spec, key } = this.opts;
+    const base = spec.base === undefined ? undefined : await this.step("base image", () => this.baseRoot(spec.base!));
+    this.releaseBase = base?.release;
     const configured = await pipSettings(toolchain.python);
     this.pipEnv = configured.env; // the snapshot key follows the user's configuration, not today's network
     const { settings: pip, note } = await withReachableIndexes(configured);
@@ -180,6 +191,7 @@ class Build {
     const readOnly = (source: string, target = source) => ({ source, target, readOnly: true });
     this.sandbox = await Sandbox.create({
       home,
+      ...(base ? { rootfs: base.options.rootfs } : {}),
       network: true,
       binds: [
         { source: this.trees.testbed, target: TESTBED_PATH, readOnly: false },
@@ -189,7 +201,7 @@ class Build {
       ],
       toolchains: toolchain.mounts,
       cwd: TESTBED_PATH,
-      env: { ...pip.env, PIP_NO_INPUT: "1", PIP_PROGRESS_BAR: "off", ...spec.env },
+      env: { ...base?.options.env, ...pip.env, PIP_NO_INPUT: "1", PIP_PROGRESS_BAR: "off", ...spec.env },
       labels: { purpose: "build", key },
     });
     // The trees are written by the sandbox's root, an unprivileged host uid of its own in root mode: hand them over
@@ -197,6 +209,11 @@ class Build {
     // also clears setuid and setgid bits). The history's packs stay the store's owner's: some are its objects.
     this.reuse.writer(this.rootOnHost(), this.trees.testbed);
     await chownTree([this.trees.testbed, this.trees.venv], this.rootOnHost(), join(this.trees.testbed, PACK_DIR));
+  }
+
+  private baseRoot(ref: string): Promise<ImageRoot> {
+    if (!this.opts.cache) throw new Error(`the spec's base image ${ref} needs a node cache to be leased from`);
+    return imageRoot(this.opts.cache, ref);
   }
 
   /** Whom the build sandbox's root is on the host. */
@@ -307,6 +324,7 @@ class Build {
 
   async cleanup(): Promise<void> {
     await this.sandbox?.close();
+    await this.releaseBase?.();
     rmSync(this.work, { recursive: true, force: true });
   }
 }

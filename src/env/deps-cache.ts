@@ -42,6 +42,8 @@ export function depsKey(i: DepsInputs): string | undefined {
     pip_packages: i.spec.pip_packages,
     env: Object.entries(i.spec.env).sort(),
     pip: Object.entries(i.pipEnv).sort(),
+    // A venv made on a base image is that image's (its libraries, its compilers): never the host's, nor another's.
+    ...(i.spec.base === undefined ? {} : { base: i.spec.base }),
   };
   return createHash("sha256").update(JSON.stringify(what)).digest("hex");
 }

@@ -86,6 +86,7 @@ export function ensureBuiltSteps(
         spec: opts.spec,
         key: opts.key,
         reposDir: opts.reposDir,
+        cache: nodeCacheFor(opts.home),
         onStep: opts.onStep,
       });
       writeEnvRecord(opts.home, {

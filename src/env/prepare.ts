@@ -6,8 +6,15 @@ import { BuildError } from "../errors.js";
 import { explainBuildFailure } from "./build-diagnosis.js";
 import { ensureBuiltSteps, envFor, type EnvOptions } from "./environments.js";
 import type { BuildStep } from "./build.js";
-import { findStoredImage, loadRegistryConfig, pullImage, type RegistryConfig } from "./images/index.js";
+import {
+  canonicalReference,
+  findStoredImage,
+  loadRegistryConfig,
+  pullImage,
+  type RegistryConfig,
+} from "./images/index.js";
 import type { ImagePolicy } from "./instance-image.js";
+import type { EnvSpec } from "./types.js";
 import { openStore, type Store } from "./store/index.js";
 import { homeLayout } from "../util/home.js";
 import { rowImageRef } from "./workspace.js";
@@ -41,25 +48,49 @@ export type PreparePlan = CamelOf<typeof plan.PreparePlan>;
 
 /**
  * The instances grouped by environment, nothing built: each distinct environment once, with the first of its
- * instances (what a node builds it from), and the instances whose spec cannot be made. For running elsewhere (a
- * fleet); `plan.PreparePlan.fromCamel(p)` is what `prepare --plan` prints.
+ * instances (what a node builds it from), and the instances whose spec cannot be made. A row the image policy puts on
+ * an image (`images`, default `auto`: a row's own image when `home`'s store has it) is grouped by that image, named
+ * canonically (a node pulls it, or gets it from a peer); a row whose image reference is invalid is an error. For
+ * running elsewhere (a fleet); `plan.PreparePlan.fromCamel(p)` is what `prepare --plan` prints.
  */
-export function planPrepare(instances: readonly Instance[], opts: { specsFile?: string } = {}): PreparePlan {
+export async function planPrepare(
+  instances: readonly Instance[],
+  opts: { specsFile?: string; home?: string; images?: ImagePolicy } = {},
+): Promise<PreparePlan> {
   const environments = new Map<string, PreparePlan["environments"][number]>();
   const errors: PreparePlan["errors"] = [];
   for (const instance of instances) {
     let key: string;
+    let image: string | undefined;
     try {
       key = envFor(instance, opts).key;
+      image = await plannedImage(instance, opts);
     } catch (e) {
       errors.push({ instanceId: instance.instance_id, error: (e as Error).message });
       continue;
     }
-    const env = environments.get(key) ?? { envKey: key, instanceIds: [], instance: asTaskInstance(instance) };
+    const id = image ?? key;
+    const env = environments.get(id) ?? {
+      envKey: key,
+      ...(image ? { image } : {}),
+      instanceIds: [],
+      instance: asTaskInstance(instance),
+    };
     env.instanceIds.push(instance.instance_id);
-    environments.set(key, env);
+    environments.set(id, env);
   }
   return { environments: [...environments.values()], errors };
+}
+
+/** The image a planned row runs on, by its canonical name (the one nodes list); refused when not a reference. */
+export async function plannedImage(
+  instance: Instance,
+  opts: { home?: string; images?: ImagePolicy },
+): Promise<string | undefined> {
+  const policy = opts.images ?? { kind: "auto" };
+  if (policy.kind === "none" || (policy.kind === "auto" && opts.home === undefined)) return undefined;
+  const ref = await rowImageRef(opts.home ?? "", instance, policy);
+  return ref === undefined ? undefined : canonicalReference(ref);
 }
 
 /** Build every instance's environment (each distinct one once), `workers` at a time; already-built ones are skipped. */
@@ -82,7 +113,7 @@ export async function prepareInstances(
     let key = "";
     let image: string | undefined;
     try {
-      image = await rowImageRef(opts.home, instance, opts.images ?? { kind: "auto" });
+      image = await plannedImage(instance, opts);
       const onStep = (step: string) => opts.onStep?.(instance.instance_id, step);
       let status: PrepareStatus;
       let steps: BuildStep[] | undefined;
@@ -92,6 +123,8 @@ export async function prepareInstances(
       } else {
         const env = envFor(instance, opts);
         key = env.key;
+        // A spec built on a base image needs that image here first (pulled once however many specs name it).
+        if (env.spec.base !== undefined) await pulls.ensure(env.spec.base);
         const ensured = await ensureBuiltSteps({ ...opts, ...env, onStep });
         status = ensured.status;
         if (ensured.status === "built") steps = ensured.steps;
@@ -145,12 +178,30 @@ class ImagePulls {
   }
 
   private async pull(ref: string): Promise<{ key: string; status: PrepareStatus }> {
-    const have = await findStoredImage(this.store, ref);
-    if (have) return { key: have.rootfs, status: "cached" };
     this.registries ??= loadRegistryConfig(this.home);
-    const r = await pullImage(this.store, ref, { registries: this.registries });
-    return { key: r.image.rootfs, status: "pulled" };
+    return ensureImage(this.store, ref, this.registries);
   }
+}
+
+/** A spec's base image in `home`'s store (pulled with the home's mirrors when missing); nothing without a base. */
+export async function ensureBaseImage(home: string, spec: EnvSpec): Promise<void> {
+  if (spec.base === undefined) return;
+  await ensureImage(openStore(homeLayout(home).store), spec.base, loadRegistryConfig(home));
+}
+
+/**
+ * An image in the store: `cached` when it was there, else pulled now (`registries`: mirrors, insecure and blocked
+ * hosts, as in the home's registries.json). `key` is its root filesystem's layer key.
+ */
+export async function ensureImage(
+  store: Store,
+  ref: string,
+  registries: RegistryConfig,
+): Promise<{ key: string; status: "cached" | "pulled" }> {
+  const have = await findStoredImage(store, ref);
+  if (have) return { key: have.rootfs, status: "cached" };
+  const r = await pullImage(store, ref, { registries });
+  return { key: r.image.rootfs, status: "pulled" };
 }
 
 function explained(e: unknown): { error: string; fix?: string } {

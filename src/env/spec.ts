@@ -20,6 +20,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { EnvSpec } from "./types.js";
 import { InvalidInputError, NotFoundError } from "../errors.js";
+import { canonicalReference } from "./images/reference.js";
 import type { Instance } from "../tasks/types.js";
 
 export type SpecFields = Record<string, unknown>;
@@ -81,6 +82,7 @@ const MAPPED = new Set([
   "env_vars_test",
   "extra",
   "history",
+  "base",
 ]);
 
 let builtinTable: SpecTable | undefined;
@@ -262,7 +264,18 @@ function toEnvSpec(instance: Instance, layers: Layer[], table: SpecTable): EnvSp
   const history = fields.str("history") ?? "chronological";
   if (history !== "chronological" && history !== "full") throw fields.bad("history", '"chronological" or "full"');
   if (history === "full") spec.history = "full";
+  const base = fields.str("base");
+  if (base !== undefined) spec.base = baseImage(base, fields);
   return spec;
+}
+
+/** A spec's base image, by its canonical name (so that `debian:12` and `docker.io/library/debian:12` share a key). */
+function baseImage(ref: string, fields: SpecFieldReader): string {
+  try {
+    return canonicalReference(ref);
+  } catch {
+    throw fields.bad("base", `an image reference such as docker.io/library/debian:12, not ${JSON.stringify(ref)}`);
+  }
 }
 
 /** The layers merged field by field (later ones win), read with the type each field must have. */
@@ -352,7 +365,8 @@ function extraFields(
 
 /**
  * Hex sha256 naming the layer a spec builds. Covers what changes the built trees: repo, commit, python,
- * packages, pip_packages, pre_install, install, env, extra, and the history policy (through the schema tag: a
+ * packages, pip_packages, pre_install, install, env, extra, the base image (when there is one: keys without it are
+ * unchanged), and the history policy (through the schema tag: a
  * chronological testbed and a full-history one never share a key, and full-history keys are the ones layers had
  * before chronological testbeds, so such stores stay valid). Not test_cmd or eval_commands: they run at
  * evaluation time, so specs differing only there share a layer. A builder that wants more in the key (e.g.
@@ -371,6 +385,7 @@ export function specKey(spec: EnvSpec): string {
     install: spec.install,
     env: spec.env,
     extra: spec.extra && Object.keys(spec.extra).length > 0 ? spec.extra : undefined,
+    base: spec.base,
   };
   return createHash("sha256").update(canonicalJson(keyed)).digest("hex");
 }

@@ -33,6 +33,11 @@ export interface EnvSpec {
    * "full" keeps every ref of the source, the fix included (what testbeds were before; gameable).
    */
   history?: "full";
+  /**
+   * An image of the store (canonical reference) the environment is built and run on, as its `/` instead of the
+   * host's /usr and /etc: hermetic builds, the same system on every node. Absent: the host's.
+   */
+  base?: string;
 }
 
 /** `chronological`: nothing that postdates the base commit is in the testbed; `full`: the source's whole history. */

@@ -15,9 +15,10 @@ import { homeLayout, resolveHome } from "../util/home.js";
 import type { CacheLease } from "./cache/index.js";
 import { ensurePresent, envFor, nodeCacheFor, readEnvRecord, writeEnvRecord } from "./environments.js";
 import { pythonOnPath } from "./python-on-path.js";
-import { acquireImageRootfs, findStoredImage, imageRuntime } from "./images/index.js";
+import { findStoredImage } from "./images/index.js";
+import { imageRoot } from "./image-root.js";
 import { imageFor, type ImagePolicy } from "./instance-image.js";
-import { canChown, isLayerKey, openStore, readManifest, storeIds, type HttpSource } from "./store/index.js";
+import { isLayerKey, openStore, readManifest, type HttpSource } from "./store/index.js";
 import { specKey } from "./spec.js";
 import { findToolchain, type Toolchain } from "./toolchains.js";
 import { BUG_COMMIT_SCRIPT, BUG_ON_TOP_SCRIPT, SETUP_ENV } from "./task-setup.js";
@@ -290,32 +291,16 @@ async function dirWorkspace(req: SandboxRequest): Promise<Workspace> {
  */
 async function imageWorkspace(req: SandboxRequest, ref: string): Promise<Workspace> {
   const home = resolveHome(req.home);
-  const cache = nodeCacheFor(home);
-  const { image, root, lease } = await acquireImageRootfs(cache, ref);
+  const { image, options: onImage, release } = await imageRoot(nodeCacheFor(home), ref);
   const instance = typeof req.instance === "object" ? req.instance : undefined;
-  try {
-    const run = await imageRuntime(cache.store, image);
-    const owner = canChown() ? storeIds(cache.store).base : undefined;
-    const base: SandboxOptions = {
-      home,
-      rootfs: { path: root, ...(owner === undefined ? {} : { owner }), home: run.home },
-      env: run.env,
-      cwd: run.cwd,
-      uid: run.uid,
-      gid: run.gid,
-      labels: { image: ref, env: image.rootfs, ...(instance ? { instance: instance.instance_id } : {}) },
-    };
-    const options = withOwn(base, ownOptions({ ...req, home }));
-    return new Workspace({
-      kind: instance ? "instance" : "image",
-      options,
-      ...(instance ? { instance, setup: (sb: Sandbox) => applyBugOnTop(sb, instance) } : {}),
-      release: () => lease.release(),
-    });
-  } catch (e) {
-    await lease.release();
-    throw e;
-  }
+  const labels = { image: ref, env: image.rootfs, ...(instance ? { instance: instance.instance_id } : {}) };
+  const options = withOwn({ ...onImage, home, labels }, ownOptions({ ...req, home }));
+  return new Workspace({
+    kind: instance ? "instance" : "image",
+    options,
+    ...(instance ? { instance, setup: (sb: Sandbox) => applyBugOnTop(sb, instance) } : {}),
+    release,
+  });
 }
 
 /** An instance's (or a built environment's) workspace: the layer made present, leased, mounted copy-on-write. */
@@ -329,15 +314,36 @@ async function taskWorkspace(req: SandboxRequest & { instance?: Instance }): Pro
   const { spec, key } = env ?? (await builtEnv(home, req.envKey!));
   const toolchain = await toolchainFor(home, spec.python);
   const lease = await nodeCacheFor(home).acquire(key);
-  const options = withOwn(layerOptions(home, spec, key, lease, toolchain, instance), ownOptions({ ...req, home }));
+  const base = await baseRoot(home, spec).catch(async (e) => {
+    await lease.release();
+    throw e;
+  });
+  const layer = layerOptions(home, spec, key, lease, toolchain, instance);
+  const options = withOwn(base ? withOwn(base.options, layer) : layer, ownOptions({ ...req, home }));
   return new Workspace({
     kind: instance ? "instance" : "env_key",
     options,
     env: { spec, key },
     ...(instance ? { instance } : {}),
     setup: (sb) => (instance ? applyTaskSetup(sb, instance, spec) : Promise.resolve()),
-    release: () => lease.release(),
+    release: async () => {
+      await lease.release();
+      await base?.release();
+    },
   });
+}
+
+/** A spec-built environment on a base image runs on that image's root (and its Env), as it was built. */
+async function baseRoot(
+  home: string,
+  spec: EnvSpec,
+): Promise<{ options: SandboxOptions; release: () => Promise<void> } | undefined> {
+  if (spec.base === undefined) return undefined;
+  const { options, release } = await imageRoot(nodeCacheFor(home), spec.base);
+  // The image's own PATH with the venv first (pathPrepend prefixes only the default PATH, not a given one).
+  const path = options.env?.["PATH"];
+  const env = path === undefined ? options.env : { ...options.env, PATH: `${VENV_PATH}/bin:${path}` };
+  return { options: { rootfs: options.rootfs, env, labels: { base: spec.base } }, release };
 }
 
 /** Sandbox options for a built layer: its trees copy-on-write, its interpreter, its venv first on PATH. */

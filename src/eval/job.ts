@@ -8,7 +8,10 @@ import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { errMessage, LayerUnavailableError, LimitError, MinisandboxError, NotFoundError } from "../errors.js";
 import { ensurePresent, envFor } from "../env/environments.js";
-import type { HttpSource } from "../env/store/index.js";
+import { loadRegistryConfig } from "../env/images/index.js";
+import { ensureBaseImage, ensureImage } from "../env/prepare.js";
+import { openStore, type HttpSource } from "../env/store/index.js";
+import { homeLayout } from "../util/home.js";
 import type { InstanceEnv } from "../env/workspace.js";
 import type { Sandbox } from "../sandbox/sandbox.js";
 import { appendInstanceLog, LOG_FILES } from "./report.js";
@@ -44,8 +47,8 @@ export interface EvalJobResult {
   timings?: PhaseTimings;
   warnings: string[];
   envKey?: string;
-  /** How the environment got here: it was already here, fetched from a peer, or built now. */
-  layer?: "present" | "fetched" | "built";
+  /** How the environment got here: it was already here, fetched from a peer, built now, or (an image) pulled now. */
+  layer?: "present" | "fetched" | "built" | "pulled";
 }
 
 /** Failures of the node rather than the instance: the job should run again (here later, or elsewhere). */
@@ -91,17 +94,9 @@ export async function runEvalJob(input: EvalJobInput): Promise<EvalJobResult> {
       return failed(input, "Environment Missing", errMessage(e));
     }
   }
-  let layer: EvalJobResult["layer"];
-  try {
-    // On an image, the image is the environment (the sandbox's open says when the store lacks it).
-    if (input.image === undefined) layer = await ensurePresent(env, { ...input, build: input.build ?? false });
-  } catch (e) {
-    // No source had it: another node may (run the job there). Nothing has it and it may not be built: the
-    // evaluation records "Environment Missing" itself, with its log and timings, as it does for a missing layer.
-    if (e instanceof LayerUnavailableError) throw e;
-    if (!(e instanceof NotFoundError))
-      return failed(input, "Environment Build Failed", `environment build failed: ${errMessage(e)}`, env.key);
-  }
+  const present = await presentEnvironment(input, env);
+  if ("instanceId" in present) return present;
+  const { layer } = present;
   await clearInstanceOutputs(input.logDir);
   let notHere: unknown;
   const open = input.openSandbox;
@@ -127,6 +122,43 @@ export async function runEvalJob(input: EvalJobInput): Promise<EvalJobResult> {
     envKey: env.key,
     ...(layer ? { layer } : {}),
   };
+}
+
+/**
+ * The job's environment made present: its layer (fetched, else built when the job may build), or its image (pulled
+ * when missing and the job may build). A failure to make it is the job's result; nothing that has it and no leave
+ * to make it is not: the evaluation records "Environment Missing" itself, with its log and timings.
+ */
+async function presentEnvironment(
+  input: EvalJobInput,
+  env: InstanceEnv,
+): Promise<{ layer?: EvalJobResult["layer"] } | EvalJobResult> {
+  const build = input.build ?? false;
+  if (input.image !== undefined) {
+    if (!build) return {};
+    try {
+      const store = openStore(homeLayout(input.home).store);
+      const r = await ensureImage(store, input.image, loadRegistryConfig(input.home));
+      return { layer: r.status === "pulled" ? "pulled" : "present" };
+    } catch (e) {
+      const message = `image ${input.image} could not be pulled: ${errMessage(e)}`;
+      return failed(input, "Environment Build Failed", message, env.key);
+    }
+  }
+  try {
+    if (build) await ensureBaseImage(input.home, env.spec);
+  } catch (e) {
+    const message = `base image ${env.spec.base} could not be pulled: ${errMessage(e)}`;
+    return failed(input, "Environment Build Failed", message, env.key);
+  }
+  try {
+    return { layer: await ensurePresent(env, { ...input, build }) };
+  } catch (e) {
+    // No source had it: another node may (run the job there).
+    if (e instanceof LayerUnavailableError) throw e;
+    if (e instanceof NotFoundError) return {};
+    return failed(input, "Environment Build Failed", `environment build failed: ${errMessage(e)}`, env.key);
+  }
 }
 
 /** The files a job may leave, by name (the harness's five, `timings.json` and `integrity.json`). */

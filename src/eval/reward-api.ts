@@ -36,8 +36,13 @@ export interface EvaluateOptions {
   home?: string;
   specsFile?: string;
   reposDir?: string;
-  /** Build the environment if the store lacks it (default true). */
+  /** Build the environment if the store lacks it (default true; never for an attempt on an image). */
   build?: boolean;
+  /**
+   * An instance and a patch: grade it on this image of the store (its root filesystem, the spec's eval script)
+   * instead of the built environment. A live sandbox on an image is graded on its own image.
+   */
+  image?: string;
   /** Whole-instance timeout (default 1800 s). */
   timeoutMs?: number;
   /** "binary" (default: 1 for FULL, else 0), "fraction", or a function of the grade. */
@@ -133,7 +138,7 @@ export async function evaluate(target: EvaluateTarget, opts: EvaluateOptions = {
     throw new InvalidInputError("evaluate: inPlace grades a live sandbox, not a patch");
   const a = await startAttempt(target, opts);
   if (a.live && opts.inPlace) return evaluateInPlace(a, a.live, opts);
-  if (opts.build ?? true) {
+  if ((opts.build ?? true) && a.image === undefined) {
     try {
       await ensurePresent(a.env, { home: a.home, build: true, reposDir: opts.reposDir, specsFile: opts.specsFile });
     } catch (e) {
@@ -165,7 +170,9 @@ async function startAttempt(target: EvaluateTarget, opts: EvaluateOptions): Prom
   );
   const home = resolveHome(opts.home ?? live?.home);
   const env = envFor(instance, { specsFile: opts.specsFile });
-  const image = live?.labels["image"];
+  const image = live ? live.labels["image"] : opts.image;
+  if (live && opts.image !== undefined && opts.image !== image)
+    throw new InvalidInputError(`evaluate: sandbox ${live.id} does not run on image ${opts.image}; leave image out`);
   if (!image && live?.labels["env"] && live.labels["env"] !== env.key) {
     throw new InvalidInputError(
       `evaluate: sandbox ${live.id} runs environment ${live.labels["env"].slice(0, 12)}, ` +

@@ -10,13 +10,13 @@ import { join, resolve } from "node:path";
 import { asTaskInstance, loadDataset, selectInstances } from "../tasks/index.js";
 import type { Instance } from "../tasks/types.js";
 import type { CamelOf, plan } from "../wire/index.js";
-import { rowImageRef, type InstanceEnv } from "../env/workspace.js";
+import type { InstanceEnv } from "../env/workspace.js";
 import { envFor, isBuilt } from "../env/environments.js";
 import { findStoredImage } from "../env/images/index.js";
 import type { ImagePolicy } from "../env/instance-image.js";
 import { openStore } from "../env/store/index.js";
 import { homeLayout } from "../util/home.js";
-import { prepareInstances } from "../env/prepare.js";
+import { plannedImage, prepareInstances } from "../env/prepare.js";
 import { Progress, pool } from "../util/progress.js";
 import { InvalidInputError } from "../errors.js";
 import type { ResolutionStatus } from "./grading.js";
@@ -185,6 +185,7 @@ export async function planEvaluation(opts: RunEvaluationOptions): Promise<Evalua
     jobs: runnable.map((j) => ({
       instanceId: j.instance.instance_id,
       envKey: j.env!.key,
+      ...(j.image ? { image: j.image } : {}),
       logDir: j.logDir,
       modelNameOrPath: j.prediction.model_name_or_path,
       modelPatch: j.prediction.model_patch ?? "",
@@ -386,7 +387,7 @@ async function resolveEnvironments(run: Run, jobs: Job[]): Promise<Job[]> {
   for (const job of jobs) {
     try {
       job.env = envFor(job.instance, { specsFile: run.opts.specsFile });
-      const image = await rowImageRef(run.opts.home, job.instance, policy);
+      const image = await plannedImage(job.instance, { home: run.opts.home, images: policy });
       if (image !== undefined) job.image = image;
     } catch (e) {
       await recordError(run, job, "Environment Missing", (e as Error).message);

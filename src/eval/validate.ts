@@ -2,14 +2,25 @@
  * Environment validation: an environment is only trustworthy for an instance if, in a fresh sandbox, every
  * FAIL_TO_PASS and PASS_TO_PASS test passes with the gold patch, and the FAIL_TO_PASS tests fail without it
  * (eval.sh on the untouched base). The verdict is stored with the environment (env record `validation`), and
- * `evaluate` warns when it grades an instance on an environment that failed.
+ * `evaluate` warns when it grades an instance on an environment that failed. A row on an image (the image policy,
+ * as prepare and evaluate read it) is checked on that image the same way; its verdict is reported, not stored (the
+ * record is the built environment's).
  */
 import { join } from "node:path";
 import type { Instance } from "../tasks/types.js";
 import type { Limits } from "../sandbox/limits.js";
 import type { LayerKey } from "../env/types.js";
-import type { InstanceEnv } from "../env/workspace.js";
-import { envFor, isBuilt, readEnvRecord, writeEnvRecord, type ValidationVerdict } from "../env/environments.js";
+import { rowImageRef, type InstanceEnv } from "../env/workspace.js";
+import {
+  envFor,
+  isBuilt,
+  nodeCacheFor,
+  readEnvRecord,
+  writeEnvRecord,
+  type ValidationVerdict,
+} from "../env/environments.js";
+import { findStoredImage } from "../env/images/index.js";
+import type { ImagePolicy } from "../env/instance-image.js";
 import { Progress, pool } from "../util/progress.js";
 import { parseTestList, testFailed, testPassed, type ResolutionStatus } from "./grading.js";
 import type { StatusMap } from "./types.js";
@@ -32,6 +43,8 @@ export interface ValidateOptions {
   logDir?: string;
   /** Progress bar on stderr (default true). */
   progress?: boolean;
+  /** Which rows run on an image of the store (default `auto`: a row's own image_name / docker_image if present). */
+  images?: ImagePolicy;
   onResult?: (result: InstanceValidation) => void;
 }
 
@@ -44,7 +57,10 @@ export interface ValidationRun {
 
 export interface InstanceValidation {
   instanceId: string;
+  /** The built environment's key, or the image's root filesystem's. */
   key: LayerKey;
+  /** The image it was checked on, when its row runs on one. */
+  image?: string;
   /** false also when the instance could not be checked (see skipped). */
   valid: boolean;
   /** Why the instance was not checked (its environment is not built, or has no spec). */
@@ -112,9 +128,10 @@ const brief = (r: InstanceEvalResult): ValidationRun => ({
   timings: r.timings,
 });
 
-/** An instance whose environment is built, with that environment. */
+/** An instance whose environment is built (or whose image is in the store), with that environment. */
 interface Item extends InstanceEnv {
   instance: Instance;
+  image?: string;
 }
 
 /** Validate instances on their built environments; store one verdict per environment. */
@@ -135,7 +152,7 @@ export async function validateInstances(
   };
 }
 
-/** The instances that can be checked; the others get a `skipped` result (no spec, or not built). */
+/** The instances that can be checked; the others get a `skipped` result (no spec, not built, image not pulled). */
 async function checkable(
   instances: readonly Instance[],
   opts: ValidateOptions,
@@ -144,19 +161,23 @@ async function checkable(
   const items: Item[] = [];
   for (const instance of instances) {
     const instanceId = instance.instance_id;
+    const skip = (key: string, skipped: string) =>
+      results.set(instanceId, { instanceId, key, valid: false, skipped, problems: [] });
     let env: InstanceEnv;
+    let image: string | undefined;
     try {
       env = envFor(instance, { specsFile: opts.specsFile });
+      image = await rowImageRef(opts.home, instance, opts.images ?? { kind: "auto" });
     } catch (e) {
-      results.set(instanceId, { instanceId, key: "", valid: false, skipped: (e as Error).message, problems: [] });
+      skip("", (e as Error).message);
       continue;
     }
-    if (!(await isBuilt(opts.home, env.key))) {
-      const skipped = `environment ${env.key.slice(0, 12)} is not built`;
-      results.set(instanceId, { instanceId, key: env.key, valid: false, skipped, problems: [] });
-      continue;
-    }
-    items.push({ instance, ...env });
+    if (image !== undefined) {
+      const record = await findStoredImage(nodeCacheFor(opts.home).store, image);
+      if (record) items.push({ instance, spec: env.spec, key: record.rootfs, image });
+      else skip("", `image ${image} is not in the store (minisandbox images pull ${image})`);
+    } else if (await isBuilt(opts.home, env.key)) items.push({ instance, ...env });
+    else skip(env.key, `environment ${env.key.slice(0, 12)} is not built`);
   }
   return items;
 }
@@ -195,6 +216,7 @@ function runOnce(item: Item, patch: string | null, opts: ValidateOptions): Promi
     home: opts.home,
     instance: item.instance,
     env: { spec: item.spec, key: item.key },
+    ...(item.image ? { image: item.image } : {}),
     patch,
     model: mode,
     timeoutMs: opts.timeoutMs,
@@ -214,7 +236,7 @@ function storeVerdicts(
 ): Record<LayerKey, ValidationVerdict> {
   const verdicts: Record<LayerKey, ValidationVerdict> = {};
   const byKey = new Map<LayerKey, InstanceValidation[]>();
-  for (const item of items) {
+  for (const item of items.filter((i) => i.image === undefined)) {
     const v = results.get(item.instance.instance_id)!;
     byKey.set(item.key, [...(byKey.get(item.key) ?? []), v]);
   }
@@ -243,7 +265,7 @@ function storeVerdicts(
 }
 
 function verdictFor(
-  item: { instance: Instance; key: LayerKey },
+  item: { instance: Instance; key: LayerKey; image?: string },
   gold: InstanceEvalResult | undefined,
   base: InstanceEvalResult | undefined,
 ): InstanceValidation {
@@ -256,6 +278,7 @@ function verdictFor(
   return {
     instanceId: instance.instance_id,
     key: item.key,
+    ...(item.image ? { image: item.image } : {}),
     valid: problems.length === 0,
     problems,
     ...(gold ? { gold: brief(gold) } : {}),
@@ -269,7 +292,7 @@ export function renderValidation(report: ValidationReport): string {
   const ok = report.results.filter((r) => r.valid).length;
   lines.push(`validation: ${ok} valid, ${report.invalid.length} invalid, ${report.skipped.length} not checked`);
   for (const r of report.invalid) {
-    lines.push(`  ${r.instanceId} (environment ${r.key.slice(0, 12)}): INVALID`);
+    lines.push(`  ${r.instanceId} (${r.image ? `image ${r.image}` : `environment ${r.key.slice(0, 12)}`}): INVALID`);
     for (const p of r.problems) lines.push(`    - ${p}`);
   }
   for (const r of report.skipped) lines.push(`  ${r.instanceId}: not checked: ${r.skipped}`);

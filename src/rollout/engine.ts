@@ -3,7 +3,8 @@
  * pre-checks; the live rollouts by id. One per process and home is enough (the HTTP server holds one).
  */
 import { envFor, nodeCacheFor } from "../env/environments.js";
-import { resolveWorkspace, type Workspace } from "../env/workspace.js";
+import { getImage } from "../env/images/index.js";
+import { resolveWorkspace, rowImageRef, type InstanceEnv, type Workspace } from "../env/workspace.js";
 import { InvalidInputError, LimitError, NotFoundError, UnavailableError } from "../errors.js";
 import { evaluate, type EvaluateOptions } from "../eval/reward-api.js";
 import { evalSandboxSettings } from "../eval/runner/sandbox.js";
@@ -48,9 +49,22 @@ export class RolloutEngine {
     this.opts = opts;
     this.home = resolveHome(opts.home);
     this.pool = new WarmPool(warmPoolMax(opts.warmPool), opts.warmPool?.ttlMs ?? 15 * 60_000);
-    this.gold = new GoldChecks(this.home, (instance) =>
-      evaluate({ instance, patch: instance.patch ?? "" }, { ...this.evaluateOptions(), reward: "binary" }),
-    );
+    this.gold = new GoldChecks(this.home, async (instance) => {
+      const { image } = await this.taskEnv(instance);
+      const opts: EvaluateOptions = { ...this.evaluateOptions(), reward: "binary", ...(image ? { image } : {}) };
+      return evaluate({ instance, patch: instance.patch ?? "" }, opts);
+    });
+  }
+
+  /**
+   * A task's environment: its spec (the eval script's), the image it runs on when the image policy gives it one,
+   * and the key its workspace, pool slot and gold verdicts go by (the image's root filesystem, else the layer's).
+   */
+  private async taskEnv(instance: Instance): Promise<TaskEnv> {
+    const env = envFor(instance, { specsFile: this.opts.specsFile });
+    const image = await rowImageRef(this.home, instance, this.opts.images ?? { kind: "auto" });
+    if (image === undefined) return { env, key: env.key };
+    return { env, image, key: (await getImage(nodeCacheFor(this.home).store, image)).rootfs };
   }
 
   private evaluateOptions(): EvaluateOptions {
@@ -91,10 +105,9 @@ export class RolloutEngine {
     return found;
   }
 
-  /** The task's shared workspace: the live one, or resolved now (layer materialized, one lease). */
-  private workspaceFor(instance: Instance): Promise<Workspace> {
-    const env = envFor(instance, { specsFile: this.opts.specsFile });
-    const id = taskKey(instance, env.key);
+  /** The task's shared workspace: the live one, or resolved now (layer or image root materialized, one lease). */
+  private workspaceFor(instance: Instance, { env, image, key }: TaskEnv): Promise<Workspace> {
+    const id = taskKey(instance, key);
     const existing = this.shares.get(id);
     if (existing && !existing.isReleased) return Promise.resolve(existing);
     let p = this.resolving.get(id);
@@ -109,6 +122,7 @@ export class RolloutEngine {
           home: this.home,
           instance,
           environment: env,
+          ...(image ? { image } : {}),
           specsFile: o.specsFile,
           reposDir: o.reposDir,
           build: o.build ?? false,
@@ -128,9 +142,9 @@ export class RolloutEngine {
   }
 
   /** The task's shared workspace, held (a share let go meanwhile is resolved again). */
-  private async holdWorkspace(instance: Instance): Promise<{ share: Workspace; letGo: () => void }> {
+  private async holdWorkspace(instance: Instance, te: TaskEnv): Promise<{ share: Workspace; letGo: () => void }> {
     for (;;) {
-      const share = await this.workspaceFor(instance);
+      const share = await this.workspaceFor(instance, te);
       if (!share.isReleased) return { share, letGo: share.hold() };
     }
   }
@@ -138,7 +152,7 @@ export class RolloutEngine {
   /** The gold verdict of a task (checked now unless stored); TaskInvalidError when the gold patch fails. */
   async goldCheck(ref: Instance | string): Promise<GoldVerdict> {
     const instance = await this.task(ref);
-    return this.gold.require(instance, envFor(instance, { specsFile: this.opts.specsFile }).key);
+    return this.gold.require(instance, (await this.taskEnv(instance)).key);
   }
 
   /** Start a group of `n` rollouts of one task: sandboxes from the warm pool first, the rest started together. */
@@ -150,16 +164,17 @@ export class RolloutEngine {
     const ttlMs = req.ttlMs ?? this.opts.ttlMs ?? 2 * HOUR_MS;
     if (!(ttlMs > 0)) throw new InvalidInputError(`ttlMs must be positive, got ${ttlMs}`, { field: "ttl" });
     const instance = await this.task(req.instance);
-    if (req.goldCheck ?? this.opts.goldCheck ?? false) await this.goldCheck(instance);
+    const te = await this.taskEnv(instance);
+    if (req.goldCheck ?? this.opts.goldCheck ?? false) await this.gold.require(instance, te.key);
     const tGold = performance.now();
     const owner = req.owner ?? ANONYMOUS_OWNER;
     // The owner's own warm sandboxes of this task are part of the group: reserved and taken in one step.
-    const slot = poolKey(owner, taskKey(instance, envFor(instance, { specsFile: this.opts.specsFile }).key));
+    const slot = poolKey(owner, taskKey(instance, te.key));
     this.reserve(req.n, owner, Math.min(req.n, this.pool.sizeFor(slot)));
     const warm = this.pool.take(slot, req.n);
     let held: { share: Workspace; letGo: () => void };
     try {
-      held = await this.holdWorkspace(instance);
+      held = await this.holdWorkspace(instance, te);
     } catch (e) {
       this.unreserve(req.n, owner);
       await Promise.all(warm.map((sb) => sb.close()));
@@ -339,11 +354,12 @@ export class RolloutEngine {
     };
     try {
       const instance = await this.task(ref);
-      const key = envFor(instance, { specsFile: this.opts.specsFile }).key;
+      const te = await this.taskEnv(instance);
+      const key = te.key;
       out.envKey = key;
       const t = performance.now();
       const cached = await nodeCacheFor(this.home).has(key);
-      const { share, letGo } = await this.holdWorkspace(instance);
+      const { share, letGo } = await this.holdWorkspace(instance, te);
       if (held.has(taskKey(instance, key))) letGo();
       else held.set(taskKey(instance, key), letGo);
       out.layer = cached ? "cached" : "materialized";
@@ -396,6 +412,13 @@ function warmPoolMax(o: RolloutEngineOptions["warmPool"]): number {
 }
 
 const ANONYMOUS_OWNER: RolloutOwner = { name: "" };
+
+/** A task's environment as the engine keys it (`RolloutEngine.taskEnv`). */
+interface TaskEnv {
+  env: InstanceEnv;
+  image?: string;
+  key: string;
+}
 
 /** A warm pool slot: the owner's own, per task. */
 function poolKey(owner: Pick<RolloutOwner, "name">, task: string): string {

@@ -47,8 +47,9 @@ export class RolloutGroup {
     return this.instance.instance_id;
   }
 
+  /** The built environment's key, or the image's root filesystem's (the layer its sandboxes run on). */
   get envKey(): string {
-    return this.workspace.env!.key;
+    return this.workspace.env?.key ?? this.workspace.options.labels?.["env"] ?? "";
   }
 
   get isClosed(): boolean {

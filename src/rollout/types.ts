@@ -3,6 +3,7 @@
  * is the rollout API's wire contract (src/wire/rollout.ts) in its camelCase form: declared once there, converted by
  * the contract's own `toCamel` / `fromCamel`.
  */
+import type { ImagePolicy } from "../env/instance-image.js";
 import type { RewardSpec } from "../eval/grading.js";
 import type { Limits } from "../sandbox/limits.js";
 import type { Instance } from "../tasks/types.js";
@@ -51,6 +52,12 @@ export interface RolloutEngineOptions {
   reposDir?: string;
   /** Build a task's environment on first use if the store lacks it (default false: a clear error). */
   build?: boolean;
+  /**
+   * Which tasks run on an image of the store instead of an environment built from their spec (src/env/instance-image:
+   * default `auto`, a row's own image_name / docker_image when the store holds it): their rollouts, pool sandboxes,
+   * fresh rewards and gold checks all run on that image's root filesystem, with the spec's eval script.
+   */
+  images?: ImagePolicy;
   /** Limits of every rollout sandbox. */
   limits?: Limits;
   /** Network in rollout sandboxes (default false). */

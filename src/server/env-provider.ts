@@ -10,6 +10,9 @@ import { agentDiff, pristineListing } from "../eval/runner/agent-diff.js";
 import { BuildError, errMessage, NotFoundError } from "../errors.js";
 import { withOneLineMessage } from "../env/build-diagnosis.js";
 import { homeLayout } from "../util/home.js";
+import { getImage, loadRegistryConfig } from "../env/images/index.js";
+import { ensureBaseImage, ensureImage } from "../env/prepare.js";
+import { openStore } from "../env/store/index.js";
 import type { ImagePolicy } from "../env/instance-image.js";
 import type {
   EvaluationJob,
@@ -72,9 +75,12 @@ export function envProvider(opts: {
     prepare: (inst, o) => prepareHere(opts, inst, o),
     evaluateJob: (job, open) =>
       evaluateJobHere(opts, job, async (env) => {
-        const ws = await resolveWorkspace(await evalSandboxRequest({ home: opts.home, instance: job.instance, env }));
-        const meta = { instance_id: job.instance.instance_id, env_key: env.key, repo: env.spec.repo, purpose: "eval" };
-        return open(tracked(ws, meta));
+        const image = job.image === undefined ? {} : { image: job.image };
+        const ws = await resolveWorkspace(
+          await evalSandboxRequest({ home: opts.home, instance: job.instance, env, ...image }),
+        );
+        const meta = { instance_id: job.instance.instance_id, env_key: env.key, repo: env.spec.repo, ...image };
+        return open(tracked(ws, { ...meta, purpose: "eval" }));
       }),
   };
 }
@@ -147,8 +153,9 @@ class Pending {
 async function prepareHere(
   opts: ProviderOptions,
   instance: Instance,
-  o: LayerSources & { build: boolean },
+  o: LayerSources & { build: boolean; image?: string },
 ): Promise<PrepareOutcome> {
+  if (o.image !== undefined) return prepareImageHere(opts.home, o.image, o.build);
   let env: InstanceEnv;
   try {
     env = envFor(instance, { specsFile: opts.specsFile });
@@ -156,11 +163,38 @@ async function prepareHere(
     return { envKey: null, status: "failed", error: errMessage(e) };
   }
   try {
+    if (o.build) await ensureBaseImage(opts.home, env.spec);
+  } catch (e) {
+    return {
+      envKey: env.key,
+      status: "failed",
+      error: `base image ${env.spec.base} could not be pulled: ${errMessage(e)}`,
+    };
+  }
+  try {
     const status = await ensurePresent(env, { ...opts, sources: o.sources, build: o.build });
     return { envKey: env.key, status, error: null };
   } catch (e) {
     if (e instanceof BuildError) return { envKey: env.key, status: "failed", error: errMessage(e) };
     throw e;
+  }
+}
+
+/**
+ * A row's image present here: in the store already, else pulled (with the home's mirrors) when the job may make
+ * what is missing; a pull that fails is the row's failure.
+ */
+async function prepareImageHere(home: string, image: string, build: boolean): Promise<PrepareOutcome> {
+  const store = openStore(homeLayout(home).store);
+  if (!build) {
+    const have = await getImage(store, image);
+    return { envKey: have.rootfs, status: "present", error: null };
+  }
+  try {
+    const r = await ensureImage(store, image, loadRegistryConfig(home));
+    return { envKey: r.key, status: r.status === "pulled" ? "pulled" : "present", error: null };
+  } catch (e) {
+    return { envKey: null, status: "failed", error: `image ${image} could not be pulled: ${errMessage(e)}` };
   }
 }
 

@@ -7,6 +7,7 @@
 import { rmSync } from "node:fs";
 import { join } from "node:path";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
+import { canonicalReference } from "../env/images/index.js";
 import { NotImplementedError, UnavailableError } from "../errors.js";
 import type { Sandbox } from "../sandbox/sandbox.js";
 import type { Instance } from "../tasks/index.js";
@@ -39,7 +40,8 @@ async function prepareRoute(ctx: RouteContext, req: FastifyRequest): Promise<nat
   ctx.peers.check(body.sources);
   const instance = jobInstance(body);
   const started = performance.now();
-  const r = await provider.prepare(instance, { sources: body.sources.map(toHttpSource), build: body.build });
+  const image = body.image === undefined ? {} : { image: canonicalReference(body.image) };
+  const r = await provider.prepare(instance, { sources: body.sources.map(toHttpSource), build: body.build, ...image });
   return {
     instance_id: instance.instance_id,
     env_key: r.envKey,
@@ -65,6 +67,7 @@ async function evaluationRoute(
   const { result, files } = await provider.evaluateJob(
     {
       instance,
+      ...(body.image === undefined ? {} : { image: canonicalReference(body.image) }),
       patch: body.model_patch,
       model: body.model_name_or_path,
       ...(body.timeout_seconds !== undefined ? { timeoutMs: body.timeout_seconds * 1000 } : {}),

@@ -22,15 +22,16 @@ export interface LayerSources {
   sources?: readonly HttpSource[];
 }
 
-/** One environment made present on this node: found here, fetched from a peer, built, or not (with why). */
+/** One environment made present on this node: found here, fetched from a peer, built, pulled, or not (with why). */
 export interface PrepareOutcome {
+  /** The layer's key; for an image, its root filesystem's. */
   envKey: string | null;
-  status: "present" | "fetched" | "built" | "failed";
+  status: "present" | "fetched" | "built" | "pulled" | "failed";
   error: string | null;
 }
 
 /** One job of a run planned elsewhere: an instance and its prediction, as the job runner takes them. */
-export type EvaluationJob = Pick<EvalJobInput, "instance" | "patch" | "model" | "timeoutMs" | "sources"> & {
+export type EvaluationJob = Pick<EvalJobInput, "instance" | "image" | "patch" | "model" | "timeoutMs" | "sources"> & {
   /** Build the environment when neither this node nor a source has it. */
   build: boolean;
 };
@@ -56,8 +57,8 @@ export interface WorkspaceProvider {
   listInstances?(): Promise<string[]>;
   /** Wait for what the provider still does in the background (e.g. giving layers back); called at shutdown. */
   settle?(): Promise<void>;
-  /** Make a dataset row's environment present on this node (fetch it, else build it). */
-  prepare?(instance: Instance, opts: LayerSources & { build: boolean }): Promise<PrepareOutcome>;
+  /** Make a dataset row's environment present on this node (fetch it, else build it; its `image`: pull it). */
+  prepare?(instance: Instance, opts: LayerSources & { build: boolean; image?: string }): Promise<PrepareOutcome>;
   /**
    * Evaluate one job as the harness does, in a fresh sandbox made by `open` (the server's, so it is counted,
    * labelled and closed like any other); returns the outcome and the harness's files.

@@ -9,6 +9,7 @@ import { join } from "node:path";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { ForbiddenError, NotFoundError, InvalidInputError } from "../errors.js";
 import { nodeCacheFor } from "../env/environments.js";
+import { listStoredImages } from "../env/images/index.js";
 import {
   assertLayerKey,
   exportPack,
@@ -84,7 +85,10 @@ function registerLayerRoutes(app: FastifyInstance, ctx: RouteContext, store: () 
       const digest = await digests.of(s, key).catch(() => undefined);
       if (digest) layers.push({ key, manifest_sha256: digest, materialized: cached.has(key) });
     }
-    return { layers };
+    const images = (await listStoredImages(s)).flatMap((i) =>
+      i.refs.map((name) => ({ name, rootfs: i.record.rootfs })),
+    );
+    return { layers, images };
   });
 
   app.get("/store/layers/:key/manifest", { config }, async (req, reply) => {

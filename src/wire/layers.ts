@@ -20,7 +20,13 @@ export const StoreLayer = model("StoreLayer", {
   /** Also materialized in this node's cache (else only in its store). */
   materialized: t.bool(),
 });
-export const StoreLayers = model("StoreLayers", { layers: t.list(StoreLayer) });
+/** An image this node's store holds, by each of its names (canonical references), and its root filesystem's layer. */
+export const StoreImage = model("StoreImage", { name: t.str(), rootfs: t.str() });
+export const StoreLayers = model("StoreLayers", {
+  layers: t.list(StoreLayer),
+  /** Absent from older servers. */
+  images: t.list(StoreImage).optional(),
+});
 
 export const ObjectsRequest = model("ObjectsRequest", { ids: t.list(t.str(), 1) }, { extra: "forbid" });
 
@@ -51,13 +57,21 @@ export const PeersResponse = model("PeersResponse", {
 
 export const PrepareRequest = model(
   "PrepareRequest",
-  { instance: TaskInstance, sources: t.list(PeerSource).default([]), build: t.bool().default(true) },
+  {
+    instance: TaskInstance,
+    /** The image the row runs on (a plan's `image`): present, taken from a peer, else pulled. */
+    image: t.str().optional(),
+    sources: t.list(PeerSource).default([]),
+    build: t.bool().default(true),
+  },
   { extra: "forbid", objectError: "dict" },
 );
 export const PrepareResponse = model("PrepareResponse", {
   instance_id: t.str(),
+  /** The layer's key; for an image, its root filesystem's. */
   env_key: t.str().nullable(),
-  status: t.literal("present", "fetched", "built", "failed"),
+  /** `pulled`: an image, from its registry. */
+  status: t.literal("present", "fetched", "built", "pulled", "failed"),
   ms: t.float(),
   error: t.str().nullable(),
   /** sha256 of the layer's manifest on this node (what a peer fetching it from here checks). */
@@ -68,6 +82,8 @@ export const EvaluationRequest = model(
   "EvaluationRequest",
   {
     instance: TaskInstance,
+    /** Evaluated on this image (a plan's `image`), made present first as `POST /environments` does. */
+    image: t.str().optional(),
     model_patch: t.str(),
     model_name_or_path: t.str(),
     timeout_seconds: t.float().gt(0).optional(),
@@ -105,6 +121,7 @@ export type PrepareResponse = Out<typeof PrepareResponse.shape>;
 export const LAYER_MODELS = {
   PeerSource,
   StoreLayer,
+  StoreImage,
   StoreLayers,
   ObjectsRequest,
   FetchLayerRequest,

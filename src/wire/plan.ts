@@ -67,7 +67,10 @@ export const EvalFailure = model("EvalFailure", {
 
 /** One environment to make present somewhere, with the first of its instances (what a node builds it from). */
 export const PlannedEnvironment = model("PlannedEnvironment", {
+  /** The spec's key (a row on an image: the key its eval script comes from; the image is its environment). */
   env_key: t.str(),
+  /** The image its rows run on (canonical reference), when they run on one: a node pulls it or takes a peer's. */
+  image: t.str().optional(),
   instance_ids: t.list(t.str()),
   instance: TaskInstance,
 });
@@ -84,6 +87,8 @@ export const PreparePlan = model("PreparePlan", {
 export const PlannedJob = model("PlannedJob", {
   instance_id: t.str(),
   env_key: t.str(),
+  /** The image it is evaluated on (canonical reference), when its row runs on one. */
+  image: t.str().optional(),
   log_dir: t.str(),
   model_name_or_path: t.str(),
   model_patch: t.str(),

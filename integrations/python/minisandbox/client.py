@@ -152,6 +152,12 @@ class Client:
         """Layers this node holds: ``key``, ``manifest_sha256``, ``materialized`` (in its cache, not only its store)."""
         return self.request("GET", "/store/layers")["layers"]
 
+    def store_listing(self) -> dict[str, Any]:
+        """``layers`` (as ``store_layers``) and ``images``: each name an image of this node's store goes by (a
+        canonical reference) with its root filesystem's layer (``name``, ``rootfs``; none from older servers)."""
+        listing = self.request("GET", "/store/layers")
+        return {"layers": listing["layers"], "images": listing.get("images") or []}
+
     def set_peers(self, urls: Sequence[str]) -> list[str]:
         """Replace the servers this one may fetch layers from (beside ``serve --peer-allow``)."""
         return self.request("PUT", "/peers", {"urls": list(urls)})["peers"]
@@ -162,11 +168,20 @@ class Client:
         return self.request("POST", f"/cache/layers/{_q(key)}", {"sources": list(sources)})
 
     def prepare_environment(
-        self, instance: dict[str, Any], *, sources: Sequence[Mapping[str, Any]] = (), build: bool = True
+        self,
+        instance: dict[str, Any],
+        *,
+        sources: Sequence[Mapping[str, Any]] = (),
+        build: bool = True,
+        image: str | None = None,
     ) -> dict[str, Any]:
-        """Make an instance's environment present on this node: already here, fetched, or built. ``instance`` is
-        normalized, as a plan gives it (``task_format`` set: the contract's ``TaskInstance``)."""
-        return self.request("POST", "/environments", {"instance": instance, "sources": list(sources), "build": build})
+        """Make an instance's environment present on this node: already here, fetched, or built; on ``image`` (a
+        plan's), that image: here, or pulled. ``instance`` is normalized, as a plan gives it (``task_format`` set:
+        the contract's ``TaskInstance``)."""
+        body: dict[str, Any] = {"instance": instance, "sources": list(sources), "build": build}
+        if image is not None:
+            body["image"] = image
+        return self.request("POST", "/environments", body)
 
     def evaluate_job(
         self,
@@ -178,9 +193,10 @@ class Client:
         labels: dict[str, str] | None = None,
         sources: Sequence[Mapping[str, Any]] = (),
         build: bool = True,
+        image: str | None = None,
     ) -> dict[str, Any]:
-        """Evaluate one instance (normalized, as a plan gives it) as the SWE-bench harness does; the answer carries
-        its files (base64)."""
+        """Evaluate one instance (normalized, as a plan gives it) as the SWE-bench harness does, on ``image`` when
+        its plan names one; the answer carries its files (base64)."""
         body: dict[str, Any] = {
             "instance": instance,
             "model_patch": model_patch,
@@ -188,6 +204,8 @@ class Client:
             "sources": list(sources),
             "build": build,
         }
+        if image is not None:
+            body["image"] = image
         if timeout_seconds is not None:
             body["timeout_seconds"] = timeout_seconds
         if labels:

@@ -51,6 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     data.add_argument(
         "--instance-ids", nargs="+", action="extend", default=[], help="only these instances (repeatable)"
     )
+    data.add_argument("--images", help="rows on Docker/OCI images: auto, row, swebench or none (as minisandbox's)")
+    data.add_argument("--image-template", help="each row's image from a template, e.g. 'ghcr.io/org/env.{instance_id}'")
     sub = p.add_subparsers(dest="command", required=True)
     st = sub.add_parser("status", parents=[common], help="nodes, slots and layers")
     st.add_argument("--html", metavar="FILE", help="also write the nodes and where each environment is warm as a page")
@@ -69,7 +71,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def _config(a: argparse.Namespace, detached: bool = False) -> FleetConfig:
     command = shlex.split(a.minisandbox) if a.minisandbox else default_command()
-    return FleetConfig(command=command, repos_dir=a.repos, shared_stores=a.shared_store, detached=detached)
+    images = [*(["--images", a.images] if getattr(a, "images", None) else [])]
+    images += ["--image-template", a.image_template] if getattr(a, "image_template", None) else []
+    return FleetConfig(
+        command=command, repos_dir=a.repos, shared_stores=a.shared_store, detached=detached, image_args=images
+    )
 
 
 def _emit(a: argparse.Namespace, kind: str, payload: Any) -> None:
@@ -169,8 +175,8 @@ def _prepare(a: argparse.Namespace, fleet: Fleet) -> int:
     else:
         for e in out["environments"]:
             print(
-                f"{e['env_key'][:12]}\t{e['status']}\t{e['node'] or '-'}\t{len(e['instance_ids'])} instances"
-                + (f"\t{e['error'].splitlines()[0]}" if e.get("error") else "")
+                f"{e.get('image') or e['env_key'][:12]}\t{e['status']}\t{e['node'] or '-'}\t"
+                f"{len(e['instance_ids'])} instances" + (f"\t{e['error'].splitlines()[0]}" if e.get("error") else "")
             )
         for e in out["errors"]:
             print(f"{e['instance_id']}: {e['error']}")

@@ -44,5 +44,10 @@ class FleetConfig:
     max_node_losses: int = 8
     #: More ``minisandbox serve`` options on every node.
     serve_args: list[str] = field(default_factory=list)
+    #: Which rows run on a Docker/OCI image, as the CLI's flags say it (``["--images", "swebench"]``, ``["--images",
+    #: "row"]``, ``["--image-template", "ghcr.io/org/env.{instance_id}"]``): the driver's plans name each row's image
+    #: (nodes pull it), and every node's server (with ``dataset``) runs rollouts on it. Empty: ``auto``, a row's own
+    #: image when the driver's store has it.
+    image_args: list[str] = field(default_factory=list)
     #: Seconds between looks at Ray's node table while work runs.
     refresh_s: float = 0.5

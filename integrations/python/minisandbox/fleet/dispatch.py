@@ -26,7 +26,7 @@ from ..client import Client
 from ..errors import LimitError, MinisandboxError, ServerUnreachableError
 from .config import IO, SLOT
 from .fleet import Fleet
-from .placement import NodeState
+from .placement import NodeState, is_image
 
 __all__ = ["NODE_LOST", "Item", "LayerUnavailable", "Outcome", "ServerUnavailable", "run_items"]
 
@@ -94,7 +94,11 @@ def _attempt(
     """One item on the node this task is pinned to (after ``fetched``, the layer's fetch, when there was one)."""
     client = Client(url, token, timeout=3600)
     if kind == "prepare":
-        return _call(lambda: client.prepare_environment(payload["instance"], sources=sources, build=True))
+        return _call(
+            lambda: client.prepare_environment(
+                payload["instance"], sources=sources, build=True, image=payload.get("image")
+            )
+        )
     if kind == "evaluate":
         return _call(
             lambda: client.evaluate_job(
@@ -105,6 +109,7 @@ def _attempt(
                 labels=labels,
                 sources=sources,
                 build=True,
+                image=payload.get("image"),
             )
         )
     if kind == "sandbox":
@@ -156,7 +161,7 @@ def _sandbox_round(
 @dataclass
 class Item:
     id: str
-    #: The layer (environment key) the item needs, placement's key; None: anywhere.
+    #: The layer (environment key) or image (canonical reference) the item needs, placement's key; None: anywhere.
     key: str | None
     payload: dict[str, Any]
     #: Sandboxes it holds at once (a rollout group's size).
@@ -253,7 +258,7 @@ def _submit(fleet: Fleet, node: NodeState, kind: str, item: Item, labels: dict[s
     sources = [] if here or item.key is None else fleet.placement.sources(item.key, exclude=node.node_id)
     fetched = None
     budget = fleet.io_budget(node.node_id)
-    if sources and (budget or kind == "group"):
+    if sources and (budget or kind == "group") and not is_image(item.key):
         # The layer's fetch holds one unit of the node's I/O budget (Ray releases it when the fetch ends, not when
         # the work ends); the work starts once the layer is there. (A group's start takes no sources: always first.)
         fetched = _fetch_layer.options(scheduling_strategy=pin, resources={IO: 1} if budget else {}).remote(

@@ -92,7 +92,7 @@ class Fleet:
             repos_dir=self.config.repos_dir,
             dataset=self.config.dataset,
             shared_stores=self.config.shared_stores,
-            serve_args=self.config.serve_args,
+            serve_args=[*self.config.serve_args, *(self.config.image_args if self.config.dataset else [])],
         )
 
     def refresh(self, force: bool = False) -> None:
@@ -120,7 +120,7 @@ class Fleet:
         for nid, ref in infos.items():
             try:
                 info = ray.get(ref, timeout=180)
-                layers = Client(info["url"], info["token"], timeout=60).store_layers()
+                listing = Client(info["url"], info["token"], timeout=60).store_listing()
             except Exception as e:  # noqa: BLE001 - died while joining: tried again at the next refresh
                 self.log(f"node {node_name(new[nid])} could not join: {type(e).__name__}: {str(e)[:300]}")
                 self.created.discard(nid)
@@ -136,11 +136,11 @@ class Fleet:
                     info["url"],
                     info["token"],
                     int(n["Resources"][SLOT]),
-                    layers={x["key"]: x["manifest_sha256"] for x in layers},
+                    layers=_held(listing),
                 )
             )
             if self.joined or self.lost:
-                self.log(f"node {node_name(n)} joined with {len(layers)} layers")
+                self.log(f"node {node_name(n)} joined with {len(listing['layers'])} layers")
             self.joined.append(nid)
         self._register_peers()
 
@@ -289,3 +289,10 @@ class Fleet:
             except Exception:  # noqa: BLE001 - already gone
                 pass
         self.created.clear()
+
+
+def _held(listing: dict[str, Any]) -> dict[str, str | None]:
+    """What a node holds, as placement keys: its layers (with their manifests' sha256) and its images by name."""
+    held: dict[str, str | None] = {x["key"]: x["manifest_sha256"] for x in listing["layers"]}
+    held.update({x["name"]: None for x in listing["images"]})
+    return held

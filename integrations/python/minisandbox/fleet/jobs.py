@@ -21,6 +21,7 @@ from .._generated import JOB_FILES, NOT_EVALUATED_KINDS
 from ..command import require_cli
 from .dispatch import Item, run_items
 from .fleet import Fleet
+from .placement import placement_key
 from .progress import Progress
 
 __all__ = ["JOB_FILES", "FleetJobError", "evaluate", "prepare", "rollout_groups", "status_html"]
@@ -88,18 +89,18 @@ def prepare(
     others are built, each once, on the least loaded nodes."""
     with tempfile.TemporaryDirectory(prefix="minisandbox-fleet-") as scratch:
         args = ["prepare", "--dataset", _as_file(dataset, "dataset.json", scratch), "--plan", *_selection(instance_ids)]
-        plan = _cli_json(fleet, args)
+        plan = _cli_json(fleet, [*args, *fleet.config.image_args])
     fleet.refresh(force=True)
     envs = plan["environments"]
     status: dict[str, dict[str, Any]] = {}
     items = []
     for env in envs:
-        key = env["env_key"]
+        key = placement_key(env)
         holders = [n.name for n in fleet.placement.usable() if n.holds(key)]
         if holders:
             status[key] = {"status": "present", "node": holders[0], "error": None}
         else:
-            items.append(Item(key, key, {"instance": env["instance"]}))
+            items.append(Item(key, key, _prepare_payload(env)))
     prog = _progress(progress, "prepare", len(items))
     placed: dict[str, str] = {}
     forward = _forward(prog, on_event)
@@ -114,7 +115,10 @@ def prepare(
         status[key] = {"status": r["status"], "node": placed.get(key), "error": r.get("error")}
     for key, err in out.errors.items():
         status[key] = {"status": "failed", "node": placed.get(key), "error": err}
-    rows = [{"env_key": e["env_key"], "instance_ids": e["instance_ids"], **status[e["env_key"]]} for e in envs]
+    rows = [
+        {"env_key": e["env_key"], **_image_of(e), "instance_ids": e["instance_ids"], **status[placement_key(e)]}
+        for e in envs
+    ]
     return {
         "environments": rows,
         "errors": plan["errors"],
@@ -148,6 +152,7 @@ def evaluate(
             *("--predictions", _as_file(predictions, "predictions.json", scratch)),
             *("--run-id", run_id, "--report-dir", report_dir),
             *_selection(instance_ids),
+            *fleet.config.image_args,
         ]
         plan = _cli_json(fleet, ["evaluate", *run_args, "--plan", *(["--rerun"] if rerun else [])])
         jobs = {j["instance_id"]: j for j in plan["jobs"]}
@@ -157,7 +162,7 @@ def evaluate(
         def write(item: Item, result: dict[str, Any]) -> None:
             _write_files(jobs[item.id]["log_dir"], result.get("files") or {})
 
-        items = [Item(i, j["env_key"], _job_payload(j, timeout_s)) for i, j in jobs.items()]
+        items = [Item(i, placement_key(j), _job_payload(j, timeout_s)) for i, j in jobs.items()]
         out = run_items(fleet, "evaluate", items, on_result=write, on_event=_forward(prog, on_event), progress=prog)
         summary = _cli_json(fleet, ["evaluate", *run_args, "--summary-only", "--json", *(["--html"] if html else [])])
     return {
@@ -191,7 +196,17 @@ def _not_evaluated(results: dict[str, dict[str, Any]]) -> dict[str, str]:
 def _job_payload(job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     """What a node's ``POST /evaluations`` takes for one planned job."""
     keys = ("instance", "model_patch", "model_name_or_path")
-    return {**{k: job[k] for k in keys}, "timeout_seconds": timeout_s}
+    return {**{k: job[k] for k in keys}, **_image_of(job), "timeout_seconds": timeout_s}
+
+
+def _prepare_payload(planned: dict[str, Any]) -> dict[str, Any]:
+    """What a node's ``POST /environments`` takes for one planned environment (or job)."""
+    return {"instance": planned["instance"], **_image_of(planned)}
+
+
+def _image_of(planned: dict[str, Any]) -> dict[str, Any]:
+    """``{"image": ...}`` for a planned environment or job on an image, else nothing."""
+    return {"image": planned["image"]} if planned.get("image") else {}
 
 
 def _forward(prog: Progress | None, on_event: Callable[..., None] | None) -> Callable[..., None]:
@@ -225,13 +240,13 @@ def rollout_groups(
     if not fleet.config.dataset:
         raise FleetJobError("rollout groups need the dataset on every node's server: FleetConfig(dataset=...)")
     ids = sorted({i for i, _ in groups})
-    plan = _cli_json(fleet, ["prepare", "--dataset", fleet.config.dataset, "--plan", *_selection(ids)])
+    plan = _cli_json(
+        fleet, ["prepare", "--dataset", fleet.config.dataset, "--plan", *_selection(ids), *fleet.config.image_args]
+    )
     if plan["errors"]:
         raise FleetJobError(f"no environment for: {', '.join(e['instance_id'] for e in plan['errors'])}")
-    key_of = {i: e["env_key"] for e in plan["environments"] for i in e["instance_ids"]}
-    _environments(
-        fleet, [{"env_key": e["env_key"], "instance": e["instance"]} for e in plan["environments"]], progress, on_event
-    )
+    key_of = {i: placement_key(e) for e in plan["environments"] for i in e["instance_ids"]}
+    _environments(fleet, plan["environments"], progress, on_event)
     items = [
         Item(
             f"{iid}#{k}",
@@ -254,15 +269,16 @@ def _environments(
     fleet.refresh(force=True)
     missing: dict[str, dict[str, Any]] = {}
     for j in jobs:
-        if j["env_key"] not in missing and not fleet.placement.held_anywhere(j["env_key"]):
-            missing[j["env_key"]] = j["instance"]
+        key = placement_key(j)
+        if key not in missing and not fleet.placement.held_anywhere(key):
+            missing[key] = _prepare_payload(j)
     if not missing:
         return {"built": 0, "failed": {}}
     prog = _progress(progress, "build environments", len(missing))
     out = run_items(
         fleet,
         "prepare",
-        [Item(k, k, {"instance": inst}) for k, inst in missing.items()],
+        [Item(k, k, payload) for k, payload in missing.items()],
         on_event=on_event,
         progress=prog,
     )

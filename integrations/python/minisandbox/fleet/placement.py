@@ -10,7 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["NodeState", "Placement"]
+__all__ = ["NodeState", "Placement", "is_image", "placement_key"]
+
+
+def is_image(key: str | None) -> bool:
+    """A placement key that is an image (its canonical reference, which always names a registry: ``host/path``), not
+    a layer key: a node pulls it or takes it from a peer with the job itself, not through ``/cache/layers``."""
+    return key is not None and "/" in key
+
+
+def placement_key(planned: dict[str, Any]) -> str:
+    """What a planned environment or job is placed by: its image when its rows run on one, else its layer."""
+    return planned.get("image") or planned["env_key"]
 
 
 @dataclass
@@ -21,7 +32,7 @@ class NodeState:
     token: str
     slots: int
     running: int = 0
-    #: layer key -> sha256 of its manifest there (None when not known yet): confirmed on this node
+    #: layer key (or image name) -> sha256 of its manifest there (None when not known yet): confirmed on this node
     layers: dict[str, str | None] = field(default_factory=dict)
     #: being fetched or built there now (counts as warm for placement, not as a source)
     incoming: set[str] = field(default_factory=set)
