@@ -9,10 +9,9 @@ process.env.PIP_RETRIES ??= "0";
 
 import { before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
 import { mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { tempDir, tempHome } from "./helpers.js";
+import { commitFilesAt as commitAt, git, tempDir, tempHome } from "./helpers.js";
 import { checkoutTestbed } from "../src/env/repos.js";
 import { HistoryPacks } from "../src/env/history-packs.js";
 import { prepareInstances } from "../src/env/prepare.js";
@@ -24,30 +23,6 @@ import { homeLayout } from "../src/util/home.js";
 import type { Instance } from "../src/tasks/types.js";
 
 const work = tempDir("msb-reuse-");
-const ENV = {
-  ...process.env,
-  GIT_CONFIG_GLOBAL: "/dev/null",
-  GIT_CONFIG_NOSYSTEM: "1",
-  GIT_AUTHOR_NAME: "t",
-  GIT_AUTHOR_EMAIL: "t@t",
-  GIT_COMMITTER_NAME: "t",
-  GIT_COMMITTER_EMAIL: "t@t",
-};
-const git = (dir: string, ...args: string[]): string =>
-  execFileSync("git", ["-C", dir, ...args], { env: ENV, encoding: "utf8" }).trim();
-
-function commitAt(dir: string, files: Record<string, string>, date: string): string {
-  for (const [f, text] of Object.entries(files)) {
-    mkdirSync(join(dir, f, ".."), { recursive: true });
-    writeFileSync(join(dir, f), text);
-  }
-  git(dir, "add", "-A");
-  execFileSync("git", ["-C", dir, "commit", "-qm", `at ${date}`], {
-    env: { ...ENV, GIT_AUTHOR_DATE: date, GIT_COMMITTER_DATE: date },
-  });
-  return git(dir, "rev-parse", "HEAD");
-}
-
 /**
  * acme/reuse: history over 2021 and 2022, then `base` (2023-02) and `later` (2023-05), which changes `pkg/a.py`
  * keeping its size (a stale .pyc would pass Python's mtime and size check) and leaves `pkg/b.py` as it was.

@@ -15,8 +15,9 @@ import { runOk } from "../src/util/run.js";
 import { envFor } from "../src/env/environments.js";
 import { prepareInstances } from "../src/env/prepare.js";
 import type { FixtureDataset } from "../src/fixtures/generate.js";
+import { execFileSync } from "node:child_process";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { after } from "node:test";
 
 /** A fresh minisandbox home for one test file, removed when the file's tests end. */
@@ -28,6 +29,40 @@ export function tempHome(prefix = "msb-test-"): string {
 
 export function tempDir(prefix = "msb-dir-"): string {
   return tempHome(prefix);
+}
+
+/** Git for the repositories tests make: no user or system configuration, a fixed identity. */
+const GIT_ENV = {
+  ...process.env,
+  GIT_CONFIG_GLOBAL: "/dev/null",
+  GIT_CONFIG_NOSYSTEM: "1",
+  GIT_AUTHOR_NAME: "t",
+  GIT_AUTHOR_EMAIL: "t@t",
+  GIT_COMMITTER_NAME: "t",
+  GIT_COMMITTER_EMAIL: "t@t",
+};
+
+/** `git -C dir ...args` under the tests' own configuration; its output, trimmed. */
+export function git(dir: string, ...args: string[]): string {
+  return execFileSync("git", ["-C", dir, ...args], { env: GIT_ENV, encoding: "utf8" }).trim();
+}
+
+/** A commit in `dir` of `files` (path to text), authored and committed at `date`; its id. */
+export function commitFilesAt(
+  dir: string,
+  files: Record<string, string>,
+  date: string,
+  message = `at ${date}`,
+): string {
+  for (const [f, text] of Object.entries(files)) {
+    mkdirSync(dirname(join(dir, f)), { recursive: true });
+    writeFileSync(join(dir, f), text);
+  }
+  git(dir, "add", "-A");
+  execFileSync("git", ["-C", dir, "commit", "-qm", message], {
+    env: { ...GIT_ENV, GIT_AUTHOR_DATE: date, GIT_COMMITTER_DATE: date },
+  });
+  return git(dir, "rev-parse", "HEAD");
 }
 
 /** A small directory workspace for fork and restore tests: a file to keep, one to delete, a Python package. */

@@ -11,7 +11,7 @@ import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { tempDir, tempHome } from "./helpers.js";
+import { commitFilesAt, git, tempDir, tempHome } from "./helpers.js";
 import { checkoutTestbed } from "../src/env/repos.js";
 import { envFor } from "../src/env/environments.js";
 import { specKey } from "../src/env/spec.js";
@@ -22,25 +22,8 @@ import { openSandbox } from "../src/env/workspace.js";
 import { evaluate } from "../src/eval/index.js";
 
 const work = tempDir("msb-history-");
-const ENV = {
-  ...process.env,
-  GIT_CONFIG_GLOBAL: "/dev/null",
-  GIT_CONFIG_NOSYSTEM: "1",
-  GIT_COMMITTER_NAME: "t",
-  GIT_COMMITTER_EMAIL: "t@t",
-  GIT_AUTHOR_NAME: "t",
-  GIT_AUTHOR_EMAIL: "t@t",
-};
-const git = (dir: string, ...args: string[]): string =>
-  execFileSync("git", ["-C", dir, ...args], { env: ENV, encoding: "utf8" }).trim();
-
 function commitAt(dir: string, file: string, text: string, date: string, message: string): string {
-  writeFileSync(join(dir, file), text);
-  git(dir, "add", "-A");
-  execFileSync("git", ["-C", dir, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message], {
-    env: { ...ENV, GIT_AUTHOR_DATE: date, GIT_COMMITTER_DATE: date },
-  });
-  return git(dir, "rev-parse", "HEAD");
+  return commitFilesAt(dir, { [file]: text }, date, message);
 }
 
 /** A repository whose history goes on after `base`: the fix, a tag, a branch, a stash, a note, reflogs. */
