@@ -325,6 +325,13 @@ while time.time() < deadline:
             continue
         pid = int(name)
         os.kill(pid, signal.SIGSTOP)
+        # kill() returns before tar stops: until it has, it may still write, and wchar would lag the pipe
+        try:
+            while open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[0] not in ("T", "t"):
+                time.sleep(0.001)
+        except OSError:
+            print(json.dumps({"caught": False, "why": "tar ended before it stopped"}))
+            sys.exit(0)
         with open("/proc/%d/io" % pid) as f:
             written = int([l for l in f if l.startswith("wchar")][0].split()[1])
         # wchar also counts the byte the process wrote before its exec (the helper's "started" signal)
