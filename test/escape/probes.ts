@@ -310,6 +310,21 @@ def forged():
             t.addfile(info, io.BytesIO(data) if data else None)
     return buf.getvalue()
 
+def stop(pid):
+    """SIGSTOP, then wait until it has stopped: kill() returns before, and until then it may still write."""
+    os.kill(pid, signal.SIGSTOP)
+    while True:
+        try:
+            with open("/proc/%d/stat" % pid) as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return False
+        if state in ("T", "t"):
+            return True
+        if state in ("Z", "X"):
+            return False
+        time.sleep(0.001)
+
 open("/tmp/hijack-ready", "w").close()
 me, needle = os.getpid(), ("/bin/tar\0-C\0" + tree + "\0").encode()
 deadline = time.time() + 20
@@ -324,12 +339,7 @@ while time.time() < deadline:
         except OSError:
             continue
         pid = int(name)
-        os.kill(pid, signal.SIGSTOP)
-        # kill() returns before tar stops: until it has, it may still write, and wchar would lag the pipe
-        try:
-            while open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[0] not in ("T", "t"):
-                time.sleep(0.001)
-        except OSError:
+        if not stop(pid):
             print(json.dumps({"caught": False, "why": "tar ended before it stopped"}))
             sys.exit(0)
         with open("/proc/%d/io" % pid) as f:
