@@ -1,18 +1,21 @@
 /**
  * The CLI loads only what the command needs: `--version` reads the package file and nothing else, declaring the
  * commands (help, usage errors) loads no product code beyond the parser, and a directory sandbox (`exec --dir`)
- * loads the door and the sandbox, never the server, the evaluation, the rollouts or any package but the parser.
+ * loads the door and the sandbox, never the environments' store, images or datasets, the server, the evaluation, the
+ * rollouts or any package but the parser.
  * Checked by the modules the real process resolves (a loader hook), not by timing.
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { writeFileSync } from "node:fs";
+import { realpathSync, writeFileSync } from "node:fs";
 import { join, relative } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { CLI, tempDir, tempHome } from "./helpers.js";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
+/** Where packages really are (node_modules may be a link to another checkout's): shown as `node_modules/…`. */
+const PACKAGES = realpathSync(join(ROOT, "node_modules"));
 const scratch = tempDir();
 const home = tempHome("msb-cli-startup-");
 
@@ -35,6 +38,12 @@ function modulePreload(): string {
 }
 const PRELOAD = modulePreload();
 
+function packageRelative(file: string): string {
+  const inPackages = relative(PACKAGES, file);
+  if (!inPackages.startsWith("..")) return join("node_modules", inPackages);
+  return relative(ROOT, file).replace(/^dist\//, "");
+}
+
 /** Run the CLI; its exit status, output and the modules it loaded, as package-relative paths (dist/ removed). */
 function loaded(args: string[]): { status: number | null; stdout: string; stderr: string; modules: string[] } {
   const r = spawnSync(process.execPath, ["--import", PRELOAD, CLI, ...args], {
@@ -45,7 +54,7 @@ function loaded(args: string[]): { status: number | null; stdout: string; stderr
   const rest: string[] = [];
   for (const line of r.stderr.split("\n")) {
     if (!line.startsWith("MODULE ")) rest.push(line);
-    else modules.add(relative(ROOT, fileURLToPath(line.slice(7))).replace(/^dist\//, ""));
+    else modules.add(packageRelative(fileURLToPath(line.slice(7))));
   }
   modules.delete(relative(ROOT, PRELOAD));
   return { status: r.status, stdout: r.stdout, stderr: rest.join("\n"), modules: [...modules].sort() };
@@ -57,6 +66,10 @@ const PARSER = /^node_modules\/commander\//;
 /** Never loaded for a directory sandbox (it goes through the door, src/env/workspace.ts, and no further). */
 const NOT_FOR_A_DIR_SANDBOX =
   /^(src\/(server|eval|rollout|client|fixtures|wire|view|dashboard)\/|node_modules\/(?!commander))/;
+/** Of the environments, a directory sandbox loads the door and what it is declared with: no store, image, dataset. */
+const ENV_FOR_A_DIR_SANDBOX = ["build-diagnosis", "instance-image", "task-setup", "types", "workspace"].map(
+  (m) => `src/env/${m}.js`,
+);
 
 test("--version loads the entry and the version file only", () => {
   for (const flag of ["--version", "-V"]) {
@@ -90,4 +103,10 @@ test("exec --dir runs a real sandbox and loads neither the server, the evaluatio
     r.modules.filter((m) => NOT_FOR_A_DIR_SANDBOX.test(m)),
     [],
   );
+  assert.deepEqual(
+    r.modules.filter((m) => m.startsWith("src/env/") && !ENV_FOR_A_DIR_SANDBOX.includes(m)),
+    [],
+    "exec --dir loaded environment machinery",
+  );
+  assert.ok(!r.modules.some((m) => m.startsWith("src/tasks/") && m !== "src/tasks/types.js"), "no dataset reader");
 });

@@ -9,20 +9,18 @@
  */
 import { InvalidInputError, NotFoundError, SandboxError } from "../errors.js";
 import { Sandbox, type SandboxOptions } from "../sandbox/sandbox.js";
-import { loadDataset } from "../tasks/index.js";
 import type { Instance } from "../tasks/types.js";
 import { homeLayout, resolveHome } from "../util/home.js";
 import type { CacheLease } from "./cache/index.js";
-import { ensurePresent, envFor, nodeCacheFor, readEnvRecord, writeEnvRecord } from "./environments.js";
-import { pythonOnPath } from "./python-on-path.js";
-import { findStoredImage } from "./images/index.js";
-import { imageRoot } from "./image-root.js";
+import type { HttpSource } from "./store/index.js";
+import type { Toolchain } from "./toolchains.js";
 import { imageFor, type ImagePolicy } from "./instance-image.js";
-import { isLayerKey, openStore, readManifest, type HttpSource } from "./store/index.js";
-import { specKey } from "./spec.js";
-import { findToolchain, type Toolchain } from "./toolchains.js";
 import { BUG_COMMIT_SCRIPT, BUG_ON_TOP_SCRIPT, SETUP_ENV } from "./task-setup.js";
 import { TESTBED_PATH, VENV_PATH, type EnvSpec, type LayerKey } from "./types.js";
+
+// What instances, environment keys and images need (datasets, environments, the store, images, interpreters) is
+// imported where it is used: a directory sandbox, the most frequent and the one that must start fastest, never
+// loads it.
 
 /** An instance's environment: its spec and the key of the layer that building the spec gives. */
 export interface InstanceEnv {
@@ -254,6 +252,10 @@ export async function resolveWorkspace(req: SandboxRequest): Promise<Workspace> 
 export async function rowImageRef(home: string, instance: Instance, policy: ImagePolicy): Promise<string | undefined> {
   const pick = imageFor(instance, policy);
   if (!pick || pick.required) return pick?.ref;
+  const [{ openStore }, { findStoredImage }] = await Promise.all([
+    import("./store/index.js"),
+    import("./images/index.js"),
+  ]);
   const store = openStore(homeLayout(home).store);
   return (await findStoredImage(store, pick.ref).catch(() => undefined)) ? pick.ref : undefined;
 }
@@ -280,6 +282,7 @@ async function dirWorkspace(req: SandboxRequest): Promise<Workspace> {
   const own = ownOptions(req);
   const kind = own.dir === undefined ? "empty" : "dir";
   if (req.python === undefined) return new Workspace({ kind, options: own });
+  const { pythonOnPath } = await import("./python-on-path.js");
   const py = await pythonOnPath(req.python, resolveHome(own.home));
   return new Workspace({ kind, options: withOwn({ toolchains: py.toolchains, pathPrepend: py.pathPrepend }, own) });
 }
@@ -291,6 +294,7 @@ async function dirWorkspace(req: SandboxRequest): Promise<Workspace> {
  */
 async function imageWorkspace(req: SandboxRequest, ref: string): Promise<Workspace> {
   const home = resolveHome(req.home);
+  const [{ imageRoot }, { nodeCacheFor }] = await Promise.all([import("./image-root.js"), import("./environments.js")]);
   const { image, options: onImage, release } = await imageRoot(nodeCacheFor(home), ref);
   const instance = typeof req.instance === "object" ? req.instance : undefined;
   const labels = { image: ref, env: image.rootfs, ...(instance ? { instance: instance.instance_id } : {}) };
@@ -306,6 +310,10 @@ async function imageWorkspace(req: SandboxRequest, ref: string): Promise<Workspa
 /** An instance's (or a built environment's) workspace: the layer made present, leased, mounted copy-on-write. */
 async function taskWorkspace(req: SandboxRequest & { instance?: Instance }): Promise<Workspace> {
   const home = resolveHome(req.home);
+  const [{ isLayerKey }, { ensurePresent, envFor, nodeCacheFor }] = await Promise.all([
+    import("./store/index.js"),
+    import("./environments.js"),
+  ]);
   if (req.envKey !== undefined && !isLayerKey(req.envKey)) throw new NotFoundError(`unknown environment ${req.envKey}`);
   const instance = req.instance;
   const env = instance ? (req.environment ?? envFor(instance, { specsFile: req.specsFile })) : undefined;
@@ -339,6 +347,7 @@ async function baseRoot(
   spec: EnvSpec,
 ): Promise<{ options: SandboxOptions; release: () => Promise<void> } | undefined> {
   if (spec.base === undefined) return undefined;
+  const [{ imageRoot }, { nodeCacheFor }] = await Promise.all([import("./image-root.js"), import("./environments.js")]);
   const { options, release } = await imageRoot(nodeCacheFor(home), spec.base);
   // The image's own PATH with the venv first (pathPrepend prefixes only the default PATH, not a given one).
   const path = options.env?.["PATH"];
@@ -388,6 +397,7 @@ async function applyBugPatch(sb: Sandbox, instance: Instance, script: string): P
 
 async function instanceById(id: string, dataset: string | undefined): Promise<Instance> {
   if (!dataset) throw new InvalidInputError(`instance ${id} given by id: a dataset is needed (--dataset FILE)`);
+  const { loadDataset } = await import("../tasks/index.js");
   const [instance] = await loadDataset(dataset, { instanceIds: [id] });
   return instance!;
 }
@@ -397,6 +407,11 @@ async function instanceById(id: string, dataset: string | undefined): Promise<In
  * from elsewhere, from its manifest (kept only if it hashes to the key; the record is then written here).
  */
 async function builtEnv(home: string, key: string): Promise<InstanceEnv> {
+  const [{ isLayerKey, openStore, readManifest }, { readEnvRecord, writeEnvRecord }, { specKey }] = await Promise.all([
+    import("./store/index.js"),
+    import("./environments.js"),
+    import("./spec.js"),
+  ]);
   if (!isLayerKey(key)) throw new NotFoundError(`unknown environment ${key}`);
   const record = readEnvRecord(home, key);
   if (record) return { spec: record.spec, key };
@@ -414,7 +429,7 @@ function toolchainFor(home: string, version: string): Promise<Toolchain> {
   const id = `${home}\0${version}`;
   let t = toolchains.get(id);
   if (!t) {
-    t = findToolchain(version, { home });
+    t = import("./toolchains.js").then(({ findToolchain }) => findToolchain(version, { home }));
     toolchains.set(id, t);
     t.catch(() => toolchains.delete(id));
   }
