@@ -11,6 +11,7 @@ import { spawnSync } from "node:child_process";
 import { realpathSync, writeFileSync } from "node:fs";
 import { join, relative } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { namedCommand } from "../src/cli/named-command.js";
 import { CLI, tempDir, tempHome } from "./helpers.js";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -95,10 +96,15 @@ test("help and usage errors load the parser and the command declarations, no pro
 test("exec --dir runs a real sandbox and loads neither the server, the evaluation nor the parquet reader", () => {
   const dir = tempDir();
   writeFileSync(join(dir, "marker"), "here\n");
-  const r = loaded(["exec", "--dir", dir, "--", "cat", "marker"]);
+  const r = loaded(["--home", home, "exec", "--dir", dir, "--", "cat", "marker"]);
   assert.equal(r.status, 0, r.stderr);
   assert.equal(r.stdout, "here\n");
   assert.ok(r.modules.includes("src/sandbox/sandbox.js"));
+  assert.deepEqual(
+    r.modules.filter((m) => m.startsWith("src/cli/")),
+    ["common", "exec", "index", "named-command", "program", "version", "workspace"].map((m) => `src/cli/${m}.js`),
+    "exec declared alone: no other command's module",
+  );
   assert.deepEqual(
     r.modules.filter((m) => NOT_FOR_A_DIR_SANDBOX.test(m)),
     [],
@@ -109,4 +115,13 @@ test("exec --dir runs a real sandbox and loads neither the server, the evaluatio
     "exec --dir loaded environment machinery",
   );
   assert.ok(!r.modules.some((m) => m.startsWith("src/tasks/") && m !== "src/tasks/types.js"), "no dataset reader");
+});
+
+test("the command a run names is read past the global options; help, the version or none name no command", () => {
+  const names = ["exec", "serve"];
+  assert.equal(namedCommand(["exec", "--dir", "d", "--", "serve"], names), "exec");
+  assert.equal(namedCommand(["--home", "serve", "exec"], names), "exec", "--home's value is not the command");
+  assert.equal(namedCommand(["--home=h", "serve", "--help"], names), "serve", "a command's own help is its own");
+  for (const args of [[], ["--help", "exec"], ["-V"], ["help", "exec"], ["exce"], ["--no-such", "exec"]])
+    assert.equal(namedCommand(args, names), undefined, args.join(" "));
 });
