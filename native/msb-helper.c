@@ -9,6 +9,9 @@
  *                                                  its own over every shared read-only tree, rlimits, a high OOM
  *                                                  score, its cgroups (--cgroup DIR, joined meanwhile), then exec
  *                                                  bwrap
+ *   msb-helper launch --args-fd N --cgroup DIR...  the same, started ahead of its sandbox: once in its cgroups, the
+ *                                                  rest (options, `-- BWRAP ARGS...`) is read from fd N as for
+ *                                                  `enter --args-fd` ("drop": exit 0, nothing made)
  *   msb-helper init [options] LABEL                pid 1 of a sandbox: Docker's masks (--read-only, --mask-file,
  *                                                  --mask-dir PATH; --mask-unreadable DIR: every entry under DIR
  *                                                  others cannot read); not ptraceable; born in its cgroups, its
@@ -658,7 +661,8 @@ static void add_source(struct launch_opts *o, const char *spec, enum source_kind
   o->sources[o->nsrc++] = (struct source){.path = eq + 1, .name = copy, .kind = kind, .tree = -1};
 }
 
-static void parse_launch(int argc, char **argv, struct launch_opts *o) {
+/* `late`: the options read from --args-fd, once the cgroups are joined. */
+static void parse_launch(int argc, char **argv, struct launch_opts *o, int late) {
   int i = 0;
   for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
     const char *a = argv[i];
@@ -678,6 +682,7 @@ static void parse_launch(int argc, char **argv, struct launch_opts *o) {
     else if (!strcmp(a, "--idmap-pool")) o->id_pool = v, i++;
     else if (!strcmp(a, "--id-locks")) o->id_locks = v, i++;
     else if (!strcmp(a, "--home-file")) push(o->home_files, &o->nhome, v), i++;
+    else if (!strcmp(a, "--cgroup") && late) die(2, "--cgroup comes before the launch's arguments, not with them");
     else if (!strcmp(a, "--cgroup")) push(o->cgroups, &o->ncg, v), i++;
     else die(2, "unknown option %s", a);
   }
@@ -884,6 +889,8 @@ static void mount_overlay(const struct launch_opts *o, int index) {
   }
 }
 
+static char **read_late_args(int fd, int *count);
+
 /* Root mode: this sandbox's id range (a free one of --idmap-pool, or the one --idmap shares) and its namespace. */
 static int range_and_userns(struct launch_opts *o, int *lock) {
   unsigned base = 0, count = 0, slots = 0;
@@ -902,11 +909,33 @@ static int range_and_userns(struct launch_opts *o, int *lock) {
 static int cmd_launch(int argc, char **argv) {
   prog = "minisandbox-launch";
   struct launch_opts o = {.owner = "0:0"};
-  parse_launch(argc, argv, &o);
+  int args_fd = -1;
+  if (argc >= 2 && !strcmp(argv[0], "--args-fd")) {
+    args_fd = (int)parse_uint(argv[1], "--args-fd");
+    for (int i = 2; i < argc; i += 2) {
+      if (strcmp(argv[i], "--cgroup") != 0 || i + 1 >= argc)
+        die(2, "usage: msb-helper launch --args-fd N [--cgroup DIR]...: the rest comes on fd N");
+      push(o.cgroups, &o.ncg, argv[i + 1]);
+    }
+  } else {
+    parse_launch(argc, argv, &o, 0);
+  }
   /* Descriptors above the launcher's pipes (3, 4) serve only to name host directories: gone at exec. */
   syscall(SYS_close_range, 5, ~0U, CLOSE_RANGE_CLOEXEC);
   oom_first(1);
-  start_joining(o.cgroups, o.ncg);
+  if (args_fd >= 0) {
+    /* Started ahead of its sandbox: in its cgroups while nothing waits (a cgroup v1 move waits for an RCU grace
+       period), then the rest of the launch comes, as it would have on the command line. */
+    for (int c = 0; c < o.ncg; c++) join_cgroup(o.cgroups[c]);
+    int n = 0;
+    char **late = read_late_args(args_fd, &n);
+    if (!late) return 0; /* not needed after all: nothing was made */
+    /* A standard stream stays open (on /dev/null, as a launch's stdin is) for bwrap and pid 1. */
+    if (args_fd <= 2 && open("/dev/null", O_RDWR) != args_fd) die(1, "reopen fd %d: %s", args_fd, strerror(errno));
+    parse_launch(n, late, &o, 1);
+  } else {
+    start_joining(o.cgroups, o.ncg);
+  }
   int userns = -1, lock = -1;
   if (o.idmap || o.id_pool) {
     userns = range_and_userns(&o, &lock);

@@ -1,7 +1,6 @@
-import { InvalidInputError } from "../errors.js";
 import { helperPath } from "./host.js";
 import { SANDBOX_CAPS } from "./plan.js";
-import { type HelperProcess, startHelper } from "./spawner.js";
+import { type HelperProcess, sendArgs, sendDrop, startHelper } from "./spawner.js";
 
 /** Where a process enters a running sandbox: fixed for the sandbox's life, known before any command. */
 export interface EnterPlace {
@@ -146,23 +145,13 @@ export class WaitingHelper {
   run(spec: EnterSpec, command: readonly string[]): HelperProcess {
     if (this.used) throw new Error("a waiting helper runs one command");
     const args = ["--pid", String(spec.pid1), ...commandArgs(spec, command)];
-    // NUL separates the arguments on the wire: one inside a value would smuggle in an option of its own.
-    if (args.some((a) => a.includes("\0")))
-      throw new InvalidInputError("a command, its environment and its directory cannot contain NUL bytes");
-    this.used = true;
     this.send(args);
+    this.used = true;
     return this.child;
   }
 
-  /**
-   * The job on the helper's pipe, its length first: a message cut short (or none at all) is an error the helper
-   * reports, never "not needed" (which only "drop" says).
-   */
   private send(args: readonly string[]): void {
-    const payload = Buffer.from(`${args.join("\0")}\0`);
-    const pipe = this.child.stdio[ARGS_FD] as NodeJS.WritableStream;
-    pipe.write(`${payload.length}\0`);
-    pipe.end(payload);
+    sendArgs(this.child.stdio[ARGS_FD] as NodeJS.WritableStream, args);
   }
 
   /** Hands over another job of the helper's (`restore ...`): run as host root, in the cgroups it joined. */
@@ -186,7 +175,7 @@ export class WaitingHelper {
     });
     if (!this.used) {
       this.used = true;
-      (this.child.stdio[ARGS_FD] as NodeJS.WritableStream).end("drop\0");
+      sendDrop(this.child.stdio[ARGS_FD] as NodeJS.WritableStream);
       this.child.stdout!.resume();
       this.child.stderr!.resume();
     }

@@ -20,7 +20,7 @@ import {
   type MountPlan,
   planSources,
 } from "./plan.js";
-import { type HelperProcess, startHelper } from "./spawner.js";
+import { type HelperProcess, sendArgs, startHelper } from "./spawner.js";
 
 export interface LaunchRequest {
   plan: MountPlan;
@@ -107,11 +107,13 @@ function boundedLines(stream: Readable): string[] {
 
 const SOURCE_FLAGS = { shared: "--source", system: "--system", live: "--source-live", rw: "--source-rw" } as const;
 
-/** argv of the process that becomes the sandbox: msb-helper launch, then bwrap, then msb-helper init as pid 1. */
-function launchArgv(req: LaunchRequest): { argv: string[]; walksEtc: boolean } {
+/**
+ * What `msb-helper launch` is told after its cgroups (on its command line, or on its arguments' pipe when started
+ * ahead): its options, then bwrap's command line, then msb-helper init's as pid 1.
+ */
+function launchArgs(req: LaunchRequest): { args: string[]; walksEtc: boolean } {
   const helper = helperPath();
-  const a = [helper, "launch", "--scratch", req.scratch, "--disk", String(req.diskBytes), "--owner", req.owner];
-  for (const dir of cgroupDirs(req.cgroups)) a.push("--cgroup", dir);
+  const a = ["--scratch", req.scratch, "--disk", String(req.diskBytes), "--owner", req.owner];
   if (req.mode === "root" && req.ids) a.push(...idPoolArgs(req.ids));
   a.push(...req.rlimits);
   if (req.forceCopy) a.push("--force-copy");
@@ -129,14 +131,41 @@ function launchArgv(req: LaunchRequest): { argv: string[]; walksEtc: boolean } {
   );
   const masks = initMaskArgs(req.plan);
   a.push(...masks.args, req.label);
-  return { argv: a, walksEtc: masks.walksEtc };
+  return { args: a, walksEtc: masks.walksEtc };
 }
 
-export async function launch(req: LaunchRequest): Promise<Launched> {
+const LAUNCH_ENV = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" };
+
+/** The cgroups a launch joins, as its first options. */
+function cgroupArgs(cgroups: SandboxCgroups): string[] {
+  return cgroupDirs(cgroups).flatMap((dir) => ["--cgroup", dir]);
+}
+
+/**
+ * A launch started ahead of its sandbox: it joins the sandbox's cgroups now (a cgroup v1 move waits for an RCU grace
+ * period, 5-15 ms on an idle host), then waits on its stdin for the rest (`launch(req, ahead)`), or "drop".
+ */
+export function startLaunchAhead(cgroups: SandboxCgroups): Promise<HelperProcess> {
+  const argv = [helperPath(), "launch", "--args-fd", "0", ...cgroupArgs(cgroups)];
+  return startHelper(argv, LAUNCH_ENV, ["in", "null", "out", "out", "out"]);
+}
+
+/**
+ * Start the sandbox: a new launch, or `ahead` (started by startLaunchAhead in the request's cgroups, still waiting)
+ * told the rest. A launch started ahead takes no descriptors (`fds` must be empty).
+ */
+export async function launch(req: LaunchRequest, ahead?: HelperProcess): Promise<Launched> {
   checkPlanPaths(req.plan);
-  const { argv, walksEtc } = launchArgv(req);
-  const env = { PATH: "/usr/sbin:/usr/bin:/sbin:/bin" };
-  const child = await startHelper(argv, env, ["null", "null", "out", "out", "out", ...req.fds]);
+  const { args, walksEtc } = launchArgs(req);
+  let child: HelperProcess;
+  if (ahead) {
+    if (req.fds.length) throw new SandboxError("a launch started ahead takes no descriptors");
+    child = ahead;
+    sendArgs(child.stdin!, args);
+  } else {
+    const argv = [helperPath(), "launch", ...cgroupArgs(req.cgroups), ...args];
+    child = await startHelper(argv, LAUNCH_ENV, ["null", "null", "out", "out", "out", ...req.fds]);
+  }
   const [, , stderr, info, ready] = child.stdio as [null, null, Readable, Readable, Readable];
   const stderrLines = boundedLines(stderr);
   const exited = new Promise<string>((resolve) => {

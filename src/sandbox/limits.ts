@@ -1,4 +1,4 @@
-import { mkdir, writeFile } from "node:fs/promises";
+import { mkdir } from "node:fs/promises";
 import {
   accessSync,
   constants,
@@ -159,18 +159,48 @@ const CONTROLLERS = ["memory", "pids", "freezer", "cpu", "cpuacct"] as const;
 const CFS_PERIOD_US = 100_000;
 
 /**
- * The sandbox's groups, made off the event loop (a memory group's mkdir costs the kernel a millisecond or more, and
- * a group start makes many at once). The CPU groups are made once one of the groups pid 1 joins exists: a sandbox's
- * CPU groups are never without one of those, by which a reaper tells a live sandbox from a dead one's leftovers
- * (`isLeftover`). On failure, what was made is removed.
+ * The sandbox's groups with their limits (see makeCgroups, setCgroupLimits). On failure, what was made is removed.
  */
 export async function createCgroups(id: string, limits: Limits): Promise<SandboxCgroups> {
+  const groups = await makeCgroups(id, { memory: Boolean(limits.memoryBytes) });
+  try {
+    setCgroupLimits(groups, limits);
+  } catch (e) {
+    await killSandboxCgroups(groups);
+    throw e;
+  }
+  return groups;
+}
+
+/**
+ * A sandbox's groups, no limit set yet: made off the event loop (a memory group's mkdir costs the kernel a
+ * millisecond or more, and a group start makes many at once). A memory group only where asked (a sandbox with a
+ * memory limit). The CPU groups are made once one of the groups pid 1 joins exists: a sandbox's CPU groups are never
+ * without one of those, by which a reaper tells a live sandbox from a dead one's leftovers (`isLeftover`). On
+ * failure, what was made is removed.
+ */
+export async function makeCgroups(id: string, want: { memory: boolean }): Promise<SandboxCgroups> {
+  const support = cgroupSupport();
   const groups: SandboxCgroups = {};
-  const anchors = makeInitGroups(id, limits, groups);
+  const dirOf = (ctl: (typeof CONTROLLERS)[number]): string => join(CGROUP_ROOT, ctl, GROUP, id);
+  // The groups pid 1 joins (`cgroupDirs`); the pids group always (it is how a timeout finds a whole process tree).
+  if (support.memory && want.memory) groups.memory = dirOf("memory");
+  if (support.pids) groups.pids = dirOf("pids");
+  if (support.freezer) groups.freezer = dirOf("freezer");
+  const anchors = cgroupDirs(groups).map((dir) => mkdir(dir, { recursive: true }));
   // Whichever is made first (a pids or freezer mkdir is cheap, memory's is not).
   const anchored = anchors.length ? Promise.any(anchors).catch(() => undefined) : Promise.resolve();
-  const made = [...anchors, anchored.then(() => makeCpuGroups(id, limits, groups))];
-  const failed = (await Promise.allSettled(made)).find((r): r is PromiseRejectedResult => r.status === "rejected");
+  const cpuMade = anchored.then(async () => {
+    if (support.cpu) groups.cpu = dirOf("cpu");
+    // Where cpu and cpuacct are mounted together, the cpu group is the cpuacct group already.
+    if (support.cpuacct && !(groups.cpu && sameController("cpu", "cpuacct"))) groups.cpuacct = dirOf("cpuacct");
+    await Promise.all([groups.cpu, groups.cpuacct].filter(Boolean).map((d) => mkdir(d!, { recursive: true })));
+    // Every sandbox weighs the same (the default 1024 shares): whatever one runs, another gets its fair share.
+    if (groups.cpu) rebalanceCpuParent();
+  });
+  const failed = (await Promise.allSettled([...anchors, cpuMade])).find(
+    (r): r is PromiseRejectedResult => r.status === "rejected",
+  );
   if (failed) {
     await killSandboxCgroups(groups);
     throw failed.reason;
@@ -178,72 +208,25 @@ export async function createCgroups(id: string, limits: Limits): Promise<Sandbox
   return groups;
 }
 
-/** The groups pid 1 joins (`cgroupDirs`): memory, pids, freezer; each one's making, recorded in `groups`. */
-function makeInitGroups(id: string, limits: Limits, groups: SandboxCgroups): Promise<unknown>[] {
-  const support = cgroupSupport();
-  const made: Promise<unknown>[] = [];
-  if (support.memory && limits.memoryBytes) {
-    const dir = join(CGROUP_ROOT, "memory", GROUP, id);
-    groups.memory = dir;
-    made.push(
-      (async () => {
-        await mkdir(dir, { recursive: true });
-        await writeFile(join(dir, "memory.limit_in_bytes"), String(limits.memoryBytes));
-        // Without a swap limit a hog would spill into swap instead of being stopped.
-        const memsw = join(dir, "memory.memsw.limit_in_bytes");
-        if (existsSync(memsw)) await writeFile(memsw, String(limits.memoryBytes));
-      })(),
-    );
+/**
+ * The limits, written into fresh groups (no limit of their own yet; a memory group where there is a memory limit)
+ * before anything of the sandbox's runs in them: what is not limited keeps the kernel's default, none. Written in
+ * place: a cgroup file is kernel memory (microseconds), never a disk, and a round trip through the thread pool each
+ * would cost more than the writes.
+ */
+export function setCgroupLimits(groups: SandboxCgroups, limits: Limits): void {
+  const { memory, pids, cpu } = groups;
+  if (memory && limits.memoryBytes) {
+    writeFileSync(join(memory, "memory.limit_in_bytes"), String(limits.memoryBytes));
+    // Without a swap limit a hog would spill into swap instead of being stopped.
+    const memsw = join(memory, "memory.memsw.limit_in_bytes");
+    if (existsSync(memsw)) writeFileSync(memsw, String(limits.memoryBytes));
   }
-  if (support.pids) {
-    // Always created (even without a limit): it is how a timeout finds and kills a whole process tree.
-    const dir = join(CGROUP_ROOT, "pids", GROUP, id);
-    groups.pids = dir;
-    made.push(
-      (async () => {
-        await mkdir(dir, { recursive: true });
-        if (limits.pids) await writeFile(join(dir, "pids.max"), String(limits.pids));
-      })(),
-    );
+  if (pids && limits.pids) writeFileSync(join(pids, "pids.max"), String(limits.pids));
+  if (cpu && limits.cpus) {
+    writeFileSync(join(cpu, "cpu.cfs_period_us"), String(CFS_PERIOD_US));
+    writeFileSync(join(cpu, "cpu.cfs_quota_us"), String(Math.max(1000, Math.round(limits.cpus * CFS_PERIOD_US))));
   }
-  if (support.freezer) {
-    const dir = join(CGROUP_ROOT, "freezer", GROUP, id);
-    groups.freezer = dir;
-    made.push(mkdir(dir, { recursive: true }));
-  }
-  return made;
-}
-
-/** The CPU groups, which only commands and their waiting helpers join: empty between commands. */
-async function makeCpuGroups(id: string, limits: Limits, groups: SandboxCgroups): Promise<void> {
-  const support = cgroupSupport();
-  const made: Promise<unknown>[] = [];
-  if (support.cpu) {
-    // Every sandbox weighs the same (the default 1024 shares): whatever one runs, another gets its fair share.
-    const dir = join(CGROUP_ROOT, "cpu", GROUP, id);
-    groups.cpu = dir;
-    made.push(
-      (async () => {
-        await mkdir(dir, { recursive: true });
-        if (limits.cpus) {
-          await writeFile(join(dir, "cpu.cfs_period_us"), String(CFS_PERIOD_US));
-          await writeFile(
-            join(dir, "cpu.cfs_quota_us"),
-            String(Math.max(1000, Math.round(limits.cpus * CFS_PERIOD_US))),
-          );
-        }
-        rebalanceCpuParent();
-      })(),
-    );
-  }
-  // Where cpu and cpuacct are mounted together, the cpu group is the cpuacct group already.
-  const cpuacct = join(CGROUP_ROOT, "cpuacct", GROUP, id);
-  if (support.cpuacct && !(groups.cpu && sameController("cpu", "cpuacct"))) {
-    groups.cpuacct = cpuacct;
-    made.push(mkdir(cpuacct, { recursive: true }));
-  }
-  const failed = (await Promise.allSettled(made)).find((r): r is PromiseRejectedResult => r.status === "rejected");
-  if (failed) throw failed.reason;
 }
 
 /** True when two controllers share one hierarchy (e.g. `cpu,cpuacct`, with `cpu` and `cpuacct` links to it). */
@@ -416,17 +399,33 @@ export interface LimitCounters {
 }
 
 export function readCounters(groups: SandboxCgroups): LimitCounters {
-  const oom = groups.memory ? sumOverTree(groups.memory, "memory.oom_control", /oom_kill (\d+)/) : 0;
   // cgroup v1 counts a refused fork in the group of the process that forked, which may be a command's subgroup.
   const pids = groups.pids ? sumOverTree(groups.pids, "pids.events", /max (\d+)/) : 0;
-  return { oomKills: oom, pidsRefused: pids };
+  return { oomKills: oomKills(groups), pidsRefused: pids };
+}
+
+/** The sandbox's OOM kills so far: one file (its memory group has no subgroups). */
+export function oomKills(groups: SandboxCgroups): number {
+  return groups.memory ? counter(join(groups.memory, "memory.oom_control"), /oom_kill (\d+)/) : 0;
+}
+
+/** Forks refused to the processes of one group (not its subgroups): a command's, whose group is its own. */
+export function forksRefused(group: string): number {
+  return counter(join(group, "pids.events"), /max (\d+)/);
+}
+
+function counter(file: string, re: RegExp): number {
+  try {
+    const m = re.exec(readFileSync(file, "utf8"));
+    return m ? Number(m[1]) : 0;
+  } catch {
+    return 0;
+  }
 }
 
 function sumOverTree(dir: string, file: string, re: RegExp): number {
-  let total = 0;
+  let total = counter(join(dir, file), re);
   try {
-    const m = re.exec(readFileSync(join(dir, file), "utf8"));
-    total += m ? Number(m[1]) : 0;
     for (const e of readdirSync(dir, { withFileTypes: true }))
       if (e.isDirectory()) total += sumOverTree(join(dir, e.name), file, re);
   } catch {

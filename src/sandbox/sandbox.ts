@@ -1,11 +1,22 @@
-import { randomBytes } from "node:crypto";
 import { existsSync, readdirSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { homeLayout, resolveHome } from "../util/home.js";
 import { InvalidInputError, SandboxError } from "../errors.js";
 import { BashSession, type RunOptions, type RunResult, type SessionProcess } from "../session/bash-session.js";
 import { sessionExists, sessionMissing } from "../session/errors.js";
-import { enterArgv, type EnterSpec, WaitingHelper } from "./enter.js";
+import {
+  commandCgroups,
+  commandGroupName,
+  dropHelper,
+  dropNextStart,
+  dropSpare,
+  newSandboxId,
+  prepareNextStart,
+  settled,
+  takePreparedStart,
+  waitingHelper,
+} from "./ahead.js";
+import { enterArgv, type EnterSpec, type WaitingHelper } from "./enter.js";
 import type { HelperProcess } from "./spawner.js";
 import { defaultCommandEnv, HOME_DOTFILES } from "./home.js";
 import {
@@ -19,13 +30,16 @@ import {
 import { SandboxFiles, type StreamedCommand } from "./files.js";
 import { abstractSocketsScoped, type HostIds, idPool, launchMode, type LaunchMode } from "./host.js";
 import { type OpenedDir, openHostDir } from "./host-dir.js";
-import { FIRST_PASSED_FD, launch } from "./launcher.js";
+import { FIRST_PASSED_FD, launch, type Launched } from "./launcher.js";
 import {
   createCgroups,
   createCommandCgroup,
+  setCgroupLimits,
   enforcement,
   killCgroup,
   killSandboxCgroups,
+  forksRefused,
+  oomKills,
   readCounters,
   removeCgroupTree,
   rlimitArgs,
@@ -50,44 +64,44 @@ import {
 import { commandName, descendants, killQuietly, parentPid, processStartTime } from "./procfs.js";
 import { reapHome } from "./reaper.js";
 import { namespacesDir, type RestoreSide, type RestoreTarget, restoreArgs, runRestore } from "./restore.js";
-import { makeSandboxDirs, removeSandboxDirs, sandboxPaths, type SandboxPaths, writeState } from "./state.js";
+import {
+  makeSandboxDirs,
+  removeSandboxDirs,
+  sandboxPaths,
+  type SandboxPaths,
+  type SandboxState,
+  writeState,
+} from "./state.js";
 
-/** The cgroups a command joins: the sandbox's memory, freezer and CPU groups, and its own pids group. */
-function commandCgroups(cgroups: SandboxCgroups, group: string | undefined): string[] {
-  return [cgroups.memory, cgroups.freezer, cgroups.cpu, cgroups.cpuacct, group].filter((d): d is string => Boolean(d));
+/** What a sandbox sees, and where: its trees, binds, toolchains, home, network and control files. */
+function mountPlan(inputs: LaunchInputs, id: string, paths: SandboxPaths): MountPlan {
+  const { opts, uid, overlays } = inputs;
+  return {
+    hostname: opts.hostname ?? id,
+    network: opts.network ?? false,
+    overlays,
+    binds: opts.binds ?? [],
+    toolchains: opts.toolchains ?? [],
+    home: opts.rootfs?.home ?? (uid === 0 ? "/root" : `/home/u${uid}`),
+    controlDir: paths.control,
+    cwd: opts.cwd ?? defaultCwd({ overlays }),
+  };
 }
 
-/** A helper waiting, in a new pids group of its own, for a command of the sandbox. */
-function waitingHelper(cgroups: SandboxCgroups, name: string): Promise<WaitingHelper> {
-  const group = createCommandCgroup(cgroups, name);
-  return WaitingHelper.start(commandCgroups(cgroups, group), group).catch((e: unknown) => {
-    if (group) removeCgroupTree(group);
-    throw e;
-  });
-}
-
-/** A helper not needed after all leaves; its pids group goes with it (a group with a process in it stays). */
-async function dropHelper(helper: WaitingHelper): Promise<void> {
-  await helper.drop();
-  if (helper.group) removeCgroupTree(helper.group);
-}
-
-/** A helper started ahead, once started: undefined if it could not be (its command then starts one of its own). */
-function settled(spare: Promise<WaitingHelper> | undefined): Promise<WaitingHelper | undefined> {
-  return spare ? spare.catch(() => undefined) : Promise.resolve(undefined);
-}
-
-async function dropSpare(spare: Promise<WaitingHelper> | undefined): Promise<void> {
-  const helper = await settled(spare);
-  if (helper) await dropHelper(helper);
-}
-
-/**
- * A command's pids group: random, not counted. A command sees its group's name (/proc/self/cgroup), which must not
- * tell how many ran before it (a restore forgets them), nor collide with a group still being removed.
- */
-function commandGroupName(): string {
-  return `c${randomBytes(6).toString("hex")}`;
+/** What the reaper needs should this process die: whose the sandbox is, its processes and cgroups. */
+function stateOf(id: string, launched: Launched, cgroups: SandboxCgroups): SandboxState {
+  return {
+    id,
+    ownerPid: process.pid,
+    ownerStart: processStartTime(process.pid),
+    holderPid: launched.child.pid!,
+    holderStart: processStartTime(launched.child.pid!),
+    pid1: launched.pid1,
+    pid1Start: processStartTime(launched.pid1),
+    hostUid: launched.hostIds.uid,
+    cgroups,
+    createdAt: new Date().toISOString(),
+  };
 }
 
 /** A command handed to its helper: the process, its pids group, and whether the helper reached the command. */
@@ -367,65 +381,68 @@ export class Sandbox implements AsyncDisposable {
     });
   }
 
+  /**
+   * Drops the start this process prepared for its next sandbox (from its second sandbox on, each start prepares the
+   * next one's id, cgroups and helpers ahead): for a long-lived owner that shuts down but keeps running. A process
+   * that exits removes it itself; one killed leaves it to the next reaper.
+   */
+  static dropPrepared(): Promise<void> {
+    return dropNextStart();
+  }
+
   /** Start a sandbox; on failure, release what `inputs` holds (the opened directory). */
   private static async launch(inputs: LaunchInputs): Promise<Sandbox> {
-    const { opts, mode, uid, gid, overlays } = inputs;
-    const id = `sb-${randomBytes(6).toString("hex")}`;
-    const paths = sandboxPaths(inputs.sandboxesDir, id);
-    const home = opts.rootfs?.home ?? (uid === 0 ? "/root" : `/home/u${uid}`);
-    const plan: MountPlan = {
-      hostname: opts.hostname ?? id,
-      network: opts.network ?? false,
-      overlays,
-      binds: opts.binds ?? [],
-      toolchains: opts.toolchains ?? [],
-      home,
-      controlDir: paths.control,
-      cwd: opts.cwd ?? defaultCwd({ overlays }),
-    };
+    const { opts, mode, uid, gid } = inputs;
     const limits = opts.limits!;
-    let cgroups: SandboxCgroups = {};
-    let spare: Promise<WaitingHelper> | undefined;
+    // A sandbox of the process's own directory (a descriptor passed to its launch) starts the usual way.
+    const prepared = inputs.dir ? undefined : await takePreparedStart(Boolean(limits.memoryBytes));
+    const id = prepared?.id ?? newSandboxId();
+    const paths = sandboxPaths(inputs.sandboxesDir, id);
+    const plan = mountPlan(inputs, id, paths);
+    const { home } = plan;
+    let cgroups: SandboxCgroups = prepared?.cgroups ?? {};
+    let spare: Promise<WaitingHelper> | undefined = prepared?.spare;
     try {
-      const [dirs, groups] = await Promise.allSettled([makeSandboxDirs(paths), createCgroups(id, limits)]);
-      if (groups.status === "fulfilled") cgroups = groups.value;
-      if (dirs.status === "rejected") throw dirs.reason;
-      if (groups.status === "rejected") throw groups.reason;
-      // The first command's helper joins its cgroups while the sandbox starts.
-      spare = waitingHelper(cgroups, commandGroupName());
+      if (prepared) {
+        setCgroupLimits(cgroups, limits);
+        await makeSandboxDirs(paths);
+      } else {
+        const [dirs, made] = await Promise.allSettled([makeSandboxDirs(paths), createCgroups(id, limits)]);
+        if (made.status === "fulfilled") cgroups = made.value;
+        if (dirs.status === "rejected") throw dirs.reason;
+        if (made.status === "rejected") throw made.reason;
+      }
+      // The first command's helper joins its cgroups while the sandbox starts (or did, with a prepared start).
+      spare ??= waitingHelper(cgroups, commandGroupName());
       spare.catch(() => undefined); // its command starts one of its own
       const rlimits = rlimitArgs(limits);
       const diskBytes = scratchBytes(limits, Boolean(cgroups.memory));
-      const launched = await launch({
-        plan,
-        scratch: paths.scratch,
-        mode,
-        ids: mode === "root" ? idPool() : undefined,
-        cgroups,
-        diskBytes,
-        owner: `${uid}:${gid}`,
-        forceCopy: opts.forceCopy ?? false,
-        rlimits,
-        label: id,
-        seccomp: opts.seccomp ?? true,
-        fds: inputs.dir ? [inputs.dir.fd] : [],
-        homeFiles: opts.rootfs ? undefined : HOME_DOTFILES, // an image's home is its own
-      });
-      await writeState(paths, {
-        id,
-        ownerPid: process.pid,
-        ownerStart: processStartTime(process.pid),
-        holderPid: launched.child.pid!,
-        holderStart: processStartTime(launched.child.pid!),
-        pid1: launched.pid1,
-        pid1Start: processStartTime(launched.pid1),
-        hostUid: launched.hostIds.uid,
-        cgroups,
-        createdAt: new Date().toISOString(),
-      });
+      const launching = launch(
+        {
+          plan,
+          scratch: paths.scratch,
+          mode,
+          ids: mode === "root" ? idPool() : undefined,
+          cgroups,
+          diskBytes,
+          owner: `${uid}:${gid}`,
+          forceCopy: opts.forceCopy ?? false,
+          rlimits,
+          label: id,
+          seccomp: opts.seccomp ?? true,
+          fds: inputs.dir ? [inputs.dir.fd] : [],
+          homeFiles: opts.rootfs ? undefined : HOME_DOTFILES, // an image's home is its own
+        },
+        prepared?.launcher,
+      );
+      // The launch is under way (a prepared one has its arguments already): the next sandbox's start meanwhile.
+      if (!inputs.dir) prepareNextStart(Boolean(limits.memoryBytes));
+      const launched = await launching;
+      writeState(paths, stateOf(id, launched, cgroups));
       const env = sandboxEnv(opts, uid, home, plan.hostname);
       const notices = [...launched.notices, ...enforcementNotices(mode, plan.network)];
-      const started = { holder: launched.child, pid1: launched.pid1, hostIds: launched.hostIds, plan, diskBytes };
+      const { child: holder, pid1, hostIds } = launched;
+      const started = { holder, pid1, hostIds, plan, diskBytes };
       return new Sandbox(inputs, paths, started, cgroups, rlimits, env, plan.cwd, notices, spare);
     } catch (e) {
       await dropSpare(spare);
@@ -782,7 +799,7 @@ export class Sandbox implements AsyncDisposable {
     // every later command, the grading scripts' included; `docker exec bash -c` sources nothing either.
     const command = typeof cmd === "string" ? ["/bin/bash", "--norc", "-c", cmd] : cmd;
     if (command.length === 0) throw new InvalidInputError("empty command");
-    const before = readCounters(this.cgroups);
+    const oomBefore = oomKills(this.cgroups);
     const { child, group, cleanup, reached } = await this.startCommand(command, opts);
     return runCommand(
       {
@@ -795,9 +812,9 @@ export class Sandbox implements AsyncDisposable {
           killQuietly(rootPid);
         },
         limitHit: (): LimitHit | undefined => {
-          const after = readCounters(this.cgroups);
-          if (after.oomKills > before.oomKills) return "memory";
-          if (after.pidsRefused > before.pidsRefused) return "pids";
+          if (oomKills(this.cgroups) > oomBefore) return "memory";
+          // The command's own group is new: any fork refused there is its own.
+          if (group && forksRefused(group) > 0) return "pids";
           return undefined;
         },
         cleanup,

@@ -17,6 +17,9 @@ export interface HelperProcess extends EventEmitter {
   readonly exitCode: number | null;
   readonly signalCode: NodeJS.Signals | null;
   kill(signal?: NodeJS.Signals | number): boolean;
+  /** As ChildProcess's: while unref'd, the child (and its pipes) does not keep node running. */
+  ref(): void;
+  unref(): void;
 }
 
 /**
@@ -55,9 +58,13 @@ class SpawnedProcess extends EventEmitter implements HelperProcess {
   private exited = false;
   private openOutputs: number;
 
+  /** Counted by its spawner among the children that keep node running (see ref). */
+  keepsNodeRunning = true;
+
   constructor(
     readonly pid: number,
     readonly stdio: readonly (Readable | Writable | null)[],
+    private readonly refChanged: () => void,
   ) {
     super();
     const outputs = stdio.filter((s): s is Socket => s instanceof Socket && s.readable);
@@ -86,6 +93,24 @@ class SpawnedProcess extends EventEmitter implements HelperProcess {
     } catch {
       return false;
     }
+  }
+
+  ref(): void {
+    this.setRef(true);
+  }
+
+  unref(): void {
+    this.setRef(false);
+  }
+
+  private setRef(on: boolean): void {
+    this.keepsNodeRunning = on;
+    for (const s of this.stdio) {
+      if (!(s instanceof Socket)) continue;
+      if (on) s.ref();
+      else s.unref();
+    }
+    this.refChanged();
   }
 
   ended(code: number | null, signal: NodeJS.Signals | null): void {
@@ -172,7 +197,7 @@ class Spawner {
 
   /** While a child lives or a start is pending, the spawner keeps node running, as node's own children would. */
   private refresh(): void {
-    const busy = this.pending.size + this.live.size > 0;
+    const busy = this.pending.size > 0 || [...this.live.values()].some((c) => c.keepsNodeRunning);
     const handles = [this.child, this.child.stdout as Socket, this.child.stdin as Socket];
     for (const h of handles) {
       if (busy) h.ref();
@@ -228,7 +253,7 @@ class Spawner {
     try {
       let k = 0;
       for (const f of p.fds) stdio.push(f === "in" || f === "out" ? openEnd(this.child.pid!, held[k++]!, f) : null);
-      const proc = new SpawnedProcess(pid, stdio);
+      const proc = new SpawnedProcess(pid, stdio, () => this.refresh());
       this.live.set(id, proc);
       p.resolve(proc);
     } catch (e) {
@@ -269,4 +294,22 @@ export function startHelper(
     spawner = undefined;
   });
   return spawner.start(argv, env, fds);
+}
+
+/**
+ * A helper's late arguments (`enter --args-fd`, `launch --args-fd`) on its pipe: their length, then each ended by a
+ * NUL. A message cut short (or none at all) is an error the helper reports, never "not needed" (which only
+ * sendDrop says). A NUL inside an argument would smuggle in one of its own: refused before anything is sent.
+ */
+export function sendArgs(pipe: NodeJS.WritableStream, args: readonly string[]): void {
+  if (args.some((a) => a.includes("\0")))
+    throw new InvalidInputError("a command, its environment and its directory cannot contain NUL bytes");
+  const payload = Buffer.from(`${args.join("\0")}\0`);
+  pipe.write(`${payload.length}\0`);
+  pipe.end(payload);
+}
+
+/** Tells a helper waiting for its arguments that it is not needed: it leaves, having made or run nothing. */
+export function sendDrop(pipe: NodeJS.WritableStream): void {
+  pipe.end("drop\0");
 }

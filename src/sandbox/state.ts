@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
-import { readFileSync } from "node:fs";
-import { mkdir, rename, rm, writeFile } from "node:fs/promises";
+import { readFileSync, renameSync, writeFileSync } from "node:fs";
+import { mkdir, rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { SandboxCgroups } from "./limits.js";
 
@@ -46,12 +46,17 @@ export function sandboxPaths(sandboxesDir: string, id: string): SandboxPaths {
 }
 
 export async function makeSandboxDirs(p: SandboxPaths): Promise<void> {
-  await mkdir(p.control, { recursive: true, mode: 0o755 });
-  if (!p.scratch.startsWith(`${p.dir}/`)) {
-    await mkdir(RUNTIME_DIR, { recursive: true, mode: 0o711 });
-    await mkdir(dirname(p.scratch), { recursive: true, mode: 0o711 });
-  }
-  await mkdir(p.scratch, { recursive: true, mode: 0o755 });
+  const scratch = async (): Promise<void> => {
+    try {
+      await mkdir(p.scratch, { mode: 0o755 });
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
+      // The first of its home (or of the process): the runtime directories, walkable but not listable by others.
+      if (!p.scratch.startsWith(`${p.dir}/`)) await mkdir(dirname(p.scratch), { recursive: true, mode: 0o711 });
+      await mkdir(p.scratch, { recursive: true, mode: 0o755 });
+    }
+  };
+  await Promise.all([mkdir(p.control, { recursive: true, mode: 0o755 }), scratch()]);
 }
 
 /**
@@ -62,10 +67,14 @@ export async function removeSandboxDirs(p: SandboxPaths): Promise<void> {
   await Promise.all([rm(p.dir, { recursive: true, force: true }), rm(p.scratch, { recursive: true, force: true })]);
 }
 
-export async function writeState(p: SandboxPaths, state: SandboxState): Promise<void> {
+/**
+ * Written in place (a few hundred bytes, no fsync: the page cache takes it at once), where two round trips through
+ * the thread pool would cost a start more than the writes.
+ */
+export function writeState(p: SandboxPaths, state: SandboxState): void {
   const tmp = `${p.state}.tmp`;
-  await writeFile(tmp, JSON.stringify(state, null, 2));
-  await rename(tmp, p.state);
+  writeFileSync(tmp, JSON.stringify(state, null, 2));
+  renameSync(tmp, p.state);
 }
 
 export function readState(p: SandboxPaths): SandboxState | undefined {

@@ -5,7 +5,7 @@
  * whatever ends the sandbox.
  */
 import type { WorkspaceKind } from "../env/workspace.js";
-import type { Sandbox } from "../sandbox/sandbox.js";
+import { Sandbox } from "../sandbox/sandbox.js";
 import type { Limits } from "../sandbox/limits.js";
 import type { BindMount } from "../sandbox/plan.js";
 import { ForbiddenError, LimitError } from "../errors.js";
@@ -324,6 +324,7 @@ export class SandboxRegistry {
     await Promise.all([...this.inProgress]);
     await Promise.all([...this.entries.keys()].map((id) => this.delete(id, "shutdown").catch(() => undefined)));
     await Promise.all([...this.releasing]);
+    await Sandbox.dropPrepared();
   }
 }
 
