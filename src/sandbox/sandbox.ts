@@ -532,10 +532,15 @@ export class Sandbox implements AsyncDisposable {
       const spare = await settled(this.spare);
       this.spare = undefined;
       if (spare && !spare.ready) void dropHelper(spare);
-      const args = restoreArgs(this.restoreTarget(), seed.restoreSide(), keepPidCounter);
+      // The next command's helper joins its cgroups while the restore copies (the join's RCU grace period, on an
+      // idle host, would otherwise be the next command's): a host process of ours, kept through the restore.
+      const next = await settled(this.startSpareNow());
+      const target = { ...this.restoreTarget(), keep: next ? [next.child.pid!] : [] };
+      const args = restoreArgs(target, seed.restoreSide(), keepPidCounter);
       const run = await runRestore(args, { spare, memoryCgroup: this.cgroups.memory });
       void run.exited.then(() => spare?.group && removeCgroupTree(spare.group));
       const seedPid = await run.ready.catch(async (e: unknown) => {
+        if (next) void dropHelper(next);
         await this.close();
         throw e;
       });
@@ -545,20 +550,21 @@ export class Sandbox implements AsyncDisposable {
       this.generation++;
       this.nsDir = namespacesDir(this.restoreSide());
       this.ranCommands = false;
-      this.pruneCommandGroups(spare?.group);
+      this.pruneCommandGroups([spare?.group, next?.group]);
+      if (next?.ready) this.spare = Promise.resolve(next);
+      else if (next) void dropHelper(next);
     } finally {
       this.restoring = false;
     }
-    // The next command's helper, started once the restore has answered (a spawn costs milliseconds).
-    setImmediate(() => this.startSpare());
+    if (!this.spare) setImmediate(() => this.startSpare());
   }
 
-  /** Command groups left by commands the restore ended (all but `keep`, the restore's own helper's). */
-  private pruneCommandGroups(keep: string | undefined): void {
+  /** Command groups left by commands the restore ended (all but `keep`: the restore's helper's, the next one's). */
+  private pruneCommandGroups(keep: (string | undefined)[]): void {
     const parent = this.cgroups.pids;
     if (!parent) return;
     for (const name of readdirSync(parent, { withFileTypes: true }).filter((e) => e.isDirectory()))
-      if (join(parent, name.name) !== keep) removeCgroupTree(join(parent, name.name));
+      if (!keep.includes(join(parent, name.name))) removeCgroupTree(join(parent, name.name));
   }
 
   private restoreSide(): RestoreSide {
@@ -750,11 +756,17 @@ export class Sandbox implements AsyncDisposable {
   /** The next command's helper, waiting in its cgroups (none while closed or restored, or when there is one). */
   private startSpare(): void {
     if (this.closed || this.spare || this.restoring) return;
+    this.spare = this.startSpareNow();
+  }
+
+  /** A waiting helper for the next command; undefined when it cannot be started (the command then starts one). */
+  private startSpareNow(): Promise<WaitingHelper> | undefined {
     try {
-      this.spare = waitingHelper(this.cgroups, this.nextGroupName());
-      this.spare.catch(() => undefined); // the next command's helper starts with it
+      const spare = waitingHelper(this.cgroups, this.nextGroupName());
+      spare.catch(() => undefined); // the next command's helper starts with it
+      return spare;
     } catch {
-      /* the next command's helper starts with it */
+      return undefined;
     }
   }
 
