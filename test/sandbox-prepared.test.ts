@@ -40,7 +40,7 @@ function pidsIn(dir: string): number[] {
   return readFileSync(join(dir, "cgroup.procs"), "utf8").split("\n").filter(Boolean).map(Number);
 }
 
-test("from the second sandbox on, the next start is prepared, and the sandbox that takes it has its own limits", async () => {
+test("from the second sandbox on, the next start is prepared; the one that takes it has its own limits", async () => {
   const first = await Sandbox.create({ home });
   await first.close();
   assert.equal(preparedStart(), undefined, "a process's first sandbox prepares nothing");
@@ -93,9 +93,10 @@ test("a prepared start dropped (a server shutting down) leaves no process and no
 });
 
 /** A node process that starts two sandboxes, says its prepared start's id, then waits for stdin to end or exits. */
+const SANDBOX_DIR = join(import.meta.dirname, "..", "src", "sandbox");
 const OWNER = `
-const { Sandbox } = await import(${JSON.stringify(join(import.meta.dirname, "..", "src", "sandbox", "sandbox.js"))});
-const { preparedStart } = await import(${JSON.stringify(join(import.meta.dirname, "..", "src", "sandbox", "ahead.js"))});
+const { Sandbox } = await import(${JSON.stringify(join(SANDBOX_DIR, "sandbox.js"))});
+const { preparedStart } = await import(${JSON.stringify(join(SANDBOX_DIR, "ahead.js"))});
 for (let i = 0; i < 2; i++) await (await Sandbox.create({ home: process.argv[1] })).close();
 let p;
 while (!(p = preparedStart())) await new Promise((r) => setTimeout(r, 10));
