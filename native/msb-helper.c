@@ -1515,7 +1515,7 @@ static int cmd_enter(int argc, char **argv) {
  * `keep` to leave it). Then "R <the seed's counter>" on stdout, and the previous generation is let go.
  */
 struct restore_opts {
-  const char *pid1, *holder, *scratch, *gen, *old_gen, *next_gen, *disk, *owner, *kill_cgroup;
+  const char *pid1, *holder, *scratch, *gen, *old_gen, *next_gen, *disk, *owner, *kill_cgroup, *keep_cgroup;
   const char *root; /* the place that is the sandbox's `/` ("+root"; an image's: "+m/0", its overlay) */
   const char *seed_holder, *seed_dir, *seed_pid1; /* the seed: its launch process, its generation, its pid 1 */
   unsigned shift_from, shift_to, shift_count;     /* root mode: the seed's id range, ours, their size */
@@ -1544,6 +1544,7 @@ static void parse_restore(int argc, char **argv, struct restore_opts *o) {
     else if (!strcmp(a, "--disk")) o->disk = v;
     else if (!strcmp(a, "--owner")) o->owner = v;
     else if (!strcmp(a, "--kill-cgroup")) o->kill_cgroup = v;
+    else if (!strcmp(a, "--keep-cgroup")) o->keep_cgroup = v;
     else if (!strcmp(a, "--root")) o->root = v;
     else if (!strcmp(a, "--cgroup")) join_cgroup(v); /* a helper started for the restore: its copies charged there */
     else if (!strcmp(a, "--keep")) {
@@ -1589,8 +1590,8 @@ static int is_kept(const struct restore_opts *o, pid_t pid) {
   return 0;
 }
 
-/* Every process of a cgroup tree (into `out`, up to `max`). */
-static int tree_pids(const char *dir, pid_t *out, int n, int max) {
+/* Every process of a cgroup tree but those of its subgroup `skip` (into `out`, up to `max`). */
+static int tree_pids(const char *dir, const char *skip, pid_t *out, int n, int max) {
   char path[4096];
   fmt(path, sizeof path, "%s/cgroup.procs", dir);
   FILE *f = fopen(path, "re");
@@ -1605,7 +1606,7 @@ static int tree_pids(const char *dir, pid_t *out, int n, int max) {
   while ((e = readdir(d)))
     if (e->d_type == DT_DIR && e->d_name[0] != '.') {
       fmt(path, sizeof path, "%s/%s", dir, e->d_name);
-      n = tree_pids(path, out, n, max);
+      if (!skip || strcmp(path, skip) != 0) n = tree_pids(path, skip, out, n, max);
     }
   closedir(d);
   return n;
@@ -1619,9 +1620,10 @@ static int in_pidns(pid_t pid, const struct stat *ns) {
 }
 
 /*
- * Every process of the sandbox but pid 1 (and what --keep names) killed, none able to start meanwhile (pids.max 0:
- * a fork bomb cannot outrun it); those of its pid namespace are waited for until pid 1 has reaped them, so that
- * the namespace's next pid is the one set later.
+ * Every process of the sandbox but pid 1 (and what --keep names, and what is in the --keep-cgroup subgroup: a new
+ * group the caller made for the next command's helper, a host process waiting outside the sandbox, which nothing of
+ * the sandbox's can join) killed, none able to start meanwhile (pids.max 0: a fork bomb cannot outrun it); those of
+ * its pid namespace are waited for until pid 1 has reaped them, so that the namespace's next pid is the one set later.
  */
 #define MAX_KILL 65536
 static void kill_all_but_kept(const struct restore_opts *o, const struct stat *pidns) {
@@ -1635,7 +1637,7 @@ static void kill_all_but_kept(const struct restore_opts *o, const struct stat *p
   static pid_t pids[MAX_KILL], inside[MAX_KILL];
   int ninside = 0;
   for (int round = 0;; round++) {
-    int count = tree_pids(o->kill_cgroup, pids, 0, MAX_KILL), left = 0;
+    int count = tree_pids(o->kill_cgroup, o->keep_cgroup, pids, 0, MAX_KILL), left = 0;
     for (int i = 0; i < count; i++) {
       if (is_kept(o, pids[i])) continue;
       left++;

@@ -98,8 +98,8 @@ function alive(p: HelperProcess): boolean {
 }
 
 /**
- * The start prepared for this sandbox (`memory`: whether it has a memory limit, i.e. a memory group), if one waits
- * and fits. Undefined where nothing would be joined (no cgroups): there is no wait to save.
+ * The start prepared for this sandbox (`memory`: whether it has a memory limit, i.e. a memory group), if one waits,
+ * fits and its launch still lives; one that does not is dropped.
  */
 export async function takePreparedStart(memory: boolean): Promise<PreparedStart | undefined> {
   startsSeen++;
@@ -161,7 +161,10 @@ function removeAtExit(p: PreparedStart): void {
   }
 }
 
-/** Undefined when it could not be made (the sandbox then starts the usual way) or would save nothing. */
+/**
+ * Undefined when it could not be made (the sandbox then starts the usual way) or would save nothing: with no cgroup to
+ * join, there is no wait to take off a start's path.
+ */
 async function prepareStart(memory: boolean): Promise<PreparedStart | undefined> {
   const id = newSandboxId();
   let cgroups: SandboxCgroups = {};

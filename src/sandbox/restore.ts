@@ -38,8 +38,11 @@ export interface RestoreTarget extends RestoreSide {
   pidsCgroup?: string;
   /** Joined by a helper started for the restore (its copies are charged there). */
   memoryCgroup?: string;
-  /** Host processes of ours in the pids group that live through it (the next command's helper, waiting outside). */
-  keep?: number[];
+  /**
+   * A new subgroup of the pids group whose processes live through it: the next command's helper's (a host process
+   * of ours, waiting outside the sandbox; nothing of the sandbox's can join a group).
+   */
+  keepCgroup?: string;
 }
 
 /** The directory of a generation under the scratch. */
@@ -78,7 +81,8 @@ export function restoreArgs(target: RestoreTarget, seed: RestoreSide, keepPidCou
   a.push("--gen", `g${g + 1}`, "--old-gen", `g${g}`, "--next-gen", `g${g + 2}`);
   a.push("--disk", String(target.diskBytes), "--owner", target.owner);
   if (target.pidsCgroup) a.push("--kill-cgroup", target.pidsCgroup, "--keep", String(target.pid1));
-  for (const pid of [target.holderPid, ...(target.keep ?? [])]) a.push("--keep", String(pid));
+  a.push("--keep", String(target.holderPid));
+  if (target.keepCgroup) a.push("--keep-cgroup", target.keepCgroup);
   a.push("--seed-holder", String(seed.holderPid), "--seed-dir", generationDir(seed), "--seed-pid1", String(seed.pid1));
   if (keepPidCounter) a.push("--last-pid", "keep");
   else if (seed.lastPid !== undefined) a.push("--last-pid", String(seed.lastPid));

@@ -533,17 +533,19 @@ export class Sandbox implements AsyncDisposable {
       this.spare = undefined;
       if (spare && !spare.ready) void dropHelper(spare);
       // The next command's helper joins its cgroups while the restore copies (the join's RCU grace period, on an
-      // idle host, would otherwise be the next command's): a host process of ours, kept through the restore.
-      const next = await settled(this.startSpareNow());
-      const target = { ...this.restoreTarget(), keep: next ? [next.child.pid!] : [] };
-      const args = restoreArgs(target, seed.restoreSide(), keepPidCounter);
+      // idle host, would otherwise be the next command's): a host process of ours, its group kept through the restore.
+      const name = this.nextGroupName();
+      const nextSpare = this.startSpareNow(name);
+      const keepCgroup = nextSpare && this.cgroups.pids ? join(this.cgroups.pids, name) : undefined;
+      const args = restoreArgs({ ...this.restoreTarget(), keepCgroup }, seed.restoreSide(), keepPidCounter);
       const run = await runRestore(args, { spare, memoryCgroup: this.cgroups.memory });
       void run.exited.then(() => spare?.group && removeCgroupTree(spare.group));
       const seedPid = await run.ready.catch(async (e: unknown) => {
-        if (next) void dropHelper(next);
+        void dropSpare(nextSpare);
         await this.close();
         throw e;
       });
+      const next = await settled(nextSpare);
       // Counters read or set now hold until a command runs (then `lastPid` is forgotten): reading one costs a process.
       seed.lastPid = seedPid;
       this.lastPid = keepPidCounter ? undefined : seedPid;
@@ -756,13 +758,13 @@ export class Sandbox implements AsyncDisposable {
   /** The next command's helper, waiting in its cgroups (none while closed or restored, or when there is one). */
   private startSpare(): void {
     if (this.closed || this.spare || this.restoring) return;
-    this.spare = this.startSpareNow();
+    this.spare = this.startSpareNow(this.nextGroupName());
   }
 
   /** A waiting helper for the next command; undefined when it cannot be started (the command then starts one). */
-  private startSpareNow(): Promise<WaitingHelper> | undefined {
+  private startSpareNow(groupName: string): Promise<WaitingHelper> | undefined {
     try {
-      const spare = waitingHelper(this.cgroups, this.nextGroupName());
+      const spare = waitingHelper(this.cgroups, groupName);
       spare.catch(() => undefined); // the next command's helper starts with it
       return spare;
     } catch {

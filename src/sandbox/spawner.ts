@@ -195,7 +195,10 @@ class Spawner {
     this.child.stdin!.write(Buffer.concat([Buffer.from(`${payload.length}\0`), payload]));
   }
 
-  /** While a child lives or a start is pending, the spawner keeps node running, as node's own children would. */
+  /**
+   * While a child lives (one not unref'd) or a start is pending, the spawner keeps node running, as node's own
+   * children would.
+   */
   private refresh(): void {
     const busy = this.pending.size > 0 || [...this.live.values()].some((c) => c.keepsNodeRunning);
     const handles = [this.child, this.child.stdout as Socket, this.child.stdin as Socket];
