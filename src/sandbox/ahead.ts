@@ -14,7 +14,7 @@ import {
   type SandboxCgroups,
 } from "./limits.js";
 import { isRunning, killQuietly } from "./procfs.js";
-import { type HelperProcess, sendDrop } from "./spawner.js";
+import { type HelperProcess, sendDrop, untilGone } from "./spawner.js";
 
 /**
  * Processes started ahead of what they serve, so that nothing waits for them: a command's helper (in the command's
@@ -195,14 +195,7 @@ async function dropPreparedStart(p: PreparedStart): Promise<void> {
   // Counted again while they leave: whoever awaits this is not cut short by node's exit.
   launcher.ref();
   void p.spare.then((h) => h.child.ref()).catch(() => undefined);
-  const gone = new Promise<void>((resolve) => {
-    if (!alive(launcher)) return resolve();
-    const stuck = setTimeout(() => launcher.kill("SIGKILL"), 2000);
-    launcher.once("exit", () => {
-      clearTimeout(stuck);
-      resolve();
-    });
-  });
+  const gone = untilGone(launcher);
   sendDrop(launcher.stdin!);
   await Promise.all([gone, dropSpare(p.spare)]);
   await killSandboxCgroups(p.cgroups);

@@ -1,6 +1,6 @@
 import { helperPath } from "./host.js";
 import { SANDBOX_CAPS } from "./plan.js";
-import { type HelperProcess, sendArgs, sendDrop, startHelper } from "./spawner.js";
+import { type HelperProcess, sendArgs, sendDrop, startHelper, untilGone } from "./spawner.js";
 
 /** Where a process enters a running sandbox: fixed for the sandbox's life, known before any command. */
 export interface EnterPlace {
@@ -164,15 +164,7 @@ export class WaitingHelper {
 
   /** Not needed after all: told so, the helper leaves without running anything. Resolves once it is gone. */
   drop(): Promise<void> {
-    const gone = new Promise<void>((resolve) => {
-      if (this.child.exitCode !== null || this.child.signalCode !== null || this.failed) return resolve();
-      // It leaves at once when told; one that does not is killed (it has run nothing of the sandbox's).
-      const stuck = setTimeout(() => this.child.kill("SIGKILL"), 2000);
-      this.child.once("exit", () => {
-        clearTimeout(stuck);
-        resolve();
-      });
-    });
+    const gone = this.failed ? Promise.resolve() : untilGone(this.child);
     if (!this.used) {
       this.used = true;
       sendDrop(this.child.stdio[ARGS_FD] as NodeJS.WritableStream);

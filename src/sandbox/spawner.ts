@@ -64,7 +64,7 @@ class SpawnedProcess extends EventEmitter implements HelperProcess {
   constructor(
     readonly pid: number,
     readonly stdio: readonly (Readable | Writable | null)[],
-    private readonly refChanged: () => void,
+    private readonly refChanged: (keepsNodeRunning: boolean) => void,
   ) {
     super();
     const outputs = stdio.filter((s): s is Socket => s instanceof Socket && s.readable);
@@ -104,13 +104,14 @@ class SpawnedProcess extends EventEmitter implements HelperProcess {
   }
 
   private setRef(on: boolean): void {
+    const changed = on !== this.keepsNodeRunning;
     this.keepsNodeRunning = on;
     for (const s of this.stdio) {
       if (!(s instanceof Socket)) continue;
       if (on) s.ref();
       else s.unref();
     }
-    this.refChanged();
+    if (changed) this.refChanged(on);
   }
 
   ended(code: number | null, signal: NodeJS.Signals | null): void {
@@ -155,6 +156,8 @@ class Spawner {
   private readonly child: ChildProcess;
   private readonly pending = new Map<string, Pending>();
   private readonly live = new Map<string, SpawnedProcess>();
+  /** How many of the live children are unref'd (do not keep node running). */
+  private unrefd = 0;
   private nextId = 1;
   private text = "";
   private gone = false;
@@ -200,7 +203,7 @@ class Spawner {
    * children would.
    */
   private refresh(): void {
-    const busy = this.pending.size > 0 || [...this.live.values()].some((c) => c.keepsNodeRunning);
+    const busy = this.pending.size > 0 || this.live.size > this.unrefd;
     const handles = [this.child, this.child.stdout as Socket, this.child.stdin as Socket];
     for (const h of handles) {
       if (busy) h.ref();
@@ -241,6 +244,7 @@ class Spawner {
     } else if (what === "exit") {
       const c = this.live.get(id!);
       this.live.delete(id!);
+      if (c && !c.keepsNodeRunning) this.unrefd--;
       const code = Number(rest[0]);
       c?.ended(code >= 0 ? code : null, code >= 0 ? null : (SIGNAL_NAMES[Number(rest[1])] ?? "SIGKILL"));
       this.send(["reap", id!]);
@@ -256,7 +260,11 @@ class Spawner {
     try {
       let k = 0;
       for (const f of p.fds) stdio.push(f === "in" || f === "out" ? openEnd(this.child.pid!, held[k++]!, f) : null);
-      const proc = new SpawnedProcess(pid, stdio, () => this.refresh());
+      const proc = new SpawnedProcess(pid, stdio, (keeps) => {
+        if (this.live.get(id) !== proc) return; // ended: counted no more
+        this.unrefd += keeps ? -1 : 1;
+        this.refresh();
+      });
       this.live.set(id, proc);
       p.resolve(proc);
     } catch (e) {
@@ -279,6 +287,7 @@ class Spawner {
     for (const c of this.live.values()) c.abandon();
     this.pending.clear();
     this.live.clear();
+    this.unrefd = 0;
   }
 }
 
@@ -315,4 +324,16 @@ export function sendArgs(pipe: NodeJS.WritableStream, args: readonly string[]): 
 /** Tells a helper waiting for its arguments that it is not needed: it leaves, having made or run nothing. */
 export function sendDrop(pipe: NodeJS.WritableStream): void {
   pipe.end("drop\0");
+}
+
+/** Resolves once a helper told to leave is gone: one that does not leave within 2 s is killed (it ran nothing). */
+export function untilGone(child: HelperProcess): Promise<void> {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) return resolve();
+    const stuck = setTimeout(() => child.kill("SIGKILL"), 2000);
+    child.once("exit", () => {
+      clearTimeout(stuck);
+      resolve();
+    });
+  });
 }
