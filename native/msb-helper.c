@@ -2202,9 +2202,14 @@ static int cmd_restore(int argc, char **argv) {
     fmt(rel, sizeof rel, "%.*s", (int)(eq - o.binds[i]), o.binds[i]);
     trees[i] = place_tree(&o, gen, rel, o.ro[i]);
   }
-  /* The sandbox's own IPC objects go before commands get new namespaces (pid 1 keeps the emptied one). */
-  setns_or_die(sb_ipc, CLONE_NEWIPC, "the sandbox's IPC namespace");
-  remove_ipc_objects();
+  /* The sandbox's own IPC objects go before commands get new namespaces (pid 1 keeps the emptied one). Once an
+     earlier restore gave commands their own (ns/ipc is there), nothing but pid 1 has been in it since it was emptied. */
+  char cmd_ipc[4096];
+  fmt(cmd_ipc, sizeof cmd_ipc, "%s/ns/ipc", o.scratch);
+  if (!is_mount_root(cmd_ipc)) {
+    setns_or_die(sb_ipc, CLONE_NEWIPC, "the sandbox's IPC namespace");
+    remove_ipc_objects();
+  }
   fresh_namespaces(&o);
   setns_or_die(sb_mnt, CLONE_NEWNS, "the sandbox's mount namespace");
   rebuild_tree(&o, new_root, trees);

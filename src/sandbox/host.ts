@@ -33,7 +33,18 @@ export interface SystemEntry {
   symlinkTo?: string;
 }
 
+/**
+ * Read once per process: a launch clones them by index and a later restore rebuilds the same tree, so both must see
+ * one list (and a start saves the lookups).
+ */
 export function systemEntries(): SystemEntry[] {
+  systemTrees ??= readSystemEntries();
+  return systemTrees;
+}
+
+let systemTrees: SystemEntry[] | undefined;
+
+function readSystemEntries(): SystemEntry[] {
   const out: SystemEntry[] = [];
   for (const path of ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"]) {
     let st: import("node:fs").Stats;

@@ -534,11 +534,13 @@ export class Sandbox implements AsyncDisposable {
       if (spare && !spare.ready) void dropHelper(spare);
       // The next command's helper joins its cgroups while the restore copies (the join's RCU grace period, on an
       // idle host, would otherwise be the next command's): a host process of ours, its group kept through the restore.
+      // It is started once the restore runs (its spawn is then off the restore's path); whenever it joins, the restore
+      // leaves its group alone.
       const name = this.nextGroupName();
-      const nextSpare = this.startSpareNow(name);
-      const keepCgroup = nextSpare && this.cgroups.pids ? join(this.cgroups.pids, name) : undefined;
+      const keepCgroup = this.cgroups.pids ? join(this.cgroups.pids, name) : undefined;
       const args = restoreArgs({ ...this.restoreTarget(), keepCgroup }, seed.restoreSide(), keepPidCounter);
       const run = await runRestore(args, { spare, memoryCgroup: this.cgroups.memory });
+      const nextSpare = this.startSpareNow(name);
       void run.exited.then(() => spare?.group && removeCgroupTree(spare.group));
       const seedPid = await run.ready.catch(async (e: unknown) => {
         void dropSpare(nextSpare);
