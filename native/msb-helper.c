@@ -135,6 +135,10 @@ static void move_to_cgroup(const char *dir, pid_t pid) {
 
 static void join_cgroup(const char *dir) { move_to_cgroup(dir, getpid()); }
 
+static void make_cgroup(const char *dir) {
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST) die(1, "make cgroup %s: %s", dir, strerror(errno));
+}
+
 static void push(const char **list, int *n, const char *item) {
   if (*n >= MAX_ITEMS) die(2, "too many arguments");
   list[(*n)++] = item;
@@ -1332,10 +1336,14 @@ static void parse_enter(int argc, char **argv, struct enter_opts *o, int late) {
     else if (!strcmp(a, "--keep-terminal")) o->keep_terminal = 1;
     else if (!strcmp(a, "--scope-abstract-unix")) o->scope_abstract = 1;
     else if (!v) die(2, "%s needs a value", a);
-    else if (late && !strcmp(a, "--cgroup")) die(2, "--cgroup comes before the command, not with it");
+    else if (late && (!strcmp(a, "--cgroup") || !strcmp(a, "--new-cgroup")))
+      die(2, "%s comes before the command, not with it", a);
     else if (!strcmp(a, "--pid")) o->pid = v, i++;
     else if (!strcmp(a, "--ns-dir")) o->ns_dir = v, i++;
     else if (!strcmp(a, "--cgroup")) push(o->cgroups, &o->ncg, v), i++;
+    /* The command's own group, made here: a cgroup v1 mkdir can wait on the hierarchy's lock, better here than in
+       the caller's event loop. */
+    else if (!strcmp(a, "--new-cgroup")) make_cgroup(v), push(o->cgroups, &o->ncg, v), i++;
     else if (!strcmp(a, "--caps")) o->caps = v, i++;
     else if (!strcmp(a, "--uid")) o->uid = parse_uint(v, "uid"), i++;
     else if (!strcmp(a, "--gid")) o->gid = parse_uint(v, "gid"), i++;

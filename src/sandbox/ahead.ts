@@ -6,7 +6,7 @@ import {
   allCgroupDirs,
   cgroupDirs,
   cgroupTreePids,
-  createCommandCgroup,
+  commandCgroupPath,
   killSandboxCgroups,
   makeCgroups,
   removeCgroupTree,
@@ -40,10 +40,10 @@ export function commandCgroups(cgroups: SandboxCgroups, group: string | undefine
   return [cgroups.memory, cgroups.freezer, cgroups.cpu, cgroups.cpuacct, group].filter((d): d is string => Boolean(d));
 }
 
-/** A helper waiting, in a new pids group of its own, for a command of the sandbox. */
+/** A helper waiting, in a new pids group of its own (it makes it), for a command of the sandbox. */
 export function waitingHelper(cgroups: SandboxCgroups, name: string): Promise<WaitingHelper> {
-  const group = createCommandCgroup(cgroups, name);
-  return WaitingHelper.start(commandCgroups(cgroups, group), group).catch((e: unknown) => {
+  const group = commandCgroupPath(cgroups, name);
+  return WaitingHelper.start(commandCgroups(cgroups, undefined), group).catch((e: unknown) => {
     if (group) removeCgroupTree(group);
     throw e;
   });

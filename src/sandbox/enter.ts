@@ -109,8 +109,10 @@ export class WaitingHelper {
   private used = false;
   private failed = false;
 
+  /** Joins `cgroupDirs`, then `group` (the command's own pids group: made by the helper). */
   static async start(cgroupDirs: string[], group: string | undefined): Promise<WaitingHelper> {
-    const argv = [helperPath(), "enter", "--args-fd", String(ARGS_FD), ...cgroupDirs.flatMap((c) => ["--cgroup", c])];
+    const joins = [...cgroupDirs.flatMap((c) => ["--cgroup", c]), ...(group ? ["--new-cgroup", group] : [])];
+    const argv = [helperPath(), "enter", "--args-fd", String(ARGS_FD), ...joins];
     return new WaitingHelper(await startHelper(argv, {}, WAITING_FDS), group);
   }
 

@@ -302,10 +302,14 @@ export async function freeze(dir: string): Promise<void> {
 
 /** A child pids cgroup for one command, so that its whole tree (double forks included) can be killed. */
 export function createCommandCgroup(groups: SandboxCgroups, name: string): string | undefined {
-  if (!groups.pids) return undefined;
-  const dir = join(groups.pids, name);
-  mkdirSync(dir, { recursive: true });
+  const dir = commandCgroupPath(groups, name);
+  if (dir) mkdirSync(dir, { recursive: true });
   return dir;
+}
+
+/** Where a command's own pids group `name` is (or will be: a waiting helper makes its own, `--new-cgroup`). */
+export function commandCgroupPath(groups: SandboxCgroups, name: string): string | undefined {
+  return groups.pids ? join(groups.pids, name) : undefined;
 }
 
 export function cgroupPids(dir: string): number[] {
