@@ -22,6 +22,7 @@ export const HTTP_STATUS = {
   not_found: 404,
   image_not_found: 404,
   sandbox_not_found: 404,
+  checkpoint_not_found: 404,
   sandbox_lost: 410,
   session_exists: 409,
   upload_too_large: 413,
@@ -109,6 +110,11 @@ export class NotFoundError extends MinisandboxError {
 /** The sandbox named in a request is not (or no longer) live. */
 export class SandboxNotFoundError extends NotFoundError {
   override readonly code = "sandbox_not_found";
+}
+
+/** A rollout checkpoint its group does not hold (dropped, or never made there). */
+export class CheckpointNotFoundError extends NotFoundError {
+  override readonly code = "checkpoint_not_found";
 }
 
 /** An upload over the server's size limit. */

@@ -15,6 +15,7 @@ export {
 export {
   AuthError,
   BuildError,
+  CheckpointNotFoundError,
   CommandTimeoutError,
   DiskFullError,
   ForbiddenError,

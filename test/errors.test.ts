@@ -3,6 +3,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import {
   BuildError,
+  CheckpointNotFoundError,
   CommandTimeoutError,
   DiskFullError,
   errorCode,
@@ -45,6 +46,7 @@ test("each error's code answers with its HTTP status; unknown codes and foreign 
     [new PeerNotAllowedError("not a peer"), "peer_not_allowed", 403],
     [new NotFoundError("gone"), "not_found", 404],
     [new SandboxNotFoundError("gone"), "sandbox_not_found", 404],
+    [new CheckpointNotFoundError("dropped"), "checkpoint_not_found", 404],
     [new SandboxLostError("killed"), "sandbox_lost", 410],
     [new TaskInvalidError("gold fails"), "task_invalid", 422],
     [new UploadTooLargeError("1 GiB max"), "upload_too_large", 413],
@@ -76,6 +78,7 @@ test("each error's code answers with its HTTP status; unknown codes and foreign 
 
 test("subclasses are caught as their family; optional details are kept", () => {
   assert.ok(new SandboxNotFoundError("x") instanceof NotFoundError);
+  assert.ok(new CheckpointNotFoundError("x") instanceof NotFoundError);
   assert.ok(new RequestValidationError([]) instanceof InvalidInputError);
   assert.equal(new TarFormatError("truncated archive").code, "invalid_input");
   assert.ok(new UnavailableError("x") instanceof SandboxError);

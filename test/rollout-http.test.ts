@@ -16,7 +16,13 @@ import { after, before, describe, it } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
 import { RolloutClient } from "../src/client/index.js";
 import { prepareInstances } from "../src/env/prepare.js";
-import { InvalidInputError, NotFoundError, SandboxLostError, TaskInvalidError } from "../src/errors.js";
+import {
+  CheckpointNotFoundError,
+  InvalidInputError,
+  NotFoundError,
+  SandboxLostError,
+  TaskInvalidError,
+} from "../src/errors.js";
 import { makeFixtureDataset, type FixtureDataset } from "../src/fixtures/generate.js";
 import type { Instance } from "../src/tasks/types.js";
 import { run } from "../src/util/run.js";
@@ -129,7 +135,7 @@ describe("rollouts over HTTP: the TypeScript SDK", { concurrency: 1 }, () => {
     const [back, forked] = await Promise.all([r!.reward(), child!.reward()]);
     assert.deepEqual([back.reward, forked.reward], [1, 1], "the checkpoint holds the fix");
     await r!.dropCheckpoint(cp);
-    await assert.rejects(r!.reset({ checkpoint: cp }), NotFoundError);
+    await assert.rejects(r!.reset({ checkpoint: cp }), CheckpointNotFoundError);
     assert.equal((await r!.exec("git diff --stat | wc -l")).stdout, "2\n", "a refused reset changes nothing");
   });
 

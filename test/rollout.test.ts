@@ -230,7 +230,11 @@ describe("rollouts", { concurrency: 1 }, () => {
     const [back, forked] = await Promise.all([r.reward(), child!.reward()]);
     assert.deepEqual([back.resolution, forked.resolution], ["PARTIAL", "PARTIAL"]);
     await group.dropCheckpoint(cp);
-    await assert.rejects(r.reset({ checkpoint: cp }), NotFoundError);
+    await assert.rejects(r.reset({ checkpoint: cp }), { name: "CheckpointNotFoundError", message: /was dropped/ });
+    await assert.rejects(r.fork(1, { checkpoint: `${cp}0` }), {
+      name: "CheckpointNotFoundError",
+      message: /no checkpoint/,
+    });
     assert.equal((await r.exec("git diff --stat | tail -1")).exitCode, 0, "a refused reset changes nothing");
   });
 

@@ -64,6 +64,7 @@ READ_FIELDS = {
     ],
     ("rollout", "RolloutOutcome"): ["status", "reward", "resolved", "failure"],
     ("rollout", "ResetResponse"): ["rollout", "reset_ms"],
+    ("rollout", "CheckpointResponse"): ["checkpoint_id"],
     ("rollout", "GroupList"): ["groups"],
     ("rollout", "RolloutList"): ["rollouts"],
     # What minisandbox.fleet reads of the plans the CLI prints (prepare --plan, evaluate --plan, --summary-only).
@@ -134,7 +135,10 @@ def sent_bodies() -> list[tuple[str, str, dict[str, Any]]]:
         ("swerex", "Command", runtime.Command(command=["ls"], env={"X": "1"}).model_dump()),
         ("rollout", "CreateGroupRequest", rl.group_body("fixture__calc-1", 8, gold_check=True, ttl_seconds=600.0)),
         ("rollout", "RewardRequest", rl.reward_body("in_place", 300.0, "fraction")),
-        ("rollout", "ResetRequest", {}),
+        ("rollout", "ResetRequest", rl.reset_body()),
+        ("rollout", "ResetRequest", rl.reset_body("rg-1.0~1")),
+        ("rollout", "ForkRequest", rl.fork_body(2)),
+        ("rollout", "ForkRequest", rl.fork_body(2, "rg-1.0~1")),
         ("native", "ExecRequest", rl.exec_body("ls", 60.0, "/testbed", {"A": "1"}, "in", merge_output=True)),
     ]
 

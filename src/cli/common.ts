@@ -118,7 +118,14 @@ export function usageError(text: string): string {
 }
 
 /** Bad input (exit 2): what the caller gave is wrong or names something that is not there. */
-const BAD_INPUT = new Set(["invalid_input", "validation_failed", "not_found", "sandbox_not_found", "image_not_found"]);
+const BAD_INPUT = new Set([
+  "invalid_input",
+  "validation_failed",
+  "not_found",
+  "sandbox_not_found",
+  "checkpoint_not_found",
+  "image_not_found",
+]);
 
 /** The exit status for an error: 2 for bad input, 1 for everything else (a failure of the work itself). */
 export function exitCodeFor(e: unknown): number {

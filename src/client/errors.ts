@@ -5,6 +5,7 @@
  */
 import {
   AuthError,
+  CheckpointNotFoundError,
   CommandTimeoutError,
   ForbiddenError,
   InvalidInputError,
@@ -30,6 +31,7 @@ import {
 
 export {
   AuthError,
+  CheckpointNotFoundError,
   CommandTimeoutError,
   ForbiddenError,
   InvalidInputError,
@@ -73,6 +75,7 @@ const BY_CODE: Record<string, (a: ErrorAnswer) => MinisandboxError> = {
   forbidden: (a) => new ForbiddenError(a.message),
   not_found: (a) => new NotFoundError(a.message),
   sandbox_not_found: (a) => new SandboxNotFoundError(a.message),
+  checkpoint_not_found: (a) => new CheckpointNotFoundError(a.message),
   sandbox_lost: (a) => new SandboxLostError(a.message),
   task_invalid: (a) => new TaskInvalidError(a.message),
   upload_too_large: (a) => new UploadTooLargeError(a.message),

@@ -29,6 +29,7 @@ export {
   MinisandboxError,
   NotFoundError,
   SandboxNotFoundError,
+  CheckpointNotFoundError,
   NotImplementedError,
   SandboxError,
   SandboxLostError,

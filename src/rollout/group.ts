@@ -157,7 +157,7 @@ export class RolloutGroup {
     await r.use().restore(seed);
   }
 
-  /** Let go of a checkpoint (NotFoundError when the group has none of that id). */
+  /** Let go of a checkpoint (CheckpointNotFoundError when the group has none of that id). */
   dropCheckpoint(id: string): Promise<void> {
     return this.spares.dropCheckpoint(id);
   }

@@ -6,7 +6,7 @@
  *   else): `keep` of them once the group has forked, refilled in the background after each use;
  * - checkpoints: a sandbox each, holding the state of a rollout at the time (nothing runs in it), until dropped.
  */
-import { InvalidInputError, LimitError, NotFoundError } from "../errors.js";
+import { CheckpointNotFoundError, InvalidInputError, LimitError } from "../errors.js";
 import type { Sandbox } from "../sandbox/sandbox.js";
 import type { Workspace } from "../env/workspace.js";
 
@@ -34,6 +34,8 @@ export class GroupSpares {
   private refilling = 0;
   private forked = false;
   private readonly checkpoints = new Map<string, Sandbox>();
+  /** Ids of dropped checkpoints: using one again says it was dropped, not that it never existed. */
+  private readonly dropped = new Set<string>();
   private checkpointCount = 0;
   /** Sandboxes held here, each one of the owner's reserved sandboxes until it closes (or becomes a rollout). */
   private readonly held = new Set<Sandbox>();
@@ -135,13 +137,18 @@ export class GroupSpares {
 
   checkpointSandbox(id: string): Sandbox {
     const sb = this.checkpoints.get(id);
-    if (!sb) throw new NotFoundError(`no checkpoint ${id} in this group (dropped, or never made)`);
-    return sb;
+    if (sb) return sb;
+    throw new CheckpointNotFoundError(
+      this.dropped.has(id)
+        ? `checkpoint ${id} was dropped: its state is gone (checkpoint again to keep one)`
+        : `no checkpoint ${id} in this group: ids come from checkpointing one of its rollouts`,
+    );
   }
 
   async dropCheckpoint(id: string): Promise<void> {
     const sb = this.checkpointSandbox(id);
     this.checkpoints.delete(id);
+    this.dropped.add(id);
     await sb.close();
   }
 

@@ -13,6 +13,7 @@ from .client import DEFAULT_URL, Client
 from .errors import (
     AuthError,
     BuildError,
+    CheckpointNotFoundError,
     ForbiddenError,
     InvalidInputError,
     LayerUnavailableError,
@@ -39,6 +40,7 @@ __all__ = [
     "DEFAULT_URL",
     "AuthError",
     "BuildError",
+    "CheckpointNotFoundError",
     "Client",
     "ForbiddenError",
     "InvalidInputError",

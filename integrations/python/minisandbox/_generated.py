@@ -18,6 +18,7 @@ HTTP_STATUS: dict[str, int] = {
     "not_found": 404,
     "image_not_found": 404,
     "sandbox_not_found": 404,
+    "checkpoint_not_found": 404,
     "sandbox_lost": 410,
     "session_exists": 409,
     "upload_too_large": 413,
@@ -42,6 +43,7 @@ HTTP_STATUS: dict[str, int] = {
 ERROR_PARENTS: dict[str, str | None] = {
     "AuthError": "MinisandboxError",
     "BuildError": "MinisandboxError",
+    "CheckpointNotFoundError": "NotFoundError",
     "CommandTimeoutError": "TimeoutError",
     "DiskFullError": "MinisandboxError",
     "ForbiddenError": "AuthError",
@@ -84,6 +86,7 @@ CODE_CLASSES: dict[str, str] = {
     "not_found": "NotFoundError",
     "image_not_found": "ImageNotFoundError",
     "sandbox_not_found": "SandboxNotFoundError",
+    "checkpoint_not_found": "CheckpointNotFoundError",
     "sandbox_lost": "SandboxLostError",
     "session_exists": "SessionError",
     "upload_too_large": "UploadTooLargeError",

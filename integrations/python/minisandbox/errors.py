@@ -13,6 +13,7 @@ from ._generated import CODE_CLASSES, ERROR_PARENTS, HTTP_STATUS
 __all__ = [
     "AuthError",
     "BuildError",
+    "CheckpointNotFoundError",
     "ForbiddenError",
     "InvalidInputError",
     "LayerUnavailableError",
@@ -86,6 +87,10 @@ class NotFoundError(MinisandboxError, LookupError):
 
 class SandboxNotFoundError(NotFoundError):
     """The sandbox named in a request is not (or no longer) live."""
+
+
+class CheckpointNotFoundError(NotFoundError):
+    """A rollout checkpoint its group does not hold: dropped (the message says so), or never made there."""
 
 
 class UploadTooLargeError(MinisandboxError):

@@ -5,12 +5,15 @@ loop and mini-swe-agent's own agent are tested by test/rollout-http.test.ts."""
 
 from __future__ import annotations
 
+import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
+from minisandbox import CheckpointNotFoundError, NotFoundError
 from minisandbox.rl import (
     AgentConfig,
     Completion,
@@ -25,7 +28,7 @@ from minisandbox.rl import (
     read_trajectories,
     tokenize_trajectory,
 )
-from minisandbox.rl.client import Group
+from minisandbox.rl.client import Group, Rollout
 from minisandbox.rl.skyrl import MinisandboxGenerator, TrajectoryID, task_of
 
 from .conftest import Server
@@ -280,3 +283,78 @@ def test_reset_goes_back_to_the_start_in_place(server: Server) -> None:
         after = r.exec("ls /testbed/new.txt /tmp/t; pgrep -c sleep")
         assert after["stdout"] == "0\n", after
         assert r.reward()["reason"] == "empty_patch"
+
+
+#: What the tests below compare states by: the workspace's changes, a file in /tmp, the agent's processes.
+LOOK = "cd /testbed && git status --short; cat /tmp/t 2>/dev/null; pgrep -c sleep"
+
+
+def uses_of(r: Rollout, checkpoint: str) -> list[Callable[[], object]]:
+    """Every call that names a checkpoint: a reset to it, a fork from it, dropping it."""
+    return [
+        partial(r.reset, checkpoint=checkpoint),
+        partial(r.fork, 2, checkpoint=checkpoint),
+        partial(r.drop_checkpoint, checkpoint),
+    ]
+
+
+def test_reset_to_a_checkpoint_brings_back_its_files_not_its_processes(server: Server) -> None:
+    with RolloutClient(server.url, server.token).start_group(server.instance["instance_id"], 1) as g:
+        r = g.rollouts[0]
+        assert r.exec("echo kept > /testbed/kept.txt && echo cp > /tmp/t && (sleep 600 &)")["exit_code"] == 0
+        cp = r.checkpoint()
+        assert r.exec(LOOK)["stdout"] == "?? kept.txt\ncp\n1\n", "the rollout goes on as it was"
+        for _ in range(2):  # a checkpoint is not used up by a reset to it
+            assert (
+                r.exec("rm /testbed/kept.txt && echo later > /testbed/later.txt && echo later > /tmp/t")["exit_code"]
+                == 0
+            )
+            answer = r.reset(checkpoint=cp)
+            assert (answer["rollout"]["id"], answer["rollout"]["sandbox_id"]) == (r.id, r.sandbox_id)
+            assert answer["reset_ms"] > 0
+            assert r.exec(LOOK)["stdout"] == "?? kept.txt\ncp\n0\n", "the checkpoint's files; no process survives"
+        assert r.state == "ready"
+
+
+def test_a_fork_from_a_checkpoint_starts_in_the_checkpoint_s_state(server: Server) -> None:
+    rc = RolloutClient(server.url, server.token)
+    with rc.start_group(server.instance["instance_id"], 1) as g:
+        r = g.rollouts[0]
+        assert r.exec("echo kept > /testbed/kept.txt && echo cp > /tmp/t")["exit_code"] == 0
+        cp = r.checkpoint()
+        assert r.exec("echo later > /testbed/later.txt && echo later > /tmp/t")["exit_code"] == 0
+        kids = r.fork(2, checkpoint=cp)
+        assert [k.parent for k in kids] == [r.id, r.id]
+        assert len({r.sandbox_id, *(k.sandbox_id for k in kids)}) == 3, "each child is a sandbox of its own"
+        assert [k.exec(LOOK)["stdout"] for k in kids] == ["?? kept.txt\ncp\n0\n"] * 2
+        assert r.exec(LOOK)["stdout"] == "?? kept.txt\n?? later.txt\nlater\n0\n", "the parent goes on"
+        assert kids[0].exec("echo mine > /testbed/mine.txt")["exit_code"] == 0
+        assert kids[1].exec(LOOK)["stdout"] == "?? kept.txt\ncp\n0\n", "the children diverge"
+        assert len(rc.group(g.id).rollouts) == 3, "the children are rollouts of the group"
+
+
+def test_a_dropped_checkpoint_is_a_checkpoint_not_found_error_and_changes_nothing(server: Server) -> None:
+    rc = RolloutClient(server.url, server.token)
+    with rc.start_group(server.instance["instance_id"], 1) as g:
+        r = g.rollouts[0]
+        assert r.exec("echo now > /tmp/t")["exit_code"] == 0
+        cp = r.checkpoint()
+        r.drop_checkpoint(cp)
+        for use in uses_of(r, cp):
+            with pytest.raises(CheckpointNotFoundError, match=f"checkpoint {re.escape(cp)} was dropped") as e:
+                use()
+            assert (e.value.code, e.value.status) == ("checkpoint_not_found", 404)
+            assert isinstance(e.value, NotFoundError)
+        assert r.exec(LOOK)["stdout"] == "now\n0\n", "a refused reset changes nothing"
+        assert r.refresh()["state"] == "ready"
+        assert len(rc.group(g.id).rollouts) == 1, "a refused fork makes no rollout"
+
+
+def test_an_unknown_checkpoint_is_a_checkpoint_not_found_error(server: Server) -> None:
+    with RolloutClient(server.url, server.token).start_group(server.instance["instance_id"], 1) as g:
+        r = g.rollouts[0]
+        for unknown in (f"{r.id}~99", "no-such-checkpoint"):
+            for use in uses_of(r, unknown):
+                with pytest.raises(CheckpointNotFoundError, match=f"no checkpoint {re.escape(unknown)} in this group"):
+                    use()
+        assert r.refresh()["state"] == "ready"

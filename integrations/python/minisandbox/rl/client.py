@@ -6,7 +6,12 @@
         r.exec("git apply fix.diff")
         outcome = r.reward()          # {"status": "scored" | "infra_failure", "reward", "resolved", ...}
 
-A command on a lost rollout raises ``SandboxLostError`` (an infrastructure failure, never an exit code).
+For tree search over agent states: ``r.reset()`` takes a rollout back to its group's start in place,
+``cp = r.checkpoint()`` keeps its state in the group, ``r.reset(checkpoint=cp)`` and ``r.fork(k, checkpoint=cp)``
+start from it (any rollout of the group), ``r.drop_checkpoint(cp)`` lets it go.
+
+A command on a lost rollout raises ``SandboxLostError`` (an infrastructure failure, never an exit code); a checkpoint
+the group does not hold (dropped, or never made there) raises ``CheckpointNotFoundError``.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 
 from ..client import Client, exec_body
 
-__all__ = ["Group", "Rollout", "RolloutClient", "exec_body", "group_body", "reward_body"]
+__all__ = ["Group", "Rollout", "RolloutClient", "exec_body", "fork_body", "group_body", "reset_body", "reward_body"]
 
 #: Seconds to wait for calls that may build an environment or run a task's tests.
 LONG = 3600.0
@@ -41,6 +46,16 @@ def group_body(
 def reward_body(mode: str | None = None, timeout: float | None = None, reward: str | None = None) -> dict[str, Any]:
     """``POST /rollouts/<id>/reward`` (``RewardRequest``)."""
     return _given(mode=mode, timeout_seconds=timeout, reward=reward)
+
+
+def fork_body(k: int = 1, checkpoint: str | None = None) -> dict[str, Any]:
+    """``POST /rollouts/<id>/fork`` (``ForkRequest``)."""
+    return _given(k=k, checkpoint_id=checkpoint)
+
+
+def reset_body(checkpoint: str | None = None) -> dict[str, Any]:
+    """``POST /rollouts/<id>/reset`` (``ResetRequest``)."""
+    return _given(checkpoint_id=checkpoint)
 
 
 @dataclass
@@ -95,17 +110,34 @@ class Rollout:
             "POST", f"{self._path}/reward", reward_body(mode, timeout, reward), timeout=(timeout or 3600) + 120
         )
 
-    def fork(self, k: int = 1) -> list[Rollout]:
-        """``k`` children started from this rollout's current state: new rollouts of the same group."""
-        r = self.client.request("POST", f"{self._path}/fork", {"k": k})
+    def fork(self, k: int = 1, *, checkpoint: str | None = None) -> list[Rollout]:
+        """``k`` children started from this rollout's current state, or from ``checkpoint`` (an id ``checkpoint()``
+        gave on any rollout of the group): new rollouts of the same group, ``parent`` this one; this one goes on.
+        Files are copied, processes are not. ``CheckpointNotFoundError`` when the group does not hold ``checkpoint``."""
+        r = self.client.request("POST", f"{self._path}/fork", fork_body(k, checkpoint), timeout=LONG)
         return [_rollout(self.client, x) for x in r["rollouts"]]
 
-    def reset(self) -> dict[str, Any]:
-        """Back to the group's start state, in place: the same rollout and sandbox, every process and write of the
-        agent's gone, as if just started. Returns ``{"rollout": <its info>, "reset_ms": <the server's time>}``."""
-        r = self.client.request("POST", f"{self._path}/reset", {}, timeout=LONG)
+    def reset(self, *, checkpoint: str | None = None) -> dict[str, Any]:
+        """Back to the group's start state (or to ``checkpoint``'s), in place: the same rollout and sandbox, every
+        process of the agent's gone and every write since undone, as if just started (no outcome, its time limit from
+        now). Returns ``{"rollout": <its info>, "reset_ms": <the server's time>}``. ``CheckpointNotFoundError`` when
+        the group does not hold ``checkpoint``: then nothing changed."""
+        r = self.client.request("POST", f"{self._path}/reset", reset_body(checkpoint), timeout=LONG)
         self.info = r["rollout"]
         return r
+
+    def checkpoint(self) -> str:
+        """A checkpoint of this rollout's current state — its files (the workspace, ``/``, /tmp, home, /dev/shm), not
+        its processes — kept by its group until ``drop_checkpoint`` or the group's end; its id, for
+        ``reset(checkpoint=...)`` and ``fork(..., checkpoint=...)`` on any rollout of the group. Each holds a sandbox
+        of the owner's (a group holds at most 64: ``LimitError`` beyond)."""
+        r = self.client.request("POST", f"{self._path}/checkpoints", {}, timeout=LONG)
+        return str(r["checkpoint_id"])
+
+    def drop_checkpoint(self, checkpoint: str) -> None:
+        """Let a checkpoint of the group go (its sandbox closes); using it afterwards raises
+        ``CheckpointNotFoundError`` saying it was dropped."""
+        self.client.request("DELETE", f"{self._path}/checkpoints/{_q(checkpoint)}")
 
     def refresh(self) -> dict[str, Any]:
         self.info = self.client.request("GET", self._path)
