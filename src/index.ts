@@ -69,6 +69,7 @@ export {
   type WorkspaceParts,
 } from "./env/workspace.js";
 export { ensurePresent, type Presence, type PresenceOptions } from "./env/environments.js";
+export { makePresent, type MadePresent, type RowPresence, type RowTarget } from "./env/present.js";
 export {
   acquireImageRootfs,
   canonicalReference,

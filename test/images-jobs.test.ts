@@ -15,6 +15,7 @@ import { buildLogPath } from "../src/env/build.js";
 import { readEnvRecord, envFor } from "../src/env/environments.js";
 import { getImage, importImage } from "../src/env/images/index.js";
 import { prepareInstances } from "../src/env/prepare.js";
+import { makePresent, type MadePresent } from "../src/env/present.js";
 import { openSandbox } from "../src/env/workspace.js";
 import { runInstanceEvaluation } from "../src/eval/runner/instance.js";
 import { openStore } from "../src/env/store/index.js";
@@ -176,6 +177,16 @@ test("fleet plans name each row's image; a node lists it, makes it present and e
   const blocked = await env("blocked.example/x:1");
   assert.equal(blocked.json.status, "failed", blocked.text);
   assert.match(blocked.json.error, /^image blocked\.example\/x:1 could not be pulled: .*blocked/);
+  // Without leave to make it: an image in the store is present, one that is not is the node's 404, never a pull.
+  const kept = await call(node.url, "POST", "/environments", { key, body: { instance, image: ref, build: false } });
+  assert.deepEqual([kept.json.status, kept.json.env_key], ["present", rootfs], kept.text);
+  const absent = "registry.example/absent/x:1";
+  const missing = await call(node.url, "POST", "/environments", {
+    key,
+    body: { instance, image: absent, build: false },
+  });
+  assert.equal(missing.status, 404, missing.text);
+  assert.match(missing.text, /registry\.example\/absent\/x:1 is not in the store; run: minisandbox images pull/);
   const bad = await env("Not A Reference!");
   assert.equal(bad.status, 400, bad.text);
   assert.match(bad.json.detail ?? bad.text, /invalid image reference/);
@@ -184,6 +195,17 @@ test("fleet plans name each row's image; a node lists it, makes it present and e
     body: { instance, image: ref, model_patch: inst.patch, model_name_or_path: "gold" },
   });
   assert.equal(graded.json.status, "resolved", graded.text);
+  assert.equal(graded.json.layer, "present", "an image in the store is not pulled again");
+  const job = (body: Record<string, unknown>) =>
+    call(node.url, "POST", "/evaluations", {
+      key,
+      body: { instance, model_patch: inst.patch, model_name_or_path: "gold", ...body },
+    });
+  const unpulled = await job({ image: absent, build: false });
+  assert.deepEqual([unpulled.json.error?.kind, unpulled.json.layer], ["Environment Missing", null], unpulled.text);
+  const unpullable = await job({ image: "blocked.example/x:1" });
+  assert.equal(unpullable.json.error?.kind, "Environment Build Failed", unpullable.text);
+  assert.match(unpullable.json.error.message, /^image blocked\.example\/x:1 could not be pulled: .*blocked/);
   const log = Buffer.from(graded.json.files["run_instance.log"], "base64").toString();
   assert.match(log, new RegExp(`\\(image ${ref.replace(/[.]/g, "\\.")}`), "evaluated on the image");
 });
@@ -213,4 +235,28 @@ test("a spec on a base image: built on the image's root, not the host's, and run
   }
   const gold = await runInstanceEvaluation({ home, instance: task, patch: task.patch, specsFile });
   assert.equal(gold.status, "resolved", gold.log);
+});
+
+test("makePresent: what the store has is not pulled again; what it lacks is pulled, else one clear line", async () => {
+  // A pull from blocked.example fails at once, without a network.
+  writeFileSync(join(home, "registries.json"), JSON.stringify({ blocked: ["blocked.example"] }));
+  assert.deepEqual(await makePresent({ image: ref }, { home, build: true }), { status: "present", key: rootfs });
+  assert.deepEqual(await makePresent({ image: ref }, { home }), { status: "present", key: rootfs });
+  await assert.rejects(
+    makePresent({ image: "registry.example/absent/y:1" }, { home }),
+    (e: Error) => e instanceof NotFoundError && /is not in the store; run: minisandbox images pull/.test(e.message),
+  );
+  const failure = (m: MadePresent): Extract<MadePresent, { status: "failed" }> => {
+    assert.equal(m.status, "failed", JSON.stringify(m));
+    return m as Extract<MadePresent, { status: "failed" }>;
+  };
+  const pull = failure(await makePresent({ image: "blocked.example/y:1" }, { home, build: true }));
+  assert.deepEqual([pull.key, pull.failed], [null, "pull"]);
+  assert.match(pull.error, /^image blocked\.example\/y:1 could not be pulled: .*blocked/);
+  const row = ds.instances[1]!;
+  const env = envFor({ ...row, spec: { ...row.spec, base: "blocked.example/base:1" } }, {});
+  const base = failure(await makePresent({ env }, { home, build: true, reposDir: ds.reposDir }));
+  assert.deepEqual([base.key, base.failed], [env.key, "pull"]);
+  assert.match(base.error, /^base image blocked\.example\/base:1 could not be pulled: .*blocked/);
+  await assert.rejects(makePresent({ env }, { home }), NotFoundError, "not built, and no leave to build it");
 });

@@ -7,6 +7,7 @@ import { explainBuildFailure, renderBuildFailure } from "../env/build-diagnosis.
 import { statSync } from "node:fs";
 import { resolve } from "node:path";
 import type { BindMount } from "../sandbox/plan.js";
+import type { SandboxOptions } from "../sandbox/sandbox.js";
 
 /** Options shared by every command that starts a sandbox. */
 export interface SandboxCliOptions {
@@ -100,6 +101,21 @@ export function limitsFrom(o: SandboxCliOptions): Limits {
     cpus: o.cpus === undefined ? undefined : parsePositive(o.cpus, "--cpus"),
   };
 }
+
+/** The sandbox flags as the sandbox's options (exec and shell; the timeout is each command's to place). */
+export function sandboxOptionsFrom(o: SandboxCliOptions, home: string): SandboxFlagOptions {
+  return {
+    home,
+    network: o.network,
+    limits: limitsFrom(o),
+    env: parseEnvPairs(o.env),
+    cwd: o.cwd,
+    uid: o.uid ? Number(o.uid) : undefined,
+    seccomp: o.seccomp,
+  };
+}
+
+type SandboxFlagOptions = Pick<SandboxOptions, "home" | "network" | "limits" | "env" | "cwd" | "uid" | "seccomp">;
 
 export function timeoutMsFrom(o: { timeout?: string }): number | undefined {
   if (o.timeout === undefined) return undefined;

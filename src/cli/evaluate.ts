@@ -47,16 +47,17 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
     .option("--summary-only", "evaluate nothing: write the run summary from the report.json files on disk")
     .option("--html", "also write <model>.<run_id>.html beside the summary: a self-contained report for a browser")
     .option("--open", "open the HTML report in a browser (implies --html)")
-    .action(async (opts: EvaluateCliOptions) => {
+    .action(async (flags: EvaluateCliOptions) => {
       try {
-        const o = applyHarnessFlags(opts);
+        const o = applyHarnessFlags(flags);
         const home = getHome();
         const dataset = await resolveDatasetArg(o.dataset, o.split, home);
         if (!o.predictions) throw new InvalidInputError("--predictions is required (a file, or gold / empty)");
         const images = await imagePolicyFrom(o);
         await refuseUnknownIds(dataset, o.predictions);
+        const opts = runOptions({ ...o, dataset }, home, images);
         if (o.plan || o.summaryOnly) {
-          await planOrSummary({ ...o, dataset }, home, images);
+          await planOrSummary(o, opts);
           return;
         }
         const [{ runEvaluation }, { renderRun, runResultJson }, { plan }] = await Promise.all([
@@ -64,22 +65,7 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
           import("../eval/render.js"),
           import("../wire/index.js"),
         ]);
-        const r = await runEvaluation({
-          home,
-          dataset,
-          predictions: o.predictions,
-          instanceIds: o.instanceIds.flat(),
-          ...(o.runId !== undefined ? { runId: o.runId } : {}),
-          workers: parsePositive(o.workers, "--workers", { integer: true }),
-          timeoutMs: parsePositive(o.timeout, "--timeout") * 1000,
-          reposDir: o.repos,
-          specsFile: o.specs,
-          reportDir: o.reportDir,
-          build: o.build,
-          ...(images ? { images } : {}),
-          rerun: o.rerun ?? false,
-          html: o.html || o.open,
-        });
+        const r = await runEvaluation(opts);
         if (o.json) process.stdout.write(`${JSON.stringify(runResultJson(r), null, 2)}\n`);
         else process.stdout.write(renderRun(r));
         if (o.open && r.htmlPath) openInBrowser(r.htmlPath);
@@ -125,6 +111,7 @@ async function refuseUnknownIds(dataset: string, predictions: string): Promise<v
   );
 }
 
+/** The flags as the run's options: the one place they change shape (a plan and a summary take them too). */
 function runOptions(o: EvaluateCliOptions, home: string, images: ImagePolicy | undefined): RunEvaluationOptions {
   return {
     home,
@@ -133,21 +120,22 @@ function runOptions(o: EvaluateCliOptions, home: string, images: ImagePolicy | u
     predictions: o.predictions,
     instanceIds: o.instanceIds.flat(),
     ...(o.runId !== undefined ? { runId: o.runId } : {}),
+    workers: parsePositive(o.workers, "--workers", { integer: true }),
+    timeoutMs: parsePositive(o.timeout, "--timeout") * 1000,
     reposDir: o.repos,
     specsFile: o.specs,
     reportDir: o.reportDir,
+    build: o.build,
     rerun: o.rerun ?? false,
-    progress: false,
     html: o.html || o.open,
   };
 }
 
 /** `--plan` (the jobs, as JSON on stdout) or `--summary-only` (the summary of what is on disk). */
-async function planOrSummary(o: EvaluateCliOptions, home: string, images?: ImagePolicy): Promise<void> {
+async function planOrSummary(o: EvaluateCliOptions, opts: RunEvaluationOptions): Promise<void> {
   if (o.plan && o.summaryOnly) throw new InvalidInputError("--plan and --summary-only exclude each other");
   if (o.plan && o.runId === undefined)
     throw new InvalidInputError("--plan needs --run-id (the summary is written later under the same id)");
-  const opts = runOptions(o, home, images);
   const [{ planEvaluation, summarizeEvaluation }, { renderSummary }, { plan }] = await Promise.all([
     import("../eval/run.js"),
     import("../eval/report.js"),

@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { addSandboxOptions, fail, limitsFrom, parseEnvPairs, timeoutMsFrom, type SandboxCliOptions } from "./common.js";
+import { addSandboxOptions, fail, sandboxOptionsFrom, timeoutMsFrom, type SandboxCliOptions } from "./common.js";
 import { addWorkspaceOptions, sandboxFor, type WorkspaceCliOptions } from "./workspace.js";
 
 export function registerExecCommand(program: Command, getHome: () => string): void {
@@ -10,15 +10,7 @@ export function registerExecCommand(program: Command, getHome: () => string): vo
       let code = 1;
       try {
         const timeoutMs = timeoutMsFrom(o);
-        await using sb = await sandboxFor(o, {
-          home: getHome(),
-          network: o.network,
-          limits: limitsFrom(o),
-          env: { ...parseEnvPairs(o.env) },
-          cwd: o.cwd,
-          uid: o.uid ? Number(o.uid) : undefined,
-          seccomp: o.seccomp,
-        });
+        await using sb = await sandboxFor(o, sandboxOptionsFrom(o, getHome()));
         if (!sb.security().seccomp) process.stderr.write("minisandbox: seccomp is OFF for this sandbox\n");
         for (const n of sb.notices) process.stderr.write(`minisandbox: ${n}\n`);
         const r = await sb.exec(cmd, {

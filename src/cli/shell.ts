@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
 import type { Command } from "commander";
-import { addSandboxOptions, fail, limitsFrom, parseEnvPairs, timeoutMsFrom, type SandboxCliOptions } from "./common.js";
+import { addSandboxOptions, fail, sandboxOptionsFrom, timeoutMsFrom, type SandboxCliOptions } from "./common.js";
 import { addWorkspaceOptions, sandboxFor, type WorkspaceCliOptions } from "./workspace.js";
 
 export function registerShellCommand(program: Command, getHome: () => string): void {
@@ -8,15 +8,11 @@ export function registerShellCommand(program: Command, getHome: () => string): v
     .description("an interactive shell in a fresh sandbox (everything it writes vanishes on exit)")
     .action(async (o: SandboxCliOptions & WorkspaceCliOptions) => {
       try {
+        const own = sandboxOptionsFrom(o, getHome());
         await using sb = await sandboxFor(o, {
-          home: getHome(),
-          network: o.network,
-          limits: limitsFrom(o),
-          env: { TERM: process.env.TERM ?? "xterm", ...parseEnvPairs(o.env) },
-          cwd: o.cwd,
-          uid: o.uid ? Number(o.uid) : undefined,
+          ...own,
+          env: { TERM: process.env.TERM ?? "xterm", ...own.env },
           timeoutMs: timeoutMsFrom(o),
-          seccomp: o.seccomp,
         });
         if (!sb.security().seccomp) process.stderr.write("minisandbox: seccomp is OFF for this sandbox\n");
         const { argv, cleanup } = sb.commandArgv(["/bin/bash", "-i"], { keepTerminal: true });

@@ -6,18 +6,12 @@ import { BuildError } from "../errors.js";
 import { explainBuildFailure } from "./build-diagnosis.js";
 import { ensureBuiltSteps, envFor, type EnvOptions } from "./environments.js";
 import type { BuildStep } from "./build.js";
-import {
-  canonicalReference,
-  findStoredImage,
-  loadRegistryConfig,
-  pullImage,
-  type RegistryConfig,
-} from "./images/index.js";
+import { canonicalReference, loadRegistryConfig, type RegistryConfig } from "./images/index.js";
 import type { ImagePolicy } from "./instance-image.js";
-import type { EnvSpec } from "./types.js";
 import { openStore, type Store } from "./store/index.js";
 import { homeLayout } from "../util/home.js";
 import { rowImageRef } from "./workspace.js";
+import { ensureImage } from "./present.js";
 
 /** `pulled`: the row runs on an image, fetched now (`cached`: it was in the store, or the environment was built). */
 export type PrepareStatus = "built" | "cached" | "pulled" | "failed";
@@ -181,27 +175,6 @@ class ImagePulls {
     this.registries ??= loadRegistryConfig(this.home);
     return ensureImage(this.store, ref, this.registries);
   }
-}
-
-/** A spec's base image in `home`'s store (pulled with the home's mirrors when missing); nothing without a base. */
-export async function ensureBaseImage(home: string, spec: EnvSpec): Promise<void> {
-  if (spec.base === undefined) return;
-  await ensureImage(openStore(homeLayout(home).store), spec.base, loadRegistryConfig(home));
-}
-
-/**
- * An image in the store: `cached` when it was there, else pulled now (`registries`: mirrors, insecure and blocked
- * hosts, as in the home's registries.json). `key` is its root filesystem's layer key.
- */
-export async function ensureImage(
-  store: Store,
-  ref: string,
-  registries: RegistryConfig,
-): Promise<{ key: string; status: "cached" | "pulled" }> {
-  const have = await findStoredImage(store, ref);
-  if (have) return { key: have.rootfs, status: "cached" };
-  const r = await pullImage(store, ref, { registries });
-  return { key: r.image.rootfs, status: "pulled" };
 }
 
 function explained(e: unknown): { error: string; fix?: string } {

@@ -7,11 +7,9 @@
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { errMessage, LayerUnavailableError, LimitError, MinisandboxError, NotFoundError } from "../errors.js";
-import { ensurePresent, envFor } from "../env/environments.js";
-import { loadRegistryConfig } from "../env/images/index.js";
-import { ensureBaseImage, ensureImage } from "../env/prepare.js";
-import { openStore, type HttpSource } from "../env/store/index.js";
-import { homeLayout } from "../util/home.js";
+import { envFor } from "../env/environments.js";
+import { makePresent, type MadePresent, type RowPresence } from "../env/present.js";
+import type { HttpSource } from "../env/store/index.js";
 import type { InstanceEnv } from "../env/workspace.js";
 import type { Sandbox } from "../sandbox/sandbox.js";
 import { appendInstanceLog, LOG_FILES } from "./report.js";
@@ -48,7 +46,7 @@ export interface EvalJobResult {
   warnings: string[];
   envKey?: string;
   /** How the environment got here: it was already here, fetched from a peer, built now, or (an image) pulled now. */
-  layer?: "present" | "fetched" | "built" | "pulled";
+  layer?: RowPresence;
 }
 
 /** Failures of the node rather than the instance: the job should run again (here later, or elsewhere). */
@@ -125,40 +123,25 @@ export async function runEvalJob(input: EvalJobInput): Promise<EvalJobResult> {
 }
 
 /**
- * The job's environment made present: its layer (fetched, else built when the job may build), or its image (pulled
- * when missing and the job may build). A failure to make it is the job's result; nothing that has it and no leave
- * to make it is not: the evaluation records "Environment Missing" itself, with its log and timings.
+ * The job's environment made present (`makePresent`: its image pulled, or its layer fetched or built, when the job
+ * may build). A failure to make it is the job's result; nothing that has it and no leave to make it is not: the
+ * evaluation records "Environment Missing" itself, with its log and timings.
  */
 async function presentEnvironment(
   input: EvalJobInput,
   env: InstanceEnv,
-): Promise<{ layer?: EvalJobResult["layer"] } | EvalJobResult> {
-  const build = input.build ?? false;
-  if (input.image !== undefined) {
-    if (!build) return {};
-    try {
-      const store = openStore(homeLayout(input.home).store);
-      const r = await ensureImage(store, input.image, loadRegistryConfig(input.home));
-      return { layer: r.status === "pulled" ? "pulled" : "present" };
-    } catch (e) {
-      const message = `image ${input.image} could not be pulled: ${errMessage(e)}`;
-      return failed(input, "Environment Build Failed", message, env.key);
-    }
-  }
+): Promise<{ layer?: RowPresence } | EvalJobResult> {
+  const target = input.image !== undefined ? { image: input.image } : { env };
+  let made: MadePresent;
   try {
-    if (build) await ensureBaseImage(input.home, env.spec);
+    made = await makePresent(target, { ...input, build: input.build ?? false });
   } catch (e) {
-    const message = `base image ${env.spec.base} could not be pulled: ${errMessage(e)}`;
-    return failed(input, "Environment Build Failed", message, env.key);
-  }
-  try {
-    return { layer: await ensurePresent(env, { ...input, build }) };
-  } catch (e) {
-    // No source had it: another node may (run the job there).
-    if (e instanceof LayerUnavailableError) throw e;
     if (e instanceof NotFoundError) return {};
-    return failed(input, "Environment Build Failed", `environment build failed: ${errMessage(e)}`, env.key);
+    throw e; // No source had it: another node may (run the job there).
   }
+  if (made.status !== "failed") return { layer: made.status };
+  const message = made.failed === "build" ? `environment build failed: ${made.error}` : made.error;
+  return failed(input, "Environment Build Failed", message, env.key);
 }
 
 /** The files a job may leave, by name (the harness's five, `timings.json` and `integrity.json`). */

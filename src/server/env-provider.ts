@@ -2,17 +2,15 @@ import { join } from "node:path";
 import type { Sandbox } from "../sandbox/sandbox.js";
 import { loadDataset, type Instance } from "../tasks/index.js";
 import { openSandbox, resolveWorkspace, type InstanceEnv, type Workspace } from "../env/workspace.js";
-import { ensurePresent, envFor } from "../env/environments.js";
+import { envFor } from "../env/environments.js";
+import { makePresent, type RowTarget } from "../env/present.js";
 import { evaluate } from "../eval/reward-api.js";
 import { runEvalJobToFiles } from "../eval/job.js";
 import { evalSandboxRequest } from "../eval/runner/sandbox.js";
 import { agentDiff, pristineListing } from "../eval/runner/agent-diff.js";
-import { BuildError, errMessage, NotFoundError } from "../errors.js";
+import { errMessage, NotFoundError } from "../errors.js";
 import { withOneLineMessage } from "../env/build-diagnosis.js";
 import { homeLayout } from "../util/home.js";
-import { getImage, loadRegistryConfig } from "../env/images/index.js";
-import { ensureBaseImage, ensureImage } from "../env/prepare.js";
-import { openStore } from "../env/store/index.js";
 import type { ImagePolicy } from "../env/instance-image.js";
 import type {
   EvaluationJob,
@@ -148,54 +146,23 @@ class Pending {
   }
 }
 
-/** A row's environment made present here (`ensurePresent`); a spec that cannot be made or a failed build is the
- * row's failure, an environment no source has (and that may not be built) the node's error. */
+/**
+ * A row's image or environment made present here (`makePresent`); a spec that cannot be made, a failed pull or a
+ * failed build is the row's failure, an environment no source has (and that may not be made) the node's error.
+ */
 async function prepareHere(
   opts: ProviderOptions,
   instance: Instance,
   o: LayerSources & { build: boolean; image?: string },
 ): Promise<PrepareOutcome> {
-  if (o.image !== undefined) return prepareImageHere(opts.home, o.image, o.build);
-  let env: InstanceEnv;
+  let target: RowTarget;
   try {
-    env = envFor(instance, { specsFile: opts.specsFile });
+    target = o.image !== undefined ? { image: o.image } : { env: envFor(instance, { specsFile: opts.specsFile }) };
   } catch (e) {
     return { envKey: null, status: "failed", error: errMessage(e) };
   }
-  try {
-    if (o.build) await ensureBaseImage(opts.home, env.spec);
-  } catch (e) {
-    return {
-      envKey: env.key,
-      status: "failed",
-      error: `base image ${env.spec.base} could not be pulled: ${errMessage(e)}`,
-    };
-  }
-  try {
-    const status = await ensurePresent(env, { ...opts, sources: o.sources, build: o.build });
-    return { envKey: env.key, status, error: null };
-  } catch (e) {
-    if (e instanceof BuildError) return { envKey: env.key, status: "failed", error: errMessage(e) };
-    throw e;
-  }
-}
-
-/**
- * A row's image present here: in the store already, else pulled (with the home's mirrors) when the job may make
- * what is missing; a pull that fails is the row's failure.
- */
-async function prepareImageHere(home: string, image: string, build: boolean): Promise<PrepareOutcome> {
-  const store = openStore(homeLayout(home).store);
-  if (!build) {
-    const have = await getImage(store, image);
-    return { envKey: have.rootfs, status: "present", error: null };
-  }
-  try {
-    const r = await ensureImage(store, image, loadRegistryConfig(home));
-    return { envKey: r.key, status: r.status === "pulled" ? "pulled" : "present", error: null };
-  } catch (e) {
-    return { envKey: null, status: "failed", error: `image ${image} could not be pulled: ${errMessage(e)}` };
-  }
+  const made = await makePresent(target, { ...opts, sources: o.sources, build: o.build });
+  return { envKey: made.key, status: made.status, error: made.status === "failed" ? made.error : null };
 }
 
 export const envProviderFactory: ProviderFactory = async ({ home, dataset, reposDir, specsFile, images }) =>

@@ -2,6 +2,7 @@ import type { Sandbox } from "../sandbox/sandbox.js";
 import type { HttpSource } from "../env/store/index.js";
 import type { Workspace } from "../env/workspace.js";
 import type { ImagePolicy } from "../env/instance-image.js";
+import type { MadePresent } from "../env/present.js";
 import type { EvalJobInput, EvalJobResult } from "../eval/job.js";
 import type { Instance } from "../tasks/index.js";
 
@@ -26,7 +27,7 @@ export interface LayerSources {
 export interface PrepareOutcome {
   /** The layer's key; for an image, its root filesystem's. */
   envKey: string | null;
-  status: "present" | "fetched" | "built" | "pulled" | "failed";
+  status: MadePresent["status"];
   error: string | null;
 }
 

@@ -1,0 +1,79 @@
+/**
+ * What a dataset row runs on, made present on this node: its image (in the store, else pulled with the home's
+ * mirrors), or its environment's layer (its base image first, then `ensurePresent`: here, else fetched, else built).
+ * Evaluation jobs and a server's `prepare` come through here and add only what is theirs (their records, their
+ * answers).
+ */
+import { errMessage, LayerUnavailableError, NotFoundError } from "../errors.js";
+import { homeLayout } from "../util/home.js";
+import { ensurePresent, type Presence, type PresenceOptions } from "./environments.js";
+import { findStoredImage, getImage, loadRegistryConfig, pullImage, type RegistryConfig } from "./images/index.js";
+import { openStore, type Store } from "./store/index.js";
+import type { EnvSpec, LayerKey } from "./types.js";
+
+/** What a row runs on: an image of the store (by reference), or its environment's layer (the spec known). */
+export type RowTarget = { image: string } | { env: { key: LayerKey; spec: EnvSpec } };
+
+/** How it came to be here: a layer was here, fetched or built; an image was here or pulled. */
+export type RowPresence = Presence | "pulled";
+
+/**
+ * Present, with its layer key (an image's: its root filesystem's); or making it failed, with why: a pull (the
+ * image's, or the base image's: the message names which) or the build (the message is the build's own).
+ */
+export type MadePresent =
+  | { status: RowPresence; key: LayerKey }
+  | { status: "failed"; key: LayerKey | null; failed: "pull" | "build"; error: string };
+
+/**
+ * Make a row's image or layer present here (`build`: pull or build what is missing; `sources`: peers to fetch a
+ * layer from). A failure to make it is the result (`failed`); only what is not the row's doing throws:
+ * `NotFoundError` when nothing has it and it may not be made, `LayerUnavailableError` when no source had the layer
+ * and it may not be built (another node may have it).
+ */
+export async function makePresent(target: RowTarget, o: PresenceOptions): Promise<MadePresent> {
+  if ("image" in target) return imagePresent(o.home, target.image, o.build ?? false);
+  const { env } = target;
+  const base = env.spec.base;
+  if (o.build && base !== undefined) {
+    try {
+      await ensureImage(openStore(homeLayout(o.home).store), base, loadRegistryConfig(o.home));
+    } catch (e) {
+      const error = `base image ${base} could not be pulled: ${errMessage(e)}`;
+      return { status: "failed", key: env.key, failed: "pull", error };
+    }
+  }
+  try {
+    return { status: await ensurePresent(env, o), key: env.key };
+  } catch (e) {
+    if (e instanceof LayerUnavailableError || e instanceof NotFoundError) throw e;
+    return { status: "failed", key: env.key, failed: "build", error: errMessage(e) };
+  }
+}
+
+/** An image in the store, else pulled when it may be (else `NotFoundError` saying `images pull`). */
+async function imagePresent(home: string, ref: string, pull: boolean): Promise<MadePresent> {
+  const store = openStore(homeLayout(home).store);
+  if (!pull) return { status: "present", key: (await getImage(store, ref)).rootfs };
+  try {
+    const r = await ensureImage(store, ref, loadRegistryConfig(home));
+    return { status: r.status === "pulled" ? "pulled" : "present", key: r.key };
+  } catch (e) {
+    return { status: "failed", key: null, failed: "pull", error: `image ${ref} could not be pulled: ${errMessage(e)}` };
+  }
+}
+
+/**
+ * An image in the store: `cached` when it was there, else pulled now (`registries`: mirrors, insecure and blocked
+ * hosts, as in the home's registries.json). `key` is its root filesystem's layer key.
+ */
+export async function ensureImage(
+  store: Store,
+  ref: string,
+  registries: RegistryConfig,
+): Promise<{ key: string; status: "cached" | "pulled" }> {
+  const have = await findStoredImage(store, ref);
+  if (have) return { key: have.rootfs, status: "cached" };
+  const r = await pullImage(store, ref, { registries });
+  return { key: r.image.rootfs, status: "pulled" };
+}
