@@ -5,9 +5,9 @@ import { InvalidInputError } from "../errors.js";
 import { fail, openInBrowser, parsePositive } from "./common.js";
 import { addHarnessFlags, applyHarnessFlags, resolveDatasetArg } from "./harness-flags.js";
 import { addDatasetOptions } from "./prepare.js";
-import { addImagePolicyOptions, imagePolicyFrom, type ImageFlags } from "./workspace.js";
+import { addImagePolicyOptions, baseFrom, imagePolicyFrom, type BaseFlag, type ImageFlags } from "./workspace.js";
 
-interface EvaluateCliOptions extends ImageFlags {
+interface EvaluateCliOptions extends ImageFlags, BaseFlag {
   dataset: string;
   split?: string;
   instanceIds: string[];
@@ -54,9 +54,10 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
         const dataset = await resolveDatasetArg(o.dataset, o.split, home);
         if (!o.predictions) throw new InvalidInputError("--predictions is required (a file, or gold / empty)");
         const images = await imagePolicyFrom(o);
+        const base = await baseFrom(o);
         await refuseUnknownIds(dataset, o.predictions);
         if (o.plan || o.summaryOnly) {
-          await planOrSummary({ ...o, dataset }, home, images);
+          await planOrSummary({ ...o, dataset, base }, home, images);
           return;
         }
         const [{ runEvaluation }, { renderRun, runResultJson }, { plan }] = await Promise.all([
@@ -74,6 +75,7 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
           timeoutMs: parsePositive(o.timeout, "--timeout") * 1000,
           reposDir: o.repos,
           specsFile: o.specs,
+          base,
           reportDir: o.reportDir,
           build: o.build,
           ...(images ? { images } : {}),
@@ -135,6 +137,7 @@ function runOptions(o: EvaluateCliOptions, home: string, images: ImagePolicy | u
     ...(o.runId !== undefined ? { runId: o.runId } : {}),
     reposDir: o.repos,
     specsFile: o.specs,
+    base: o.base,
     reportDir: o.reportDir,
     rerun: o.rerun ?? false,
     progress: false,
