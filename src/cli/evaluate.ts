@@ -5,9 +5,9 @@ import { InvalidInputError } from "../errors.js";
 import { fail, openInBrowser, parsePositive } from "./common.js";
 import { addHarnessFlags, applyHarnessFlags, resolveDatasetArg } from "./harness-flags.js";
 import { addDatasetOptions } from "./prepare.js";
-import { addImagePolicyOptions, imagePolicyFrom, type ImageFlags } from "./workspace.js";
+import { addImagePolicyOptions, baseFrom, imagePolicyFrom, type BaseFlag, type ImageFlags } from "./workspace.js";
 
-interface EvaluateCliOptions extends ImageFlags {
+interface EvaluateCliOptions extends ImageFlags, BaseFlag {
   dataset: string;
   split?: string;
   instanceIds: string[];
@@ -54,8 +54,9 @@ export function registerEvaluateCommand(program: Command, getHome: () => string)
         const dataset = await resolveDatasetArg(o.dataset, o.split, home);
         if (!o.predictions) throw new InvalidInputError("--predictions is required (a file, or gold / empty)");
         const images = await imagePolicyFrom(o);
+        const base = await baseFrom(o);
         await refuseUnknownIds(dataset, o.predictions);
-        const opts = runOptions({ ...o, dataset }, home, images);
+        const opts = runOptions({ ...o, dataset, base }, home, images);
         if (o.plan || o.summaryOnly) {
           await planOrSummary(o, opts);
           return;
@@ -124,6 +125,7 @@ function runOptions(o: EvaluateCliOptions, home: string, images: ImagePolicy | u
     timeoutMs: parsePositive(o.timeout, "--timeout") * 1000,
     reposDir: o.repos,
     specsFile: o.specs,
+    base: o.base,
     reportDir: o.reportDir,
     build: o.build,
     rerun: o.rerun ?? false,

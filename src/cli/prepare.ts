@@ -5,9 +5,16 @@ import type { validationSummary } from "../eval/validate.js";
 import type { Instance } from "../tasks/index.js";
 import { collect, fail, parsePositive } from "./common.js";
 import { addHarnessFlags, applyHarnessFlags, resolveDatasetArg } from "./harness-flags.js";
-import { addImagePolicyOptions, imagePolicyFrom, type ImageFlags } from "./workspace.js";
+import {
+  addBaseOption,
+  addImagePolicyOptions,
+  baseFrom,
+  imagePolicyFrom,
+  type BaseFlag,
+  type ImageFlags,
+} from "./workspace.js";
 
-export interface PrepareCliOptions extends ImageFlags {
+export interface PrepareCliOptions extends ImageFlags, BaseFlag {
   dataset: string;
   split?: string;
   instanceIds: string[];
@@ -19,8 +26,11 @@ export interface PrepareCliOptions extends ImageFlags {
   plan?: boolean;
 }
 
+/** How a command's environments are built, as `prepare` and `evaluate` take it. */
+type BuildEnv = { home: string; reposDir?: string; specsFile?: string; base?: string; workers: number };
+
 export function addDatasetOptions(cmd: Command): Command {
-  return cmd
+  cmd
     .option(
       "--dataset <FILE|NAME>",
       "SWE-bench / SWE-smith dataset (JSON, JSONL or parquet), or a Hub name in the local Hugging Face cache",
@@ -28,6 +38,7 @@ export function addDatasetOptions(cmd: Command): Command {
     .option("--instance-ids <ID...>", "only these instances", collect, [] as string[])
     .option("--repos <DIR>", "local clones or mirrors laid out as DIR/<owner>/<name>")
     .option("--specs <FILE>", "environment spec overrides (JSON)");
+  return addBaseOption(cmd);
 }
 
 export function registerPrepareCommand(program: Command, getHome: () => string): void {
@@ -56,13 +67,14 @@ async function printPlan(o: PrepareCliOptions, home: string): Promise<void> {
   const ids = o.instanceIds.flat();
   const dataset = await resolveDatasetArg(o.dataset, o.split, home);
   const images = await imagePolicyFrom(o);
+  const base = await baseFrom(o);
   const [{ loadDataset }, { planPrepare }, { plan }] = await Promise.all([
     import("../tasks/index.js"),
     import("../env/prepare.js"),
     import("../wire/index.js"),
   ]);
   const instances = await loadDataset(dataset, ids.length ? { instanceIds: ids } : {});
-  const p = await planPrepare(instances, { specsFile: o.specs, home, ...(images ? { images } : {}) });
+  const p = await planPrepare(instances, { specsFile: o.specs, base, home, ...(images ? { images } : {}) });
   process.stdout.write(`${JSON.stringify(plan.PreparePlan.fromCamel(p))}\n`);
 }
 
@@ -71,12 +83,13 @@ async function prepare(home: string, o: PrepareCliOptions): Promise<void> {
   const dataset = await resolveDatasetArg(o.dataset, o.split, home);
   const workers = parsePositive(o.workers, "--workers", { integer: true });
   const images = await imagePolicyFrom(o);
+  const base = await baseFrom(o);
   const [{ loadDataset }, { renderPrepare }] = await Promise.all([
     import("../tasks/index.js"),
     import("../env/prepare.js"),
   ]);
   const instances = await loadDataset(dataset, ids.length ? { instanceIds: ids } : {});
-  const env = { home, reposDir: o.repos, specsFile: o.specs, workers };
+  const env = { home, reposDir: o.repos, specsFile: o.specs, base, workers };
   const results = await prepareWithProgress(instances, { ...env, ...(images ? { images } : {}) });
   const validation = o.validate ? await validate(instances, results, { ...env, images }, o.json) : undefined;
   if (o.json) process.stdout.write(`${JSON.stringify({ results, validation }, null, 2)}\n`);
@@ -87,7 +100,7 @@ async function prepare(home: string, o: PrepareCliOptions): Promise<void> {
 /** `prepareInstances` with each build step and result on stderr, and an ETA from the builds' own durations. */
 export async function prepareWithProgress(
   instances: Instance[],
-  env: { home: string; reposDir?: string; specsFile?: string; workers: number; images?: ImagePolicy },
+  env: BuildEnv & { images?: ImagePolicy },
 ): Promise<PrepareResult[]> {
   const [{ prepareInstances }, { Progress }] = await Promise.all([
     import("../env/prepare.js"),
@@ -111,7 +124,7 @@ export async function prepareWithProgress(
 async function validate(
   instances: Instance[],
   results: PrepareResult[],
-  env: { home: string; reposDir?: string; specsFile?: string; workers: number; images?: ImagePolicy },
+  env: BuildEnv & { images?: ImagePolicy },
   json: boolean | undefined,
 ): Promise<ReturnType<typeof validationSummary>> {
   const { renderValidation, validateInstances, validationSummary } = await import("../eval/validate.js");

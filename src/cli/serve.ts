@@ -6,10 +6,10 @@ import type { ImagePolicy } from "../env/instance-image.js";
 import { parseSize } from "../util/size.js";
 import { InvalidInputError } from "../errors.js";
 import { collect, fail, parseBind } from "./common.js";
-import { imagePolicyFrom, type ImageFlags } from "./workspace.js";
+import { addBaseOption, baseFrom, imagePolicyFrom, type BaseFlag, type ImageFlags } from "./workspace.js";
 import { addNodeServeOptions, stopWhenStdinEnds, writeReadyFile, type NodeServeOptions } from "./serve-node.js";
 
-interface ServeOptions extends NodeServeOptions, ImageFlags {
+interface ServeOptions extends NodeServeOptions, ImageFlags, BaseFlag {
   host: string;
   port: string;
   authToken?: string;
@@ -60,7 +60,7 @@ function positive(v: string | undefined, name: string, allowZero = false): numbe
  * evaluate, diff); without it, the server serves directories only.
  */
 export function registerServeCommand(program: Command, getHome: () => string, providerFactory?: ProviderFactory): void {
-  addNodeServeOptions(program.command("serve"))
+  addBaseOption(addNodeServeOptions(program.command("serve")))
     .description("serve sandboxes over HTTP: lifecycle API + SWE-ReX remote runtime per sandbox")
     .option("--host <HOST>", "interface to bind", "127.0.0.1")
     .option("--port <PORT>", "port (0: any free port)", "8000")
@@ -125,8 +125,11 @@ async function serverOptions(o: ServeOptions, home: string, providerFactory?: Pr
   const images = await imagePolicyFrom(o);
   if (images && !o.dataset)
     throw new InvalidInputError("--images and --image-template apply to the rows of --dataset: give --dataset FILE");
+  const base = await baseFrom(o);
+  if (base && !o.dataset)
+    throw new InvalidInputError("--base applies to the instances of --dataset: give --dataset FILE");
   // Its flags checked before any work; sandboxes, rollouts and rewards of a row run on the same image.
-  const rollouts = o.dataset ? rolloutOptions(o, o.dataset, images) : noRollouts(o);
+  const rollouts = o.dataset ? rolloutOptions({ ...o, base }, o.dataset, images) : noRollouts(o);
   let provider: WorkspaceProvider | undefined;
   if (o.specs && !o.dataset)
     throw new InvalidInputError("--specs applies to the instances of --dataset: give --dataset FILE too");
@@ -137,7 +140,8 @@ async function serverOptions(o: ServeOptions, home: string, providerFactory?: Pr
         "--dataset: this build has no workspace provider wired in " +
           "(serve directories with --dir or POST /sandboxes {dir})",
       );
-    provider = await providerFactory({ home, dataset: o.dataset, reposDir: o.repos, specsFile: o.specs, images });
+    const specs = { specsFile: o.specs, base };
+    provider = await providerFactory({ home, dataset: o.dataset, reposDir: o.repos, ...specs, images });
   } else if (providerFactory) {
     provider = await providerFactory({ home, reposDir: o.repos });
   }
@@ -192,6 +196,7 @@ function rolloutOptions(o: ServeOptions, dataset: string, images: ImagePolicy | 
   return {
     dataset,
     ...(o.specs ? { specsFile: o.specs } : {}),
+    ...(o.base ? { base: o.base } : {}),
     build: true,
     ...(images ? { images } : {}),
     rewardMode: mode,

@@ -1,6 +1,7 @@
 import type { Command } from "commander";
 import type { ImagePolicy } from "../env/instance-image.js";
 import type { Sandbox, SandboxOptions } from "../sandbox/sandbox.js";
+import { errMessage, InvalidInputError } from "../errors.js";
 
 /** `--images` / `--image-template`: which dataset rows run on an image (prepare, exec, shell, evaluate, serve). */
 export interface ImageFlags {
@@ -24,8 +25,31 @@ export async function imagePolicyFrom(o: ImageFlags): Promise<ImagePolicy | unde
   return (await import("../env/instance-image.js")).parseImagePolicy(o.images, o.imageTemplate);
 }
 
+/** `--base IMAGE`: the base image of every instance's spec-built environment (prepare, evaluate, exec, shell, serve). */
+export interface BaseFlag {
+  base?: string;
+}
+
+export function addBaseOption(cmd: Command): Command {
+  return cmd.option(
+    "--base <IMAGE>",
+    "every instance's environment built and run on this image's root, not the host's (spec field base; in the key)",
+  );
+}
+
+/** `--base`, checked before anything is loaded: a malformed reference is bad input (its canonical name otherwise). */
+export async function baseFrom(o: BaseFlag): Promise<string | undefined> {
+  if (o.base === undefined) return undefined;
+  const { canonicalReference } = await import("../env/images/reference.js");
+  try {
+    return canonicalReference(o.base);
+  } catch (e) {
+    throw new InvalidInputError(`--base: ${errMessage(e)}`, { field: "--base" });
+  }
+}
+
 /** How exec/shell pick their workspace: a plain directory, a dataset instance's environment, or an image. */
-export interface WorkspaceCliOptions extends ImageFlags {
+export interface WorkspaceCliOptions extends ImageFlags, BaseFlag {
   dir?: string;
   instance?: string;
   image?: string;
@@ -40,7 +64,7 @@ export function addWorkspaceOptions(cmd: Command): Command {
     .option("--image <REF>", "a sandbox on this image's root filesystem (with --instance: that task on it)")
     .option("--dataset <FILE>", "dataset holding --instance")
     .option("--specs <FILE>", "environment spec overrides (JSON)");
-  return addImagePolicyOptions(cmd);
+  return addImagePolicyOptions(addBaseOption(cmd));
 }
 
 /** Start the sandbox a command asked for: the flags as one request to the door, which checks them. */
@@ -50,6 +74,7 @@ export async function sandboxFor(
 ): Promise<Sandbox> {
   const { dir, instance, image, dataset, specs, python } = o;
   const images = await imagePolicyFrom(o);
+  const base = await baseFrom(o);
   const { openSandbox } = await import("../env/workspace.js");
-  return openSandbox({ ...common, dir, instance, image, dataset, specsFile: specs, python, images });
+  return openSandbox({ ...common, dir, instance, image, dataset, specsFile: specs, base, python, images });
 }

@@ -26,14 +26,24 @@ export interface ValidationVerdict {
   problems: string[];
 }
 
-export interface EnvOptions {
-  home: string;
+/**
+ * What instances' specs come from besides the built-in table and the rows: every caller that computes an instance's
+ * environment passes both, so that every command finds the key `prepare` built.
+ */
+export interface SpecSource {
+  /** The `--specs` override file. */
   specsFile?: string;
+  /** Every instance's base image (`--base`): the spec field `base`, as `{"*": {"base": …}}` after the file's. */
+  base?: string;
+}
+
+export interface EnvOptions extends SpecSource {
+  home: string;
   reposDir?: string;
 }
 
-export function envFor(instance: Instance, opts: Pick<EnvOptions, "specsFile">): { spec: EnvSpec; key: LayerKey } {
-  const spec = specForInstance(instance, { specsFile: opts.specsFile });
+export function envFor(instance: Instance, opts: SpecSource): { spec: EnvSpec; key: LayerKey } {
+  const spec = specForInstance(instance, { specsFile: opts.specsFile, base: opts.base });
   return { spec, key: specKey(spec) };
 }
 

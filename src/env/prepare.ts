@@ -4,7 +4,7 @@ import type { CamelOf, plan } from "../wire/index.js";
 import { pool, table } from "../util/progress.js";
 import { BuildError } from "../errors.js";
 import { explainBuildFailure } from "./build-diagnosis.js";
-import { ensureBuiltSteps, envFor, type EnvOptions } from "./environments.js";
+import { ensureBuiltSteps, envFor, type EnvOptions, type SpecSource } from "./environments.js";
 import type { BuildStep } from "./build.js";
 import { canonicalReference, loadRegistryConfig, type RegistryConfig } from "./images/index.js";
 import type { ImagePolicy } from "./instance-image.js";
@@ -49,7 +49,7 @@ export type PreparePlan = CamelOf<typeof plan.PreparePlan>;
  */
 export async function planPrepare(
   instances: readonly Instance[],
-  opts: { specsFile?: string; home?: string; images?: ImagePolicy } = {},
+  opts: SpecSource & { home?: string; images?: ImagePolicy } = {},
 ): Promise<PreparePlan> {
   const environments = new Map<string, PreparePlan["environments"][number]>();
   const errors: PreparePlan["errors"] = [];

@@ -6,7 +6,8 @@
  *      SWE-smith snapshots, which that table does not know, start from SWE-smith's Python profile defaults;
  *   2. a `--specs FILE` override: `{"*": {fields}}` (every instance, applied first),
  *      `{"<owner>/<name>": {"<version>" | "*": {fields}}}` ("*" = every version, applied before the exact version)
- *      and/or `{"<instance_id>": {fields}}` (applied after the repo entries);
+ *      and/or `{"<instance_id>": {fields}}` (applied after the repo entries); `--base IMAGE` is one more `"*"`
+ *      entry, `{"base": IMAGE}`, after the file's;
  *   3. the dataset row's own `spec` object.
  * Field mapping onto EnvSpec: python, packages, pip_packages, pre_install, install, eval_commands, test_cmd
  * (a list is joined with " && "), env (plus the table's env_vars_test), repo/commit (default: the instance's
@@ -49,6 +50,11 @@ export interface SpecOptions {
   overrides?: SpecOverrides;
   /** Use this table instead of the built-in one. */
   table?: SpecTable;
+  /**
+   * Every instance's base image (`--base`): `{"*": {"base": …}}` applied after the overrides' own `"*"`, so a repo or
+   * instance entry, or the row's `spec`, naming another (or `"base": null`, the host) still wins for its rows.
+   */
+  base?: string;
 }
 
 /**
@@ -212,6 +218,7 @@ export function specForInstance(instance: Instance, opts: SpecOptions = {}): Env
   if (layers.length === 0) throw new NotFoundError(unknownSpecMessage(instance, table, overrides));
   // Fields for every instance go right above the table or SWE-smith defaults: everything more specific wins.
   const all = overrides.flatMap((o) => (o.all ? [{ from: `${o.source} *`, fields: o.all }] : []));
+  if (opts.base !== undefined) all.push({ from: "the base option (--base)", fields: { base: opts.base } });
   const base = tableEntry || instance.task_format === "swesmith" ? 1 : 0;
   layers.splice(base, 0, ...all);
   return toEnvSpec(instance, layers, table);

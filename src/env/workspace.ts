@@ -58,10 +58,15 @@ export interface SandboxRequest extends SandboxOptions {
    */
   images?: ImagePolicy;
   specsFile?: string;
+  /**
+   * The base image of every instance's spec-built environment (the CLI's `--base`): the spec field `base`, as
+   * `{"*": {"base": …}}` after the specs file's; part of the environment's key. For instances only.
+   */
+  base?: string;
   reposDir?: string;
   /** Build the environment when neither this home nor a source has it (default false: a clear error). */
   build?: boolean;
-  /** The instance's environment when the caller has it already (default: computed from `specsFile`). */
+  /** The instance's environment when the caller has it already (default: computed from `specsFile` and `base`). */
   environment?: InstanceEnv;
   /** Peers' servers to fetch the layer from when the local store lacks it (before building it). */
   sources?: readonly HttpSource[];
@@ -236,6 +241,8 @@ export async function resolveWorkspace(req: SandboxRequest): Promise<Workspace> 
   checkPython(kind, req.python);
   if (req.images && kind !== "instance")
     throw new InvalidInputError("an image policy (images, --images, --image-template) is for dataset instances only");
+  if (req.base !== undefined && kind !== "instance")
+    throw new InvalidInputError("a base image (base, --base) is for the environments of dataset instances only");
   if (kind === "image") return imageWorkspace(req, req.image!);
   if (kind === "env_key") return taskWorkspace({ ...req, instance: undefined });
   if (kind === "dir" || kind === "empty") return dirWorkspace(req);
@@ -272,8 +279,21 @@ export async function openSandbox(req: SandboxRequest = {}): Promise<Sandbox> {
 
 /** The request's own sandbox options: everything but how the workspace is found. */
 function ownOptions(req: SandboxRequest): SandboxOptions {
-  const { instance, envKey, image, images, python, dataset, specsFile, reposDir, build, environment, sources, ...own } =
-    req;
+  const {
+    instance,
+    envKey,
+    image,
+    images,
+    python,
+    dataset,
+    specsFile,
+    base,
+    reposDir,
+    build,
+    environment,
+    sources,
+    ...own
+  } = req;
   return own;
 }
 
@@ -316,8 +336,8 @@ async function taskWorkspace(req: SandboxRequest & { instance?: Instance }): Pro
   ]);
   if (req.envKey !== undefined && !isLayerKey(req.envKey)) throw new NotFoundError(`unknown environment ${req.envKey}`);
   const instance = req.instance;
-  const env = instance ? (req.environment ?? envFor(instance, { specsFile: req.specsFile })) : undefined;
-  const present = { home, sources: req.sources, specsFile: req.specsFile, reposDir: req.reposDir };
+  const env = instance ? (req.environment ?? envFor(instance, req)) : undefined;
+  const present = { home, sources: req.sources, specsFile: req.specsFile, base: req.base, reposDir: req.reposDir };
   await ensurePresent(env ?? { key: req.envKey! }, { ...present, build: (req.build ?? false) && env !== undefined });
   const { spec, key } = env ?? (await builtEnv(home, req.envKey!));
   const toolchain = await toolchainFor(home, spec.python);

@@ -87,7 +87,7 @@ export async function runEvalJob(input: EvalJobInput): Promise<EvalJobResult> {
   let env = input.env;
   if (!env) {
     try {
-      env = envFor(input.instance, { specsFile: input.specsFile });
+      env = envFor(input.instance, input);
     } catch (e) {
       return failed(input, "Environment Missing", errMessage(e));
     }

@@ -35,6 +35,8 @@ export interface EvaluateOptions {
   /** Default: the sandbox's home, else MINISANDBOX_HOME / the per-user default. */
   home?: string;
   specsFile?: string;
+  /** Every instance's base image (`--base`), as `SpecSource.base` (src/env/environments.ts). */
+  base?: string;
   reposDir?: string;
   /** Build the environment if the store lacks it (default true; never for an attempt on an image). */
   build?: boolean;
@@ -169,7 +171,7 @@ async function startAttempt(target: EvaluateTarget, opts: EvaluateOptions): Prom
     opts.dataset,
   );
   const home = resolveHome(opts.home ?? live?.home);
-  const env = envFor(instance, { specsFile: opts.specsFile });
+  const env = envFor(instance, opts);
   const image = live ? live.labels["image"] : opts.image;
   if (live && opts.image !== undefined && opts.image !== image)
     throw new InvalidInputError(`evaluate: sandbox ${live.id} does not run on image ${opts.image}; leave image out`);
@@ -177,7 +179,7 @@ async function startAttempt(target: EvaluateTarget, opts: EvaluateOptions): Prom
     throw new InvalidInputError(
       `evaluate: sandbox ${live.id} runs environment ${live.labels["env"].slice(0, 12)}, ` +
         `but ${instance.instance_id}'s spec gives ${env.key.slice(0, 12)} ` +
-        "(pass the specsFile the sandbox was created with)",
+        "(pass the specsFile and base the sandbox was created with)",
     );
   }
   return {
@@ -280,6 +282,7 @@ async function evaluateInPlace(a: Attempt, live: Sandbox, opts: EvaluateOptions)
     sandbox: live,
     timeoutMs: opts.timeoutMs,
     specsFile: opts.specsFile,
+    base: opts.base,
     reposDir: opts.reposDir,
     diffMs,
     preamble: [`Patch for ${a.instance.instance_id} in sandbox ${live.id}: ${d.patchBytes.length} bytes`],
@@ -357,6 +360,7 @@ async function runInFresh(a: Attempt, g: Graded, opts: EvaluateOptions): Promise
     patch: g.patchBytes ?? patch,
     timeoutMs: opts.timeoutMs,
     specsFile: opts.specsFile,
+    base: opts.base,
     reposDir: opts.reposDir,
     sandbox: g.fresh,
     diffMs: g.diffMs,

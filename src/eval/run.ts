@@ -288,8 +288,8 @@ async function startRun(opts: RunEvaluationOptions): Promise<Run> {
   // Fail early on ids that cannot name a directory.
   summaryFileName(model, runId);
   const showProgress = opts.progress ?? true;
-  const { home, specsFile, reposDir, limits, network } = opts;
-  const settings: EvalSettings = { home, specsFile, reposDir, timeoutMs, limits, network };
+  const { home, specsFile, base, reposDir, limits, network } = opts;
+  const settings: EvalSettings = { home, specsFile, base, reposDir, timeoutMs, limits, network };
   const state = { opts, settings, started, startedAt, workers, timeoutMs, reportDir, runId, showProgress };
   return { ...state, datasetName, all, instances, predictions, byId, model, records: new Map(), warnings, warn };
 }
@@ -386,7 +386,7 @@ async function resolveEnvironments(run: Run, jobs: Job[]): Promise<Job[]> {
   const policy = run.opts.images ?? { kind: "auto" };
   for (const job of jobs) {
     try {
-      job.env = envFor(job.instance, { specsFile: run.opts.specsFile });
+      job.env = envFor(job.instance, run.opts);
       const image = await plannedImage(job.instance, { home: run.opts.home, images: policy });
       if (image !== undefined) job.image = image;
     } catch (e) {
@@ -445,6 +445,7 @@ async function buildMissing(run: Run, representatives: Instance[]): Promise<Map<
     home: opts.home,
     reposDir: opts.reposDir,
     specsFile: opts.specsFile,
+    base: opts.base,
     workers,
     ...(opts.images ? { images: opts.images } : {}),
     onStep: (id, step) => progress?.step(`${id}: ${step}`, id),

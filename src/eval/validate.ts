@@ -17,6 +17,7 @@ import {
   nodeCacheFor,
   readEnvRecord,
   writeEnvRecord,
+  type SpecSource,
   type ValidationVerdict,
 } from "../env/environments.js";
 import { findStoredImage } from "../env/images/index.js";
@@ -28,9 +29,8 @@ import { runInstanceEvaluation, type EvalFailure, type InstanceEvalResult } from
 import type { PhaseTimings } from "./runner/timings.js";
 import { evalPipSettings } from "./runner/sandbox.js";
 
-export interface ValidateOptions {
+export interface ValidateOptions extends SpecSource {
   home: string;
-  specsFile?: string;
   reposDir?: string;
   /** Test runs at once (each instance needs two; default 2). */
   workers?: number;
@@ -166,7 +166,7 @@ async function checkable(
     let env: InstanceEnv;
     let image: string | undefined;
     try {
-      env = envFor(instance, { specsFile: opts.specsFile });
+      env = envFor(instance, opts);
       image = await rowImageRef(opts.home, instance, opts.images ?? { kind: "auto" });
     } catch (e) {
       skip("", (e as Error).message);
@@ -221,6 +221,7 @@ function runOnce(item: Item, patch: string | null, opts: ValidateOptions): Promi
     model: mode,
     timeoutMs: opts.timeoutMs,
     specsFile: opts.specsFile,
+    base: opts.base,
     reposDir: opts.reposDir,
     limits: opts.limits,
     checkValidation: false,

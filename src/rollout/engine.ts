@@ -61,7 +61,7 @@ export class RolloutEngine {
    * and the key its workspace, pool slot and gold verdicts go by (the image's root filesystem, else the layer's).
    */
   private async taskEnv(instance: Instance): Promise<TaskEnv> {
-    const env = envFor(instance, { specsFile: this.opts.specsFile });
+    const env = envFor(instance, this.opts);
     const image = await rowImageRef(this.home, instance, this.opts.images ?? { kind: "auto" });
     if (image === undefined) return { env, key: env.key };
     return { env, image, key: (await getImage(nodeCacheFor(this.home).store, image)).rootfs };
@@ -72,6 +72,7 @@ export class RolloutEngine {
     return {
       home: this.home,
       specsFile: o.specsFile,
+      base: o.base,
       reposDir: o.reposDir,
       build: o.build ?? false,
       timeoutMs: o.rewardTimeoutMs ?? DEFAULT_REWARD_TIMEOUT_MS,
@@ -124,6 +125,7 @@ export class RolloutEngine {
           environment: env,
           ...(image ? { image } : {}),
           specsFile: o.specsFile,
+          base: o.base,
           reposDir: o.reposDir,
           build: o.build ?? false,
           ...(o.limits ? { limits: o.limits } : {}),

@@ -49,6 +49,8 @@ export interface RolloutEngineOptions {
   /** Where tasks given by id are found: a dataset file or loaded instances. */
   dataset?: string | readonly Instance[];
   specsFile?: string;
+  /** Every task's base image (`--base`), as `SpecSource.base` (src/env/environments.ts). */
+  base?: string;
   reposDir?: string;
   /** Build a task's environment on first use if the store lacks it (default false: a clear error). */
   build?: boolean;

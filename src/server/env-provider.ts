@@ -2,7 +2,7 @@ import { join } from "node:path";
 import type { Sandbox } from "../sandbox/sandbox.js";
 import { loadDataset, type Instance } from "../tasks/index.js";
 import { openSandbox, resolveWorkspace, type InstanceEnv, type Workspace } from "../env/workspace.js";
-import { envFor } from "../env/environments.js";
+import { envFor, type SpecSource } from "../env/environments.js";
 import { makePresent, type RowTarget } from "../env/present.js";
 import { evaluate } from "../eval/reward-api.js";
 import { runEvalJobToFiles } from "../eval/job.js";
@@ -30,6 +30,7 @@ export function envProvider(opts: {
   instances: readonly Instance[];
   reposDir?: string;
   specsFile?: string;
+  base?: string;
   images?: ImagePolicy;
 }): WorkspaceProvider {
   const instance = instanceLookup(opts.instances);
@@ -43,12 +44,13 @@ export function envProvider(opts: {
   return {
     async forInstance(id: string, o: LayerSources = {}): Promise<ProvidedWorkspace> {
       const inst = instance(id);
-      const { home, reposDir, specsFile } = opts;
+      const { home, reposDir, specsFile, base } = opts;
       const ws = await resolveWorkspace({
         home,
         instance: inst,
         reposDir,
         specsFile,
+        base,
         build: true,
         sources: o.sources,
         ...(opts.images ? { images: opts.images } : {}),
@@ -83,7 +85,7 @@ export function envProvider(opts: {
   };
 }
 
-type ProviderOptions = { home: string; reposDir?: string; specsFile?: string; images?: ImagePolicy };
+type ProviderOptions = SpecSource & { home: string; reposDir?: string; images?: ImagePolicy };
 
 /** An instance by id; image-based runners lower-case ids (docker image names): a unique case-insensitive match too. */
 function instanceLookup(instances: readonly Instance[]): (id: string) => Instance {
@@ -102,8 +104,8 @@ function instanceLookup(instances: readonly Instance[]): (id: string) => Instanc
 
 /** A live sandbox graded in a fresh one of its task (the rewards API), as the evaluate route answers it. */
 async function evaluateSandbox(opts: ProviderOptions, instance: Instance, sandbox: Sandbox) {
-  const { home, reposDir, specsFile } = opts;
-  const r = await evaluate(sandbox, { instance, home, reposDir, specsFile });
+  const { home, reposDir, specsFile, base } = opts;
+  const r = await evaluate(sandbox, { instance, home, reposDir, specsFile, base });
   const { instanceId, resolved, status, reward, report, timings } = r;
   return { instance_id: instanceId, resolved, status, reward, report, timings, error: r.error ?? null };
 }
@@ -113,7 +115,8 @@ async function workspaceDiff(opts: ProviderOptions, instance: Instance, sandbox:
   let listing: Buffer;
   {
     const images = opts.images ? { images: opts.images } : {};
-    await using fresh = await openSandbox({ home: opts.home, instance, specsFile: opts.specsFile, ...images });
+    const specs = { specsFile: opts.specsFile, base: opts.base };
+    await using fresh = await openSandbox({ home: opts.home, instance, ...specs, ...images });
     listing = await pristineListing(fresh);
   }
   return (await agentDiff(sandbox, listing)).patch;
@@ -125,9 +128,9 @@ function evaluateJobHere(
   job: EvaluationJob,
   openSandbox: (env: InstanceEnv) => Promise<Sandbox>,
 ) {
-  const { home, specsFile, reposDir } = opts;
+  const { home, specsFile, base, reposDir } = opts;
   return runEvalJobToFiles(
-    { home, specsFile, reposDir, ...job, openSandbox },
+    { home, specsFile, base, reposDir, ...job, openSandbox },
     join(homeLayout(home).root, "server", "jobs"),
   );
 }
@@ -157,7 +160,7 @@ async function prepareHere(
 ): Promise<PrepareOutcome> {
   let target: RowTarget;
   try {
-    target = o.image !== undefined ? { image: o.image } : { env: envFor(instance, { specsFile: opts.specsFile }) };
+    target = o.image !== undefined ? { image: o.image } : { env: envFor(instance, opts) };
   } catch (e) {
     return { envKey: null, status: "failed", error: errMessage(e) };
   }
@@ -165,5 +168,5 @@ async function prepareHere(
   return { envKey: made.key, status: made.status, error: made.status === "failed" ? made.error : null };
 }
 
-export const envProviderFactory: ProviderFactory = async ({ home, dataset, reposDir, specsFile, images }) =>
-  envProvider({ home, instances: dataset ? await loadDataset(dataset) : [], reposDir, specsFile, images });
+export const envProviderFactory: ProviderFactory = async ({ dataset, ...o }) =>
+  envProvider({ ...o, instances: dataset ? await loadDataset(dataset) : [] });

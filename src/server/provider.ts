@@ -78,6 +78,8 @@ export type ProviderFactory = (o: {
   reposDir?: string;
   /** Environment spec overrides (`--specs`): the same file the other commands are given. */
   specsFile?: string;
+  /** Every row's base image (`--base`), as the other commands are given it. */
+  base?: string;
   /** Which rows run on an image of the store (`--images`, `--image-template`; default auto). */
   images?: ImagePolicy;
 }) => Promise<WorkspaceProvider>;

@@ -8,7 +8,7 @@ import { randomBytes } from "node:crypto";
 import { mkdir, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { NotFoundError } from "../../errors.js";
-import { envFor, readEnvRecord } from "../../env/environments.js";
+import { envFor, readEnvRecord, type SpecSource } from "../../env/environments.js";
 import { TESTBED_PATH, VENV_PATH } from "../../env/types.js";
 import { openSandbox, type InstanceEnv } from "../../env/workspace.js";
 import type { ExecResult } from "../../sandbox/exec.js";
@@ -59,9 +59,8 @@ export type EvalCause = NonNullable<EvalFailure["cause"]>;
  * each job's `EvalJobInput` (which is an `InstanceEvalInput`) carries it, and `evalSandboxRequest` makes the fresh
  * sandbox's request from it.
  */
-export interface EvalSettings {
+export interface EvalSettings extends SpecSource {
   home: string;
-  specsFile?: string;
   reposDir?: string;
   /** Whole-instance timeout (default 1800 s, as the harness). */
   timeoutMs?: number;
@@ -73,7 +72,7 @@ export interface EvalSettings {
 
 export interface InstanceEvalInput extends EvalSettings {
   instance: Instance;
-  /** The instance's environment (computed from specsFile when absent). */
+  /** The instance's environment (computed from specsFile and base when absent). */
   env?: InstanceEnv;
   /**
    * The image of the store it runs on instead of `env`'s built layer: the same eval script (from `env`'s spec),
@@ -225,7 +224,7 @@ class InstanceRun {
     for (const line of this.input.preamble ?? []) this.log.info(line);
     if (!this.env) {
       try {
-        this.env = envFor(this.input.instance, { specsFile: this.input.specsFile });
+        this.env = envFor(this.input.instance, this.input);
       } catch (e) {
         return this.fail("Environment Missing", (e as Error).message);
       }
