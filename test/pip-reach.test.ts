@@ -52,6 +52,25 @@ test("indexes that do not answer are left out; the first one left becomes the in
   }
 });
 
+test("a note never repeats the credentials in an index's URL: masked as pip masks them", async () => {
+  const port = await closedPort();
+  const r = await withReachableIndexes(
+    settings({
+      PIP_INDEX_URL: `http://trainer:s3cret@127.0.0.1:${port}/simple`,
+      PIP_EXTRA_INDEX_URL: `https://t0ken@127.0.0.1:${port}/x file:///srv/simple`,
+    }),
+    NO_PROXY,
+    connectProbe,
+  );
+  assert.deepEqual(r.settings.env, { PIP_INDEX_URL: "file:///srv/simple" });
+  assert.equal(
+    r.note,
+    `the package indexes are unreachable from this machine: http://trainer:****@127.0.0.1:${port}/simple ` +
+      `(ECONNREFUSED 127.0.0.1), https://****@127.0.0.1:${port}/x (ECONNREFUSED 127.0.0.1); ` +
+      "pip uses only file:///srv/simple",
+  );
+});
+
 test("pip's default index counts when none is set; find-links alone; proxies and --no-index untouched", async () => {
   const asked: string[] = [];
   const offline: Probe = async (host, port) => {

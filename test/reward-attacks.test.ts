@@ -108,16 +108,18 @@ describe("reward attacks", { concurrency: 4 }, () => {
     assertZero(await attacked((r) => r.exec("rm -rf /testbed/.git")), "testbed_broken");
   });
 
-  it("a background loop that kills every git is a 0", async () => {
+  it("a background loop that kills every git is a 0 (testbed_broken)", async () => {
     const killer =
       'while :; do for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = git ] && ' +
       'kill -9 "$(basename "$p")" 2>/dev/null; done; done';
     const o = await attacked(async (r) => {
+      // 24 MiB of noise to add: taking the diff then runs git for far longer than one sweep of the killer, so the
+      // killer always wins (a git that finished between two sweeps would leave nothing for it to kill).
+      await r.exec("head -c 25165824 /dev/urandom > /testbed/noise.bin");
       await r.sessions.create("killer");
       await r.sessions.run("killer", `(${killer}) >/dev/null 2>&1 &`);
     });
-    assert.equal(o.status, "scored", explain(o));
-    assert.equal(o.reward, 0, explain(o));
+    assertZero(o, "testbed_broken");
   });
 
   it("a patch that kills its process group is a 0 (eval_crash)", async () => {

@@ -6,7 +6,7 @@
 process.env.PIP_RETRIES ??= "0";
 
 import assert from "node:assert/strict";
-import { existsSync, readdirSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -15,6 +15,7 @@ import { prepareInstances } from "../src/env/prepare.js";
 import { makeFixtureDataset, type FixtureDataset } from "../src/fixtures/generate.js";
 import { InvalidInputError, LimitError, NotFoundError, SandboxLostError, TaskInvalidError } from "../src/errors.js";
 import { type Rollout, RolloutEngine, type RolloutOutcome } from "../src/index.js";
+import { cgroupSupport, type SandboxCgroups } from "../src/sandbox/limits.js";
 import type { Instance } from "../src/tasks/types.js";
 import { processesMatching, scratchDirs, tempDir, tempHome } from "./helpers.js";
 
@@ -322,6 +323,38 @@ describe("rollouts", { concurrency: 1 }, () => {
       assert.equal((await engine.prewarm([inst.instance_id])).tasks[0]!.warmSandboxes, 0, "layers only");
     } finally {
       await short.close();
+    }
+  });
+
+  it("a library engine's sandboxes fit the machine together: processes and memory derived from it, not fixed", {
+    skip: cgroupSupport().pids && cgroupSupport().memory ? false : "no memory and pids cgroups for this user",
+  }, async () => {
+    const lib = new RolloutEngine({ home, dataset: fx.datasetPath, warmPool: { max: 2 } });
+    try {
+      // Every rollout and every pool sandbox at once, each at its limits, is what the host must hold.
+      const admitted = lib.maxRollouts + 2;
+      const group = await lib.startGroup({ instance: inst.instance_id, n: 1 });
+      try {
+        const sb = group.rollouts[0]!.sandbox!;
+        // What the kernel enforces (the sandbox's own cgroups), against what the kernel has (/proc).
+        const { cgroups } = JSON.parse(readFileSync(sb.paths.state, "utf8")) as { cgroups: SandboxCgroups };
+        const pids = Number(readFileSync(join(cgroups.pids!, "pids.max"), "utf8"));
+        const memory = Number(readFileSync(join(cgroups.memory!, "memory.limit_in_bytes"), "utf8"));
+        const pidMax = Number(readFileSync("/proc/sys/kernel/pid_max", "utf8"));
+        const kb = /^MemAvailable:\s+(\d+) kB/m.exec(readFileSync("/proc/meminfo", "utf8"))![1];
+        const available = Number(kb) * 1024;
+        assert.ok(pids * admitted <= pidMax, `${admitted} sandboxes of ${pids} processes, pid_max ${pidMax}`);
+        // (MemAvailable now, not at the engine's start: a little slack for what others took meanwhile.)
+        const gib = (n: number): string => `${(n / 1024 ** 3).toFixed(1)} GiB`;
+        assert.ok(memory * admitted <= available * 1.1, `${admitted} of ${gib(memory)}, ${gib(available)} available`);
+        assert.deepEqual([sb.limits.pids, sb.limits.memoryBytes], [pids, memory]);
+      } finally {
+        await group.close();
+      }
+      if (lib.maxRollouts < 256)
+        await assert.rejects(lib.startGroup({ instance: inst.instance_id, n: lib.maxRollouts + 1 }), LimitError);
+    } finally {
+      await lib.close();
     }
   });
 });

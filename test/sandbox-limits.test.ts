@@ -1,8 +1,9 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { Sandbox } from "../src/sandbox/sandbox.js";
-import { cgroupSupport } from "../src/sandbox/limits.js";
+import { cgroupSupport, cpuUsageNs, type SandboxCgroups } from "../src/sandbox/limits.js";
 import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { tempHome } from "./helpers.js";
 
 const home = tempHome();
@@ -49,6 +50,27 @@ test("CPU time limit stops a spinning process", async () => {
   const r = await sb.exec(["python3", "-c", "while True: pass"], { timeoutMs: 20_000 });
   assert.equal(r.limit, "cpu");
   assert.equal(r.signal, "SIGXCPU");
+});
+
+test("a cpus quota holds the whole sandbox to it: two spinners at cpus 0.5 get half a CPU between them", {
+  skip: cg.cpu && cg.cpuacct ? false : "no cgroup cpu controller for this user",
+}, async () => {
+  await using sb = await Sandbox.create({ home, limits: { cpus: 0.5 } });
+  const { cgroups } = JSON.parse(readFileSync(sb.paths.state, "utf8")) as { cgroups: SandboxCgroups };
+  assert.equal(readFileSync(join(cgroups.cpu!, "cpu.cfs_quota_us"), "utf8").trim(), "50000");
+  // Each spins until it has used 0.4 s of CPU: unthrottled on two cores, about 0.4 s of wall time for both.
+  const spin = `python3 -c "while __import__('time').process_time() < 0.4: pass"`;
+  const used0 = cpuUsageNs(cgroups)!;
+  const t0 = performance.now();
+  const r = await sb.exec(`${spin} & ${spin} & wait`, { timeoutMs: 60_000 });
+  const wall = (performance.now() - t0) / 1000;
+  const used = (cpuUsageNs(cgroups)! - used0) / 1e9;
+  assert.equal(r.exitCode, 0, r.stderr);
+  const said = `${used.toFixed(2)} CPU s in ${wall.toFixed(2)} s`;
+  assert.ok(used >= 0.8, `they spun: ${said}`);
+  // An upper bound a loaded host cannot break (load only adds wall time): half a CPU, plus one period's quota the
+  // group may have had in hand at the start, plus the kernel's per-CPU slices.
+  assert.ok(used <= 0.5 * wall + 0.1, `more than half a CPU: ${said}`);
 });
 
 test("a command that never ends is killed at its timeout with 124, its whole tree included", async () => {

@@ -56,10 +56,14 @@ export async function startServe(home: string, args: string[], env: NodeJS.Proce
   return { url, child, pid: child.pid!, stderr: () => stderr, stop };
 }
 
-/** Run `minisandbox --home HOME ARGS...` to completion. */
-export function runCli(home: string, args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+/** Run `minisandbox --home HOME ARGS...` to completion (in the environment `env`, default this process's). */
+export function runCli(
+  home: string,
+  args: string[],
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [CLI, "--home", home, ...args], { stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, [CLI, "--home", home, ...args], { stdio: ["ignore", "pipe", "pipe"], env });
     let stdout = "";
     let stderr = "";
     child.stdout!.on("data", (b: Buffer) => (stdout += b.toString()));

@@ -4,12 +4,13 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { chmodSync, mkdirSync, readdirSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import { spawn, spawnSync } from "node:child_process";
+import { chmodSync, mkdirSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { RemoteSandbox } from "../src/client/index.js";
 import { buildZip } from "../src/client/zip.js";
+import { cgroupTreePids } from "../src/sandbox/limits.js";
 import { processesMatching, tempDir, tempHome } from "./helpers.js";
 import { call, rssBytes, runCli, startServe, type Json, type ServeProcess } from "./serve-process.js";
 
@@ -488,6 +489,56 @@ test("the host cannot be overcommitted: limits above the maxima are 422s naming 
   const cid = await sandbox(s, carol.token);
   const cl = (await call(s.url, "GET", `/sandboxes/${cid}`, { key: carol.token })).json.limits;
   assert.deepEqual([cl.memory_bytes, cl.cpus], [256 * MiB, 0.5]);
+});
+
+test("serving rollouts, every sandbox fits the host at its maxima: plain ones, rollouts and the warm pool", async () => {
+  const home = tempHome("msb-atk-maxpool-");
+  const dataset = join(home, "dataset.json");
+  writeFileSync(dataset, "[]");
+  const args = ["--tokens-file", tokensFile(home, TOKENS), "--dataset", dataset, "--warm-pool", "4"];
+  const s = await startServe(home, [...args, "--max-sandboxes", "6", "--max-rollouts", "10"]);
+  const { limits } = (await call(s.url, "GET", `/sandboxes/${await sandbox(s, ALICE)}`, { key: ALICE })).json;
+  const { hostBudget } = await import("../src/sandbox/capacity.js");
+  const budget = hostBudget();
+  const admitted = 6 + 10 + 4;
+  assert.ok(limits.pids * admitted <= budget.pids, `${limits.pids} x ${admitted} of ${budget.pids} pids`);
+  const fits = limits.memory_bytes * admitted <= budget.memoryBytes * 1.1;
+  assert.ok(fits, `${limits.memory_bytes} x ${admitted} of ${budget.memoryBytes} bytes`);
+});
+
+test("a host out of memory kills sandboxes first: the server scores below every sandbox process", async () => {
+  const home = tempHome("msb-atk-oom-");
+  const s = await startServe(home, ["--tokens-file", tokensFile(home, TOKENS)]);
+  const id = await sandbox(s, ALICE);
+  const r = await exec(s, ALICE, id, "sleep 120 >/dev/null 2>&1 & cat /proc/self/oom_score_adj");
+  assert.equal(r.json.stdout, "1000\n", r.text);
+  // A process may end while it is read (the next command's helper, started ahead): "" then.
+  const proc = (pid: number, file: string): string => {
+    try {
+      return readFileSync(`/proc/${pid}/${file}`, "utf8");
+    } catch {
+      return "";
+    }
+  };
+  const score = (pid: number): number => Number(proc(pid, "oom_score_adj").trim() || Number.NaN);
+  const helper = join(import.meta.dirname, "..", "native", "msb-helper");
+  const floor = spawnSync(helper, ["check"], { encoding: "utf8" }).stdout.includes("oom_floor yes");
+  // Where root may (CAP_SYS_RESOURCE) the server lowers its own; elsewhere it keeps what it was started with.
+  const server = score(s.pid);
+  assert.equal(server, floor ? -500 : score(process.pid), `the server's oom_score_adj (floor: ${floor})`);
+  // Every process of the sandbox, as the host's OOM killer sees it.
+  const { cgroups } = JSON.parse(readFileSync(join(home, "sandboxes", id, "state.json"), "utf8"));
+  const scores = new Map(
+    cgroupTreePids(cgroups.pids)
+      .map((pid) => [pid, score(pid)] as const)
+      .filter(([, v]) => !Number.isNaN(v)),
+  );
+  const sleeper = [...scores.keys()].find((pid) => proc(pid, "cmdline") === "sleep\x00120\x00");
+  assert.ok(sleeper, "the command's background job is in the sandbox's group");
+  assert.equal(scores.get(sleeper), 1000, "what a command leaves running scores 1000 too");
+  const seen = JSON.stringify([...scores]);
+  // With the floor every process of the sandbox scores 1000; without it pid 1 keeps its caller's score, the server's.
+  for (const v of scores.values()) assert.ok(floor ? v === 1000 : v >= server, `server ${server}, sandbox ${seen}`);
 });
 
 test("network: true only for principals the operator allows (403 for others), admins included", async () => {

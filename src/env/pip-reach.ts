@@ -68,10 +68,22 @@ export async function withReachableIndexes(
 }
 
 function unreachableNote(why: Map<string, string>, used: string[]): string {
-  const lost = [...why].map(([url, reason]) => `${url} (${reason})`).join(", ");
+  const lost = [...why].map(([url, reason]) => `${redacted(url)} (${reason})`).join(", ");
   const plural = why.size > 1 ? "package indexes are" : "package index is";
   if (used.length === 0) return `the ${plural} unreachable from this machine: ${lost}; pip has nothing else to use`;
-  return `the ${plural} unreachable from this machine: ${lost}; pip uses only ${used.join(", ")}`;
+  return `the ${plural} unreachable from this machine: ${lost}; pip uses only ${used.map(redacted).join(", ")}`;
+}
+
+/**
+ * A URL as a note shows it (progress, build logs, a build error's message): its credentials masked as pip masks
+ * them, `user:****@` with a password, `****@` for a user alone (a token).
+ */
+function redacted(url: string): string {
+  const m = /^([a-z][a-z0-9+.-]*:\/\/)([^@/?#]*)@/i.exec(url);
+  if (!m) return url;
+  const colon = m[2]!.indexOf(":");
+  const auth = colon >= 0 ? `${m[2]!.slice(0, colon)}:****` : "****";
+  return `${m[1]}${auth}@${url.slice(m[0].length)}`;
 }
 
 async function probeUrl(url: string, probe: Probe): Promise<string | undefined> {

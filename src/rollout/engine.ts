@@ -8,6 +8,8 @@ import { resolveWorkspace, rowImageRef, type InstanceEnv, type Workspace } from 
 import { InvalidInputError, LimitError, NotFoundError, UnavailableError } from "../errors.js";
 import { evaluate, type EvaluateOptions } from "../eval/reward-api.js";
 import { evalSandboxSettings } from "../eval/runner/sandbox.js";
+import { defaultAdmitted, derivedMaxima } from "../sandbox/capacity.js";
+import type { Limits } from "../sandbox/limits.js";
 import { loadDataset } from "../tasks/index.js";
 import type { Instance } from "../tasks/types.js";
 import { resolveHome } from "../util/home.js";
@@ -25,6 +27,10 @@ const FORGET_AFTER_MS = 10 * 60_000;
 
 export class RolloutEngine {
   readonly home: string;
+  /** Live rollouts at most (the option, else as many as the machine fits: see `engineAdmission`). */
+  readonly maxRollouts: number;
+  /** Limits of every sandbox the engine starts (rollouts, pool, rewards, gold checks). */
+  readonly limits: Limits;
   private readonly opts: RolloutEngineOptions;
   private readonly pool: WarmPool;
   private readonly gold: GoldChecks;
@@ -48,6 +54,7 @@ export class RolloutEngine {
       throw new InvalidInputError(`forkSpares must be an integer from 0 to 16, got ${spares}`, { field: "forkSpares" });
     this.opts = opts;
     this.home = resolveHome(opts.home);
+    ({ maxRollouts: this.maxRollouts, limits: this.limits } = engineAdmission(opts));
     this.pool = new WarmPool(warmPoolMax(opts.warmPool), opts.warmPool?.ttlMs ?? 15 * 60_000);
     this.gold = new GoldChecks(this.home, async (instance) => {
       const { image } = await this.taskEnv(instance);
@@ -77,7 +84,7 @@ export class RolloutEngine {
       build: o.build ?? false,
       timeoutMs: o.rewardTimeoutMs ?? DEFAULT_REWARD_TIMEOUT_MS,
       reward: o.reward ?? "binary",
-      ...(o.limits ? { limits: o.limits } : {}),
+      limits: this.limits,
     };
   }
 
@@ -128,7 +135,7 @@ export class RolloutEngine {
           base: o.base,
           reposDir: o.reposDir,
           build: o.build ?? false,
-          ...(o.limits ? { limits: o.limits } : {}),
+          limits: this.limits,
           ...settings,
           labels: { purpose: "rollout" },
         });
@@ -251,7 +258,7 @@ export class RolloutEngine {
 
   /** Reserve `k` rollouts for `owner`; `fromPool` of them are warm sandboxes it already holds (moved, not added). */
   private reserve(k: number, owner: RolloutOwner, fromPool = 0): void {
-    const max = this.opts.maxRollouts ?? 256;
+    const max = this.maxRollouts;
     if (this.reserved + k > max)
       throw new LimitError(`${this.reserved} live rollouts: ${k} more would exceed the limit of ${max}`);
     if (k - fromPool > this.roomOf(owner)) {
@@ -400,6 +407,21 @@ export class RolloutEngine {
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }
+}
+
+/** The most live rollouts an engine allows unless told otherwise, however large the machine. */
+const MAX_DEFAULT_ROLLOUTS = 256;
+
+/**
+ * How many rollouts the engine admits, and the limits of its sandboxes: the caller's, over maxima derived from the
+ * machine (src/sandbox/capacity.ts) so that every rollout and warm pool sandbox at its maxima fits the host at once,
+ * as a server derives its own; without `maxRollouts`, as many rollouts as get a default sandbox's share each.
+ */
+function engineAdmission(o: RolloutEngineOptions): { maxRollouts: number; limits: Limits } {
+  const maxRollouts = o.maxRollouts ?? Math.min(MAX_DEFAULT_ROLLOUTS, defaultAdmitted());
+  const given = Object.fromEntries(Object.entries(o.limits ?? {}).filter(([, v]) => v !== undefined));
+  const admitted = maxRollouts + (o.warmPool?.max ?? 0);
+  return { maxRollouts, limits: { ...derivedMaxima(admitted), ...given } };
 }
 
 /** The pool's size: absent is no pool; a pool of 0 or fewer sandboxes would hold nothing and is refused. */

@@ -60,7 +60,11 @@ export interface RolloutEngineOptions {
    * fresh rewards and gold checks all run on that image's root filesystem, with the spec's eval script.
    */
   images?: ImagePolicy;
-  /** Limits of every rollout sandbox. */
+  /**
+   * Limits of every rollout, pool and reward sandbox. What is not given is derived from the machine, as a server
+   * derives its own: memory and processes split so that `maxRollouts` rollouts and the warm pool at their limits fit
+   * MemAvailable and pid_max together (src/sandbox/capacity.ts); disk 8 GiB.
+   */
   limits?: Limits;
   /** Network in rollout sandboxes (default false). */
   network?: boolean;
@@ -85,7 +89,10 @@ export interface RolloutEngineOptions {
    * it has reset (the start state it goes back to).
    */
   forkSpares?: number;
-  /** Live rollouts at most (default 256); more is a LimitError. */
+  /**
+   * Live rollouts at most; more is a LimitError. Default: as many as get 1 GiB and 512 processes each of what the
+   * machine has for sandboxes (`defaultAdmitted`), at most 256.
+   */
   maxRollouts?: number;
   /** Told of every outcome as it is decided (e.g. a server's dashboard counts them); it cannot change one. */
   onOutcome?: (outcome: RolloutOutcome) => void;

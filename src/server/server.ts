@@ -80,14 +80,23 @@ function createApp(o: ServerOptions): FastifyInstance {
   });
 }
 
+interface Admission {
+  maxSandboxes: number;
+  maxRollouts: number;
+  /** Sandboxes the host must fit at once at their maxima. */
+  admitted: number;
+  maxima: Limits;
+}
+
 /**
- * How many sandboxes the server admits (live sandboxes, and rollouts when it serves them), and the per-sandbox
- * maxima under which all of them fit the host.
+ * How many sandboxes the server admits (live sandboxes, and rollouts and warm pool sandboxes when it serves them),
+ * and the per-sandbox maxima under which all of them fit the host.
  */
-function admission(o: ServerOptions): { maxSandboxes: number; maxRollouts: number; maxima: Limits } {
+function admission(o: ServerOptions): Admission {
   const maxSandboxes = o.maxSandboxes ?? defaultMaxSandboxes();
   const maxRollouts = o.rollouts ? (o.rollouts.maxRollouts ?? maxSandboxes) : 0;
-  return { maxSandboxes, maxRollouts, maxima: serverMaxima(o, maxSandboxes + maxRollouts) };
+  const admitted = maxSandboxes + maxRollouts + (o.rollouts?.warmPool?.max ?? 0);
+  return { maxSandboxes, maxRollouts, admitted, maxima: serverMaxima(o, admitted) };
 }
 
 function routeContext(o: ServerOptions, home: string, app: FastifyInstance, metrics: ServerMetrics): RouteContext {
@@ -232,7 +241,7 @@ function rolloutEngine(
 
 function overcommitWarnings(o: ServerOptions): string[] {
   const a = admission(o);
-  return overcommitOf(a.maxima, a.maxSandboxes + a.maxRollouts);
+  return overcommitOf(a.maxima, a.admitted);
 }
 
 /**
