@@ -2211,7 +2211,8 @@ static int cmd_restore(int argc, char **argv) {
     trees[i] = place_tree(&o, gen, rel, o.ro[i]);
   }
   /* The sandbox's own IPC objects go before commands get new namespaces (pid 1 keeps the emptied one). Once an
-     earlier restore gave commands their own (ns/ipc is there), nothing but pid 1 has been in it since it was emptied. */
+     earlier restore gave commands their own (ns/ipc is there), nothing but pid 1 has been in it since it was
+     emptied. */
   char cmd_ipc[4096];
   fmt(cmd_ipc, sizeof cmd_ipc, "%s/ns/ipc", o.scratch);
   if (!is_mount_root(cmd_ipc)) {

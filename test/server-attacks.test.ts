@@ -491,7 +491,7 @@ test("the host cannot be overcommitted: limits above the maxima are 422s naming 
   assert.deepEqual([cl.memory_bytes, cl.cpus], [256 * MiB, 0.5]);
 });
 
-test("serving rollouts, every sandbox fits the host at its maxima: plain ones, rollouts and the warm pool", async () => {
+test("serving rollouts, every sandbox fits the host at its maxima: plain ones, rollouts, the warm pool", async () => {
   const home = tempHome("msb-atk-maxpool-");
   const dataset = join(home, "dataset.json");
   writeFileSync(dataset, "[]");

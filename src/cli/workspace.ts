@@ -25,7 +25,7 @@ export async function imagePolicyFrom(o: ImageFlags): Promise<ImagePolicy | unde
   return (await import("../env/instance-image.js")).parseImagePolicy(o.images, o.imageTemplate);
 }
 
-/** `--base IMAGE`: the base image of every instance's spec-built environment (prepare, evaluate, exec, shell, serve). */
+/** `--base IMAGE`: the base image of every instance's spec-built environment (prepare, evaluate, exec, shell, serve) */
 export interface BaseFlag {
   base?: string;
 }
