@@ -1,5 +1,6 @@
 import type { Command } from "commander";
 import type { ImagePolicy } from "../env/instance-image.js";
+import type { SandboxRequest } from "../env/workspace.js";
 import type { Sandbox, SandboxOptions } from "../sandbox/sandbox.js";
 
 /** `--images` / `--image-template`: which dataset rows run on an image (prepare, exec, shell, evaluate, serve). */
@@ -32,6 +33,7 @@ export interface WorkspaceCliOptions extends ImageFlags {
   dataset?: string;
   specs?: string;
   python?: string;
+  history?: string;
 }
 
 export function addWorkspaceOptions(cmd: Command): Command {
@@ -39,7 +41,12 @@ export function addWorkspaceOptions(cmd: Command): Command {
     .option("--instance <ID>", "a sandbox on this task's environment (needs --dataset; build it with `prepare`)")
     .option("--image <REF>", "a sandbox on this image's root filesystem (with --instance: that task on it)")
     .option("--dataset <FILE>", "dataset holding --instance")
-    .option("--specs <FILE>", "environment spec overrides (JSON)");
+    .option("--specs <FILE>", "environment spec overrides (JSON)")
+    .option(
+      "--history <chronological|full>",
+      "on an image: its /testbed's git history, chronological (default: HEAD's commit only) or full " +
+        "(the image's own .git; gameable); a row's default is its spec's history",
+    );
   return addImagePolicyOptions(cmd);
 }
 
@@ -50,6 +57,8 @@ export async function sandboxFor(
 ): Promise<Sandbox> {
   const { dir, instance, image, dataset, specs, python } = o;
   const images = await imagePolicyFrom(o);
+  // The door checks the value (one line, exit 2).
+  const history = o.history as SandboxRequest["history"];
   const { openSandbox } = await import("../env/workspace.js");
-  return openSandbox({ ...common, dir, instance, image, dataset, specsFile: specs, python, images });
+  return openSandbox({ ...common, dir, instance, image, dataset, specsFile: specs, python, images, history });
 }

@@ -7,7 +7,8 @@
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { errMessage, LayerUnavailableError, LimitError, MinisandboxError, NotFoundError } from "../errors.js";
-import { ensurePresent, envFor } from "../env/environments.js";
+import { ensurePresent, envFor, nodeCacheFor } from "../env/environments.js";
+import { prepareTestbedHistory } from "../env/image-history.js";
 import { loadRegistryConfig } from "../env/images/index.js";
 import { ensureBaseImage, ensureImage } from "../env/prepare.js";
 import { openStore, type HttpSource } from "../env/store/index.js";
@@ -134,17 +135,7 @@ async function presentEnvironment(
   env: InstanceEnv,
 ): Promise<{ layer?: EvalJobResult["layer"] } | EvalJobResult> {
   const build = input.build ?? false;
-  if (input.image !== undefined) {
-    if (!build) return {};
-    try {
-      const store = openStore(homeLayout(input.home).store);
-      const r = await ensureImage(store, input.image, loadRegistryConfig(input.home));
-      return { layer: r.status === "pulled" ? "pulled" : "present" };
-    } catch (e) {
-      const message = `image ${input.image} could not be pulled: ${errMessage(e)}`;
-      return failed(input, "Environment Build Failed", message, env.key);
-    }
-  }
+  if (input.image !== undefined) return build ? presentImage(input, input.image, env) : {};
   try {
     if (build) await ensureBaseImage(input.home, env.spec);
   } catch (e) {
@@ -159,6 +150,27 @@ async function presentEnvironment(
     if (e instanceof NotFoundError) return {};
     return failed(input, "Environment Build Failed", `environment build failed: ${errMessage(e)}`, env.key);
   }
+}
+
+/** The job's image pulled when missing, and its testbed's chronological history derived (unless it is full). */
+async function presentImage(
+  input: EvalJobInput,
+  image: string,
+  env: InstanceEnv,
+): Promise<{ layer?: EvalJobResult["layer"] } | EvalJobResult> {
+  let r: Awaited<ReturnType<typeof ensureImage>>;
+  try {
+    r = await ensureImage(openStore(homeLayout(input.home).store), image, loadRegistryConfig(input.home));
+  } catch (e) {
+    const message = `image ${image} could not be pulled: ${errMessage(e)}`;
+    return failed(input, "Environment Build Failed", message, env.key);
+  }
+  try {
+    if (env.spec.history !== "full") await prepareTestbedHistory(input.home, nodeCacheFor(input.home), image);
+  } catch (e) {
+    return failed(input, "Environment Build Failed", errMessage(e), env.key);
+  }
+  return { layer: r.status === "pulled" ? "pulled" : "present" };
 }
 
 /** The files a job may leave, by name (the harness's five, `timings.json` and `integrity.json`). */

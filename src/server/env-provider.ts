@@ -2,7 +2,9 @@ import { join } from "node:path";
 import type { Sandbox } from "../sandbox/sandbox.js";
 import { loadDataset, type Instance } from "../tasks/index.js";
 import { openSandbox, resolveWorkspace, type InstanceEnv, type Workspace } from "../env/workspace.js";
-import { ensurePresent, envFor } from "../env/environments.js";
+import { ensurePresent, envFor, nodeCacheFor } from "../env/environments.js";
+import { prepareTestbedHistory } from "../env/image-history.js";
+import { historyForInstance } from "../env/spec.js";
 import { evaluate } from "../eval/reward-api.js";
 import { runEvalJobToFiles } from "../eval/job.js";
 import { evalSandboxRequest } from "../eval/runner/sandbox.js";
@@ -155,7 +157,7 @@ async function prepareHere(
   instance: Instance,
   o: LayerSources & { build: boolean; image?: string },
 ): Promise<PrepareOutcome> {
-  if (o.image !== undefined) return prepareImageHere(opts.home, o.image, o.build);
+  if (o.image !== undefined) return prepareImageHere(opts, instance, o.image, o.build);
   let env: InstanceEnv;
   try {
     env = envFor(instance, { specsFile: opts.specsFile });
@@ -182,20 +184,34 @@ async function prepareHere(
 
 /**
  * A row's image present here: in the store already, else pulled (with the home's mirrors) when the job may make
- * what is missing; a pull that fails is the row's failure.
+ * what is missing, and its testbed's chronological history derived; a pull or a derivation that fails is the row's
+ * failure.
  */
-async function prepareImageHere(home: string, image: string, build: boolean): Promise<PrepareOutcome> {
+async function prepareImageHere(
+  opts: ProviderOptions,
+  instance: Instance,
+  image: string,
+  build: boolean,
+): Promise<PrepareOutcome> {
+  const { home } = opts;
   const store = openStore(homeLayout(home).store);
   if (!build) {
     const have = await getImage(store, image);
     return { envKey: have.rootfs, status: "present", error: null };
   }
+  let r: Awaited<ReturnType<typeof ensureImage>>;
   try {
-    const r = await ensureImage(store, image, loadRegistryConfig(home));
-    return { envKey: r.key, status: r.status === "pulled" ? "pulled" : "present", error: null };
+    r = await ensureImage(store, image, loadRegistryConfig(home));
   } catch (e) {
     return { envKey: null, status: "failed", error: `image ${image} could not be pulled: ${errMessage(e)}` };
   }
+  try {
+    if (historyForInstance(instance, { specsFile: opts.specsFile }) !== "full")
+      await prepareTestbedHistory(home, nodeCacheFor(home), image);
+  } catch (e) {
+    return { envKey: r.key, status: "failed", error: errMessage(e) };
+  }
+  return { envKey: r.key, status: r.status === "pulled" ? "pulled" : "present", error: null };
 }
 
 export const envProviderFactory: ProviderFactory = async ({ home, dataset, reposDir, specsFile, images }) =>
