@@ -174,7 +174,13 @@ test("a server's sandbox on an image (POST /sandboxes {image}): the image's root
   });
   assert.equal(r.status, 200, r.text);
   assert.match(r.json.stdout, /^\/testbed\n12\./);
-  assert.equal(leaseFiles().length, 1, "the live sandbox holds its image's root filesystem");
+  assert.deepEqual(
+    leaseFiles()
+      .map((f) => f.split("/")[0]!.replace(/-[0-9a-f]{64}$/, ""))
+      .sort(),
+    ["rootfs", "testbed-git-1"],
+    "the live sandbox holds its image's root filesystem and its testbed's chronological history",
+  );
   await call(server.url, "POST", "/sandboxes", { key, body: { image: ref } }); // left for the shutdown to close
   const two = await call(server.url, "POST", "/sandboxes", { key, body: { image: ref, env_key: "x" } });
   assert.equal(two.status, 422);

@@ -156,8 +156,11 @@ test("the SDK imports nothing of the engine: its types come from the wire contra
 
 /** The one door: the only module that starts a sandbox for a workspace (src/env/workspace.ts, `Workspace.start`). */
 const DOOR = "src/env/workspace.ts";
-/** Sandboxes that are not workspaces: the sandbox's own (its doctor), and the build sandbox that makes a layer. */
-const NOT_WORKSPACES = ["src/sandbox/", "src/env/build.ts"];
+/**
+ * Sandboxes that are not workspaces: the sandbox's own (its doctor), and those that make a layer (a build's, and the
+ * one deriving an image's chronological history).
+ */
+const NOT_WORKSPACES = ["src/sandbox/", "src/env/build.ts", "src/env/image-history-derive.ts"];
 
 /** `Sandbox.create(...)` calls in a file, on the core class (src/sandbox/sandbox.ts) however it was imported. */
 function sandboxCreations(file: string, text = readFileSync(file, "utf8")): number {

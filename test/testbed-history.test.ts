@@ -14,7 +14,7 @@ import { join } from "node:path";
 import { commitFilesAt, git, tempDir, tempHome } from "./helpers.js";
 import { checkoutTestbed } from "../src/env/repos.js";
 import { envFor } from "../src/env/environments.js";
-import { specKey } from "../src/env/spec.js";
+import { historyForInstance, specKey } from "../src/env/spec.js";
 import { prepareInstances } from "../src/env/prepare.js";
 import { makeSweSmithDataset } from "../src/fixtures/generate.js";
 import { loadDataset } from "../src/tasks/index.js";
@@ -130,6 +130,13 @@ describe("chronological testbeds", { concurrency: 2 }, () => {
       () => envFor(unknown, { specsFile }),
       /no environment spec for x\/y \(instance o__n-1\)/,
       "* alone is no spec",
+    );
+    // A row on an image needs no whole spec: its testbed's history comes from the same sources all the same.
+    assert.equal(historyForInstance(unknown, { specsFile }), "full");
+    assert.equal(historyForInstance(unknown, {}), "chronological");
+    assert.equal(
+      historyForInstance({ ...unknown, spec: { history: "chronological" } }, { specsFile }),
+      "chronological",
     );
   });
 });

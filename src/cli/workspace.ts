@@ -1,5 +1,6 @@
 import type { Command } from "commander";
 import type { ImagePolicy } from "../env/instance-image.js";
+import type { SandboxRequest } from "../env/workspace.js";
 import type { Sandbox, SandboxOptions } from "../sandbox/sandbox.js";
 import { errMessage, InvalidInputError } from "../errors.js";
 
@@ -56,6 +57,7 @@ export interface WorkspaceCliOptions extends ImageFlags, BaseFlag {
   dataset?: string;
   specs?: string;
   python?: string;
+  history?: string;
 }
 
 export function addWorkspaceOptions(cmd: Command): Command {
@@ -63,7 +65,12 @@ export function addWorkspaceOptions(cmd: Command): Command {
     .option("--instance <ID>", "a sandbox on this task's environment (needs --dataset; build it with `prepare`)")
     .option("--image <REF>", "a sandbox on this image's root filesystem (with --instance: that task on it)")
     .option("--dataset <FILE>", "dataset holding --instance")
-    .option("--specs <FILE>", "environment spec overrides (JSON)");
+    .option("--specs <FILE>", "environment spec overrides (JSON)")
+    .option(
+      "--history <chronological|full>",
+      "on an image: its /testbed's git history, chronological (default: HEAD's commit only) or full " +
+        "(the image's own .git; gameable); a row's default is its spec's history",
+    );
   return addImagePolicyOptions(addBaseOption(cmd));
 }
 
@@ -75,6 +82,8 @@ export async function sandboxFor(
   const { dir, instance, image, dataset, specs, python } = o;
   const images = await imagePolicyFrom(o);
   const base = await baseFrom(o);
+  // The door checks the value (one line, exit 2).
+  const history = o.history as SandboxRequest["history"];
   const { openSandbox } = await import("../env/workspace.js");
-  return openSandbox({ ...common, dir, instance, image, dataset, specsFile: specs, base, python, images });
+  return openSandbox({ ...common, dir, instance, image, dataset, specsFile: specs, base, python, images, history });
 }

@@ -4,7 +4,9 @@ import type { CamelOf, plan } from "../wire/index.js";
 import { pool, table } from "../util/progress.js";
 import { BuildError } from "../errors.js";
 import { explainBuildFailure } from "./build-diagnosis.js";
-import { ensureBuiltSteps, envFor, type EnvOptions, type SpecSource } from "./environments.js";
+import { ensureBuiltSteps, envFor, nodeCacheFor, type EnvOptions, type SpecSource } from "./environments.js";
+import { prepareTestbedHistory } from "./image-history.js";
+import { historyForInstance } from "./spec.js";
 import type { BuildStep } from "./build.js";
 import { canonicalReference, loadRegistryConfig, type RegistryConfig } from "./images/index.js";
 import type { ImagePolicy } from "./instance-image.js";
@@ -114,6 +116,7 @@ export async function prepareInstances(
       if (image !== undefined) {
         onStep(`image ${image}`);
         ({ key, status } = await pulls.ensure(image));
+        await imageHistoryFor(instance, image, opts);
       } else {
         const env = envFor(instance, opts);
         key = env.key;
@@ -142,6 +145,12 @@ export async function prepareInstances(
       return r;
     }
   });
+}
+
+/** A row on an image gets its testbed's chronological history now, not at its first sandbox (unless it is full). */
+async function imageHistoryFor(instance: Instance, image: string, opts: EnvOptions): Promise<void> {
+  if (historyForInstance(instance, { specsFile: opts.specsFile }) === "full") return;
+  await prepareTestbedHistory(opts.home, nodeCacheFor(opts.home), image);
 }
 
 /** The build's steps, then `prepare`: the rest of the row's time (its spec, its image policy, the record). */

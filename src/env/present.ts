@@ -1,29 +1,37 @@
 /**
  * What a dataset row runs on, made present on this node: its image (in the store, else pulled with the home's
- * mirrors), or its environment's layer (its base image first, then `ensurePresent`: here, else fetched, else built).
+ * mirrors, and its testbed's chronological history derived unless the row keeps the full one), or its environment's
+ * layer (its base image first, then `ensurePresent`: here, else fetched, else built).
  * Evaluation jobs and a server's `prepare` come through here and add only what is theirs (their records, their
  * answers).
  */
 import { errMessage, LayerUnavailableError, NotFoundError } from "../errors.js";
 import { homeLayout } from "../util/home.js";
-import { ensurePresent, type Presence, type PresenceOptions } from "./environments.js";
+import { ensurePresent, nodeCacheFor, type Presence, type PresenceOptions } from "./environments.js";
+import { prepareTestbedHistory } from "./image-history.js";
 import { findStoredImage, getImage, loadRegistryConfig, pullImage, type RegistryConfig } from "./images/index.js";
 import { openStore, type Store } from "./store/index.js";
-import type { EnvSpec, LayerKey } from "./types.js";
+import type { EnvSpec, HistoryPolicy, LayerKey } from "./types.js";
 
-/** What a row runs on: an image of the store (by reference), or its environment's layer (the spec known). */
-export type RowTarget = { image: string } | { env: { key: LayerKey; spec: EnvSpec } };
+/**
+ * What a row runs on: an image of the store (by reference; `history`: the row's, absent is chronological), or its
+ * environment's layer (the spec known).
+ */
+export type RowTarget =
+  | { image: string; history?: HistoryPolicy | undefined }
+  | { env: { key: LayerKey; spec: EnvSpec } };
 
 /** How it came to be here: a layer was here, fetched or built; an image was here or pulled. */
 export type RowPresence = Presence | "pulled";
 
 /**
  * Present, with its layer key (an image's: its root filesystem's); or making it failed, with why: a pull (the
- * image's, or the base image's: the message names which) or the build (the message is the build's own).
+ * image's, or the base image's: the message names which), the build (the message is the build's own) or the
+ * derivation of an image's chronological testbed history.
  */
 export type MadePresent =
   | { status: RowPresence; key: LayerKey }
-  | { status: "failed"; key: LayerKey | null; failed: "pull" | "build"; error: string };
+  | { status: "failed"; key: LayerKey | null; failed: "pull" | "build" | "history"; error: string };
 
 /**
  * Make a row's image or layer present here (`build`: pull or build what is missing; `sources`: peers to fetch a
@@ -32,7 +40,12 @@ export type MadePresent =
  * and it may not be built (another node may have it).
  */
 export async function makePresent(target: RowTarget, o: PresenceOptions): Promise<MadePresent> {
-  if ("image" in target) return imagePresent(o.home, target.image, o.build ?? false);
+  if ("image" in target) {
+    const made = await imagePresent(o.home, target.image, o.build ?? false);
+    return made.status === "pulled" || (made.status === "present" && o.build)
+      ? withHistory(o.home, target, made)
+      : made;
+  }
   const { env } = target;
   const base = env.spec.base;
   if (o.build && base !== undefined) {
@@ -48,6 +61,21 @@ export async function makePresent(target: RowTarget, o: PresenceOptions): Promis
   } catch (e) {
     if (e instanceof LayerUnavailableError || e instanceof NotFoundError) throw e;
     return { status: "failed", key: env.key, failed: "build", error: errMessage(e) };
+  }
+}
+
+/** An image made present by a job that may make what is missing: its testbed's chronological history derived now. */
+async function withHistory(
+  home: string,
+  target: { image: string; history?: HistoryPolicy | undefined },
+  made: { status: RowPresence; key: LayerKey },
+): Promise<MadePresent> {
+  if (target.history === "full") return made;
+  try {
+    await prepareTestbedHistory(home, nodeCacheFor(home), target.image);
+    return made;
+  } catch (e) {
+    return { status: "failed", key: made.key, failed: "history", error: errMessage(e) };
   }
 }
 

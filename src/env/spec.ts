@@ -19,7 +19,7 @@ import { readFileSync, statSync, existsSync } from "node:fs";
 import { createHash } from "node:crypto";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import type { EnvSpec } from "./types.js";
+import type { EnvSpec, HistoryPolicy } from "./types.js";
 import { InvalidInputError, NotFoundError } from "../errors.js";
 import { canonicalReference } from "./images/reference.js";
 import type { Instance } from "../tasks/types.js";
@@ -195,6 +195,27 @@ interface Layer {
 /** Build the EnvSpec of an instance (see the module comment for sources and precedence). */
 export function specForInstance(instance: Instance, opts: SpecOptions = {}): EnvSpec {
   const table = opts.table ?? builtinSpecTable();
+  const { layers, overrides, own } = specLayers(instance, opts, table);
+  // "*" alone is no spec: an instance still needs a source of its own.
+  if (own === 0) throw new NotFoundError(unknownSpecMessage(instance, table, overrides));
+  return toEnvSpec(instance, layers, table);
+}
+
+/**
+ * The testbed's history an instance asks for: its spec's `history` from the same sources, in the same precedence,
+ * `"chronological"` when none says `"full"`. Also for a row with no whole spec (one that runs on an image).
+ */
+export function historyForInstance(instance: Instance, opts: SpecOptions = {}): HistoryPolicy {
+  const { layers } = specLayers(instance, opts, opts.table ?? builtinSpecTable());
+  return historyField(new SpecFieldReader(instance, layers));
+}
+
+/** Every source of an instance's spec that has something for it, lowest precedence first; `own`: those not "*". */
+function specLayers(
+  instance: Instance,
+  opts: SpecOptions,
+  table: SpecTable,
+): { layers: Layer[]; overrides: SpecOverrides[]; own: number } {
   const overrides = [opts.specsFile ? loadSpecOverrides(opts.specsFile) : undefined, opts.overrides].filter(
     (o): o is SpecOverrides => o !== undefined,
   );
@@ -214,14 +235,13 @@ export function specForInstance(instance: Instance, opts: SpecOptions = {}): Env
     if (o.instances[id]) layers.push({ from: `${o.source} ${id}`, fields: o.instances[id] });
   }
   if (instance.spec) layers.push({ from: `row spec of ${id}`, fields: instance.spec });
-
-  if (layers.length === 0) throw new NotFoundError(unknownSpecMessage(instance, table, overrides));
+  const own = layers.length;
   // Fields for every instance go right above the table or SWE-smith defaults: everything more specific wins.
   const all = overrides.flatMap((o) => (o.all ? [{ from: `${o.source} *`, fields: o.all }] : []));
   if (opts.base !== undefined) all.push({ from: "the base option (--base)", fields: { base: opts.base } });
   const base = tableEntry || instance.task_format === "swesmith" ? 1 : 0;
   layers.splice(base, 0, ...all);
-  return toEnvSpec(instance, layers, table);
+  return { layers, overrides, own };
 }
 
 function unknownSpecMessage(instance: Instance, table: SpecTable, overrides: SpecOverrides[]): string {
@@ -268,12 +288,16 @@ function toEnvSpec(instance: Instance, layers: Layer[], table: SpecTable): EnvSp
   const install = fields.command("install");
   if (install !== undefined) spec.install = install;
   if (Object.keys(extra).length > 0) spec.extra = extra;
-  const history = fields.str("history") ?? "chronological";
-  if (history !== "chronological" && history !== "full") throw fields.bad("history", '"chronological" or "full"');
-  if (history === "full") spec.history = "full";
+  if (historyField(fields) === "full") spec.history = "full";
   const base = fields.str("base");
   if (base !== undefined) spec.base = baseImage(base, fields);
   return spec;
+}
+
+function historyField(fields: SpecFieldReader): HistoryPolicy {
+  const history = fields.str("history") ?? "chronological";
+  if (history !== "chronological" && history !== "full") throw fields.bad("history", '"chronological" or "full"');
+  return history;
 }
 
 /** A spec's base image, by its canonical name (so that `debian:12` and `docker.io/library/debian:12` share a key). */

@@ -3,7 +3,9 @@
  * and becomes the testbed's only commit: the base commit, and every object only it reached (the original version
  * of each file the bug changes, which is the fix), are deleted, so neither `git show`, `git diff HEAD~`, the reflog
  * nor `git cat-file --batch-all-objects` can give the fix back. The testbed's objects are loose for SWE-smith
- * environments (`checkoutTestbed`'s `looseObjects`); one the bug would leave behind in a pack fails the setup.
+ * environments (`checkoutTestbed`'s `looseObjects`) and for images' chronological testbeds (`image-history.ts`);
+ * one the bug would leave behind in a pack fails the setup. On a branch (an image's), the branch moves to the bug;
+ * a shallow testbed's boundary (the base's parents, deleted with it) goes too.
  */
 
 /** System tools only and no user configuration: nothing of the environment decides what runs here. */
@@ -20,7 +22,8 @@ export GIT_AUTHOR_NAME="$(g log -1 --format=%an "$old")" GIT_AUTHOR_EMAIL="$(g l
 export GIT_AUTHOR_DATE="$(g log -1 --format=%aI "$old")" GIT_COMMITTER_DATE="$(g log -1 --format=%cI "$old")"
 export GIT_COMMITTER_NAME="$GIT_AUTHOR_NAME" GIT_COMMITTER_EMAIL="$GIT_AUTHOR_EMAIL"
 new=$(g log -1 --format=%B "$old" | g commit-tree "$tree")
-objects=$(g rev-parse --path-format=absolute --git-path objects)
+# Without --path-format (git 2.31+): an image's own git may be older.
+objects="$(cd "$(g rev-parse --git-dir)" && pwd -P)/objects"
 ids() { g rev-list --objects "$1" | cut -d' ' -f1 | sort; }
 ids "$old" > /tmp/.msb-old-objects
 ids "$new" | comm -23 /tmp/.msb-old-objects - | while read -r id; do
@@ -29,11 +32,13 @@ ids "$new" | comm -23 /tmp/.msb-old-objects - | while read -r id; do
   rm -f "$f"
 done
 rm -f /tmp/.msb-old-objects
-g -c core.logAllRefUpdates=false update-ref --no-deref HEAD "$new"
-rm -rf "$(g rev-parse --git-path logs)" "$(g rev-parse --git-path ORIG_HEAD)"
+g -c core.logAllRefUpdates=false update-ref HEAD "$new"
+rm -rf "$(g rev-parse --git-path logs)" "$(g rev-parse --git-path ORIG_HEAD)" "$(g rev-parse --git-path shallow)"
 `;
 
-/** Full history (the old behaviour, gameable): the bug committed on top of the base. */
+/** Full history (the old behaviour, gameable): the bug committed on top of the base, by minisandbox (an image's
+ * repository may have no identity). */
 export const BUG_ON_TOP_SCRIPT =
   "git apply --whitespace=nowarn - && git add -A && " +
-  "git -c core.hooksPath=/dev/null commit -q --no-verify -m 'minisandbox: task bug'";
+  "git -c core.hooksPath=/dev/null -c user.name=minisandbox -c user.email=minisandbox@localhost " +
+  "commit -q --no-verify -m 'minisandbox: task bug'";

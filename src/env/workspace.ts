@@ -14,9 +14,10 @@ import { homeLayout, resolveHome } from "../util/home.js";
 import type { CacheLease } from "./cache/index.js";
 import type { HttpSource } from "./store/index.js";
 import type { Toolchain } from "./toolchains.js";
+import type { TestbedHistory } from "./image-history.js";
 import { imageFor, type ImagePolicy } from "./instance-image.js";
 import { BUG_COMMIT_SCRIPT, BUG_ON_TOP_SCRIPT, SETUP_ENV } from "./task-setup.js";
-import { TESTBED_PATH, VENV_PATH, type EnvSpec, type LayerKey } from "./types.js";
+import { TESTBED_PATH, VENV_PATH, type EnvSpec, type HistoryPolicy, type LayerKey } from "./types.js";
 
 // What instances, environment keys and images need (datasets, environments, the store, images, interpreters) is
 // imported where it is used: a directory sandbox, the most frequent and the one that must start fastest, never
@@ -70,6 +71,12 @@ export interface SandboxRequest extends SandboxOptions {
   environment?: InstanceEnv;
   /** Peers' servers to fetch the layer from when the local store lacks it (before building it). */
   sources?: readonly HttpSource[];
+  /**
+   * On an image: its testbed's git history. `"chronological"` (the default): HEAD's commit alone, nothing before
+   * or after; `"full"`: the image's own `.git` (every ref it has, the fix perhaps among them; gameable). Default
+   * for a task: its spec's `history`, as on a built environment, whose history only its spec decides.
+   */
+  history?: HistoryPolicy;
 }
 
 /** What a workspace is made of; a provider of the server may compose one itself. */
@@ -243,13 +250,34 @@ export async function resolveWorkspace(req: SandboxRequest): Promise<Workspace> 
     throw new InvalidInputError("an image policy (images, --images, --image-template) is for dataset instances only");
   if (req.base !== undefined && kind !== "instance")
     throw new InvalidInputError("a base image (base, --base) is for the environments of dataset instances only");
+  checkHistory(req.history);
   if (kind === "image") return imageWorkspace(req, req.image!);
+  if (kind !== "instance") notOnImage(req);
   if (kind === "env_key") return taskWorkspace({ ...req, instance: undefined });
   if (kind === "dir" || kind === "empty") return dirWorkspace(req);
   const instance = typeof req.instance === "string" ? await instanceById(req.instance, req.dataset) : req.instance!;
   const policy = req.images ?? { kind: req.environment ? "none" : "auto" };
   const image = req.image ?? (await rowImageRef(resolveHome(req.home), instance, policy));
-  return image ? imageWorkspace({ ...req, instance }, image) : taskWorkspace({ ...req, instance });
+  if (image) return imageWorkspace({ ...req, instance }, image);
+  notOnImage(req);
+  return taskWorkspace({ ...req, instance });
+}
+
+function checkHistory(history: unknown): void {
+  if (history !== undefined && history !== "chronological" && history !== "full")
+    throw new InvalidInputError(`history ${JSON.stringify(history)}: expected "chronological" or "full"`);
+}
+
+/**
+ * A request's `history` is for an image's testbed: a built one's is its spec's (part of its key), a directory's its
+ * own.
+ */
+function notOnImage(req: SandboxRequest): void {
+  if (req.history === undefined) return;
+  throw new InvalidInputError(
+    "history (--history) is for a sandbox on an image; a built environment's history is its spec's " +
+      '(`{"*": {"history": "full"}}` in the specs file), a directory\'s is its own',
+  );
 }
 
 /**
@@ -292,6 +320,7 @@ function ownOptions(req: SandboxRequest): SandboxOptions {
     build,
     environment,
     sources,
+    history,
     ...own
   } = req;
   return own;
@@ -310,21 +339,53 @@ async function dirWorkspace(req: SandboxRequest): Promise<Workspace> {
 /**
  * An OCI image from the store: its root filesystem (materialized once per node, leased) becomes the sandbox's `/`,
  * copy-on-write, with the image config's Env, WorkingDir and User (`images/runtime.ts`); the caller's options go
- * over them. Its files keep their owners inside (the store's id range, mapped onto the sandbox's).
+ * over them. Its files keep their owners inside (the store's id range, mapped onto the sandbox's). Its testbed's
+ * history is chronological unless asked otherwise (`image-history.ts`): a `.git` of HEAD's commit alone, over the
+ * image's own.
  */
 async function imageWorkspace(req: SandboxRequest, ref: string): Promise<Workspace> {
   const home = resolveHome(req.home);
   const [{ imageRoot }, { nodeCacheFor }] = await Promise.all([import("./image-root.js"), import("./environments.js")]);
-  const { image, options: onImage, release } = await imageRoot(nodeCacheFor(home), ref);
   const instance = typeof req.instance === "object" ? req.instance : undefined;
+  const history = await imageHistory(req, instance);
+  const cache = nodeCacheFor(home);
+  const { image, options: onImage, release } = await imageRoot(cache, ref);
+  let git: TestbedHistory | undefined;
+  try {
+    if (history === "chronological") {
+      const { testbedHistory } = await import("./image-history.js");
+      git = await testbedHistory(home, cache, image, onImage.rootfs!.path, ref);
+    }
+  } catch (e) {
+    await release();
+    throw e;
+  }
   const labels = { image: ref, env: image.rootfs, ...(instance ? { instance: instance.instance_id } : {}) };
-  const options = withOwn({ ...onImage, home, labels }, ownOptions({ ...req, home }));
+  const overlays = git ? { overlays: [git.overlay] } : {};
+  const options = withOwn({ ...onImage, ...overlays, home, labels }, ownOptions({ ...req, home }));
+  // The bug becomes the only commit of a chronological testbed, as on a built one; over the image's history, on top.
+  const bug = git ? BUG_COMMIT_SCRIPT : BUG_ON_TOP_SCRIPT;
   return new Workspace({
     kind: instance ? "instance" : "image",
     options,
-    ...(instance ? { instance, setup: (sb: Sandbox) => applyBugOnTop(sb, instance) } : {}),
-    release,
+    ...(instance ? { instance, setup: (sb: Sandbox) => applyBugPatch(sb, instance, bug) } : {}),
+    release: async () => {
+      await git?.release();
+      await release();
+    },
   });
+}
+
+/**
+ * The history an image's testbed gets: the request's (`history`), else a task's spec's (as a built testbed's:
+ * `{"*": {"history": "full"}}` in the specs file, or the row's `spec`), else chronological.
+ */
+async function imageHistory(req: SandboxRequest, instance: Instance | undefined): Promise<HistoryPolicy> {
+  if (req.history !== undefined) return req.history;
+  if (instance === undefined) return "chronological";
+  if (req.environment) return req.environment.spec.history ?? "chronological";
+  const { historyForInstance } = await import("./spec.js");
+  return historyForInstance(instance, { specsFile: req.specsFile });
 }
 
 /** An instance's (or a built environment's) workspace: the layer made present, leased, mounted copy-on-write. */
@@ -401,11 +462,6 @@ function layerOptions(
 /** What a task needs once its sandbox is up: SWE-smith's bug patch, the testbed's only commit (`task-setup.ts`). */
 async function applyTaskSetup(sb: Sandbox, instance: Instance, spec: EnvSpec): Promise<void> {
   return applyBugPatch(sb, instance, spec.history === "full" ? BUG_ON_TOP_SCRIPT : BUG_COMMIT_SCRIPT);
-}
-
-/** On an image, the testbed's history is the image's: the bug is committed on top of it. */
-function applyBugOnTop(sb: Sandbox, instance: Instance): Promise<void> {
-  return applyBugPatch(sb, instance, BUG_ON_TOP_SCRIPT);
 }
 
 async function applyBugPatch(sb: Sandbox, instance: Instance, script: string): Promise<void> {

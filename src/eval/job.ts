@@ -131,7 +131,7 @@ async function presentEnvironment(
   input: EvalJobInput,
   env: InstanceEnv,
 ): Promise<{ layer?: RowPresence } | EvalJobResult> {
-  const target = input.image !== undefined ? { image: input.image } : { env };
+  const target = input.image !== undefined ? { image: input.image, history: env.spec.history } : { env };
   let made: MadePresent;
   try {
     made = await makePresent(target, { ...input, build: input.build ?? false });

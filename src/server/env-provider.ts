@@ -4,6 +4,7 @@ import { loadDataset, type Instance } from "../tasks/index.js";
 import { openSandbox, resolveWorkspace, type InstanceEnv, type Workspace } from "../env/workspace.js";
 import { envFor, type SpecSource } from "../env/environments.js";
 import { makePresent, type RowTarget } from "../env/present.js";
+import { historyForInstance } from "../env/spec.js";
 import { evaluate } from "../eval/reward-api.js";
 import { runEvalJobToFiles } from "../eval/job.js";
 import { evalSandboxRequest } from "../eval/runner/sandbox.js";
@@ -160,7 +161,10 @@ async function prepareHere(
 ): Promise<PrepareOutcome> {
   let target: RowTarget;
   try {
-    target = o.image !== undefined ? { image: o.image } : { env: envFor(instance, opts) };
+    target =
+      o.image !== undefined
+        ? { image: o.image, history: historyForInstance(instance, opts) }
+        : { env: envFor(instance, opts) };
   } catch (e) {
     return { envKey: null, status: "failed", error: errMessage(e) };
   }

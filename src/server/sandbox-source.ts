@@ -8,7 +8,7 @@ import { availableParallelism } from "node:os";
 import { checkPython, kindOf, resolveWorkspace, type WorkspaceKind } from "../env/workspace.js";
 import type { BindMount } from "../sandbox/plan.js";
 import type { Limits } from "../sandbox/limits.js";
-import { NotImplementedError, RequestValidationError } from "../errors.js";
+import { InvalidInputError, NotImplementedError, RequestValidationError } from "../errors.js";
 import type { native } from "../wire/index.js";
 import type { DirRoots } from "./dir-roots.js";
 import type { ProvidedWorkspace, WorkspaceProvider } from "./provider.js";
@@ -46,13 +46,18 @@ export async function resolveSource(
       ? "dir"
       : kindOf({ dir: req.dir, instance: req.instance_id, envKey: req.env_key, image: req.image });
   checkPython(kind, req.python);
-  if (kind === "instance" || kind === "env_key") return { ...(await provided(req, ctx)), done: nothing };
+  const history = req.history === undefined ? {} : { history: req.history };
+  if (kind === "instance" || kind === "env_key") {
+    if (req.history !== undefined)
+      throw new InvalidInputError("history goes with image: a dataset row's testbed history is its spec's (--specs)");
+    return { ...(await provided(req, ctx)), done: nothing };
+  }
   if (kind === "image") {
-    const workspace = await resolveWorkspace({ home: ctx.home, image: req.image });
+    const workspace = await resolveWorkspace({ home: ctx.home, image: req.image, ...history });
     return { workspace, meta: { image: req.image }, done: nothing };
   }
   const binds = trustedBinds?.length ? { binds: trustedBinds } : {};
-  const at = { home: ctx.home, python: req.python, ...binds };
+  const at = { home: ctx.home, python: req.python, ...binds, ...history };
   if (trustedDir !== undefined)
     return { workspace: await resolveWorkspace({ ...at, dir: trustedDir }), meta: {}, dir: trustedDir, done: nothing };
   if (req.dir === undefined) return { workspace: await resolveWorkspace(at), meta: {}, done: nothing };

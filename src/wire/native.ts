@@ -45,6 +45,11 @@ export const CreateSandboxRequest = model(
     env_key: t.str().optional(),
     /** An OCI image in this server's store (by reference or id): its root filesystem, Env, WorkingDir and User. */
     image: t.str().optional(),
+    /**
+     * With `image`: its testbed's git history, `chronological` (the default: HEAD's commit alone) or
+     * `full` (the image's own .git). A dataset row's is its spec's (the server's `--specs`).
+     */
+    history: t.literal("chronological", "full").optional(),
     network: t.bool().optional(),
     limits: LimitsRequest.optional(),
     ttl_seconds: t.float().gt(0).optional(),

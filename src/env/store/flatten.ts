@@ -52,6 +52,20 @@ export function rootfsKey(diffIds: readonly string[]): LayerKey {
   return `rootfs-${chainId(diffIds).slice(7)}`;
 }
 
+/**
+ * A layer made from a root filesystem (`rootfs-<chain>`), named `<what>-<chain>` (an image's chronological testbed
+ * history: `testbed-git-<version>`): it goes with the root filesystem when `removeImage` removes that.
+ */
+export function derivedKey(rootfs: LayerKey, what: string): LayerKey {
+  return `${what}-${rootfs.replace(/^rootfs-/, "")}`;
+}
+
+/** Whether `key` was made from `rootfs` (`derivedKey`). */
+export function isDerivedFrom(key: LayerKey, rootfs: LayerKey): boolean {
+  const chain = rootfs.replace(/^rootfs-/, "");
+  return key !== rootfs && key.endsWith(`-${chain}`) && /^testbed-git-\d+$/.test(key.slice(0, -chain.length - 1));
+}
+
 /** What the root filesystem's manifest leaves out of host inodes, counted (README "Images"). */
 export interface NotApplied {
   setid: number;

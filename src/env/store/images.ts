@@ -10,7 +10,8 @@ import { errCode, NotFoundError, StoreCorruptError } from "../../errors.js";
 import type { LayerKey } from "../types.js";
 import { writeFileAtomic } from "./fsutil.js";
 import { DIGEST_RE, digestHex, ensureImageDirs, imageDirs } from "./image-layout.js";
-import { hasLayer, removeLayer } from "./manifest.js";
+import { isDerivedFrom } from "./flatten.js";
+import { hasLayer, listLayers, removeLayer } from "./manifest.js";
 import type { Store } from "./layout.js";
 
 /** The parts of an image's config a sandbox on it needs (OCI image config `config`, Docker's names kept). */
@@ -168,7 +169,10 @@ export interface RemoveImageResult {
   refs: string[];
   /** Images whose record went (no name pointed to them any more, or removed by id). */
   removed: string[];
-  /** Root filesystem layers no other image used (their objects go at the next `store gc`). */
+  /**
+   * Root filesystem layers no other image used, and the layers derived from them (their objects go at the next
+   * `store gc`).
+   */
   layers: LayerKey[];
 }
 
@@ -190,6 +194,10 @@ export async function removeImage(store: Store, nameOrId: string): Promise<Remov
   if (others.length === 0 && (await hasLayer(store, record.rootfs))) {
     await removeLayer(store, record.rootfs);
     result.layers.push(record.rootfs);
+    for (const key of (await listLayers(store)).filter((k) => isDerivedFrom(k, record.rootfs))) {
+      await removeLayer(store, key);
+      result.layers.push(key);
+    }
   }
   return result;
 }

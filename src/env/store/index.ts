@@ -75,7 +75,15 @@ export {
   type UnpackBudget,
   type UnpackResult,
 } from "./layer-diff.js";
-export { chainId, flattenImage, rootfsKey, ROOTFS_TREE, type NotApplied } from "./flatten.js";
+export {
+  chainId,
+  derivedKey,
+  flattenImage,
+  isDerivedFrom,
+  rootfsKey,
+  ROOTFS_TREE,
+  type NotApplied,
+} from "./flatten.js";
 export {
   blobPath,
   findImage,
