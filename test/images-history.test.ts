@@ -222,10 +222,11 @@ function hackPatch(): string {
     "_take_the_fix()",
   ];
   const body = lines.map((l) => `+${l}`).join("\n");
-  return `diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n--- /dev/null\n+++ b/conftest.py\n@@ -0,0 +1,${lines.length} @@\n${body}\n`;
+  const head = "diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n--- /dev/null\n+++ b/conftest.py\n";
+  return `${head}@@ -0,0 +1,${lines.length} @@\n${body}\n`;
 }
 
-test("evaluation on an image: a patch that looks for the fix in git log --all finds nothing; gold resolves", async () => {
+test("evaluation on an image: a patch looking for the fix in git log --all finds nothing; gold resolves", async () => {
   const on = { home, instance: inst, image: plain };
   const hack = await runInstanceEvaluation({ ...on, patch: hackPatch() });
   assert.equal(hack.status, "unresolved", hack.log);
