@@ -76,7 +76,7 @@ export function smallWorkspace(): string {
 }
 
 /** Root-mode sandboxes of a home keep their scratch mount points in a runtime directory of their own. */
-function runtimeOf(home: string): string {
+export function runtimeOf(home: string): string {
   return runtimeDirFor(join(home, "sandboxes"));
 }
 

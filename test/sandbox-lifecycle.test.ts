@@ -1,10 +1,11 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
+import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { Sandbox } from "../src/sandbox/sandbox.js";
 import { reapLeftovers } from "../src/sandbox/reaper.js";
-import { cgroupsLeft, mountsUnder, processesMatching, scratchDirs, tempHome } from "./helpers.js";
+import { cgroupsLeft, mountsUnder, processesMatching, runtimeOf, scratchDirs, tempHome } from "./helpers.js";
 
 test("200 create/close cycles leave no process, mount, cgroup or scratch directory", async () => {
   const home = tempHome();
@@ -27,6 +28,8 @@ test("200 create/close cycles leave no process, mount, cgroup or scratch directo
   );
   assert.deepEqual(mountsUnder(home), []);
   assert.deepEqual(scratchDirs(home), []);
+  // Root mode: the home's runtime directory (its scratch mount points' parent, in /run) goes with its last sandbox.
+  assert.equal(existsSync(runtimeOf(home)), false);
   assert.deepEqual(cgroupsLeft(ids), []);
 });
 

@@ -42,9 +42,7 @@ export type MadePresent =
 export async function makePresent(target: RowTarget, o: PresenceOptions): Promise<MadePresent> {
   if ("image" in target) {
     const made = await imagePresent(o.home, target.image, o.build ?? false);
-    return made.status === "pulled" || (made.status === "present" && o.build)
-      ? withHistory(o.home, target, made)
-      : made;
+    return o.build && made.status !== "failed" ? withHistory(o.home, target, made) : made;
   }
   const { env } = target;
   const base = env.spec.base;

@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { readFileSync, renameSync, writeFileSync } from "node:fs";
-import { mkdir, rm } from "node:fs/promises";
+import { mkdir, rm, rmdir } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { SandboxCgroups } from "./limits.js";
 
@@ -47,13 +47,16 @@ export function sandboxPaths(sandboxesDir: string, id: string): SandboxPaths {
 
 export async function makeSandboxDirs(p: SandboxPaths): Promise<void> {
   const scratch = async (): Promise<void> => {
-    try {
-      await mkdir(p.scratch, { mode: 0o755 });
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
-      // The first of its home (or of the process): the runtime directories, walkable but not listable by others.
-      if (!p.scratch.startsWith(`${p.dir}/`)) await mkdir(dirname(p.scratch), { recursive: true, mode: 0o711 });
-      await mkdir(p.scratch, { recursive: true, mode: 0o755 });
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return void (await mkdir(p.scratch, { mode: 0o755 }));
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== "ENOENT" || attempt === 3) throw e;
+      }
+      // Its parent is missing: the first sandbox of its home (or of the process), or the home's last one just took
+      // it (removeSandboxDirs). Root mode's runtime directories are walkable but not listable by others.
+      const outside = !p.scratch.startsWith(`${p.dir}/`);
+      await mkdir(dirname(p.scratch), { recursive: true, mode: outside ? 0o711 : 0o755 });
     }
   };
   await Promise.all([mkdir(p.control, { recursive: true, mode: 0o755 }), scratch()]);
@@ -65,6 +68,9 @@ export async function makeSandboxDirs(p: SandboxPaths): Promise<void> {
  */
 export async function removeSandboxDirs(p: SandboxPaths): Promise<void> {
   await Promise.all([rm(p.dir, { recursive: true, force: true }), rm(p.scratch, { recursive: true, force: true })]);
+  // Root mode: the home's runtime directory goes with its last sandbox (one still there keeps it: rmdir refuses; a
+  // start racing this makes it again, see makeSandboxDirs).
+  if (!p.scratch.startsWith(`${p.dir}/`)) await rmdir(dirname(p.scratch)).catch(() => undefined);
 }
 
 /**
