@@ -779,7 +779,7 @@ export function registerEscapeSuite(target: EscapeTarget): void {
             let caught: { caught: boolean; why?: string } = { caught: false };
             let target = "";
             let error: unknown;
-            for (let attempt = 0; attempt < 5 && !caught.caught; attempt++) {
+            for (let attempt = 0; attempt < 10 && !caught.caught; attempt++) {
               target = join(outer, `r${i}-${attempt}`);
               const watcher = (await startHijack(hijack, "forge", "/tmp/src", round.entries)).run;
               error = await hijack.files.download("/tmp/src", target, { timeoutMs: 20_000 }).then(
