@@ -4,8 +4,7 @@ import type { CamelOf, plan } from "../wire/index.js";
 import { pool, table } from "../util/progress.js";
 import { BuildError } from "../errors.js";
 import { explainBuildFailure } from "./build-diagnosis.js";
-import { ensureBuiltSteps, envFor, nodeCacheFor, type EnvOptions, type SpecSource } from "./environments.js";
-import { prepareTestbedHistory } from "./image-history.js";
+import { ensureBuiltSteps, envFor, type EnvOptions, type SpecSource } from "./environments.js";
 import { historyForInstance } from "./spec.js";
 import type { BuildStep } from "./build.js";
 import { canonicalReference, loadRegistryConfig, type RegistryConfig } from "./images/index.js";
@@ -13,7 +12,7 @@ import type { ImagePolicy } from "./instance-image.js";
 import { openStore, type Store } from "./store/index.js";
 import { homeLayout } from "../util/home.js";
 import { rowImageRef } from "./workspace.js";
-import { ensureImage } from "./present.js";
+import { ensureImage, imageHistoryNow } from "./present.js";
 
 /** `pulled`: the row runs on an image, fetched now (`cached`: it was in the store, or the environment was built). */
 export type PrepareStatus = "built" | "cached" | "pulled" | "failed";
@@ -116,7 +115,7 @@ export async function prepareInstances(
       if (image !== undefined) {
         onStep(`image ${image}`);
         ({ key, status } = await pulls.ensure(image));
-        await imageHistoryFor(instance, image, opts);
+        await imageHistoryNow(opts.home, image, historyForInstance(instance, opts));
       } else {
         const env = envFor(instance, opts);
         key = env.key;
@@ -145,12 +144,6 @@ export async function prepareInstances(
       return r;
     }
   });
-}
-
-/** A row on an image gets its testbed's chronological history now, not at its first sandbox (unless it is full). */
-async function imageHistoryFor(instance: Instance, image: string, opts: EnvOptions): Promise<void> {
-  if (historyForInstance(instance, { specsFile: opts.specsFile }) === "full") return;
-  await prepareTestbedHistory(opts.home, nodeCacheFor(opts.home), image);
 }
 
 /** The build's steps, then `prepare`: the rest of the row's time (its spec, its image policy, the record). */

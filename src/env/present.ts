@@ -68,13 +68,17 @@ async function withHistory(
   target: { image: string; history?: HistoryPolicy | undefined },
   made: { status: RowPresence; key: LayerKey },
 ): Promise<MadePresent> {
-  if (target.history === "full") return made;
   try {
-    await prepareTestbedHistory(home, nodeCacheFor(home), target.image);
+    await imageHistoryNow(home, target.image, target.history);
     return made;
   } catch (e) {
     return { status: "failed", key: made.key, failed: "history", error: errMessage(e) };
   }
+}
+
+/** An image's testbed given its chronological history now rather than at its first sandbox (nothing for `full`). */
+export async function imageHistoryNow(home: string, ref: string, history: HistoryPolicy | undefined): Promise<void> {
+  if (history !== "full") await prepareTestbedHistory(home, nodeCacheFor(home), ref);
 }
 
 /** An image in the store, else pulled when it may be (else `NotFoundError` saying `images pull`). */

@@ -33,6 +33,7 @@ import { type OpenedDir, openHostDir } from "./host-dir.js";
 import { FIRST_PASSED_FD, launch, type Launched } from "./launcher.js";
 import {
   createCgroups,
+  commandCgroupPath,
   createCommandCgroup,
   setCgroupLimits,
   enforcement,
@@ -537,7 +538,7 @@ export class Sandbox implements AsyncDisposable {
       // It is started once the restore runs (its spawn is then off the restore's path); whenever it joins, the restore
       // leaves its group alone.
       const name = this.nextGroupName();
-      const keepCgroup = this.cgroups.pids ? join(this.cgroups.pids, name) : undefined;
+      const keepCgroup = commandCgroupPath(this.cgroups, name);
       const args = restoreArgs({ ...this.restoreTarget(), keepCgroup }, seed.restoreSide(), keepPidCounter);
       const run = await runRestore(args, { spare, memoryCgroup: this.cgroups.memory });
       const nextSpare = this.startSpareNow(name);
