@@ -8,8 +8,8 @@
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
 import { chmodSync, chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { homedir, tmpdir } from "node:os";
+import { dirname, join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { idPool } from "../src/sandbox/host.js";
 import { cgroupSupport, killCgroup } from "../src/sandbox/limits.js";
@@ -51,8 +51,18 @@ for d, dirs, files in os.walk(sys.argv[1]):
 print(json.dumps(found))
 `;
 const REPO = join(import.meta.dirname, "..", "..");
+/**
+ * Test files whose attacks must fail as an unprivileged user too, on environments that user builds: a policy's
+ * reward (never an infrastructure failure, the fix out of reach), principals' caps and maxima, operator secrets.
+ */
+const USER_FILES = ["reward-attacks", "pip-secrets", "server-attacks"];
 /** What the unprivileged run needs from the build, relative to the repository. */
-const NEEDED = ["dist/test/escape/unprivileged.js", "dist/test/fixtures/escape-owner.js", "dist/native/msb-helper"];
+const NEEDED = [
+  "dist/test/escape/unprivileged.js",
+  "dist/test/fixtures/escape-owner.js",
+  "dist/native/msb-helper",
+  "test/fixtures/secret_probe.py",
+];
 
 function run(cmd: string, args: string[]): { status: number | null; out: string } {
   const r = spawnSync(cmd, args, { encoding: "utf8" });
@@ -100,16 +110,15 @@ function cgroupDirs(uid: number): string[] {
   return ["memory", "pids"].map((c) => `/sys/fs/cgroup/${c}/minisandbox-${uid}`);
 }
 
-/** Runs a phase of escape/unprivileged.js as the user, in a session of its own; resolves to its status and output. */
-function runPhase(s: Setup, phase: string, delegated: boolean): Promise<{ status: number | null; out: string }> {
-  const env = [
-    `HOME=${s.home}`,
-    "PATH=/usr/local/bin:/usr/bin:/bin",
-    `MINISANDBOX_HOME=${s.home}`,
-    `MSB_ESCAPE_DELEGATED=${delegated ? 1 : 0}`,
-  ];
-  const script = join(s.root, "dist/test/escape/unprivileged.js");
-  const child = spawn("runuser", ["-u", USER, "--", "env", "-i", ...env, process.execPath, script, phase], {
+/** Runs `args` with node as the user, in a session of its own; resolves to its status and output. */
+function runAsUser(
+  s: Setup,
+  args: string[],
+  env: string[],
+  timeoutMs: number,
+): Promise<{ status: number | null; out: string }> {
+  const base = [`HOME=${s.home}`, "PATH=/usr/local/bin:/usr/bin:/bin", `MINISANDBOX_HOME=${s.home}`];
+  const child = spawn("runuser", ["-u", USER, "--", "env", "-i", ...base, ...env, process.execPath, ...args], {
     cwd: s.home,
     detached: true,
     stdio: ["ignore", "pipe", "pipe"],
@@ -118,19 +127,43 @@ function runPhase(s: Setup, phase: string, delegated: boolean): Promise<{ status
   child.stdout.on("data", (b: Buffer) => (out += b.toString()));
   child.stderr.on("data", (b: Buffer) => (out += b.toString()));
   const timer = setTimeout(() => {
-    out += "\n(killed after 180 s)";
+    out += `\n(killed after ${timeoutMs / 1000} s)`;
     try {
       process.kill(-child.pid!, "SIGKILL");
     } catch {
       /* gone */
     }
-  }, 180_000);
+  }, timeoutMs);
   return new Promise((resolve) => {
     child.on("close", (status) => {
       clearTimeout(timer);
       resolve({ status, out });
     });
   });
+}
+
+/** Runs a phase of escape/unprivileged.js as the user. */
+function runPhase(s: Setup, phase: string, delegated: boolean): Promise<{ status: number | null; out: string }> {
+  const script = join(s.root, "dist/test/escape/unprivileged.js");
+  return runAsUser(s, [script, phase], [`MSB_ESCAPE_DELEGATED=${delegated ? 1 : 0}`], 180_000);
+}
+
+/**
+ * The user's package index: what this process's pip is configured with (its user-level files and PIP_* variables),
+ * so that environments the user builds install from the same index as root's.
+ */
+function givePipConfig(s: Setup): string[] {
+  for (const rel of [".config/pip/pip.conf", ".pip/pip.conf"]) {
+    const from = join(homedir(), rel);
+    if (!existsSync(from)) continue;
+    const to = join(s.home, rel);
+    mkdirSync(dirname(to), { recursive: true });
+    cpSync(from, to);
+  }
+  assert.equal(run("chown", ["-R", `${s.uid}:${s.gid}`, s.home]).status, 0);
+  return Object.entries(process.env)
+    .filter(([k]) => k.startsWith("PIP_"))
+    .map(([k, v]) => `${k}=${v}`);
 }
 
 /** The failing part of a TAP report (every `not ok` with its details), or all of it when none is marked. */
@@ -169,7 +202,7 @@ describe("escape attempts as an unprivileged user (user-namespace mode)", () => 
       // Copy what the run needs somewhere the user can read (the build and its runtime dependencies).
       copy = mkdtempSync(join(tmpdir(), "msb-escape-build-"));
       chmodSync(copy, 0o755);
-      for (const part of ["package.json", "dist", "node_modules"])
+      for (const part of ["package.json", "dist", "node_modules", "test/fixtures"])
         cpSync(join(REPO, part), join(copy, part), { recursive: true });
       root = copy;
       console.error(`# ${USER} cannot reach ${REPO}: running a copy of the build in ${copy}`);
@@ -277,6 +310,22 @@ describe("escape attempts as an unprivileged user (user-namespace mode)", () => 
           .map((e) => join(d, e.name)),
       );
       assert.deepEqual(left, [], "sandbox cgroups left behind");
+    } finally {
+      for (const d of dirs) await killCgroup(d);
+    }
+  });
+
+  test("reward, principal and secret attacks fail as an unprivileged user too (cgroups delegated)", async (t) => {
+    const s = ready(t);
+    const dirs = s && makeUserGroups(t, s, true);
+    if (!s || !dirs) return;
+    try {
+      const files = USER_FILES.map((f) => join(s.root, `dist/test/${f}.test.js`));
+      const r = await runAsUser(s, ["--test", "--test-concurrency=1", ...files], givePipConfig(s), 900_000);
+      assert.equal(r.status, 0, `as ${USER}:\n${failures(r.out)}`);
+      assert.match(r.out, /^# fail 0$/m, r.out.slice(-2000));
+      assert.match(r.out, /^# pass [1-9]\d*$/m, r.out.slice(-2000));
+      t.diagnostic(r.out.match(/^# (tests|pass|skipped) \d+$/gm)?.join(", ") ?? "");
     } finally {
       for (const d of dirs) await killCgroup(d);
     }

@@ -23,8 +23,23 @@ import { after } from "node:test";
 /** A fresh minisandbox home for one test file, removed when the file's tests end. */
 export function tempHome(prefix = "msb-test-"): string {
   const dir = mkdtempSync(join(tmpdir(), prefix));
-  after(() => rmSync(dir, { recursive: true, force: true }));
+  after(() => removeReadOnlyTree(dir));
   return dir;
+}
+
+/**
+ * rm -rf for a tree with read-only directories (a store's, a node cache's): root unlinks in them anyway, another
+ * user must first make them writable, as `removeTree` in the store does.
+ */
+export function removeReadOnlyTree(dir: string): void {
+  try {
+    rmSync(dir, { recursive: true, force: true });
+    return;
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== "EACCES") throw e;
+  }
+  execFileSync("find", [dir, "-type", "d", "-exec", "chmod", "u+w", "{}", "+"], { stdio: "ignore" });
+  rmSync(dir, { recursive: true, force: true });
 }
 
 export function tempDir(prefix = "msb-dir-"): string {
