@@ -28,7 +28,7 @@ export function addBenchOptions(cmd: Command): Command {
     .option("--out <DIR>", "write DIR/results.json (+ .md, .svg) instead of bench/results/<date>.*")
     .option("--dataset <FILE>", "benchmark a real dataset (workloads 1, 2, 5, 7) instead of the fixture")
     .option("--repos <DIR>", "local clones or mirrors for --dataset, laid out as DIR/<owner>/<name>")
-    .option("--specs <FILE>", "environment spec overrides for --dataset (JSON)")
+    .option("--specs <FILE>", 'environment spec overrides (JSON), e.g. {"*": {"history": "full"}}')
     .option("--import <MODULE>", "module of the real first command (default: guessed from the repository)")
     .option("--work <DIR>", "where built environments, archives and podman images are kept between runs")
     .option("--runs <N>", "rounds of the ready workload (default 25, --quick 6)")
@@ -47,7 +47,7 @@ export function addBenchOptions(cmd: Command): Command {
 }
 
 export function benchOptionsFrom(o: BenchCliOptions): BenchOptions & { outDir?: string; json?: boolean } {
-  if ((o.repos || o.specs) && !o.dataset) throw new Error("--repos and --specs go with --dataset");
+  if (o.repos && !o.dataset) throw new Error("--repos goes with --dataset");
   let workloads: Workload[] | undefined;
   if (o.only) {
     workloads = o.only.split(",").map((w) => w.trim()) as Workload[];

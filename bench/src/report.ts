@@ -263,7 +263,8 @@ function headerLines(r: BenchResults): string[] {
     `Machine: ${m.cpus} × ${m.cpuModel}, ${formatBytes(m.memoryBytes)} RAM, ${m.os}, kernel ${m.kernel}, ` +
       `Node ${m.node}, bwrap ${m.bwrap ?? "n/a"}, ${podman}; ` +
       `load average ${m.loadAverageStart} at start, ${m.loadAverageEnd} at end.`,
-    `Environment: ${describeSource(s)}, ${s.instances} instance(s), Python ${s.python}.`,
+    `Environment: ${describeSource(s)}, ${s.instances} instance(s), Python ${s.python}, ` +
+      `testbeds with ${s.testbedHistory === "full" ? "their full git history" : "history up to the base commit"}.`,
     `Measured workspace (${s.instance}, single-environment workloads): ${workspaceSizes(s)}; ` +
       "for scale, SWE-bench's sympy environment: testbed 247 MB, of which git pack 203 MB; venv 23 MB. " +
       `Real first command \`python -c "import ${s.importModule}"\`.`,

@@ -362,6 +362,7 @@ function sourceInfo(env: BenchEnvironment): BenchResults["source"] {
     envKey: env.primaryKey,
     importModule: env.importModule,
     historyMiB: env.historyMiB,
+    testbedHistory: env.primarySpec.history ?? "chronological",
     testbedBytes: env.testbedBytes,
     gitPackBytes: env.gitPackBytes,
     venvBytes: env.venvBytes,

@@ -286,6 +286,8 @@ export interface BenchResults {
     importModule: string;
     /** Fixture only: the generated git history's size in MiB (0 = the calc repository alone); null for datasets. */
     historyMiB: number | null;
+    /** The testbeds' git history: up to the base commit (the default) or the source's whole history. */
+    testbedHistory: "chronological" | "full";
     /** Apparent bytes of the primary instance's testbed (checkout + .git). */
     testbedBytes: number;
     /** Of which its git packs (.git/objects/pack/*.pack). */
