@@ -9,8 +9,9 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { readdirSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
+import { imageRepositoryDir } from "../src/env/image-history-check.js";
 import { testbedHistoryKey } from "../src/env/image-history.js";
 import { importImage, removeStoredImage } from "../src/env/images/index.js";
 import { hasLayer, openStore, readManifest, storeStats } from "../src/env/store/index.js";
@@ -42,6 +43,7 @@ async function imported(layout: string, name: string, tag: string): Promise<stri
 const rich = await imported(hist.layout, hist.rich, "registry.example/history/rich:1");
 const hostile = await imported(hist.layout, hist.hostile, "registry.example/history/hostile:1");
 const linked = await imported(hist.layout, hist.linked, "registry.example/history/linked:1");
+const app = await imported(hist.layout, hist.app, "registry.example/history/app:1");
 const plainName = set.images.find((i) => i.instanceId === inst.instance_id)!.name;
 const plain = await imported(set.layout, plainName, "registry.example/history/plain:1");
 
@@ -101,6 +103,36 @@ test("an agent's sandbox on an image: nothing after HEAD; HEAD and git status ar
   const meta = (await readManifest(store, key)).meta as { deriveMs: number; head: string };
   assert.equal(meta.head, inst.base_commit);
   t.diagnostic(`derivation ${meta.deriveMs} ms`);
+});
+
+test("an image with its repository in its WorkingDir (/app, as SWE-bench Pro's): nothing after HEAD", async () => {
+  await using sb = await openSandbox({ home, image: app });
+  const out = async (cmd: string) => (await sb.exec(cmd)).stdout;
+  assert.equal((await out("pwd")).trim(), "/app", "the image's WorkingDir");
+  assert.equal((await out("git log --all --format=%H")).trim(), inst.base_commit, "HEAD's commit alone");
+  assert.equal(await out("git tag; git branch --list later; git reflog --all"), "");
+  assert.notEqual((await sb.exec(`git cat-file -p ${fix}`)).exitCode, 0, "the fix commit is not there");
+  const everything = await out(`${EVERYTHING} 2>&1`);
+  for (const line of fixLines) assert.ok(!everything.includes(line), `the fix's line ${JSON.stringify(line)}`);
+  const status = "git status --porcelain; git log -1 --format='%H %s'";
+  assert.equal(await out(status), podmanGit(hist.app, `cd /app && ${status}`), "as podman run of the image shows it");
+  assert.match(podmanGit(hist.app, "cd /app && git tag"), /v-fix/, "the image itself has the fix's tag");
+  const record = await imageRecord(app);
+  assert.equal(await hasLayer(store, testbedHistoryKey(record.rootfs)), false, "no /testbed layer");
+  assert.equal(await hasLayer(store, testbedHistoryKey(record.rootfs, "/app")), true);
+});
+
+test("a WorkingDir reached through a link is refused before anything reads it: it would point into the host", () => {
+  const root = tempDir("msb-img-root-");
+  mkdirSync(join(root, "srv/app/.git"), { recursive: true });
+  mkdirSync(join(root, "testbed"));
+  assert.equal(imageRepositoryDir(root, "/srv/app/", "x"), "/srv/app", "a plain path; /testbed has no .git");
+  symlinkSync("/", join(root, "app"));
+  symlinkSync("srv", join(root, "opt"));
+  for (const dir of ["/app", "/opt/app"])
+    assert.throws(() => imageRepositoryDir(root, dir, "x"), /image x: \/.*app has a symbolic link on its path/);
+  assert.throws(() => imageRepositoryDir(root, "/srv/../srv/app", "x"), ImageInvalidError);
+  assert.equal(imageRepositoryDir(root, "/srv", "x"), undefined, "no .git there");
 });
 
 async function imageRecord(ref: string) {

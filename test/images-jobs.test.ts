@@ -140,6 +140,31 @@ test("prepare --validate checks rows on their image: gold passes, no patch fails
   assert.equal(r.status, 0, r.stderr);
 });
 
+test("a SWE-bench Pro row's dockerhub_tag names its image; a tag that is not one is the row's one-line error", () => {
+  const tag = "nodebb.nodebb-NodeBB__NodeBB-00c70ce7b0541cfc94afe567921d7668cdc8f4ac-vnan";
+  const pro = { ...inst, instance_id: "instance_NodeBB__NodeBB-00c70ce7", dockerhub_tag: tag };
+  const bad = { ...inst, instance_id: "instance_bad", dockerhub_tag: "../x:y" };
+  const rows = join(dir, "pro.json");
+  writeFileSync(rows, JSON.stringify([pro, bad]));
+  const r = spawnSync(
+    process.execPath,
+    [CLI, "--home", home, "prepare", "--dataset", rows, "--plan", "--images", "row"],
+    {
+      encoding: "utf8",
+    },
+  );
+  assert.equal(r.status, 0, r.stderr);
+  const p = JSON.parse(r.stdout);
+  assert.deepEqual(
+    p.environments.map((e: { image?: string; instance_ids: string[] }) => [e.image, e.instance_ids]),
+    [[`docker.io/jefzda/sweap-images:${tag}`, [pro.instance_id]]],
+  );
+  assert.deepEqual(
+    p.errors.map((e: { instance_id: string; error: string }) => [e.instance_id, e.error]),
+    [["instance_bad", 'instance instance_bad: dockerhub_tag "../x:y" is not a tag']],
+  );
+});
+
 test("fleet plans name each row's image; a node lists it, makes it present and evaluates on it", async () => {
   const cli = (args: string[]) => spawnSync(process.execPath, [CLI, "--home", home, ...args], { encoding: "utf8" });
   const prep = cli(["prepare", "--dataset", datasetPath, "--plan", "--images", "row"]);
@@ -149,7 +174,11 @@ test("fleet plans name each row's image; a node lists it, makes it present and e
     p.environments.map((e: { image?: string; instance_ids: string[] }) => [e.image, e.instance_ids]),
     [[ref, [inst.instance_id]]],
   );
-  assert.match(p.errors[0].error, /names no image \(image_name or docker_image\)/, "the row without one");
+  assert.match(
+    p.errors[0].error,
+    /names no image \(image_name, docker_image or dockerhub_tag\)/,
+    "the row without one",
+  );
   const ev = cli(["evaluate", "--dataset", datasetPath, "--predictions", "gold", "--plan", "--run-id", "p"]);
   assert.equal(ev.status, 0, ev.stderr);
   const jobs = JSON.parse(ev.stdout).jobs as { instance_id: string; image?: string }[];

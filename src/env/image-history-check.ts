@@ -25,24 +25,52 @@ function lstat(path: string): Stats | undefined {
 }
 
 /**
- * The image's `/testbed` (a directory of the materialized root `root`) when it has a `.git` directory to derive
- * from; undefined when it has none. Each component is checked without following links: a link there would point
- * into the host, not the image. Refused (`ImageInvalidError`): a linked `/testbed` or `.git`, a `.git` file (a
- * worktree's or a submodule's), a link anywhere under `.git` but its hooks, alternates, grafts, submodules.
+ * Where an image may keep its repository, in order: `/testbed` (SWE-bench's images and most others), then the
+ * image's `WorkingDir` (SWE-bench Pro's `/app`).
  */
-export function sourceTestbed(root: string, what: string): string | undefined {
-  const testbed = join(root, "testbed");
-  const tb = lstat(testbed);
-  if (!tb) return undefined;
-  const refuse = (why: string) => new ImageInvalidError(`image ${what}: /testbed${why}`);
-  if (tb.isSymbolicLink()) throw refuse(" is a symbolic link");
-  if (!tb.isDirectory()) return undefined;
-  const git = lstat(join(testbed, ".git"));
-  if (!git) return undefined;
+export function repositoryCandidates(workingDir: string | undefined): string[] {
+  const dir = workingDir?.replace(/\/+$/, "");
+  return dir && dir !== TESTBED && dir.startsWith("/") ? [TESTBED, dir] : [TESTBED];
+}
+
+/**
+ * The first of `repositoryCandidates` that has a `.git` in the materialized root `root`; undefined when none does.
+ * Each component is checked without following links: a link there would point into the host, not the image.
+ */
+export function imageRepositoryDir(root: string, workingDir: string | undefined, what: string): string | undefined {
+  return repositoryCandidates(workingDir).find((dir) => gitDirOf(root, dir, what));
+}
+
+const TESTBED = "/testbed";
+
+/** Whether `dir` (absolute, inside the image) is a real directory with a `.git` entry; links refused on the way. */
+function gitDirOf(root: string, dir: string, what: string): boolean {
+  let path = root;
+  for (const part of dir.split("/").filter(Boolean)) {
+    if (part === "." || part === "..") throw new ImageInvalidError(`image ${what}: ${dir} is not a plain path`);
+    path = join(path, part);
+    const st = lstat(path);
+    if (!st) return false;
+    if (st.isSymbolicLink()) throw new ImageInvalidError(`image ${what}: ${dir} has a symbolic link on its path`);
+    if (!st.isDirectory()) return false;
+  }
+  return lstat(join(path, ".git")) !== undefined;
+}
+
+/**
+ * The image's repository `dir` (see `imageRepositoryDir`) in the materialized root `root`, checked to derive from.
+ * Refused (`ImageInvalidError`): a linked `.git`, a `.git` file (a worktree's or a submodule's), a link anywhere
+ * under `.git` but its hooks, alternates, grafts, submodules.
+ */
+export function sourceRepository(root: string, dir: string, what: string): string {
+  const repo = join(root, dir);
+  const refuse = (why: string) => new ImageInvalidError(`image ${what}: ${dir}${why}`);
+  const git = lstat(join(repo, ".git"));
+  if (!git) throw refuse(" has no .git");
   if (git.isSymbolicLink()) throw refuse("/.git is a symbolic link");
   if (!git.isDirectory()) throw refuse("/.git is a file (a worktree's or a submodule's link to another repository)");
-  walkSource(join(testbed, ".git"), "", refuse);
-  return testbed;
+  walkSource(join(repo, ".git"), "", refuse);
+  return repo;
 }
 
 function walkSource(dir: string, rel: string, refuse: (why: string) => Error, seen = { n: 0 }): void {
@@ -113,7 +141,7 @@ const DERIVED_TOP: Record<string, "file" | "dir"> = {
  */
 export function checkDerived(dir: string, report: DeriveReport, what: string): void {
   const refuse = (why: string) =>
-    new ImageInvalidError(`image ${what}: the history derived from its /testbed/.git ${why}`);
+    new ImageInvalidError(`image ${what}: the history derived from its repository ${why}`);
   const entries = (p: string): string[] => readdirSync(p);
   if (entries(dir).join() !== ".git") throw refuse("is not one .git directory");
   const git = join(dir, ".git");

@@ -12,7 +12,7 @@ import { DERIVE_SCRIPT, type DeriveReport, OUT_PATH, REFUSED, SCRIPT_ENV, SRC_PA
 
 export interface DeriveInput {
   home: string;
-  /** The image's `/testbed`, a directory of its materialized root filesystem (checked: `sourceTestbed`). */
+  /** The image's repository, a directory of its materialized root filesystem (checked: `sourceRepository`). */
   testbed: string;
   /** The first host id of the range the image's files belong to (root mode), as its root's overlay has it. */
   owner?: number;
@@ -65,5 +65,5 @@ function failure(what: string, r: { exitCode: number; stderr: string; timedOut: 
   if (r.timedOut || r.limit)
     return new SandboxError(`image ${what}: deriving its history hit its ${r.limit ?? "time"} limit`);
   const why = r.exitCode === REFUSED ? last : `git failed on its repository: ${last || `exit ${r.exitCode}`}`;
-  return new ImageInvalidError(`image ${what}: its /testbed history cannot be made chronological: ${why}`);
+  return new ImageInvalidError(`image ${what}: its repository's history cannot be made chronological: ${why}`);
 }

@@ -16,7 +16,13 @@ import { join } from "node:path";
 import type { OverlayMount } from "../sandbox/plan.js";
 import { homeLayout } from "../util/home.js";
 import type { NodeCache } from "./cache/index.js";
-import { checkDerived, sourceTestbed, writeConfig } from "./image-history-check.js";
+import {
+  checkDerived,
+  imageRepositoryDir,
+  repositoryCandidates,
+  sourceRepository,
+  writeConfig,
+} from "./image-history-check.js";
 import { deriveTestbedGit } from "./image-history-derive.js";
 import { acquireImageRootfs, getImage } from "./images/index.js";
 import {
@@ -30,6 +36,7 @@ import {
   storeIds,
   type ImageRecord,
 } from "./store/index.js";
+import { createHash } from "node:crypto";
 import { TESTBED_PATH, type LayerKey } from "./types.js";
 
 /** Bump when what the derivation makes changes: images get a new layer, never an old one reused. */
@@ -37,16 +44,36 @@ export const IMAGE_HISTORY_VERSION = 1;
 /** The derived layer's one tree (its `.git` inside, so it is materialized as every testbed's). */
 export const HISTORY_TREE = "testbed";
 
-/** The derived layer of an image's root filesystem (`rootfs-<chain id>`). */
-export function testbedHistoryKey(rootfs: LayerKey): LayerKey {
-  return derivedKey(rootfs, `testbed-git-${IMAGE_HISTORY_VERSION}`);
+/**
+ * The derived layer of an image's root filesystem (`rootfs-<chain id>`) for its repository at `dir` (`/testbed`,
+ * else the image's WorkingDir: the path is part of the key, as two images may share a root and not a WorkingDir).
+ */
+export function testbedHistoryKey(rootfs: LayerKey, dir = TESTBED_PATH): LayerKey {
+  const at = dir === TESTBED_PATH ? "" : `-${createHash("sha256").update(dir).digest("hex").slice(0, 12)}`;
+  return derivedKey(rootfs, `testbed-git-${IMAGE_HISTORY_VERSION}${at}`);
 }
 
 const deriving = new Map<string, Promise<LayerKey>>();
 
+/** An image's chronological `.git`: its layer, and the directory of the image it goes over. */
+export interface HistoryLayer {
+  key: LayerKey;
+  /** `/testbed`, or the image's WorkingDir where it keeps its repository instead. */
+  dir: string;
+}
+
+/** The layer already stored for this image, if any (the same root always picks the same directory). */
+async function storedHistory(cache: NodeCache, image: ImageRecord): Promise<HistoryLayer | undefined> {
+  for (const dir of repositoryCandidates(image.config.WorkingDir)) {
+    const key = testbedHistoryKey(image.rootfs, dir);
+    if (await hasLayer(cache.store, key)) return { key, dir };
+  }
+  return undefined;
+}
+
 /**
- * The key of the image's chronological `.git` layer, derived now if the store lacks it; undefined when the image has
- * no `/testbed/.git`. `root` is the image's root filesystem, materialized and leased by the caller meanwhile.
+ * The image's chronological `.git` layer, derived now if the store lacks it; undefined when the image has no
+ * repository (`imageRepositoryDir`). `root` is the image's root filesystem, materialized and leased meanwhile.
  */
 export async function ensureTestbedHistory(
   home: string,
@@ -54,18 +81,20 @@ export async function ensureTestbedHistory(
   image: ImageRecord,
   root: string,
   what: string,
-): Promise<LayerKey | undefined> {
-  const key = testbedHistoryKey(image.rootfs);
-  if (await hasLayer(cache.store, key)) return key;
-  const testbed = sourceTestbed(root, what);
-  if (testbed === undefined) return undefined;
+): Promise<HistoryLayer | undefined> {
+  const stored = await storedHistory(cache, image);
+  if (stored) return stored;
+  const dir = imageRepositoryDir(root, image.config.WorkingDir, what);
+  if (dir === undefined) return undefined;
+  const key = testbedHistoryKey(image.rootfs, dir);
+  const testbed = sourceRepository(root, dir, what);
   const id = `${cache.store.root}\0${key}`;
   let p = deriving.get(id);
   if (!p) {
     p = derivedOnce(home, cache, { image, key, testbed, what }).finally(() => deriving.delete(id));
     deriving.set(id, p);
   }
-  return p;
+  return { key: await p, dir };
 }
 
 interface Job {
@@ -120,9 +149,9 @@ export interface TestbedHistory {
 }
 
 /**
- * The chronological `.git` of the image as an overlay of its sandboxes (after its root: over `/testbed/.git`),
- * leased from the node cache as a materialized tree (its index a private copy, newer than the work tree); undefined
- * when the image has no `/testbed/.git`.
+ * The chronological `.git` of the image as an overlay of its sandboxes (after its root: over `/testbed/.git`, or
+ * the WorkingDir's), leased from the node cache as a materialized tree (its index a private copy, newer than the
+ * work tree); undefined when the image has no repository.
  */
 export async function testbedHistory(
   home: string,
@@ -131,11 +160,11 @@ export async function testbedHistory(
   root: string,
   what: string,
 ): Promise<TestbedHistory | undefined> {
-  const key = await ensureTestbedHistory(home, cache, image, root, what);
-  if (key === undefined) return undefined;
-  const lease = await cache.acquire(key, { form: "tree" });
+  const layer = await ensureTestbedHistory(home, cache, image, root, what);
+  if (layer === undefined) return undefined;
+  const lease = await cache.acquire(layer.key, { form: "tree" });
   const lower = join(lease.trees[HISTORY_TREE]!, ".git");
-  return { key, overlay: { lower: [lower], target: `${TESTBED_PATH}/.git` }, release: () => lease.release() };
+  return { key: layer.key, overlay: { lower: [lower], target: `${layer.dir}/.git` }, release: () => lease.release() };
 }
 
 /**
@@ -144,7 +173,7 @@ export async function testbedHistory(
  */
 export async function prepareTestbedHistory(home: string, cache: NodeCache, ref: string): Promise<void> {
   const image = await getImage(cache.store, ref);
-  if (await hasLayer(cache.store, testbedHistoryKey(image.rootfs))) return;
+  if (await storedHistory(cache, image)) return;
   const { root, lease } = await acquireImageRootfs(cache, ref);
   try {
     await ensureTestbedHistory(home, cache, image, root, ref);

@@ -1,8 +1,9 @@
 /**
  * Which image a dataset row's environment is, when it is one: the row's own `image_name` (SWE-smith, SWE-Gym,
- * R2E-Gym) or `docker_image` (the field mini-swe-agent's SWE-bench runner also reads), SWE-bench's harness name for
- * the instance, or a template. `auto` (the default) takes the row's image only when the store already holds it, so
- * that a row naming an image nobody pulled still gets its environment built from its spec as before.
+ * R2E-Gym), `docker_image` (the field mini-swe-agent's SWE-bench runner also reads) or `dockerhub_tag` (SWE-bench
+ * Pro: a tag of its one image repository), SWE-bench's harness name for the instance, or a template. `auto` (the
+ * default) takes the row's image only when the store already holds it, so that a row naming an image nobody pulled
+ * still gets its environment built from its spec as before.
  */
 import { InvalidInputError } from "../errors.js";
 import type { Instance } from "../tasks/types.js";
@@ -37,13 +38,23 @@ export function swebenchImage(instanceId: string): string {
   return `docker.io/swebench/sweb.eval.x86_64.${instanceId.replace(/__/g, "_1776_").toLowerCase()}:latest`;
 }
 
-/** The image a row names itself, if any. */
+/** Where SWE-bench Pro publishes its images: a row's `dockerhub_tag` is a tag of this repository. */
+export const SWEBENCH_PRO_REPOSITORY = "docker.io/jefzda/sweap-images";
+
+/** An image tag (the distribution spec's grammar). */
+const TAG_RE = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/;
+
+/** The image a row names itself, if any: `image_name`, `docker_image`, or SWE-bench Pro's `dockerhub_tag`. */
 export function rowImage(instance: Instance): string | undefined {
   for (const field of ["image_name", "docker_image"] as const) {
     const v = instance[field];
     if (typeof v === "string" && v.trim() !== "") return v.trim();
   }
-  return undefined;
+  const tag = instance.dockerhub_tag;
+  if (typeof tag !== "string" || tag.trim() === "") return undefined;
+  if (!TAG_RE.test(tag.trim()))
+    throw new InvalidInputError(`instance ${instance.instance_id}: dockerhub_tag ${JSON.stringify(tag)} is not a tag`);
+  return `${SWEBENCH_PRO_REPOSITORY}:${tag.trim()}`;
 }
 
 /**
@@ -64,7 +75,8 @@ export function imageFor(instance: Instance, policy: ImagePolicy): { ref: string
       };
     case "row": {
       const ref = rowImage(instance);
-      if (!ref) throw new InvalidInputError(`instance ${id} names no image (image_name or docker_image)`);
+      if (!ref)
+        throw new InvalidInputError(`instance ${id} names no image (image_name, docker_image or dockerhub_tag)`);
       return { ref, required: true };
     }
     case "auto": {

@@ -258,15 +258,16 @@ export class RolloutEngine {
 
   /** Reserve `k` rollouts for `owner`; `fromPool` of them are warm sandboxes it already holds (moved, not added). */
   private reserve(k: number, owner: RolloutOwner, fromPool = 0): void {
-    const max = this.maxRollouts;
-    if (this.reserved + k > max)
-      throw new LimitError(`${this.reserved} live rollouts: ${k} more would exceed the limit of ${max}`);
+    // The caller's own cap first: what it asks beyond its share is refused as such, whatever others hold now.
     if (k - fromPool > this.roomOf(owner)) {
       throw new LimitError(
         `sandbox limit reached: ${owner.name} holds ${this.heldBy(owner)} of at most ${owner.maxSandboxes} ` +
           `sandboxes, ${k} more asked; close rollouts or sandboxes first`,
       );
     }
+    const max = this.maxRollouts;
+    if (this.reserved + k > max)
+      throw new LimitError(`${this.reserved} live rollouts: ${k} more would exceed the limit of ${max}`);
     this.reserved += k;
     this.reservedBy.set(owner.name, (this.reservedBy.get(owner.name) ?? 0) + k);
   }

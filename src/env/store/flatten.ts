@@ -63,7 +63,8 @@ export function derivedKey(rootfs: LayerKey, what: string): LayerKey {
 /** Whether `key` was made from `rootfs` (`derivedKey`). */
 export function isDerivedFrom(key: LayerKey, rootfs: LayerKey): boolean {
   const chain = rootfs.replace(/^rootfs-/, "");
-  return key !== rootfs && key.endsWith(`-${chain}`) && /^testbed-git-\d+$/.test(key.slice(0, -chain.length - 1));
+  const what = key.slice(0, -chain.length - 1);
+  return key !== rootfs && key.endsWith(`-${chain}`) && /^testbed-git-\d+(-[0-9a-f]{12})?$/.test(what);
 }
 
 /** What the root filesystem's manifest leaves out of host inodes, counted (README "Images"). */
