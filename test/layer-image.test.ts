@@ -226,3 +226,21 @@ test("the layer form is chosen by trying the real mount; a non-root host materia
   const cache = new NodeCache({ store, dir: join(dir, "cache"), form: "auto" });
   assert.deepEqual(await cache.formChoice(), choice);
 });
+
+test("auto leases a layer's tree once it is here, else the host's choice", async (t) => {
+  const dir = tmpDir(t);
+  const store = openStore(join(dir, "store"));
+  await ingestLayer(store, "A", makeTree(join(dir, "src-a")));
+  await ingestLayer(store, "B", makeTree(join(dir, "src-b")));
+  const cache = new NodeCache({ store, dir: join(dir, "cache"), form: "auto" });
+  const choice = await cache.formChoice();
+  const first = await cache.acquire("A");
+  assert.equal(first.form, choice.form, "a layer with no tree here: the host's choice");
+  const tree = await cache.acquire("A", { form: "tree" });
+  const again = await cache.acquire("A");
+  assert.equal(again.form, "tree", "its tree is here: every sandbox after gets it");
+  assert.equal(again.trees["testbed"], tree.trees["testbed"]);
+  const other = await cache.acquire("B");
+  assert.equal(other.form, choice.form, "another layer's tree changes nothing for this one");
+  await Promise.all([first, tree, again, other].map((l) => l.release()));
+});

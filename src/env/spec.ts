@@ -19,7 +19,7 @@ import { readFileSync, statSync, existsSync } from "node:fs";
 import { createHash } from "node:crypto";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import type { EnvSpec, HistoryPolicy } from "./types.js";
+import { HISTORY_CHOICES, isHistoryPolicy, type EnvSpec, type HistoryPolicy } from "./types.js";
 import { InvalidInputError, NotFoundError } from "../errors.js";
 import { canonicalReference } from "./images/reference.js";
 import type { Instance } from "../tasks/types.js";
@@ -296,7 +296,7 @@ function toEnvSpec(instance: Instance, layers: Layer[], table: SpecTable): EnvSp
 
 function historyField(fields: SpecFieldReader): HistoryPolicy {
   const history = fields.str("history") ?? "chronological";
-  if (history !== "chronological" && history !== "full") throw fields.bad("history", '"chronological" or "full"');
+  if (!isHistoryPolicy(history)) throw fields.bad("history", HISTORY_CHOICES);
   return history;
 }
 

@@ -43,5 +43,11 @@ export interface EnvSpec {
 /** `chronological`: nothing that postdates the base commit is in the testbed; `full`: the source's whole history. */
 export type HistoryPolicy = "chronological" | "full";
 
+/** Whether a value names a history (a spec field, a request's option): the one check for both. */
+export const isHistoryPolicy = (v: unknown): v is HistoryPolicy => v === "chronological" || v === "full";
+
+/** The histories, as an error message lists them. */
+export const HISTORY_CHOICES = '"chronological" or "full"';
+
 /** A layer is named by the key of the spec that built it (hex sha256). */
 export type LayerKey = string;

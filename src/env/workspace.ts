@@ -17,7 +17,15 @@ import type { Toolchain } from "./toolchains.js";
 import type { TestbedHistory } from "./image-history.js";
 import { imageFor, type ImagePolicy } from "./instance-image.js";
 import { BUG_COMMIT_SCRIPT, BUG_ON_TOP_SCRIPT, SETUP_ENV } from "./task-setup.js";
-import { TESTBED_PATH, VENV_PATH, type EnvSpec, type HistoryPolicy, type LayerKey } from "./types.js";
+import {
+  HISTORY_CHOICES,
+  isHistoryPolicy,
+  TESTBED_PATH,
+  VENV_PATH,
+  type EnvSpec,
+  type HistoryPolicy,
+  type LayerKey,
+} from "./types.js";
 
 // What instances, environment keys and images need (datasets, environments, the store, images, interpreters) is
 // imported where it is used: a directory sandbox, the most frequent and the one that must start fastest, never
@@ -264,8 +272,8 @@ export async function resolveWorkspace(req: SandboxRequest): Promise<Workspace> 
 }
 
 function checkHistory(history: unknown): void {
-  if (history !== undefined && history !== "chronological" && history !== "full")
-    throw new InvalidInputError(`history ${JSON.stringify(history)}: expected "chronological" or "full"`);
+  if (history !== undefined && !isHistoryPolicy(history))
+    throw new InvalidInputError(`history ${JSON.stringify(history)}: expected ${HISTORY_CHOICES}`);
 }
 
 /**

@@ -10,7 +10,8 @@ import type { Instance } from "../tasks/types.js";
 import { loadDataset, selectInstances } from "../tasks/index.js";
 import { Sandbox } from "../sandbox/sandbox.js";
 import type { Limits } from "../sandbox/limits.js";
-import { ensurePresent, envFor } from "../env/environments.js";
+import { envFor } from "../env/environments.js";
+import { makePresent } from "../env/present.js";
 import { openSandbox, type InstanceEnv } from "../env/workspace.js";
 import { resolveHome } from "../util/home.js";
 import { InvalidInputError, NotFoundError } from "../errors.js";
@@ -141,11 +142,8 @@ export async function evaluate(target: EvaluateTarget, opts: EvaluateOptions = {
   const a = await startAttempt(target, opts);
   if (a.live && opts.inPlace) return evaluateInPlace(a, a.live, opts);
   if ((opts.build ?? true) && a.image === undefined) {
-    try {
-      await ensurePresent(a.env, { home: a.home, build: true, reposDir: opts.reposDir, specsFile: opts.specsFile });
-    } catch (e) {
-      return errored(a, { kind: "Environment Build Failed", message: (e as Error).message }, a.givenPatch ?? "");
-    }
+    const failure = await environmentFailure(a, opts);
+    if (failure) return errored(a, { kind: "Environment Build Failed", message: failure }, a.givenPatch ?? "");
   }
   const fresh = await openFresh(a, opts);
   if (!("fresh" in fresh)) return fresh;
@@ -156,6 +154,22 @@ export async function evaluate(target: EvaluateTarget, opts: EvaluateOptions = {
   // Empty patches are not run (the harness's rule): nothing to grade.
   if (graded.patch === null || graded.patch === "") return noPatch(a, graded);
   return runInFresh(a, graded, opts);
+}
+
+/**
+ * The attempt's environment made present as a job's is (`makePresent`: its base image pulled, its layer here, else
+ * fetched, else built); why not, when it could not be.
+ */
+async function environmentFailure(a: Attempt, opts: EvaluateOptions): Promise<string | undefined> {
+  try {
+    const made = await makePresent(
+      { env: a.env },
+      { home: a.home, build: true, reposDir: opts.reposDir, specsFile: opts.specsFile },
+    );
+    return made.status === "failed" ? made.error : undefined;
+  } catch (e) {
+    return (e as Error).message;
+  }
 }
 
 /** The same function under a name that reads well next to the rest of the SDK. */

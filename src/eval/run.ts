@@ -288,10 +288,32 @@ async function startRun(opts: RunEvaluationOptions): Promise<Run> {
   // Fail early on ids that cannot name a directory.
   summaryFileName(model, runId);
   const showProgress = opts.progress ?? true;
-  const { home, specsFile, base, reposDir, limits, network } = opts;
-  const settings: EvalSettings = { home, specsFile, base, reposDir, timeoutMs, limits, network };
+  const settings: EvalSettings = { ...settingsOf(opts), timeoutMs };
   const state = { opts, settings, started, startedAt, workers, timeoutMs, reportDir, runId, showProgress };
   return { ...state, datasetName, all, instances, predictions, byId, model, records: new Map(), warnings, warn };
+}
+
+/**
+ * Every field of `EvalSettings`: a field added there fails the build until it is here, so none is dropped between a
+ * run's options and its jobs. Each job gets its own `onWarning` (prefixed with its id).
+ */
+const SETTINGS: Record<keyof EvalSettings, boolean> = {
+  home: true,
+  specsFile: true,
+  base: true,
+  reposDir: true,
+  timeoutMs: true,
+  limits: true,
+  network: true,
+  onWarning: false,
+};
+
+/** The run's options' `EvalSettings` part, as given (absent fields stay absent). */
+function settingsOf(opts: RunEvaluationOptions): EvalSettings {
+  const picked: Partial<Record<keyof EvalSettings, unknown>> = {};
+  for (const [k, keep] of Object.entries(SETTINGS) as [keyof EvalSettings, boolean][])
+    if (keep && opts[k] !== undefined) picked[k] = opts[k];
+  return { ...(picked as Partial<EvalSettings>), home: opts.home };
 }
 
 /** Predictions for ids the dataset does not have: an error record each (and a run_instance.log), never run. */

@@ -48,7 +48,8 @@ export interface NodeCacheOptions {
   materialize?: Pick<MaterializeOptions, "mode" | "maxLinks" | "concurrency">;
   /**
    * How acquire() gives layers by default: `tree` (materialized; the default), `image` (a metadata image each
-   * sandbox mounts over the store), or `auto` (image where this host can mount one: `chooseLayerForm`).
+   * sandbox mounts over the store), or `auto` (a tree already materialized here, else an image where this host can
+   * mount one: `chooseLayerForm`).
    */
   form?: LayerForm | "auto";
 }
@@ -215,11 +216,15 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
   }
 
   /**
-   * The form a lease gets: as asked (auto: this host's choice). An image's root filesystem (owners and modes of its
-   * own) is materialized: its image form is not written yet.
+   * The form a lease gets: as asked (auto: a tree already here, else this host's choice). An image is the cheaper
+   * cold start (no link per file), a tree the cheaper sandbox once placed: each launch mounts an image anew, so a
+   * sandbox's first walk of its files and its teardown instantiate and drop every inode it touched twice (the image
+   * and the overlay giving it its objects), where a tree's inodes are the host's, cached across sandboxes. An image's
+   * root filesystem (owners and modes of its own) is materialized: its image form is not written yet.
    */
   private async formFor(key: LayerKey, opts: AcquireOptions): Promise<LayerForm> {
     const asked = opts.form ?? this.opts.form ?? "tree";
+    if (asked === "auto" && (await this.placed(key, "tree"))) return "tree";
     const form = asked === "auto" ? (await chooseLayerForm(this.store)).form : asked;
     if (form === "tree" || (await exists(this.imagePath(key)))) return form;
     let imageable = this.imageable.get(key);
