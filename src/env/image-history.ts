@@ -18,7 +18,7 @@ import { homeLayout } from "../util/home.js";
 import type { NodeCache } from "./cache/index.js";
 import { checkDerived, sourceTestbed, writeConfig } from "./image-history-check.js";
 import { deriveTestbedGit } from "./image-history-derive.js";
-import { acquireImageRootfs, getImage } from "./images/index.js";
+import { getImage } from "./images/index.js";
 import {
   canChown,
   derivedKey,
@@ -27,8 +27,11 @@ import {
   ingestLayer,
   lockFile,
   normalizeMtimes,
+  readManifest,
+  ROOTFS_TREE,
   storeIds,
   type ImageRecord,
+  type Store,
 } from "./store/index.js";
 import { TESTBED_PATH, type LayerKey } from "./types.js";
 
@@ -42,28 +45,46 @@ export function testbedHistoryKey(rootfs: LayerKey): LayerKey {
   return derivedKey(rootfs, `testbed-git-${IMAGE_HISTORY_VERSION}`);
 }
 
-const deriving = new Map<string, Promise<LayerKey>>();
+const deriving = new Map<string, Promise<LayerKey | undefined>>();
 
 /**
  * The key of the image's chronological `.git` layer, derived now if the store lacks it; undefined when the image has
- * no `/testbed/.git`. `root` is the image's root filesystem, materialized and leased by the caller meanwhile.
+ * no `/testbed/.git`. The derivation reads the image's `.git` on the host: from its root filesystem materialized
+ * (leased meanwhile), whatever form its sandboxes get it in.
  */
 export async function ensureTestbedHistory(
   home: string,
   cache: NodeCache,
   image: ImageRecord,
-  root: string,
   what: string,
 ): Promise<LayerKey | undefined> {
   const key = testbedHistoryKey(image.rootfs);
   if (await hasLayer(cache.store, key)) return key;
-  const testbed = sourceTestbed(root, what);
-  if (testbed === undefined) return undefined;
+  if (!(await mayHaveTestbedGit(cache.store, image.rootfs))) return undefined;
   const id = `${cache.store.root}\0${key}`;
   let p = deriving.get(id);
   if (!p) {
-    p = derivedOnce(home, cache, { image, key, testbed, what }).finally(() => deriving.delete(id));
+    p = derivedOnce(home, cache, { image, key, what }).finally(() => deriving.delete(id));
     deriving.set(id, p);
+  }
+  return p;
+}
+
+const gitEntries = new Map<string, Promise<boolean>>();
+
+/** Whether the root filesystem's manifest has `testbed/.git` (or a `testbed` that is not a directory); once per layer. */
+function mayHaveTestbedGit(store: Store, rootfs: LayerKey): Promise<boolean> {
+  const id = `${store.root}\0${rootfs}`;
+  let p = gitEntries.get(id);
+  if (!p) {
+    p = readManifest(store, rootfs).then((m) => {
+      const entries = m.trees[ROOTFS_TREE]?.entries ?? [];
+      const testbed = entries.find((e) => e.path === "testbed");
+      // A linked /testbed is refused by the derivation's checks: it must get there.
+      return testbed !== undefined && (testbed.type !== "dir" || entries.some((e) => e.path === "testbed/.git"));
+    });
+    p.catch(() => gitEntries.delete(id));
+    gitEntries.set(id, p);
   }
   return p;
 }
@@ -71,24 +92,31 @@ export async function ensureTestbedHistory(
 interface Job {
   image: ImageRecord;
   key: LayerKey;
-  testbed: string;
   what: string;
 }
 
 /** Under the layer's lock: another process may have stored it meanwhile. */
-async function derivedOnce(home: string, cache: NodeCache, job: Job): Promise<LayerKey> {
+async function derivedOnce(home: string, cache: NodeCache, job: Job): Promise<LayerKey | undefined> {
   const lock = await lockFile(join(ensureImageDirs(cache.store).locks, `${job.key}.lock`), {
     timeoutMs: 60 * 60_000,
   });
   try {
-    if (!(await hasLayer(cache.store, job.key))) await deriveAndStore(home, cache, job);
-    return job.key;
+    if (await hasLayer(cache.store, job.key)) return job.key;
+    const lease = await cache.acquire(job.image.rootfs, { form: "tree" });
+    try {
+      const testbed = sourceTestbed(lease.trees[ROOTFS_TREE]!, job.what);
+      if (testbed === undefined) return undefined;
+      await deriveAndStore(home, cache, { ...job, testbed });
+      return job.key;
+    } finally {
+      await lease.release();
+    }
   } finally {
     await lock.release();
   }
 }
 
-async function deriveAndStore(home: string, cache: NodeCache, job: Job): Promise<void> {
+async function deriveAndStore(home: string, cache: NodeCache, job: Job & { testbed: string }): Promise<void> {
   const started = performance.now();
   const dest = join(homeLayout(home).envs, `image-history-${randomBytes(6).toString("hex")}`);
   mkdirSync(homeLayout(home).envs, { recursive: true });
@@ -128,10 +156,9 @@ export async function testbedHistory(
   home: string,
   cache: NodeCache,
   image: ImageRecord,
-  root: string,
   what: string,
 ): Promise<TestbedHistory | undefined> {
-  const key = await ensureTestbedHistory(home, cache, image, root, what);
+  const key = await ensureTestbedHistory(home, cache, image, what);
   if (key === undefined) return undefined;
   const lease = await cache.acquire(key, { form: "tree" });
   const lower = join(lease.trees[HISTORY_TREE]!, ".git");
@@ -143,12 +170,5 @@ export async function testbedHistory(
  * history derived now rather than at its first sandbox; its root filesystem is leased only when it must be.
  */
 export async function prepareTestbedHistory(home: string, cache: NodeCache, ref: string): Promise<void> {
-  const image = await getImage(cache.store, ref);
-  if (await hasLayer(cache.store, testbedHistoryKey(image.rootfs))) return;
-  const { root, lease } = await acquireImageRootfs(cache, ref);
-  try {
-    await ensureTestbedHistory(home, cache, image, root, ref);
-  } finally {
-    await lease.release();
-  }
+  await ensureTestbedHistory(home, cache, await getImage(cache.store, ref), ref);
 }
