@@ -200,7 +200,8 @@ const HOSTILE_ROOT =
   "head -1 /proc/self/uid_map; " +
   "cp suid-id /tmp/planted && chmod 4755 /tmp/planted suid-id && stat -c '%n %a' /tmp/planted suid-id";
 const HOSTILE_USER =
-  "cd /usr/local/bin; ./suid-id -u; ./sgid-id -g; /tmp/planted -u; ./cap-cat /proc/self/status | grep -v CapBnd | grep ^Cap; " +
+  "cd /usr/local/bin; ./suid-id -u; ./sgid-id -g; /tmp/planted -u; " +
+  "./cap-cat /proc/self/status | grep -v CapBnd | grep ^Cap; " +
   "cat /srv/owned 2>&1; cat /srv/link 2>&1; echo x > /srv/sticky/mine && echo sticky ok";
 
 test("a hostile layer in both forms: no setuid or setgid bit, no capability, no device, never host root", {

@@ -72,7 +72,7 @@ export async function ensureTestbedHistory(
 
 const gitEntries = new Map<string, Promise<boolean>>();
 
-/** Whether the root filesystem's manifest has `testbed/.git` (or a `testbed` that is not a directory); once per layer. */
+/** Whether the root's manifest has `testbed/.git` (or a `testbed` that is not a directory); read once per layer. */
 function mayHaveTestbedGit(store: Store, rootfs: LayerKey): Promise<boolean> {
   const id = `${store.root}\0${rootfs}`;
   let p = gitEntries.get(id);

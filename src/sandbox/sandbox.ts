@@ -188,7 +188,7 @@ export interface SandboxOptions {
 }
 
 export interface RootFs {
-  /** The tree, never written (writes go to the sandbox's scratch): a directory, or a layer image lower (`imageLower`). */
+  /** The tree, never written (writes go to the sandbox's scratch): a directory or a layer image lower (imageLower). */
   path: string;
   /** First host id of the range its files belong to (the store's, root mode): mapped onto the sandbox's range. */
   owner?: number;

@@ -17,9 +17,8 @@ import { InvalidInputError } from "../../errors.js";
 import { type ErofsDir, type ErofsFile, type ErofsSymlink, erofsImage, MAX_NAME, MAX_SYMLINK } from "./erofs.js";
 import { NORMALIZED_MTIME_SEC } from "./fsutil.js";
 import { imageFileAttrs, objectMode, type ObjectId, type Store } from "./layout.js";
-import { readManifest, type LayerManifest, type TreeManifest } from "./manifest.js";
+import { readManifest, type FileEntry, type LayerManifest, type TreeManifest } from "./manifest.js";
 import { GIT_INDEX_MTIME_SEC, imageDirMode, readOnlyDirMode } from "./materialize.js";
-import { objectMtime } from "./objects.js";
 import { decodeName, displayName, type EncodedName, pathKey } from "./names.js";
 
 export interface LayerImageResult {
@@ -77,36 +76,47 @@ export function layerImage(manifest: LayerManifest): Buffer {
 }
 
 type Ids = { uid: number; gid: number };
-type Attrs = Ids & { mode: number; mtimeSec: number };
 
 /** What a tree's inodes carry: materializeTree's rules (materialize.ts), one set per kind of tree. */
 interface TreeInodes {
   dirMode(mode: number): number;
   /** A directory's or symlink's owner, from its entry (the tree's top: the tree's owner). */
   owner(ids: Partial<Ids>): Ids;
-  file(id: ObjectId, gitIndex: boolean): Attrs;
+  file(e: FileEntry, gitIndex: boolean): ErofsFile;
 }
 
 /** A built layer: read-only, this user's, a git index one second newer than its work tree. */
 const builtInodes = (self: Ids): TreeInodes => ({
   dirMode: readOnlyDirMode,
   owner: () => self,
-  file: (id, gitIndex) => ({
-    mode: objectMode(id),
-    ...self,
+  file: (e, gitIndex) => ({
+    kind: "file",
+    mode: objectMode(e.object),
+    uid: self.uid,
+    gid: self.gid,
     mtimeSec: gitIndex ? GIT_INDEX_MTIME_SEC : NORMALIZED_MTIME_SEC,
+    size: e.size,
+    redirect: objectRedirect(e.object),
   }),
 });
 
-/** An image's root filesystem: each inode its own owner; a file its object's mode, owner and mtime. */
+/** An image's root filesystem: each inode its own owner; a file its object's mode, owner and mtime (objects.ts). */
 const imageInodes: TreeInodes = {
   dirMode: imageDirMode,
   owner: (ids) => ({ uid: ids.uid ?? 0, gid: ids.gid ?? 0 }),
-  file: (id) => {
-    const a = imageFileAttrs(id);
-    if (!a) throw new InvalidInputError(`object ${id} of an image's tree has no owner`);
-    // At most 0777 by its id already; masked again: no setuid, setgid or sticky bit ever reaches an image.
-    return { mode: objectMode(id) & 0o777, uid: a.uid, gid: a.gid, mtimeSec: objectMtime(id) };
+  file: (e) => {
+    const a = imageFileAttrs(e.object);
+    if (!a) throw new InvalidInputError(`object ${e.object} of an image's tree has no owner`);
+    return {
+      kind: "file",
+      // At most 0777 by its id already; masked again: no setuid, setgid or sticky bit ever reaches an image.
+      mode: a.mode & 0o777,
+      uid: a.uid,
+      gid: a.gid,
+      mtimeSec: a.mtimeSec ?? NORMALIZED_MTIME_SEC,
+      size: e.size,
+      redirect: objectRedirect(e.object),
+    };
   },
 };
 
@@ -118,7 +128,9 @@ function dirNode(mode: number, ids: Ids): ErofsDir {
 function treeNode(key: LayerKey, tree: TreeManifest, inodes: TreeInodes): ErofsDir {
   const top = dirNode(inodes.dirMode(tree.mode), inodes.owner(tree.owner ?? {}));
   const dirs = new Map<string, ErofsDir>([["", top]]);
-  const files = new Map<string, ErofsFile>();
+  // Files later entries link to, by path: the only ones looked up again.
+  const linked = new Map<string, ErofsFile | undefined>();
+  for (const e of tree.entries) if (e.type === "hardlink") linked.set(byteString(e.target), undefined);
   for (const e of tree.entries) {
     const path = byteString(e.path);
     const slash = path.lastIndexOf("/");
@@ -131,22 +143,21 @@ function treeNode(key: LayerKey, tree: TreeManifest, inodes: TreeInodes): ErofsD
       dirs.set(path, d);
       parent.entries.push({ name, node: d });
     } else if (e.type === "file") {
-      const gitIndex = path === ".git/index" || path.endsWith("/.git/index");
-      const redirect = objectRedirect(e.object);
-      const f: ErofsFile = { kind: "file", ...inodes.file(e.object, gitIndex), size: e.size, redirect };
-      files.set(path, f);
+      const f = inodes.file(e, path === ".git/index" || path.endsWith("/.git/index"));
+      if (linked.has(path)) linked.set(path, f);
       parent.entries.push({ name, node: f });
     } else if (e.type === "symlink") {
-      const ids = inodes.owner(e);
+      const { uid, gid } = inodes.owner(e);
       const node: ErofsSymlink = {
         kind: "symlink",
         mode: 0o777,
-        ...ids,
+        uid,
+        gid,
         mtimeSec: NORMALIZED_MTIME_SEC,
         target: target!,
       };
       parent.entries.push({ name, node });
-    } else parent.entries.push({ name, node: files.get(byteString(e.target))! });
+    } else parent.entries.push({ name, node: linked.get(byteString(e.target))! });
   }
   return top;
 }

@@ -108,7 +108,7 @@ export async function materializeLayer(
 /** Read-only, but the owner keeps read+search so the tree can be walked and removed. */
 export const readOnlyDirMode = (mode: number): number => (mode & 0o555) | 0o500;
 
-/** An image's directory: setuid means nothing on one; setgid (new entries inherit the group) and sticky (/tmp) are kept. */
+/** An image's directory: setuid means nothing on one; setgid (entries inherit the group) and sticky (/tmp) are kept. */
 export const imageDirMode = (mode: number): number => mode & 0o3777;
 
 /** How a tree's directories and symlinks get their mode and owner: read-only (built), or as the image says. */
