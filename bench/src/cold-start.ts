@@ -35,6 +35,8 @@ export interface ColdStartOptions {
   work: string;
   runs: number;
   treeFiles: number;
+  /** Also an OCI image's root filesystem (its fixture image is built by podman). */
+  imageRoot: boolean;
   log: (m: string) => void;
 }
 
@@ -85,7 +87,7 @@ export async function benchColdStart(o: ColdStartOptions): Promise<ColdStartResu
   const subjects: Subject[] = [
     treesSubject("environment layer", o.env.primaryKey, { testbed: TESTBED_PATH, venv: VENV_PATH }),
     treesSubject("generated tree", await generatedLayer(o), { root: TESTBED_PATH }),
-    await imageSubject(o),
+    ...(o.imageRoot ? [await imageSubject(o)] : []),
   ];
   const samples = new Map<string, { readyMs: number[]; placeMs: number[] }>();
   for (const s of subjects) for (const f of FORMS) samples.set(`${s.key}/${f}`, { readyMs: [], placeMs: [] });

@@ -25,7 +25,9 @@ export function coldRatios(r: Partial, reasons: Record<string, string>): ColdRat
     cold_image_vs_links_tree: of(layerAt(r, 1)),
     cold_image_vs_links_rootfs: of(layerAt(r, 2)),
   };
-  const why = r.coldStart.available ? "" : r.coldStart.reason;
+  const why = r.coldStart.available
+    ? "not run (podman disabled: the image root's image is built by it)"
+    : r.coldStart.reason;
   for (const k of Object.keys(out) as (keyof ColdRatios)[]) if (out[k] === null) reasons[k] = why;
   return out;
 }
