@@ -484,9 +484,12 @@ static int clone_tree(const char *path, int userns) {
 
 /*
  * A layer tree shown from its metadata image (composefs-style), for a lower given as `erofs,IMAGE,OBJECTS,TREE`:
- * the image (EROFS, mounted from its file) and the store's objects/ (a clone), each read-only and id-mapped like any
- * lower, composed by a read-only overlay whose data-only layer is the objects: a file is the image's inode (mode,
- * owner, time, size) over its object's bytes (`trusted.overlay.redirect`). Nothing of it is writable: no upper
+ * the image (EROFS, mounted from its file, read-only and id-mapped like any lower) and the store's objects/ (a
+ * read-only clone), composed by a read-only overlay whose data-only layer is the objects: a file is the image's inode
+ * (mode, owner, time, size) over its object's bytes (`trusted.overlay.redirect`). The objects are not id-mapped:
+ * overlayfs opens them as their mounter, host root, and an image's objects belong to the store's range, which the
+ * sandbox's map does not hold (host root's rights over a file need its owner mapped: a 0600 one would be refused);
+ * nothing of their owners shows, the image's inode being what the sandbox sees. Nothing of it is writable: no upper
  * layer here, the sandbox's own overlay above copies up into its generation. Every mount is detached: it exists only
  * where the launch attaches it, in the sandbox's mount namespace, and goes with it. Host root only (EROFS is not
  * mountable in a user namespace); one image is mounted once per launch, whatever the number of its trees.
@@ -534,7 +537,10 @@ static int image_tree(const char *spec, int userns) {
   if (!*tree || strchr(tree, '/') || !strcmp(tree, ".") || !strcmp(tree, "..")) die(2, "bad tree name %s", tree);
   if (userns < 0) die(2, "layer images need root (the store's layers are materialized otherwise)");
   int i = mount_image(image, userns);
-  if (images[i].objects < 0) images[i].objects = clone_tree(objects, userns);
+  if (images[i].objects < 0) {
+    images[i].objects = clone_tree(objects, -1);
+    set_mount_attrs(images[i].objects, -1, objects);
+  }
   int top = openat(images[i].erofs, tree, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (top < 0) die(1, "layer image %s has no tree %s: %s", image, tree, strerror(errno));
   int fs = (int)syscall(SYS_fsopen, "overlay", FSOPEN_CLOEXEC);

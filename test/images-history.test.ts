@@ -11,7 +11,7 @@ import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { mkdirSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
-import { imageRepositoryDir } from "../src/env/image-history-check.js";
+import { hasRepositoryAt, repositoryCandidates } from "../src/env/image-history-check.js";
 import { testbedHistoryKey } from "../src/env/image-history.js";
 import { importImage, removeStoredImage } from "../src/env/images/index.js";
 import { hasLayer, openStore, readManifest, storeStats } from "../src/env/store/index.js";
@@ -126,13 +126,15 @@ test("a WorkingDir reached through a link is refused before anything reads it: i
   const root = tempDir("msb-img-root-");
   mkdirSync(join(root, "srv/app/.git"), { recursive: true });
   mkdirSync(join(root, "testbed"));
-  assert.equal(imageRepositoryDir(root, "/srv/app/", "x"), "/srv/app", "a plain path; /testbed has no .git");
+  assert.deepEqual(repositoryCandidates("/srv/../srv/app/"), ["/testbed", "/srv/app"]);
+  assert.deepEqual(repositoryCandidates("/"), ["/testbed"]);
+  assert.equal(hasRepositoryAt(root, "/testbed", "x"), false, "no .git there");
+  assert.equal(hasRepositoryAt(root, "/srv/app", "x"), true);
   symlinkSync("/", join(root, "app"));
   symlinkSync("srv", join(root, "opt"));
   for (const dir of ["/app", "/opt/app"])
-    assert.throws(() => imageRepositoryDir(root, dir, "x"), /image x: \/.*app has a symbolic link on its path/);
-  assert.throws(() => imageRepositoryDir(root, "/srv/../srv/app", "x"), ImageInvalidError);
-  assert.equal(imageRepositoryDir(root, "/srv", "x"), undefined, "no .git there");
+    assert.throws(() => hasRepositoryAt(root, dir, "x"), /image x: \/.*app has a symbolic link on its path/);
+  assert.throws(() => hasRepositoryAt(root, "/srv/../srv/app", "x"), ImageInvalidError);
 });
 
 async function imageRecord(ref: string) {

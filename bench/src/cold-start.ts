@@ -1,13 +1,17 @@
 /**
  * Workload 12, cold start: a layer not in the node cache, until its first sandbox answers `echo ready`, in the two
  * forms the node cache can give it — its metadata image, mounted by the sandbox's launch (the default where the host
- * can), and materialized by hard links (the fallback) — in interleaved rounds, on the environment's primary layer and
- * on a generated tree of `treeFiles` files (the size of an image's root filesystem).
+ * can), and materialized by hard links (the fallback) — in interleaved rounds, on the environment's primary layer, on
+ * a generated tree of `treeFiles` files (the size of an image's root filesystem), and on an OCI image's root
+ * filesystem of about as many files (the fixture's instance image with a layer of generated packages: several owners,
+ * hard links, symlinks) started as a sandbox on that image is (`imageRoot`).
  */
 import * as fsp from "node:fs/promises";
 import { join } from "node:path";
-import type { LayerForm } from "../../src/env/cache/index.js";
+import type { LayerForm, NodeCache } from "../../src/env/cache/index.js";
 import { nodeCacheFor } from "../../src/env/environments.js";
+import { imageRoot } from "../../src/env/image-root.js";
+import { importImage } from "../../src/env/images/index.js";
 import {
   hasLayer,
   ingestLayer,
@@ -16,6 +20,8 @@ import {
   readManifest,
   summarizeManifest,
 } from "../../src/env/store/index.js";
+import { bulkFixtureImage, fixtureImages } from "../../src/fixtures/images.js";
+import type { SandboxOptions } from "../../src/sandbox/sandbox.js";
 import { TESTBED_PATH, VENV_PATH } from "../../src/env/types.js";
 import { Workspace } from "../../src/env/workspace.js";
 import { homeLayout } from "../../src/util/home.js";
@@ -29,14 +35,47 @@ export interface ColdStartOptions {
   work: string;
   runs: number;
   treeFiles: number;
+  /** Also an OCI image's root filesystem (its fixture image is built by podman). */
+  imageRoot: boolean;
   log: (m: string) => void;
 }
 
 interface Subject {
   name: string;
   key: string;
-  /** Tree name -> where the sandbox sees it. */
-  targets: Record<string, string>;
+  /** The layer leased in `form` as a sandbox's options, and the lease to give back. */
+  open(cache: NodeCache, form: LayerForm): Promise<{ options: SandboxOptions; release: () => Promise<void> }>;
+}
+
+/** A layer whose trees the sandbox sees at `targets` (tree name -> path). */
+function treesSubject(name: string, key: string, targets: Record<string, string>): Subject {
+  return {
+    name,
+    key,
+    open: async (cache, form) => {
+      const lease = await cache.acquire(key, { form });
+      const overlays = Object.entries(targets).map(([tree, target]) => ({ lower: [lease.trees[tree]!], target }));
+      return { options: { overlays }, release: () => lease.release() };
+    },
+  };
+}
+
+/** The root filesystem of an image of about `files` files, imported once into the bench's store. */
+async function imageSubject(o: ColdStartOptions): Promise<Subject> {
+  const set = await fixtureImages({ instances: 2, c: true, log: o.log });
+  // The instance image's own root holds about 14k files.
+  const bulk = await bulkFixtureImage(set, { files: Math.max(1000, o.treeFiles - 14_000), log: o.log });
+  const store = openStore(homeLayout(o.env.home).store);
+  const r = await importImage(store, bulk.layout, { name: bulk.name });
+  const ref = r.refs[0]!;
+  return {
+    name: "image root",
+    key: r.image.rootfs,
+    open: async (cache, form) => {
+      const root = await imageRoot(cache, ref, { form });
+      return { options: root.options, release: root.release };
+    },
+  };
 }
 
 const FORMS: LayerForm[] = ["image", "tree"];
@@ -46,8 +85,9 @@ export async function benchColdStart(o: ColdStartOptions): Promise<ColdStartResu
   const choice = await cache.formChoice();
   if (choice.form !== "image") return { available: false, reason: choice.reason };
   const subjects: Subject[] = [
-    { name: "environment layer", key: o.env.primaryKey, targets: { testbed: TESTBED_PATH, venv: VENV_PATH } },
-    { name: "generated tree", key: await generatedLayer(o), targets: { root: TESTBED_PATH } },
+    treesSubject("environment layer", o.env.primaryKey, { testbed: TESTBED_PATH, venv: VENV_PATH }),
+    treesSubject("generated tree", await generatedLayer(o), { root: TESTBED_PATH }),
+    ...(o.imageRoot ? [await imageSubject(o)] : []),
   ];
   const samples = new Map<string, { readyMs: number[]; placeMs: number[] }>();
   for (const s of subjects) for (const f of FORMS) samples.set(`${s.key}/${f}`, { readyMs: [], placeMs: [] });
@@ -89,9 +129,8 @@ async function coldReady(home: string, s: Subject, form: LayerForm): Promise<{ r
   cache.on("materialize", onPlaced);
   const t = performance.now();
   try {
-    const lease = await cache.acquire(s.key, { form });
-    const overlays = Object.entries(s.targets).map(([tree, target]) => ({ lower: [lease.trees[tree]!], target }));
-    const ws = new Workspace({ kind: "env_key", options: { home, overlays }, release: () => lease.release() });
+    const { options, release } = await s.open(cache, form);
+    const ws = new Workspace({ kind: "env_key", options: { home, ...options }, release });
     const sb = await ws.start();
     ws.release();
     try {

@@ -464,7 +464,9 @@ const WORKLOADS: Record<Workload, (run: BenchRun) => Promise<void>> = {
     const runs = o.coldRuns ?? (o.quick ? 3 : 10);
     const treeFiles = o.coldTreeFiles ?? 40_000;
     log(`workload 12: cold start, image mounted vs hard links, ${runs} rounds (and a ${treeFiles}-file tree)`);
-    results.coldStart = await benchColdStart({ env, work, runs, treeFiles, log }).catch((e: unknown) =>
+    // The image root's image is built by podman (once per machine).
+    const imageRoot = o.podman !== false;
+    results.coldStart = await benchColdStart({ env, work, runs, treeFiles, imageRoot, log }).catch((e: unknown) =>
       na(`cold start failed: ${(e as Error).message.split("\n")[0]}`),
     );
   },

@@ -364,6 +364,8 @@ export interface BenchResults {
     cold_image_vs_links: number | null;
     /** The same on the generated tree (an image root's size). */
     cold_image_vs_links_tree: number | null;
+    /** The same on an OCI image's root filesystem of about as many files (several owners, links). */
+    cold_image_vs_links_rootfs: number | null;
     /** Images: podman's graph root ÷ the store after the largest N. */
     images_storage_vs_podman: number | null;
     /** Images: the mean of the 2nd…Nth pulls, podman ÷ minisandbox. */

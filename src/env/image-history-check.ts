@@ -5,7 +5,7 @@
  * directories under known names), and the config the derived repository gets, written here from checked values.
  */
 import { lstatSync, readdirSync, readFileSync, rmSync, writeFileSync, type Stats } from "node:fs";
-import { join } from "node:path";
+import { join, posix } from "node:path";
 import { ImageInvalidError } from "../errors.js";
 import { KEPT_CONFIG, type DeriveReport } from "./image-history-script.js";
 
@@ -29,22 +29,17 @@ function lstat(path: string): Stats | undefined {
  * image's `WorkingDir` (SWE-bench Pro's `/app`).
  */
 export function repositoryCandidates(workingDir: string | undefined): string[] {
-  const dir = workingDir?.replace(/\/+$/, "");
+  const dir = workingDir && posix.normalize(workingDir).replace(/\/+$/, "");
   return dir && dir !== TESTBED && dir.startsWith("/") ? [TESTBED, dir] : [TESTBED];
-}
-
-/**
- * The first of `repositoryCandidates` that has a `.git` in the materialized root `root`; undefined when none does.
- * Each component is checked without following links: a link there would point into the host, not the image.
- */
-export function imageRepositoryDir(root: string, workingDir: string | undefined, what: string): string | undefined {
-  return repositoryCandidates(workingDir).find((dir) => gitDirOf(root, dir, what));
 }
 
 const TESTBED = "/testbed";
 
-/** Whether `dir` (absolute, inside the image) is a real directory with a `.git` entry; links refused on the way. */
-function gitDirOf(root: string, dir: string, what: string): boolean {
+/**
+ * Whether `dir` (absolute, inside the image) is a real directory of the materialized root `root` with a `.git`
+ * entry. Each component is checked without following links: a link there would point into the host, not the image.
+ */
+export function hasRepositoryAt(root: string, dir: string, what: string): boolean {
   let path = root;
   for (const part of dir.split("/").filter(Boolean)) {
     if (part === "." || part === "..") throw new ImageInvalidError(`image ${what}: ${dir} is not a plain path`);
@@ -58,7 +53,7 @@ function gitDirOf(root: string, dir: string, what: string): boolean {
 }
 
 /**
- * The image's repository `dir` (see `imageRepositoryDir`) in the materialized root `root`, checked to derive from.
+ * The image's repository `dir` (`hasRepositoryAt`) in the materialized root `root`, checked to derive from.
  * Refused (`ImageInvalidError`): a linked `.git`, a `.git` file (a worktree's or a submodule's), a link anywhere
  * under `.git` but its hooks, alternates, grafts, submodules.
  */

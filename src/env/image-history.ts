@@ -18,13 +18,13 @@ import { homeLayout } from "../util/home.js";
 import type { NodeCache } from "./cache/index.js";
 import {
   checkDerived,
-  imageRepositoryDir,
+  hasRepositoryAt,
   repositoryCandidates,
   sourceRepository,
   writeConfig,
 } from "./image-history-check.js";
 import { deriveTestbedGit } from "./image-history-derive.js";
-import { acquireImageRootfs, getImage } from "./images/index.js";
+import { getImage } from "./images/index.js";
 import {
   canChown,
   derivedKey,
@@ -33,8 +33,11 @@ import {
   ingestLayer,
   lockFile,
   normalizeMtimes,
+  readManifest,
+  ROOTFS_TREE,
   storeIds,
   type ImageRecord,
+  type Store,
 } from "./store/index.js";
 import { createHash } from "node:crypto";
 import { TESTBED_PATH, type LayerKey } from "./types.js";
@@ -53,7 +56,7 @@ export function testbedHistoryKey(rootfs: LayerKey, dir = TESTBED_PATH): LayerKe
   return derivedKey(rootfs, `testbed-git-${IMAGE_HISTORY_VERSION}${at}`);
 }
 
-const deriving = new Map<string, Promise<LayerKey>>();
+const deriving = new Map<string, Promise<LayerKey | undefined>>();
 
 /** An image's chronological `.git`: its layer, and the directory of the image it goes over. */
 export interface HistoryLayer {
@@ -73,51 +76,91 @@ async function storedHistory(cache: NodeCache, image: ImageRecord): Promise<Hist
 
 /**
  * The image's chronological `.git` layer, derived now if the store lacks it; undefined when the image has no
- * repository (`imageRepositoryDir`). `root` is the image's root filesystem, materialized and leased meanwhile.
+ * repository (`repositoryCandidates`). The derivation reads the image's `.git` on the host: from its root filesystem
+ * materialized (leased meanwhile), whatever form its sandboxes get it in.
  */
 export async function ensureTestbedHistory(
   home: string,
   cache: NodeCache,
   image: ImageRecord,
-  root: string,
   what: string,
 ): Promise<HistoryLayer | undefined> {
   const stored = await storedHistory(cache, image);
   if (stored) return stored;
-  const dir = imageRepositoryDir(root, image.config.WorkingDir, what);
+  const dir = await repositoryInManifest(cache.store, image);
   if (dir === undefined) return undefined;
   const key = testbedHistoryKey(image.rootfs, dir);
-  const testbed = sourceRepository(root, dir, what);
   const id = `${cache.store.root}\0${key}`;
   let p = deriving.get(id);
   if (!p) {
-    p = derivedOnce(home, cache, { image, key, testbed, what }).finally(() => deriving.delete(id));
+    p = derivedOnce(home, cache, { image, key, dir, what }).finally(() => deriving.delete(id));
     deriving.set(id, p);
   }
-  return { key: await p, dir };
+  const derived = await p;
+  return derived === undefined ? undefined : { key: derived, dir };
+}
+
+const repositories = new Map<string, Promise<string | undefined>>();
+
+/**
+ * The first candidate directory the root's manifest shows a `.git` in, or a link on the way to (the derivation's
+ * checks refuse it: it must get there, not be passed over for a later candidate or none); read once per root.
+ */
+function repositoryInManifest(store: Store, image: ImageRecord): Promise<string | undefined> {
+  const candidates = repositoryCandidates(image.config.WorkingDir);
+  const id = `${store.root}\0${image.rootfs}\0${candidates.join("\0")}`;
+  let p = repositories.get(id);
+  if (!p) {
+    p = readManifest(store, image.rootfs).then((m) => {
+      const types = new Map<unknown, string>((m.trees[ROOTFS_TREE]?.entries ?? []).map((e) => [e.path, e.type]));
+      return candidates.find((dir) => manifestShowsRepository(types, dir));
+    });
+    p.catch(() => repositories.delete(id));
+    repositories.set(id, p);
+  }
+  return p;
+}
+
+function manifestShowsRepository(types: Map<unknown, string>, dir: string): boolean {
+  const parts = dir.split("/").filter(Boolean);
+  for (let i = 1; i <= parts.length; i++) {
+    const type = types.get(parts.slice(0, i).join("/"));
+    if (type === "symlink") return true;
+    if (type !== "dir") return false;
+  }
+  return types.has(`${parts.join("/")}/.git`);
 }
 
 interface Job {
   image: ImageRecord;
   key: LayerKey;
-  testbed: string;
+  /** Where the image keeps its repository, as its manifest shows it. */
+  dir: string;
   what: string;
 }
 
 /** Under the layer's lock: another process may have stored it meanwhile. */
-async function derivedOnce(home: string, cache: NodeCache, job: Job): Promise<LayerKey> {
+async function derivedOnce(home: string, cache: NodeCache, job: Job): Promise<LayerKey | undefined> {
   const lock = await lockFile(join(ensureImageDirs(cache.store).locks, `${job.key}.lock`), {
     timeoutMs: 60 * 60_000,
   });
   try {
-    if (!(await hasLayer(cache.store, job.key))) await deriveAndStore(home, cache, job);
-    return job.key;
+    if (await hasLayer(cache.store, job.key)) return job.key;
+    const lease = await cache.acquire(job.image.rootfs, { form: "tree" });
+    try {
+      const root = lease.trees[ROOTFS_TREE]!;
+      if (!hasRepositoryAt(root, job.dir, job.what)) return undefined;
+      await deriveAndStore(home, cache, { ...job, testbed: sourceRepository(root, job.dir, job.what) });
+      return job.key;
+    } finally {
+      await lease.release();
+    }
   } finally {
     await lock.release();
   }
 }
 
-async function deriveAndStore(home: string, cache: NodeCache, job: Job): Promise<void> {
+async function deriveAndStore(home: string, cache: NodeCache, job: Job & { testbed: string }): Promise<void> {
   const started = performance.now();
   const dest = join(homeLayout(home).envs, `image-history-${randomBytes(6).toString("hex")}`);
   mkdirSync(homeLayout(home).envs, { recursive: true });
@@ -157,10 +200,9 @@ export async function testbedHistory(
   home: string,
   cache: NodeCache,
   image: ImageRecord,
-  root: string,
   what: string,
 ): Promise<TestbedHistory | undefined> {
-  const layer = await ensureTestbedHistory(home, cache, image, root, what);
+  const layer = await ensureTestbedHistory(home, cache, image, what);
   if (layer === undefined) return undefined;
   const lease = await cache.acquire(layer.key, { form: "tree" });
   const lower = join(lease.trees[HISTORY_TREE]!, ".git");
@@ -172,12 +214,5 @@ export async function testbedHistory(
  * history derived now rather than at its first sandbox; its root filesystem is leased only when it must be.
  */
 export async function prepareTestbedHistory(home: string, cache: NodeCache, ref: string): Promise<void> {
-  const image = await getImage(cache.store, ref);
-  if (await storedHistory(cache, image)) return;
-  const { root, lease } = await acquireImageRootfs(cache, ref);
-  try {
-    await ensureTestbedHistory(home, cache, image, root, ref);
-  } finally {
-    await lease.release();
-  }
+  await ensureTestbedHistory(home, cache, await getImage(cache.store, ref), ref);
 }

@@ -345,9 +345,9 @@ async function dirWorkspace(req: SandboxRequest): Promise<Workspace> {
 }
 
 /**
- * An OCI image from the store: its root filesystem (materialized once per node, leased) becomes the sandbox's `/`,
- * copy-on-write, with the image config's Env, WorkingDir and User (`images/runtime.ts`); the caller's options go
- * over them. Its files keep their owners inside (the store's id range, mapped onto the sandbox's). Its testbed's
+ * An OCI image from the store: its root filesystem (placed once per node in the cache's form, leased) becomes the
+ * sandbox's `/`, copy-on-write, with the image config's Env, WorkingDir and User (`images/runtime.ts`); the caller's
+ * options go over them. Its files keep the image's owners inside (`image-root.ts`). Its testbed's
  * history is chronological unless asked otherwise (`image-history.ts`): a `.git` of HEAD's commit alone, over the
  * image's own.
  */
@@ -362,7 +362,7 @@ async function imageWorkspace(req: SandboxRequest, ref: string): Promise<Workspa
   try {
     if (history === "chronological") {
       const { testbedHistory } = await import("./image-history.js");
-      git = await testbedHistory(home, cache, image, onImage.rootfs!.path, ref);
+      git = await testbedHistory(home, cache, image, ref);
     }
   } catch (e) {
     await release();

@@ -188,7 +188,7 @@ export interface SandboxOptions {
 }
 
 export interface RootFs {
-  /** The tree, never written (writes go to the sandbox's scratch). */
+  /** The tree, never written (writes go to the sandbox's scratch): a directory or a layer image lower (imageLower). */
   path: string;
   /** First host id of the range its files belong to (the store's, root mode): mapped onto the sandbox's range. */
   owner?: number;
@@ -244,8 +244,12 @@ function sandboxEnv(opts: SandboxOptions, uid: number, home: string, hostname: s
 }
 
 /** An image's root filesystem as the first copy-on-write tree, its files mapped from the range they belong to. */
-function rootOverlay(rootfs: RootFs): OverlayMount {
-  if (!existsSync(rootfs.path)) throw new InvalidInputError(`root filesystem ${rootfs.path} does not exist`);
+function rootOverlay(rootfs: RootFs, mode: LaunchMode): OverlayMount {
+  if (parseImageLower(rootfs.path)) {
+    checkLower(rootfs.path, mode);
+    if (rootfs.owner !== undefined)
+      throw new InvalidInputError("a layer image's files carry the image's own ids: give its root no owner range");
+  } else if (!existsSync(rootfs.path)) throw new InvalidInputError(`root filesystem ${rootfs.path} does not exist`);
   return { lower: [rootfs.path], owner: rootfs.owner, target: "/" };
 }
 
@@ -370,7 +374,7 @@ export class Sandbox implements AsyncDisposable {
     for (const o of overlays) for (const l of o.lower) checkLower(l, mode);
     // The opened directory itself, as descriptor 5 of the launch: no path is looked up again.
     if (dir) overlays.unshift({ lower: [`/proc/self/fd/${FIRST_PASSED_FD}`], target: TESTBED_PATH });
-    if (opts.rootfs) overlays.unshift(rootOverlay(opts.rootfs));
+    if (opts.rootfs) overlays.unshift(rootOverlay(opts.rootfs, mode));
     return Sandbox.launch({
       opts,
       sandboxesDir: layout.sandboxes,

@@ -11,6 +11,7 @@ import { helperPath, idPool, launchMode } from "../../sandbox/host.js";
 import { imageLower } from "../../sandbox/plan.js";
 import { erofsImage } from "../store/erofs.js";
 import { NORMALIZED_MTIME_SEC, removeTree, scratchName } from "../store/fsutil.js";
+import { configuredStoreIds } from "../store/ids.js";
 import type { Store } from "../store/layout.js";
 import { lockFile } from "../store/lock.js";
 
@@ -45,7 +46,10 @@ async function probe(store: Store): Promise<FormChoice> {
   const lock = await lockFile(store.lockPath, { shared: true });
   try {
     await fsp.mkdir(join(dir, "objects", "ab"), { recursive: true });
-    await fsp.writeFile(join(dir, "objects", "ab", "cd"), PROBE_TEXT);
+    // As an image's object is: owned by the store's range (no sandbox maps it), readable by its owner alone.
+    const object = join(dir, "objects", "ab", "cd");
+    await fsp.writeFile(object, PROBE_TEXT, { mode: 0o600 });
+    await fsp.chown(object, configuredStoreIds().base, configuredStoreIds().base);
     const attrs = { mode: 0o555, uid: 0, gid: 0, mtimeSec: NORMALIZED_MTIME_SEC };
     const file = { kind: "file" as const, ...attrs, mode: 0o444, size: PROBE_TEXT.length, redirect: "/ab/cd" };
     const tree = { kind: "dir" as const, ...attrs, entries: [{ name: "f", node: file }] };

@@ -19,8 +19,8 @@ import type { LayerKey } from "../types.js";
 import { exists, processAlive, removeTree, scratchName, sleep, writeFileAtomic } from "../store/fsutil.js";
 import { assertLayerKey, openStore, type Store } from "../store/layout.js";
 import { lockFile } from "../store/lock.js";
-import { hasLayer, readManifest } from "../store/manifest.js";
-import { hasImageTrees, type LayerImageResult, writeLayerImage } from "../store/layer-image.js";
+import { hasLayer } from "../store/manifest.js";
+import { type LayerImageResult, writeLayerImage } from "../store/layer-image.js";
 import { materializeLayer, type MaterializeOptions } from "../store/materialize.js";
 import { imageLower } from "../../sandbox/plan.js";
 import { pullLayer, type PullResult } from "../store/remote.js";
@@ -136,8 +136,6 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
   readonly budget: IoBudget;
   private readonly inflight = new Map<LayerKey, Promise<void>>();
   private readonly fetching = new Map<LayerKey, Promise<void>>();
-  /** Per layer: can it be given as an image (no image root filesystem in it)? Layers are immutable. */
-  private readonly imageable = new Map<LayerKey, boolean>();
   private readonly d: Record<"layers" | "images" | "meta" | "leases" | "locks" | "tmp" | "trash" | "evicting", string>;
 
   constructor(private readonly opts: NodeCacheOptions) {
@@ -219,21 +217,12 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
    * The form a lease gets: as asked (auto: a tree already here, else this host's choice). An image is the cheaper
    * cold start (no link per file), a tree the cheaper sandbox once placed: each launch mounts an image anew, so a
    * sandbox's first walk of its files and its teardown instantiate and drop every inode it touched twice (the image
-   * and the overlay giving it its objects), where a tree's inodes are the host's, cached across sandboxes. An image's
-   * root filesystem (owners and modes of its own) is materialized: its image form is not written yet.
+   * and the overlay giving it its objects), where a tree's inodes are the host's, cached across sandboxes.
    */
   private async formFor(key: LayerKey, opts: AcquireOptions): Promise<LayerForm> {
     const asked = opts.form ?? this.opts.form ?? "tree";
     if (asked === "auto" && (await this.placed(key, "tree"))) return "tree";
-    const form = asked === "auto" ? (await chooseLayerForm(this.store)).form : asked;
-    if (form === "tree" || (await exists(this.imagePath(key)))) return form;
-    let imageable = this.imageable.get(key);
-    if (imageable === undefined) {
-      await this.fetch(key, opts);
-      imageable = !hasImageTrees(await readManifest(this.store, key));
-      this.imageable.set(key, imageable);
-    }
-    return imageable ? "image" : "tree";
+    return asked === "auto" ? (await chooseLayerForm(this.store)).form : asked;
   }
 
   /** Layers here (in one form or both), least recently used first. */

@@ -1,10 +1,10 @@
 /**
  * Images in a store, by the names users type (`debian:12` is `docker.io/library/debian:12`) or by id: what a
  * sandbox on an image needs is here — the record (config: Env, WorkingDir, User, Entrypoint/Cmd, Labels; layers;
- * root filesystem layer key) and its root filesystem materialized read-only in the node cache.
+ * root filesystem layer key) and its root filesystem, read-only in the node cache (its metadata image or materialized).
  */
 import { NotFoundError } from "../../errors.js";
-import type { CacheLease, NodeCache } from "../cache/index.js";
+import type { AcquireOptions, CacheLease, NodeCache } from "../cache/index.js";
 import {
   findImage,
   listImages,
@@ -45,15 +45,22 @@ export async function removeStoredImage(store: Store, text: string): Promise<Rem
 
 export interface ImageRootfs {
   image: ImageRecord;
-  /** The materialized root filesystem (read-only; owners in the store's id range): mount it copy-on-write. */
+  /**
+   * The root filesystem as an overlay's lower (`lease.form`): a directory (materialized; owners in the store's id
+   * range), or a layer image lower (owners the image's own ids). Read-only: mount it copy-on-write.
+   */
   root: string;
   lease: CacheLease;
 }
 
-/** The image's root filesystem, materialized once per node and leased until `lease.release()`. */
-export async function acquireImageRootfs(cache: NodeCache, text: string): Promise<ImageRootfs> {
+/** The image's root filesystem, placed once per node (in `opts.form`) and leased until `lease.release()`. */
+export async function acquireImageRootfs(
+  cache: NodeCache,
+  text: string,
+  opts: Pick<AcquireOptions, "form"> = {},
+): Promise<ImageRootfs> {
   const image = await getImage(cache.store, text);
-  const lease = await cache.acquire(image.rootfs);
+  const lease = await cache.acquire(image.rootfs, opts);
   const root = lease.trees[ROOTFS_TREE];
   if (!root) {
     await lease.release();

@@ -3,16 +3,22 @@
  * so that overlayfs, given the image and the store's objects/ as a data-only layer, shows exactly what
  * materializeLayer would have made (same modes, owners, times, symlinks, hard links) without one file per entry on
  * disk. Built only from a validated manifest of the local store: never from anything a sandbox wrote.
+ *
+ * An image's root filesystem (a tree with an `owner`) keeps its own owners and modes, by the rules its materialized
+ * form follows: owners as ids inside the image (0..65535; the sandbox's id-mapped mount puts them in its range, as
+ * the materialized tree's store-range owners are), files at most 0777 (no setuid, setgid or sticky bit), directories
+ * their setgid and sticky bits, no xattr but overlayfs's own (no file capability), no device node (never in a
+ * manifest), Python sources their own mtime.
  */
 import * as fsp from "node:fs/promises";
 import { performance } from "node:perf_hooks";
 import type { LayerKey } from "../types.js";
 import { InvalidInputError } from "../../errors.js";
-import { type ErofsDir, type ErofsFile, erofsImage, MAX_NAME, MAX_SYMLINK } from "./erofs.js";
+import { type ErofsDir, type ErofsFile, type ErofsSymlink, erofsImage, MAX_NAME, MAX_SYMLINK } from "./erofs.js";
 import { NORMALIZED_MTIME_SEC } from "./fsutil.js";
-import { objectMode, type ObjectId, type Store } from "./layout.js";
-import { readManifest, type LayerManifest, type TreeManifest } from "./manifest.js";
-import { GIT_INDEX_MTIME_SEC, readOnlyDirMode } from "./materialize.js";
+import { imageFileAttrs, objectMode, type ObjectId, type Store } from "./layout.js";
+import { readManifest, type FileEntry, type LayerManifest, type TreeManifest } from "./manifest.js";
+import { GIT_INDEX_MTIME_SEC, imageDirMode, readOnlyDirMode } from "./materialize.js";
 import { decodeName, displayName, type EncodedName, pathKey } from "./names.js";
 
 export interface LayerImageResult {
@@ -44,9 +50,6 @@ export async function writeLayerImage(store: Store, key: LayerKey, dest: string)
   };
 }
 
-/** An OCI image's root filesystem: owners and modes of its own (see README "Images"), not written as an image yet. */
-export const hasImageTrees = (m: LayerManifest): boolean => Object.values(m.trees).some((t) => t.owner !== undefined);
-
 /** What a materialized tree could not hold either: refused before anything is written. */
 function checkEntry(key: LayerKey, path: string, name: string, target?: Buffer): void {
   const why =
@@ -60,30 +63,74 @@ function checkEntry(key: LayerKey, path: string, name: string, target?: Buffer):
 }
 
 /**
- * The image's bytes: a root directory (0555) holding one directory per tree. Everything is owned by this process's
- * user, as materialized dirs and symlinks are (and its files, links to objects this user's store wrote).
+ * The image's bytes: a root directory (0555) holding one directory per tree. A built layer's inodes are owned by this
+ * process's user, as its materialized dirs and symlinks are (and its files, links to objects this user's store
+ * wrote); an image's tree by the image's own ids.
  */
 export function layerImage(manifest: LayerManifest): Buffer {
-  if (hasImageTrees(manifest))
-    throw new InvalidInputError(`layer ${manifest.key} is an image's root filesystem: it is materialized, not imaged`);
-  const ids = { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
-  const root = dirNode(0o555, ids);
+  const self = { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
+  const root = dirNode(0o555, self);
   for (const [name, tree] of Object.entries(manifest.trees))
-    root.entries.push({ name, node: treeNode(manifest.key, tree, ids) });
+    root.entries.push({ name, node: treeNode(manifest.key, tree, tree.owner ? imageInodes : builtInodes(self)) });
   return erofsImage(root);
 }
 
 type Ids = { uid: number; gid: number };
 
+/** What a tree's inodes carry: materializeTree's rules (materialize.ts), one set per kind of tree. */
+interface TreeInodes {
+  dirMode(mode: number): number;
+  /** A directory's or symlink's owner, from its entry (the tree's top: the tree's owner). */
+  owner(ids: Partial<Ids>): Ids;
+  file(e: FileEntry, gitIndex: boolean): ErofsFile;
+}
+
+/** A built layer: read-only, this user's, a git index one second newer than its work tree. */
+const builtInodes = (self: Ids): TreeInodes => ({
+  dirMode: readOnlyDirMode,
+  owner: () => self,
+  file: (e, gitIndex) => ({
+    kind: "file",
+    mode: objectMode(e.object),
+    uid: self.uid,
+    gid: self.gid,
+    mtimeSec: gitIndex ? GIT_INDEX_MTIME_SEC : NORMALIZED_MTIME_SEC,
+    size: e.size,
+    redirect: objectRedirect(e.object),
+  }),
+});
+
+/** An image's root filesystem: each inode its own owner; a file its object's mode, owner and mtime (objects.ts). */
+const imageInodes: TreeInodes = {
+  dirMode: imageDirMode,
+  owner: (ids) => ({ uid: ids.uid ?? 0, gid: ids.gid ?? 0 }),
+  file: (e) => {
+    const a = imageFileAttrs(e.object);
+    if (!a) throw new InvalidInputError(`object ${e.object} of an image's tree has no owner`);
+    return {
+      kind: "file",
+      // At most 0777 by its id already; masked again: no setuid, setgid or sticky bit ever reaches an image.
+      mode: a.mode & 0o777,
+      uid: a.uid,
+      gid: a.gid,
+      mtimeSec: a.mtimeSec ?? NORMALIZED_MTIME_SEC,
+      size: e.size,
+      redirect: objectRedirect(e.object),
+    };
+  },
+};
+
 function dirNode(mode: number, ids: Ids): ErofsDir {
   return { kind: "dir", mode, uid: ids.uid, gid: ids.gid, mtimeSec: NORMALIZED_MTIME_SEC, entries: [] };
 }
 
-/** One tree, as materializeTree would place it (files with their object's mode; a git index one second newer). */
-function treeNode(key: LayerKey, tree: TreeManifest, ids: Ids): ErofsDir {
-  const top = dirNode(readOnlyDirMode(tree.mode), ids);
+/** One tree, as materializeTree would place it. */
+function treeNode(key: LayerKey, tree: TreeManifest, inodes: TreeInodes): ErofsDir {
+  const top = dirNode(inodes.dirMode(tree.mode), inodes.owner(tree.owner ?? {}));
   const dirs = new Map<string, ErofsDir>([["", top]]);
-  const files = new Map<string, ErofsFile>();
+  // Files later entries link to, by path: the only ones looked up again.
+  const linked = new Map<string, ErofsFile | undefined>();
+  for (const e of tree.entries) if (e.type === "hardlink") linked.set(byteString(e.target), undefined);
   for (const e of tree.entries) {
     const path = byteString(e.path);
     const slash = path.lastIndexOf("/");
@@ -92,26 +139,25 @@ function treeNode(key: LayerKey, tree: TreeManifest, ids: Ids): ErofsDir {
     const target = e.type === "symlink" ? decodeName(e.target) : undefined;
     checkEntry(key, path, name, target);
     if (e.type === "dir") {
-      const d = dirNode(readOnlyDirMode(e.mode), ids);
+      const d = dirNode(inodes.dirMode(e.mode), inodes.owner(e));
       dirs.set(path, d);
       parent.entries.push({ name, node: d });
     } else if (e.type === "file") {
-      const gitIndex = path === ".git/index" || path.endsWith("/.git/index");
-      const f: ErofsFile = {
-        kind: "file",
-        mode: objectMode(e.object),
-        uid: ids.uid,
-        gid: ids.gid,
-        mtimeSec: gitIndex ? GIT_INDEX_MTIME_SEC : NORMALIZED_MTIME_SEC,
-        size: e.size,
-        redirect: objectRedirect(e.object),
-      };
-      files.set(path, f);
+      const f = inodes.file(e, path === ".git/index" || path.endsWith("/.git/index"));
+      if (linked.has(path)) linked.set(path, f);
       parent.entries.push({ name, node: f });
-    } else if (target) {
-      const node = { kind: "symlink" as const, mode: 0o777, ...ids, mtimeSec: NORMALIZED_MTIME_SEC, target };
+    } else if (e.type === "symlink") {
+      const { uid, gid } = inodes.owner(e);
+      const node: ErofsSymlink = {
+        kind: "symlink",
+        mode: 0o777,
+        uid,
+        gid,
+        mtimeSec: NORMALIZED_MTIME_SEC,
+        target: target!,
+      };
       parent.entries.push({ name, node });
-    } else parent.entries.push({ name, node: files.get(byteString(e.target))! });
+    } else parent.entries.push({ name, node: linked.get(byteString(e.target))! });
   }
   return top;
 }

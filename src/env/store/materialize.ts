@@ -108,6 +108,9 @@ export async function materializeLayer(
 /** Read-only, but the owner keeps read+search so the tree can be walked and removed. */
 export const readOnlyDirMode = (mode: number): number => (mode & 0o555) | 0o500;
 
+/** An image's directory: setuid means nothing on one; setgid (entries inherit the group) and sticky (/tmp) are kept. */
+export const imageDirMode = (mode: number): number => mode & 0o3777;
+
 /** How a tree's directories and symlinks get their mode and owner: read-only (built), or as the image says. */
 interface TreeAttrs {
   image: boolean;
@@ -120,8 +123,7 @@ function treeAttrs(store: Store, tree: TreeManifest): TreeAttrs {
   const base = canChown() ? storeIds(store).base : undefined;
   return {
     image: true,
-    // setuid means nothing on a directory; setgid (new entries inherit the group) and sticky (/tmp) are kept.
-    dirMode: (mode) => mode & 0o3777,
+    dirMode: imageDirMode,
     chown: async (abs, uid = 0, gid = 0) => {
       if (base !== undefined) await fsp.lchown(abs, base + uid, base + gid);
     },
