@@ -16,13 +16,17 @@ import {
   hasDiff,
   hasLayer,
   lockFile,
+  readDiff,
+  rootfsManifest,
   storeIds,
   summarizeManifest,
   unpackLayer,
   writeBlob,
   writeImage,
+  type DiffRecord,
   type ImageLayer,
   type ImagePlatform,
+  type LayerManifest,
   type ImageRecord,
   type Store,
   type UnpackBudget,
@@ -122,9 +126,10 @@ export async function storeImage(store: Store, input: ImageInput, opts: StoreIma
       const layers = existing.layers.map((l) => ({ diffId: l.diffId, stored: false, newObjects: 0, newBytes: 0 }));
       return { image: existing, refs: [...opts.refs], cached: true, layers, durationMs: performance.now() - started };
     }
-    const layers = await storeLayers(store, input, config.diffIds, opts);
+    const ahead = new RootfsAhead(store, config.diffIds);
+    const layers = await storeLayers(store, input, config.diffIds, { ...opts, ahead });
     opts.onEvent?.({ type: "flatten" });
-    const rootfs = await flattenImage(store, config.diffIds);
+    const rootfs = await flattenImage(store, config.diffIds, await ahead.manifest());
     await writeBlob(store, input.manifestDigest, input.manifestBytes);
     await writeBlob(store, id, input.configBytes);
     const record: ImageRecord = {
@@ -159,9 +164,10 @@ async function storeLayers(
   store: Store,
   input: ImageInput,
   diffIds: string[],
-  opts: StoreImageOptions,
+  opts: LayerOptions,
 ): Promise<LayerOutcome[]> {
   const present = await Promise.all(diffIds.map((d) => hasDiff(store, d)));
+  opts.ahead.read(diffIds.filter((_, i) => present[i]));
   const missing = input.manifest.layers.filter((_, i) => !present[i]);
   opts.onEvent?.({ type: "layers", total: diffIds.length, missing: missing.length, bytes: sum(missing) });
   const outcomes: LayerOutcome[] = diffIds.map((diffId) => ({ diffId, stored: false, newObjects: 0, newBytes: 0 }));
@@ -184,7 +190,7 @@ async function storeLayer(
   input: ImageInput,
   i: number,
   diffId: string,
-  opts: StoreImageOptions,
+  opts: LayerOptions,
 ): Promise<LayerOutcome> {
   const desc = input.manifest.layers[i]!;
   const what = `layer ${i + 1}/${input.manifest.layers.length} of ${input.source} (${desc.digest.slice(0, 19)})`;
@@ -205,6 +211,7 @@ async function storeLayer(
           throw new ImageInvalidError(`${what}: its bytes do not match the digest and size its manifest gives`);
         await settle("stored");
       },
+      whileSyncing: (record) => opts.ahead.recorded(record),
     });
     return { diffId, stored: true, newObjects: r.newObjects, newBytes: r.newBytes };
   } catch (e) {
@@ -212,6 +219,48 @@ async function storeLayer(
     const cause = e instanceof ImageInvalidError ? await opened.explain?.().catch(() => undefined) : undefined;
     await settle(invalid ? "invalid" : "interrupted");
     throw cause ?? e;
+  }
+}
+
+interface LayerOptions extends StoreImageOptions {
+  ahead: RootfsAhead;
+}
+
+/**
+ * The root filesystem's manifest made while the last new layer's objects are synced (the disk is waited for, the
+ * processor is free), from the records of the layers present, read while the new ones download.
+ */
+class RootfsAhead {
+  private readonly records = new Map<string, DiffRecord>();
+  private reading: Promise<void> = Promise.resolve();
+  private made: Promise<LayerManifest> | undefined;
+
+  constructor(
+    private readonly store: Store,
+    private readonly diffIds: readonly string[],
+  ) {}
+
+  read(present: readonly string[]): void {
+    const read = async (d: string) => void this.records.set(d, await readDiff(this.store, d));
+    // A record that cannot be read now is read (and its error given) by the flatten itself.
+    this.reading = Promise.all(present.map(read)).then(
+      () => undefined,
+      () => undefined,
+    );
+  }
+
+  /** A layer's verified record: once every layer has one, the manifest is made now. */
+  async recorded(record: DiffRecord): Promise<void> {
+    this.records.set(record.diffId, record);
+    await this.reading;
+    if (this.made || !this.diffIds.every((d) => this.records.has(d))) return;
+    this.made = rootfsManifest(this.store, this.diffIds, this.records);
+    await this.made.catch(() => undefined);
+  }
+
+  /** What was made ahead; undefined when nothing was, or it failed (the flatten then says why). */
+  async manifest(): Promise<LayerManifest | undefined> {
+    return this.made?.catch(() => undefined);
   }
 }
 

@@ -76,19 +76,36 @@ export interface NotApplied {
 
 /**
  * Write (unless the store has it) the root filesystem layer of these layers, and give its manifest; the caller holds
- * the store lock.
+ * the store lock. `manifest`: what `rootfsManifest` gave for them (made while something else was waited for).
  */
 export async function flattenImage(
   store: Store,
   diffIds: readonly string[],
+  manifest?: LayerManifest,
 ): Promise<{ key: LayerKey; created: boolean; manifest: LayerManifest }> {
   if (diffIds.length === 0) throw new ImageInvalidError("an image without layers has no root filesystem");
   const key = rootfsKey(diffIds);
   if (await hasLayer(store, key)) return { key, created: false, manifest: await readManifest(store, key) };
+  const made = manifest?.key === key ? manifest : await rootfsManifest(store, diffIds);
+  await writeManifest(store, made);
+  return { key, created: true, manifest: made };
+}
+
+/**
+ * The root filesystem's manifest of these layers, made and validated in memory (nothing written); `known`: diff
+ * records the caller holds already (a layer just unpacked, before its record is on disk).
+ */
+export async function rootfsManifest(
+  store: Store,
+  diffIds: readonly string[],
+  known?: ReadonlyMap<string, DiffRecord>,
+): Promise<LayerManifest> {
+  if (diffIds.length === 0) throw new ImageInvalidError("an image without layers has no root filesystem");
+  const key = rootfsKey(diffIds);
   const root: DirNode = { t: "d", mode: 0o755, uid: 0, gid: 0, kids: new Map() };
   const notApplied: NotApplied = { setid: 0, xattrs: 0, specials: 0 };
   for (const [i, diffId] of diffIds.entries()) {
-    const diff = await readDiff(store, diffId);
+    const diff = known?.get(diffId) ?? (await readDiff(store, diffId));
     applyLayer(root, diff, `layer ${i + 1} (${diffId})`, notApplied);
   }
   const manifest: LayerManifest = {
@@ -101,8 +118,7 @@ export async function flattenImage(
     meta: { image: { diffIds: [...diffIds], notApplied: { ...notApplied } } },
   };
   validateManifest(manifest, key);
-  await writeManifest(store, manifest);
-  return { key, created: true, manifest };
+  return manifest;
 }
 
 function applyLayer(root: DirNode, diff: DiffRecord, what: string, notApplied: NotApplied): void {
@@ -213,6 +229,9 @@ function components(path: Buffer): string[] {
     .filter((p) => p.length > 0);
 }
 
+// Names here are latin1 strings of their bytes: pure ASCII is its own UTF-8, so it is its encoded name.
+const ASCII = /^[\x00-\x7f]*$/;
+
 /** Pre-order entries, names in byte order; the first path of a shared inode is its file, the others hard links. */
 function emit(root: DirNode, notApplied: NotApplied): ManifestEntry[] {
   const out: ManifestEntry[] = [];
@@ -221,7 +240,7 @@ function emit(root: DirNode, notApplied: NotApplied): ManifestEntry[] {
     for (const name of [...dir.kids.keys()].sort()) {
       const node = dir.kids.get(name)!;
       const rel = prefix ? `${prefix}/${name}` : name;
-      const path = encodeName(Buffer.from(rel, "latin1"));
+      const path = ASCII.test(rel) ? rel : encodeName(Buffer.from(rel, "latin1"));
       if (node.t === "d") {
         out.push({ path, type: "dir", mode: node.mode, uid: node.uid, gid: node.gid, ...xattrs(node, notApplied) });
         walk(node, rel);

@@ -1,5 +1,6 @@
 /** Small filesystem and process helpers shared by the store and the node cache. */
 import { randomBytes } from "node:crypto";
+import { closeSync, fsync, openSync } from "node:fs";
 import { processStartTime as procStartTime } from "../../sandbox/procfs.js";
 import * as fsp from "node:fs/promises";
 import { dirname, join } from "node:path";
@@ -113,10 +114,27 @@ const FSYNC_EACH_MAX = 64;
 export async function syncFiles(files: readonly string[], fsPath: string): Promise<void> {
   if (files.length > FSYNC_EACH_MAX) return syncFilesystem(fsPath);
   try {
-    await mapLimit(files, 8, fsyncPath);
-    await mapLimit([...new Set(files.map((f) => dirname(f)))], 8, fsyncDir);
+    await fsyncAll([...files, ...new Set(files.map((f) => dirname(f)))]);
   } catch {
     await syncFilesystem(fsPath); // a file we may not open (an image's mode 000 one, unprivileged)
+  }
+}
+
+/**
+ * fsync of every path at once: all are opened first, so that the syncs then run on the thread pool without this
+ * thread's help (it may be busy meanwhile: a root filesystem is flattened while its last layer is synced).
+ */
+async function fsyncAll(paths: readonly string[]): Promise<void> {
+  const fds: number[] = [];
+  try {
+    for (const p of paths) fds.push(openSync(p, "r"));
+    const synced = await Promise.allSettled(
+      fds.map((fd) => new Promise<void>((ok, no) => fsync(fd, (e) => (e ? no(e) : ok())))),
+    );
+    const failed = synced.find((r): r is PromiseRejectedResult => r.status === "rejected");
+    if (failed) throw failed.reason;
+  } finally {
+    for (const fd of fds) closeSync(fd);
   }
 }
 

@@ -79,6 +79,7 @@ export {
   chainId,
   derivedKey,
   flattenImage,
+  rootfsManifest,
   isDerivedFrom,
   rootfsKey,
   ROOTFS_TREE,

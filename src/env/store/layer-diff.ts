@@ -99,6 +99,17 @@ interface UnpackState {
   maxEntries: number;
 }
 
+export interface UnpackOptions extends UnpackBudget {
+  what?: string;
+  /** Once the content is verified, before its new objects are synced (a refusal here stores nothing). */
+  beforeRecord?: () => Promise<void>;
+  /**
+   * Work of the caller's that needs the verified record, done while its new objects are synced (the disk waited
+   * for, not the processor); it must not fail, and the record is written once both are done.
+   */
+  whileSyncing?: (record: DiffRecord) => Promise<void>;
+}
+
 /**
  * Unpack one layer's uncompressed tar stream into the store. `diffId` is what the image's config says the stream
  * hashes to; nothing is recorded unless it does. The caller holds the store lock (shared) and the layer's lock.
@@ -107,7 +118,7 @@ export async function unpackLayer(
   store: Store,
   diffId: string,
   tar: AsyncIterable<Buffer>,
-  opts: UnpackBudget & { what?: string; beforeRecord?: () => Promise<void> } = {},
+  opts: UnpackOptions = {},
 ): Promise<UnpackResult> {
   digestHex(diffId);
   ensureImageDirs(store);
@@ -147,16 +158,25 @@ export async function unpackLayer(
     bytes: s.bytes,
     warnings: warningsOf(s),
   };
-  await writeDiffRecord(store, record, [...s.added.keys()], what);
+  await writeDiffRecord(store, record, [...s.added.keys()], what, opts.whileSyncing);
   return { record, newObjects: s.added.size, newBytes: [...s.added.values()].reduce((a, b) => a + b, 0) };
 }
 
-async function writeDiffRecord(store: Store, record: DiffRecord, added: ObjectId[], what: string): Promise<void> {
+async function writeDiffRecord(
+  store: Store,
+  record: DiffRecord,
+  added: ObjectId[],
+  what: string,
+  whileSyncing?: (record: DiffRecord) => Promise<void>,
+): Promise<void> {
   try {
-    await syncFiles(
+    const syncing = syncFiles(
       added.map((id) => objectPath(store, id)),
       store.objectsDir,
     );
+    syncing.catch(() => undefined); // awaited below, after the caller's work
+    await whileSyncing?.(record);
+    await syncing;
     await writeFileAtomic(diffPath(store, record.diffId), JSON.stringify(record), store.tmpDir);
   } catch (e) {
     throw unpackError(e, what);

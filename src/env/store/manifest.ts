@@ -14,15 +14,7 @@ import {
   type ObjectId,
   type Store,
 } from "./layout.js";
-import {
-  decodeName,
-  displayName,
-  isEncodedName,
-  parentOf,
-  pathKey,
-  relPathProblem,
-  type EncodedName,
-} from "./names.js";
+import { decodeName, displayName, isEncodedName, pathKeys, type EncodedName } from "./names.js";
 
 export const MANIFEST_FORMAT = 1;
 
@@ -181,41 +173,48 @@ function validateEntries(tree: string, entries: unknown[], image: boolean, fail:
   const seen = new Set<string>();
   for (const e of entries) {
     if (!isObj(e) || !isEncodedName(e.path)) fail(`tree ${tree}: malformed entry`);
-    const path = decodeName(e.path);
-    const where = `tree ${tree}, ${JSON.stringify(displayName(path))}`;
-    const problem = relPathProblem(path);
-    if (problem) fail(`${where}: ${problem}`);
-    const key = pathKey(path);
-    if (seen.has(key)) fail(`${where}: duplicate path`);
+    // Keys by bytes, whatever the encoding: one path written twice (as text and as b64) is still a duplicate.
+    const { problem, key, parent } = pathKeys(e.path as EncodedName);
+    const bad = (why: string): never =>
+      fail(`tree ${tree}, ${JSON.stringify(displayName(e.path as EncodedName))}: ${why}`);
+    if (problem) bad(problem);
+    if (seen.has(key)) bad("duplicate path");
     seen.add(key);
-    if (!dirs.has(pathKey(parentOf(path)))) fail(`${where}: parent is not a directory listed before it`);
+    if (!dirs.has(parent)) bad("parent is not a directory listed before it");
     switch (e.type) {
       case "dir":
-        if (!isMode(e.mode)) fail(`${where}: invalid mode`);
+        if (!isMode(e.mode)) bad("invalid mode");
         dirs.add(key);
         break;
       case "file":
-        if (!isMode(e.mode) || !isSize(e.size)) fail(`${where}: invalid mode or size`);
-        if (typeof e.object !== "string" || !OBJECT_ID_RE.test(e.object)) fail(`${where}: invalid object id`);
+        if (!isMode(e.mode) || !isSize(e.size)) bad("invalid mode or size");
+        if (typeof e.object !== "string" || !OBJECT_ID_RE.test(e.object)) bad("invalid object id");
         files.add(key);
         break;
       case "symlink": {
-        if (!isEncodedName(e.target)) fail(`${where}: invalid symlink target`);
-        const target = decodeName(e.target);
-        if (target.length === 0 || target.includes(0)) fail(`${where}: invalid symlink target`);
+        if (!isEncodedName(e.target)) bad("invalid symlink target");
+        const target = e.target as EncodedName;
+        if (typeof target === "string" ? target.length === 0 || target.includes("\0") : badTarget(target)) {
+          bad("invalid symlink target");
+        }
         break;
       }
       case "hardlink":
-        if (!isEncodedName(e.target) || !files.has(pathKey(decodeName(e.target)))) {
-          fail(`${where}: hard link target is not an earlier file of the tree`);
+        if (!isEncodedName(e.target) || !files.has(pathKeys(e.target).key)) {
+          bad("hard link target is not an earlier file of the tree");
         }
         break;
       default:
-        fail(`${where}: unknown entry type ${JSON.stringify(e.type)}`);
+        bad(`unknown entry type ${JSON.stringify(e.type)}`);
     }
     const problem2 = entryAttrsProblem(e, image);
-    if (problem2) fail(`${where}: ${problem2}`);
+    if (problem2) bad(problem2);
   }
+}
+
+function badTarget(target: EncodedName): boolean {
+  const bytes = decodeName(target);
+  return bytes.length === 0 || bytes.includes(0);
 }
 
 /** Parse and validate manifest text; problems become StoreCorruptError (for the local store) via the caller. */
