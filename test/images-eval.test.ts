@@ -100,7 +100,7 @@ test("bad image flags: one line, cause first, exit 2; nothing is pulled or built
   }
   const row = cli(["exec", ...forExec, "--instance", ds.instances[0]!.instance_id, "--images", "row", "--", "true"]);
   assert.equal(row.status, 2, row.stderr);
-  assert.match(row.stderr, /names no image \(image_name or docker_image\)/);
+  assert.match(row.stderr, /names no image \(image_name, docker_image or dockerhub_tag\)/);
   const dirImages = cli(["exec", "--dir", dir, "--images", "swebench", "--", "true"]);
   assert.equal(dirImages.status, 2, dirImages.stderr);
   assert.match(dirImages.stderr, /is for dataset instances only/);

@@ -117,9 +117,15 @@ test("an image's root in both forms: a sandbox sees the same tree, contents and 
   const treeIno = new Map(tree.root.split("\n").map((l) => [l.split(" ")[1], / ino=(\d+)$/.exec(l)?.[1]]));
   for (const g of own) assert.equal(new Set(g.map((p) => treeIno.get(p))).size, 1, g.join(", "));
   assert.ok(img.hostUid > 65_535 && tree.hostUid > 65_535, "root inside is an unprivileged host id in both");
-  // Through the one door, as root, an image's root is mounted from its image.
+  // Through the one door, as root: a root whose tree the node has is leased as that tree (the cheaper sandbox);
+  // else it is mounted from its image (the cheaper cold start).
+  {
+    await using placed = await openSandbox({ home, image: refs[0]!, history: "full" });
+    assert.equal(placed.security().layerImages, false, "the tree the node has");
+  }
+  await cache.evict({ maxBytes: 0 });
   await using sb = await openSandbox({ home, image: refs[0]!, history: "full" });
-  assert.equal(sb.security().layerImages, true);
+  assert.equal(sb.security().layerImages, true, "its image, the tree evicted");
   assert.equal((await sb.exec(["stat", "-c", "%U:%G:%a", "/home/nonroot"])).stdout, "nonroot:nonroot:700\n");
 });
 
