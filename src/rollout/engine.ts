@@ -8,11 +8,10 @@ import { resolveWorkspace, rowImageRef, type InstanceEnv, type Workspace } from 
 import { InvalidInputError, LimitError, NotFoundError, UnavailableError } from "../errors.js";
 import { evaluate, type EvaluateOptions } from "../eval/reward-api.js";
 import { evalSandboxSettings } from "../eval/runner/sandbox.js";
-import { defaultAdmitted, derivedMaxima } from "../sandbox/capacity.js";
+import { defaultAdmitted, defaultBesideSandboxes, derivedMaxima } from "../sandbox/capacity.js";
 import type { Limits } from "../sandbox/limits.js";
 import { loadDataset } from "../tasks/index.js";
 import type { Instance } from "../tasks/types.js";
-import { availableParallelism } from "node:os";
 import { resolveHome } from "../util/home.js";
 import { pool } from "../util/progress.js";
 import { Slots } from "../util/slots.js";
@@ -445,7 +444,7 @@ function engineAdmission(o: RolloutEngineOptions): { maxRollouts: number; maxFre
 
 /** Fresh reward sandboxes an engine runs at once: the option, else the machine's CPUs (tests are CPU-bound). */
 export function freshRewardSlots(o: Pick<RolloutEngineOptions, "maxFreshRewards">): number {
-  const n = o.maxFreshRewards ?? Math.max(2, availableParallelism());
+  const n = o.maxFreshRewards ?? defaultBesideSandboxes();
   if (!Number.isInteger(n) || n < 1)
     throw new InvalidInputError(`maxFreshRewards must be a whole number, at least 1, got ${n}`, {
       field: "maxFreshRewards",
