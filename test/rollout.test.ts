@@ -326,7 +326,7 @@ describe("rollouts", { concurrency: 1 }, () => {
     }
   });
 
-  it("fresh rewards take turns: at most maxFreshRewards reward sandboxes at once, the others wait, all graded", async () => {
+  it("fresh rewards take turns: at most maxFreshRewards sandboxes at once, the others wait, all graded", async () => {
     assert.throws(() => new RolloutEngine({ home, maxFreshRewards: 0 }), InvalidInputError);
     const lib = new RolloutEngine({ home, dataset: fx.datasetPath, maxFreshRewards: 1, rewardTimeoutMs: 300_000 });
     try {
