@@ -1011,14 +1011,16 @@ static void mask_file(const char *path) {
   struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC};
   if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH, &attr, sizeof attr) != 0)
     die(1, "read-only /dev/null: %s", strerror(errno));
-  if (syscall(SYS_move_mount, tree, "", AT_FDCWD, path, MOVE_MOUNT_F_EMPTY_PATH) != 0)
+  // A path gone since it was listed (a file deleted from /etc meanwhile) has nothing left to hide.
+  if (syscall(SYS_move_mount, tree, "", AT_FDCWD, path, MOVE_MOUNT_F_EMPTY_PATH) != 0 && errno != ENOENT)
     die(1, "mask %s: %s", path, strerror(errno));
   close(tree);
 }
 
 /* A directory shows as empty: a read-only tmpfs on top. */
 static void mask_dir(const char *path) {
-  if (mount("masked", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555") != 0)
+  if (mount("masked", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555") != 0 &&
+      errno != ENOENT)
     die(1, "mask %s: %s", path, strerror(errno));
 }
 

@@ -326,13 +326,45 @@ describe("rollouts", { concurrency: 1 }, () => {
     }
   });
 
+  it("fresh rewards take turns: at most maxFreshRewards sandboxes at once, the others wait, all graded", async () => {
+    assert.throws(() => new RolloutEngine({ home, maxFreshRewards: 0 }), InvalidInputError);
+    const lib = new RolloutEngine({ home, dataset: fx.datasetPath, maxFreshRewards: 1, rewardTimeoutMs: 300_000 });
+    try {
+      const group = await lib.startGroup({ instance: inst.instance_id, n: 3 });
+      try {
+        await Promise.all(group.rollouts.map(apply(inst.patch!)));
+        let [running, waiting] = [0, 0];
+        const watch = setInterval(() => {
+          running = Math.max(running, lib.freshRewards.running);
+          waiting = Math.max(waiting, lib.freshRewards.waiting);
+        }, 2);
+        const outcomes = await Promise.all(group.rollouts.map((r) => r.reward())).finally(() => clearInterval(watch));
+        assert.deepEqual(
+          outcomes.map((o) => [o.status, o.reward]),
+          [
+            ["scored", 1],
+            ["scored", 1],
+            ["scored", 1],
+          ],
+          outcomes.map(explain).join("\n"),
+        );
+        assert.deepEqual([running, waiting], [1, 2], "one reward sandbox at a time; the other two waited");
+        assert.deepEqual(lib.freshRewards, { running: 0, waiting: 0 });
+      } finally {
+        await group.close();
+      }
+    } finally {
+      await lib.close();
+    }
+  });
+
   it("a library engine's sandboxes fit the machine together: processes and memory derived from it, not fixed", {
     skip: cgroupSupport().pids && cgroupSupport().memory ? false : "no memory and pids cgroups for this user",
   }, async () => {
     const lib = new RolloutEngine({ home, dataset: fx.datasetPath, warmPool: { max: 2 } });
     try {
-      // Every rollout and every pool sandbox at once, each at its limits, is what the host must hold.
-      const admitted = lib.maxRollouts + 2;
+      // Every rollout, every pool sandbox and every fresh reward at once, each at its limits, is what the host holds.
+      const admitted = lib.maxRollouts + 2 + lib.maxFreshRewards;
       const group = await lib.startGroup({ instance: inst.instance_id, n: 1 });
       try {
         const sb = group.rollouts[0]!.sandbox!;

@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { chmodSync, lstatSync, mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { operatorConfigFiles } from "../src/sandbox/masks.js";
 import { Sandbox } from "../src/sandbox/sandbox.js";
 import { tempHome } from "./helpers.js";
 
@@ -52,6 +53,29 @@ test("every entry of /etc others cannot read is masked, in the first sandbox and
       assert.equal(r.stdout, `${expected}\npublic\n`, round);
     }
   } finally {
+    rmSync(top, { recursive: true, force: true });
+  }
+});
+
+test("pip's site-wide configuration (/etc/pip.conf, XDG_CONFIG_DIRS under /etc) reads empty inside", async () => {
+  const top = `/etc/msb-xdg-${randomBytes(4).toString("hex")}`;
+  const conf = join(top, "pip", "pip.conf");
+  const saved = process.env.XDG_CONFIG_DIRS;
+  try {
+    mkdirSync(join(top, "pip"), { recursive: true });
+    // World-readable, as site-wide configuration is: only the mask keeps its token from an agent.
+    writeFileSync(conf, "[global]\nindex-url = https://ops:s3cr3t@pypi.example.invalid/simple\n", { mode: 0o644 });
+    process.env.XDG_CONFIG_DIRS = `${top}:/etc/xdg`;
+    const masked = operatorConfigFiles().map((m) => m.path);
+    assert.ok(masked.includes(conf), JSON.stringify(masked));
+    await using sb = await Sandbox.create({ home });
+    const r = await sb.exec(`${masked.map((f) => `echo ${f} $(stat -c %t,%T ${f}) $(wc -c < ${f})`).join("; ")}`);
+    assert.equal(r.exitCode, 0, r.stderr);
+    assert.equal(r.stdout, masked.map((f) => `${f} 1,3 0\n`).join(""), "each one /dev/null");
+    assert.doesNotMatch((await sb.exec(`grep -rs s3cr3t ${top} /etc/pip.conf /etc/xdg; true`)).stdout, /s3cr3t/);
+  } finally {
+    if (saved === undefined) delete process.env.XDG_CONFIG_DIRS;
+    else process.env.XDG_CONFIG_DIRS = saved;
     rmSync(top, { recursive: true, force: true });
   }
 });

@@ -491,16 +491,18 @@ test("the host cannot be overcommitted: limits above the maxima are 422s naming 
   assert.deepEqual([cl.memory_bytes, cl.cpus], [256 * MiB, 0.5]);
 });
 
-test("serving rollouts, every sandbox fits the host at its maxima: plain ones, rollouts, the warm pool", async () => {
+test("serving rollouts, every sandbox fits the host at its maxima: plain, rollouts, warm pool, rewards", async () => {
   const home = tempHome("msb-atk-maxpool-");
   const dataset = join(home, "dataset.json");
   writeFileSync(dataset, "[]");
   const args = ["--tokens-file", tokensFile(home, TOKENS), "--dataset", dataset, "--warm-pool", "4"];
   const s = await startServe(home, [...args, "--max-sandboxes", "6", "--max-rollouts", "10"]);
   const { limits } = (await call(s.url, "GET", `/sandboxes/${await sandbox(s, ALICE)}`, { key: ALICE })).json;
-  const { hostBudget } = await import("../src/sandbox/capacity.js");
+  const { defaultBesideSandboxes, hostBudget } = await import("../src/sandbox/capacity.js");
   const budget = hostBudget();
-  const admitted = 6 + 10 + 4;
+  // Plain sandboxes, rollouts, the warm pool, and the sandboxes started beside them: fresh rewards (the engine's)
+  // and the dataset provider's grading and diffing.
+  const admitted = 6 + 10 + 4 + 2 * defaultBesideSandboxes();
   assert.ok(limits.pids * admitted <= budget.pids, `${limits.pids} x ${admitted} of ${budget.pids} pids`);
   const fits = limits.memory_bytes * admitted <= budget.memoryBytes * 1.1;
   assert.ok(fits, `${limits.memory_bytes} x ${admitted} of ${budget.memoryBytes} bytes`);

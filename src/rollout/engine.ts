@@ -8,12 +8,13 @@ import { resolveWorkspace, rowImageRef, type InstanceEnv, type Workspace } from 
 import { InvalidInputError, LimitError, NotFoundError, UnavailableError } from "../errors.js";
 import { evaluate, type EvaluateOptions } from "../eval/reward-api.js";
 import { evalSandboxSettings } from "../eval/runner/sandbox.js";
-import { defaultAdmitted, derivedMaxima } from "../sandbox/capacity.js";
+import { defaultAdmitted, defaultBesideSandboxes, derivedMaxima } from "../sandbox/capacity.js";
 import type { Limits } from "../sandbox/limits.js";
 import { loadDataset } from "../tasks/index.js";
 import type { Instance } from "../tasks/types.js";
 import { resolveHome } from "../util/home.js";
 import { pool } from "../util/progress.js";
+import { Slots } from "../util/slots.js";
 import { GoldChecks, type GoldVerdict } from "./gold.js";
 import { MAX_GROUP_SIZE, RolloutGroup, type GroupSettings } from "./group.js";
 import type { Rollout } from "./rollout.js";
@@ -29,6 +30,9 @@ export class RolloutEngine {
   readonly home: string;
   /** Live rollouts at most (the option, else as many as the machine fits: see `engineAdmission`). */
   readonly maxRollouts: number;
+  /** Fresh reward and gold check sandboxes at once; more wait their turn. */
+  readonly maxFreshRewards: number;
+  private readonly rewardSlots: Slots;
   /** Limits of every sandbox the engine starts (rollouts, pool, rewards, gold checks). */
   readonly limits: Limits;
   private readonly opts: RolloutEngineOptions;
@@ -54,12 +58,17 @@ export class RolloutEngine {
       throw new InvalidInputError(`forkSpares must be an integer from 0 to 16, got ${spares}`, { field: "forkSpares" });
     this.opts = opts;
     this.home = resolveHome(opts.home);
-    ({ maxRollouts: this.maxRollouts, limits: this.limits } = engineAdmission(opts));
+    ({
+      maxRollouts: this.maxRollouts,
+      maxFreshRewards: this.maxFreshRewards,
+      limits: this.limits,
+    } = engineAdmission(opts));
+    this.rewardSlots = new Slots(this.maxFreshRewards);
     this.pool = new WarmPool(warmPoolMax(opts.warmPool), opts.warmPool?.ttlMs ?? 15 * 60_000);
     this.gold = new GoldChecks(this.home, async (instance) => {
       const { image } = await this.taskEnv(instance);
       const opts: EvaluateOptions = { ...this.evaluateOptions(), reward: "binary", ...(image ? { image } : {}) };
-      return evaluate({ instance, patch: instance.patch ?? "" }, opts);
+      return this.rewardSlots.run(() => evaluate({ instance, patch: instance.patch ?? "" }, opts));
     });
   }
 
@@ -91,6 +100,12 @@ export class RolloutEngine {
   /** Live rollouts in this engine (reserved ones included). */
   get liveRollouts(): number {
     return this.reserved;
+  }
+
+  /** Fresh reward and gold check sandboxes running now, and rewards waiting for a slot. */
+  get freshRewards(): { running: number; waiting: number } {
+    const { held, waiting } = this.rewardSlots.state;
+    return { running: held, waiting };
   }
 
   get poolSize(): number {
@@ -211,6 +226,7 @@ export class RolloutEngine {
     return {
       evaluateOptions: this.evaluateOptions(),
       rewardMode: this.opts.rewardMode ?? "fresh",
+      freshReward: (f) => this.rewardSlots.run(f),
       ttlMs,
       ...(this.opts.onOutcome ? { onOutcome: this.opts.onOutcome } : {}),
       onRolloutStart: (r) => this.byId.set(r.id, r),
@@ -418,11 +434,22 @@ const MAX_DEFAULT_ROLLOUTS = 256;
  * machine (src/sandbox/capacity.ts) so that every rollout and warm pool sandbox at its maxima fits the host at once,
  * as a server derives its own; without `maxRollouts`, as many rollouts as get a default sandbox's share each.
  */
-function engineAdmission(o: RolloutEngineOptions): { maxRollouts: number; limits: Limits } {
+function engineAdmission(o: RolloutEngineOptions): { maxRollouts: number; maxFreshRewards: number; limits: Limits } {
   const maxRollouts = o.maxRollouts ?? Math.min(MAX_DEFAULT_ROLLOUTS, defaultAdmitted());
+  const maxFreshRewards = freshRewardSlots(o);
   const given = Object.fromEntries(Object.entries(o.limits ?? {}).filter(([, v]) => v !== undefined));
-  const admitted = maxRollouts + (o.warmPool?.max ?? 0);
-  return { maxRollouts, limits: { ...derivedMaxima(admitted), ...given } };
+  const admitted = maxRollouts + (o.warmPool?.max ?? 0) + maxFreshRewards;
+  return { maxRollouts, maxFreshRewards, limits: { ...derivedMaxima(admitted), ...given } };
+}
+
+/** Fresh reward sandboxes an engine runs at once: the option, else the machine's CPUs (tests are CPU-bound). */
+export function freshRewardSlots(o: Pick<RolloutEngineOptions, "maxFreshRewards">): number {
+  const n = o.maxFreshRewards ?? defaultBesideSandboxes();
+  if (!Number.isInteger(n) || n < 1)
+    throw new InvalidInputError(`maxFreshRewards must be a whole number, at least 1, got ${n}`, {
+      field: "maxFreshRewards",
+    });
+  return n;
 }
 
 /** The pool's size: absent is no pool; a pool of 0 or fewer sandboxes would hold nothing and is refused. */

@@ -1,5 +1,5 @@
 /** Rollouts for RL trainers (see README.md). */
-export { RolloutEngine } from "./engine.js";
+export { freshRewardSlots, RolloutEngine } from "./engine.js";
 export { RolloutGroup, MAX_GROUP_SIZE } from "./group.js";
 export { Rollout } from "./rollout.js";
 export { classifyOutcome, infraOutcome } from "./outcome.js";

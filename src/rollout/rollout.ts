@@ -29,6 +29,8 @@ export interface RolloutContext {
   /** Evaluation settings of the engine (home, dataset, timeouts, reward). */
   evaluateOptions: EvaluateOptions;
   rewardMode: RewardMode;
+  /** Runs a fresh reward holding one of the engine's reward slots (a sandbox more, counted in its limits). */
+  freshReward: <T>(f: () => Promise<T>) => Promise<T>;
   ttlMs: number;
   /** Fork this rollout's sandbox (or a checkpoint of the group) into `k` rollouts of the same group. */
   fork: (parent: Rollout, k: number, checkpoint?: string) => Promise<Rollout[]>;
@@ -192,14 +194,16 @@ export class Rollout {
     this.current = "rewarding";
     let outcome: RolloutOutcome;
     try {
-      const r = await evaluate(this.sandbox!, {
-        ...this.ctx.evaluateOptions,
-        instance: this.ctx.instance,
-        inPlace: mode === "in_place",
-        ...(opts.timeoutMs !== undefined ? { timeoutMs: opts.timeoutMs } : {}),
-        ...(opts.reward !== undefined ? { reward: opts.reward } : {}),
-        ...(opts.logDir !== undefined ? { logDir: opts.logDir } : {}),
-      });
+      const graded = () =>
+        evaluate(this.sandbox!, {
+          ...this.ctx.evaluateOptions,
+          instance: this.ctx.instance,
+          inPlace: mode === "in_place",
+          ...(opts.timeoutMs !== undefined ? { timeoutMs: opts.timeoutMs } : {}),
+          ...(opts.reward !== undefined ? { reward: opts.reward } : {}),
+          ...(opts.logDir !== undefined ? { logDir: opts.logDir } : {}),
+        });
+      const r = mode === "in_place" ? await graded() : await this.ctx.freshReward(graded);
       // A sandbox that died before its diff was taken (fresh) or while its tests ran (in place) says nothing about
       // the agent; once a fresh sandbox has graded the diff, the verdict stands whatever happens to the rollout.
       const spoiled = (mode === "in_place" || r.status === "ERROR") && this.checkLost();

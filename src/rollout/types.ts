@@ -94,6 +94,11 @@ export interface RolloutEngineOptions {
    * machine has for sandboxes (`defaultAdmitted`), at most 256.
    */
   maxRollouts?: number;
+  /**
+   * Fresh reward and gold check sandboxes at once (default: the machine's CPUs, at least 2); more wait their turn.
+   * They count beside rollouts and the warm pool in the limits derived from the machine.
+   */
+  maxFreshRewards?: number;
   /** Told of every outcome as it is decided (e.g. a server's dashboard counts them); it cannot change one. */
   onOutcome?: (outcome: RolloutOutcome) => void;
 }

@@ -75,3 +75,11 @@ export function derivedMaxima(admitted: number, budget: HostBudget = hostBudget(
     diskBytes: DEFAULT_DISK_BYTES,
   };
 }
+
+/**
+ * Sandboxes started beside others at once by default (fresh rewards, gold checks, a server's grading and diffing):
+ * the machine's CPUs, at least 2; their tests are CPU-bound, so more at once would only share the same cores.
+ */
+export function defaultBesideSandboxes(): number {
+  return Math.max(2, availableParallelism());
+}

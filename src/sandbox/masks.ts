@@ -1,4 +1,4 @@
-import { existsSync, lstatSync, type Stats } from "node:fs";
+import { existsSync, lstatSync, statSync, type Stats } from "node:fs";
 
 /** A host path hidden inside every sandbox: a file behind /dev/null, a directory behind an empty one. */
 export interface MaskedPath {
@@ -88,4 +88,18 @@ export function rememberEtcSecrets(report: string, now = Date.now()): void {
     masked.push({ path, kind });
   }
   etcCache = { at: now, masked };
+}
+
+/**
+ * Files of /etc that are world-readable by convention yet may hold an operator's credentials: pip's site-wide
+ * configuration (an index URL with a token), in /etc and in each configuration directory of XDG_CONFIG_DIRS under
+ * /etc (default /etc/xdg). Every sandbox on the host's /etc sees them empty: what pip takes from them reaches builds
+ * as PIP_* variables (src/env/pip-config.ts), agents and evaluations only its local part.
+ */
+export function operatorConfigFiles(env: NodeJS.ProcessEnv = process.env): MaskedPath[] {
+  const dirs = (env.XDG_CONFIG_DIRS || "/etc/xdg").split(":").filter((d) => d.startsWith(`${SECRETS_ROOT}/`));
+  const files = new Set([`${SECRETS_ROOT}/pip.conf`, ...dirs.map((d) => `${d.replace(/\/+$/, "")}/pip/pip.conf`)]);
+  return [...files]
+    .filter((f) => statSync(f, { throwIfNoEntry: false })?.isFile())
+    .map((path) => ({ path, kind: "file" }));
 }

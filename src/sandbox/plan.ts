@@ -2,7 +2,7 @@ import { existsSync } from "node:fs";
 import { basename, dirname } from "node:path";
 import { InvalidInputError } from "../errors.js";
 import { systemEntries } from "./host.js";
-import { knownEtcSecrets, type MaskedPath, procCover, SECRETS_ROOT } from "./masks.js";
+import { knownEtcSecrets, type MaskedPath, operatorConfigFiles, procCover, SECRETS_ROOT } from "./masks.js";
 
 /** Where a sandbox's workspace directory (`dir`) is mounted. */
 export const TESTBED_PATH = "/testbed";
@@ -258,8 +258,9 @@ export function bwrapArgs(plan: MountPlan, scratch: string, initBinary: string):
 
 /**
  * Docker's masks as arguments of pid 1 (msb-helper init), which makes them before anything else runs: /proc's knobs
- * read-only, /proc's sensitive files and /etc's secrets empty (files read as /dev/null, directories as an empty
- * read-only tmpfs). /etc's secrets are those a pid 1 of this process found a moment ago, else pid 1 walks /etc.
+ * read-only, /proc's sensitive files, /etc's secrets and pip's site-wide configuration empty (files read as /dev/null,
+ * directories as an empty read-only tmpfs). /etc's secrets are those a pid 1 of this process found a moment ago, else
+ * pid 1 walks /etc.
  */
 export function initMaskArgs(plan: Pick<MountPlan, "overlays">): { args: string[]; walksEtc: boolean } {
   const proc = procCover();
@@ -273,6 +274,7 @@ export function initMaskArgs(plan: Pick<MountPlan, "overlays">): { args: string[
     ...proc.readOnly.flatMap((p) => ["--read-only", p]),
     ...proc.masked.flatMap(mask),
     ...(secrets ?? []).flatMap(mask),
+    ...(hostEtc ? operatorConfigFiles().flatMap(mask) : []),
     ...(walksEtc ? ["--mask-unreadable", SECRETS_ROOT] : []),
   ];
   return { args, walksEtc };

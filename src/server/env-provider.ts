@@ -12,6 +12,8 @@ import { agentDiff, pristineListing } from "../eval/runner/agent-diff.js";
 import { errMessage, NotFoundError } from "../errors.js";
 import { withOneLineMessage } from "../env/build-diagnosis.js";
 import { homeLayout } from "../util/home.js";
+import { Slots } from "../util/slots.js";
+import { defaultBesideSandboxes } from "../sandbox/capacity.js";
 import type { ImagePolicy } from "../env/instance-image.js";
 import type {
   EvaluationJob,
@@ -35,6 +37,9 @@ export function envProvider(opts: {
   images?: ImagePolicy;
 }): WorkspaceProvider {
   const instance = instanceLookup(opts.instances);
+  // Grading and diffing each start a sandbox beside the one asked about: they take turns, as a rollout engine's
+  // fresh rewards do, and the server counts them in its maxima.
+  const beside = new Slots(defaultBesideSandboxes());
   // Layer leases are given back asynchronously; a server shutting down waits for them (no lease file outlives it).
   const releasing = new Pending();
   /** A workspace whose release the server's shutdown waits for (no lease file outlives it). */
@@ -65,11 +70,11 @@ export function envProvider(opts: {
       const ws = await resolveWorkspace({ home: opts.home, envKey: key, sources: o.sources });
       return tracked(ws, { env_key: key, repo: ws.env!.spec.repo });
     },
-    evaluate: (sandbox: Sandbox, id: string) => evaluateSandbox(opts, instance(id), sandbox),
+    evaluate: (sandbox: Sandbox, id: string) => beside.run(() => evaluateSandbox(opts, instance(id), sandbox)),
     diff: (sandbox: Sandbox) => {
       const id = sandbox.labels["instance"];
       if (!id) throw new NotFoundError(`sandbox ${sandbox.id} was not created from a dataset instance`);
-      return workspaceDiff(opts, instance(id), sandbox);
+      return beside.run(() => workspaceDiff(opts, instance(id), sandbox));
     },
     listInstances: async () => opts.instances.map((i) => i.instance_id),
     settle: () => releasing.settle(),

@@ -37,7 +37,8 @@ import { SandboxRegistry } from "./registry.js";
 import { ReplayStore } from "./replay.js";
 import { principalOf, type RouteContext } from "./route-context.js";
 import { registerRuntimeRoutes } from "./runtime-routes.js";
-import { RolloutEngine, type RolloutOutcome } from "../rollout/index.js";
+import { freshRewardSlots, RolloutEngine, type RolloutOutcome } from "../rollout/index.js";
+import { defaultBesideSandboxes } from "../sandbox/capacity.js";
 import { registerRolloutRoutes } from "./rollout-routes.js";
 import { Dashboard } from "./dashboard.js";
 import { registerDashboardRoutes } from "./dashboard-routes.js";
@@ -89,13 +90,16 @@ interface Admission {
 }
 
 /**
- * How many sandboxes the server admits (live sandboxes, and rollouts and warm pool sandboxes when it serves them),
- * and the per-sandbox maxima under which all of them fit the host.
+ * How many sandboxes the server admits (live sandboxes, and rollouts, warm pool sandboxes and fresh rewards when it
+ * serves them), and the per-sandbox maxima under which all of them fit the host.
  */
 function admission(o: ServerOptions): Admission {
   const maxSandboxes = o.maxSandboxes ?? defaultMaxSandboxes();
   const maxRollouts = o.rollouts ? (o.rollouts.maxRollouts ?? maxSandboxes) : 0;
-  const admitted = maxSandboxes + maxRollouts + (o.rollouts?.warmPool?.max ?? 0);
+  // Fresh rewards of rollouts, and a dataset provider's grading and diffing sandboxes: each a sandbox more at once.
+  const rewards =
+    (o.rollouts ? freshRewardSlots(o.rollouts) : 0) + (o.provider?.evaluate ? defaultBesideSandboxes() : 0);
+  const admitted = maxSandboxes + maxRollouts + (o.rollouts?.warmPool?.max ?? 0) + rewards;
   return { maxSandboxes, maxRollouts, admitted, maxima: serverMaxima(o, admitted) };
 }
 
