@@ -90,7 +90,8 @@ test("the README examples compile as a consumer's code and run as written", asyn
   const env = { PATH: process.env.PATH, MINISANDBOX_HOME: fx.home, NO_PROXY: "*" };
   const a = await run(process.execPath, [transpile(dir, "in-process.ts")], { cwd: dir, env, timeoutMs: 120_000 });
   assert.equal(a.code, 0, a.stdout + a.stderr);
-  const server = await startServe(fx.home, ["--dataset", fx.dataset]);
+  // The operator's memory maximum: the examples ask for 512 MiB, above what a busy small machine derives.
+  const server = await startServe(fx.home, ["--dataset", fx.dataset, "--memory", "1G"]);
   const b = await run(process.execPath, [transpile(dir, "remote.ts")], {
     cwd: dir,
     env: { ...env, MINISANDBOX_URL: server.url },
