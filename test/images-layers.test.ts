@@ -6,7 +6,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { createHash } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { existsSync, lstatSync, readFileSync, readdirSync, readlinkSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { gzipSync } from "node:zlib";
@@ -101,6 +101,32 @@ test("whiteouts, opaque dirs, hard links and symlinked parents apply in order, a
   const ino = (p: string) => statSync(join(rootfs, p)).ino;
   assert.equal(ino("data/first"), ino("data/second"));
   assert.equal(ino("data/first"), ino("data/third"));
+});
+
+test("a layer unpacked on a thread of its own is stored exactly as on the calling thread", async () => {
+  const tar = makeTar([
+    d("etc"),
+    f("etc/.wh.gone", ""),
+    f("opt/app/.wh..wh..opq", ""),
+    f("bin/tool", "#!/bin/sh\n", { mode: 0o4755, uid: 1000, gid: 70000 }),
+    f("big", randomBytes(3 << 20)),
+    { name: "lib", type: "symlink", linkname: "usr/lib" },
+    { name: "big2", type: "hardlink", linkname: "big" },
+  ]);
+  const image = buildImage({ layers: [{ tar }] });
+  const stored: { diff: unknown; rootfs: unknown; objects: string[] }[] = [];
+  for (const thread of [{}, { unpackThreadMinBytes: 0 }]) {
+    const store = newStore();
+    const at = writeOciLayout(join(dir, `layout-${++n}`), [{ ref: "t:1", image }]);
+    const r = await importImage(store, at, { tags: ["t/same:1"], ...thread });
+    stored.push({
+      diff: await readDiff(store, r.image.layers[0]!.diffId),
+      rootfs: await readManifest(store, r.image.rootfs),
+      objects: objectFiles(store).sort(),
+    });
+  }
+  assert.equal(stored[0]!.objects.length, 2, "the tool and the big file");
+  assert.deepEqual(stored[1], stored[0]);
 });
 
 test("modes and owners kept (host ids: the store's range); setuid, devices, xattrs never on a host inode", async () => {
@@ -272,30 +298,39 @@ const hostile: [string, () => ImageSpec, RegExp][] = [
   ],
 ];
 
+/** Layers are unpacked on the calling thread, or (large ones) on a thread of their own: both refuse alike. */
+const THREADS = [
+  ["", {}],
+  [" (unpacked on a thread of its own)", { unpackThreadMinBytes: 0 }],
+] as const;
+
 for (const [name, spec, message] of hostile) {
-  test(`hostile image refused: ${name} — one line, cause first; nothing half-written kept`, async () => {
+  for (const [where, thread] of THREADS)
+    test(`hostile image refused: ${name} — one line, cause first; nothing half-written kept${where}`, async () => {
+      const store = newStore();
+      await assert.rejects(
+        importImage(store, layout(spec()), { budget: { maxBytes: 4 << 20, maxEntries: 200 }, ...thread }),
+        (e: Error) => {
+          assert.ok(e instanceof ImageInvalidError, `${e.name}: ${e.message}`);
+          assert.match(e.message, message);
+          assert.doesNotMatch(e.message, /\n/);
+          return true;
+        },
+      );
+      await assertUnchanged(store);
+    });
+}
+
+for (const [where, thread] of THREADS) {
+  test(`a compressed bomb stops at the budget while streaming, not after writing it out${where}`, async () => {
     const store = newStore();
-    await assert.rejects(
-      importImage(store, layout(spec()), { budget: { maxBytes: 4 << 20, maxEntries: 200 } }),
-      (e: Error) => {
-        assert.ok(e instanceof ImageInvalidError, `${e.name}: ${e.message}`);
-        assert.match(e.message, message);
-        assert.doesNotMatch(e.message, /\n/);
-        return true;
-      },
-    );
+    const tar = makeTar([f("zeros", Buffer.alloc(64 << 20))]);
+    const spec: ImageSpec = { layers: [{ tar }] };
+    assert.ok(gzipSync(tar).length < 1 << 20);
+    await assert.rejects(importImage(store, layout(spec), { budget: { maxBytes: 1 << 20 }, ...thread }), /tar bomb/);
     await assertUnchanged(store);
   });
 }
-
-test("a compressed bomb stops at the budget while streaming, not after writing it out", async () => {
-  const store = newStore();
-  const tar = makeTar([f("zeros", Buffer.alloc(64 << 20))]);
-  const spec: ImageSpec = { layers: [{ tar }] };
-  assert.ok(gzipSync(tar).length < 1 << 20);
-  await assert.rejects(importImage(store, layout(spec), { budget: { maxBytes: 1 << 20 } }), /tar bomb/);
-  await assertUnchanged(store);
-});
 
 test("layers stored once by diff id: a second image moves only its new layer; gc keeps what images need", async () => {
   const store = newStore();

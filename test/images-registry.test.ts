@@ -276,6 +276,11 @@ test("a cut blob is resumed with Range; a lying manifest or blob is refused and 
       oneLine(e, ImageInvalidError, /content hashes to sha256:\w+, not to its digest/),
     );
     await assertClean(store);
+    store = newStore(); // the same, the layer unpacked on a thread of its own
+    await assert.rejects(pull(store, `${proxy.host}/test/big:1`, { unpackThreadMinBytes: 0 }), (e: Error) =>
+      oneLine(e, ImageInvalidError, /content hashes to sha256:\w+, not to its digest/),
+    );
+    await assertClean(store);
     const shrink = (b: Buffer) =>
       Buffer.from(b.toString().replace(/"size":(\d+)\}\]/, (_, s) => `"size":${Number(s) - 7}}]`));
     proxy.rule = ({ path }) =>
@@ -430,10 +435,12 @@ test("a disk that fills mid-pull: one line, nothing half-written kept, the store
   execFileSync("mount", ["-t", "tmpfs", "-o", "size=4m", "tmpfs", mount]);
   try {
     const store = openStore(join(mount, "store"));
-    await assert.rejects(pull(store, `${plain.host}/test/big:1`), (e: Error) =>
-      oneLine(e, DiskFullError, /no space left on the store's filesystem while .*layer 1\/1/),
-    );
-    await assertClean(store);
+    for (const thread of [{}, { unpackThreadMinBytes: 0 }]) {
+      await assert.rejects(pull(store, `${plain.host}/test/big:1`, thread), (e: Error) =>
+        oneLine(e, DiskFullError, /no space left on the store's filesystem while .*layer 1\/1/),
+      );
+      await assertClean(store);
+    }
     assert.equal((await pull(store, `${plain.host}/test/small:1`)).cached, false, "the store still works");
   } finally {
     execFileSync("umount", [mount]);

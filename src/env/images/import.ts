@@ -24,6 +24,8 @@ export interface ImportOptions {
   platform?: ImagePlatform;
   budget?: UnpackBudget;
   jobs?: number;
+  /** Layers of at least this many stored bytes are unpacked on a thread of their own (default 16 MiB). */
+  unpackThreadMinBytes?: number;
   onEvent?: (e: ImageEvent) => void;
 }
 
@@ -63,6 +65,7 @@ async function importFile(store: Store, path: string, source: string, opts: Impo
         refs,
         budget: opts.budget,
         jobs: opts.jobs,
+        unpackThreadMinBytes: opts.unpackThreadMinBytes,
         onEvent: opts.onEvent,
       },
     );

@@ -31,6 +31,8 @@ export interface PullOptions {
   /** Layers downloaded and unpacked at once (default 3). */
   jobs?: number;
   budget?: UnpackBudget;
+  /** Layers of at least this many stored bytes are unpacked on a thread of their own (default 16 MiB). */
+  unpackThreadMinBytes?: number;
   /** Attempts per request on 429, 5xx and cut connections (default 5). */
   attempts?: number;
   /** A `Retry-After` longer than this fails at once (default 5 minutes). */
@@ -97,6 +99,7 @@ export async function pullImage(store: Store, text: string, opts: PullOptions = 
       refs: [...new Set([name, `${ref.registry}/${ref.repository}@${resolved.topDigest}`])],
       budget: opts.budget,
       jobs: opts.jobs,
+      unpackThreadMinBytes: opts.unpackThreadMinBytes,
       onEvent: opts.onEvent,
     },
   );

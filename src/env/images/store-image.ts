@@ -20,7 +20,6 @@ import {
   rootfsManifest,
   storeIds,
   summarizeManifest,
-  unpackLayer,
   writeBlob,
   writeImage,
   type DiffRecord,
@@ -31,7 +30,7 @@ import {
   type Store,
   type UnpackBudget,
 } from "../store/index.js";
-import { decompress, measured } from "./layer-stream.js";
+import { unpackStoredLayer } from "./layer-unpack.js";
 import { parseImageConfig, type Descriptor, type ImageManifest } from "./media.js";
 import { formatPlatform, platformMatches } from "./platform.js";
 
@@ -77,6 +76,8 @@ export interface StoreImageOptions {
   budget?: UnpackBudget;
   /** Layers fetched and unpacked at once (default 3). */
   jobs?: number;
+  /** Layers of at least this many stored bytes are unpacked on a thread of their own (default 16 MiB). */
+  unpackThreadMinBytes?: number;
   onEvent?: (e: ImageEvent) => void;
 }
 
@@ -202,15 +203,13 @@ async function storeLayer(
   };
   try {
     // A download has hashed its bytes already: hashing them twice would cost as much as the diff id's hash.
-    const raw = input.verifyLayerDigests ? measured(opened.stream) : undefined;
-    const r = await unpackLayer(store, diffId, decompress(raw?.stream ?? opened.stream, what), {
-      ...opts.budget,
+    const r = await unpackStoredLayer(store, diffId, opened.stream, {
       what,
-      beforeRecord: async () => {
-        if (raw && (raw.digest() !== desc.digest || raw.bytes() !== desc.size))
-          throw new ImageInvalidError(`${what}: its bytes do not match the digest and size its manifest gives`);
-        await settle("stored");
-      },
+      budget: opts.budget,
+      expect: input.verifyLayerDigests ? { digest: desc.digest, size: desc.size } : undefined,
+      size: desc.size,
+      threadMinBytes: opts.unpackThreadMinBytes,
+      beforeRecord: () => settle("stored"),
       whileSyncing: (record) => opts.ahead.recorded(record),
     });
     return { diffId, stored: true, newObjects: r.newObjects, newBytes: r.newBytes };
