@@ -8,7 +8,7 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { linkSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import type { LayerForm } from "../src/env/cache/index.js";
 import { nodeCacheFor } from "../src/env/environments.js";
@@ -22,7 +22,7 @@ import { parseImageLower } from "../src/sandbox/plan.js";
 import { Sandbox } from "../src/sandbox/sandbox.js";
 import { homeLayout } from "../src/util/home.js";
 import { tempDir } from "./helpers.js";
-import { makeTar, sha256, type TarEntry } from "./oci.js";
+import { derivedLayout, makeTar, sha256, type TarEntry } from "./oci.js";
 
 const skip = launchMode() === "root" ? false : "layer images are mounted only as host root";
 const dir = tempDir("msb-img-forms-");
@@ -131,33 +131,13 @@ test("an image's root in both forms: a sandbox sees the same tree, contents and 
 
 /** The instance image with `tars` as more layers on top (uncompressed), in a layout of its own. */
 function withLayers(tars: Buffer[]): string {
-  const blob = (d: string) => join(set.layout, "blobs", "sha256", d.slice(7));
-  const index = JSON.parse(readFileSync(join(set.layout, "index.json"), "utf8")) as {
-    manifests: { digest: string; annotations?: Record<string, string> }[];
-  };
-  const desc = index.manifests.find((m) => m.annotations?.["org.opencontainers.image.ref.name"] === instance.name)!;
-  const manifest = JSON.parse(readFileSync(blob(desc.digest), "utf8"));
-  const config = JSON.parse(readFileSync(blob(manifest.config.digest), "utf8"));
-  const out = join(dir, "hostile-layout");
-  mkdirSync(join(out, "blobs", "sha256"), { recursive: true });
-  const put = (bytes: Buffer): { digest: string; size: number } => {
-    const digest = sha256(bytes);
-    writeFileSync(join(out, "blobs", "sha256", digest.slice(7)), bytes);
-    return { digest, size: bytes.length };
-  };
-  for (const l of manifest.layers as { digest: string }[])
-    linkSync(blob(l.digest), join(out, "blobs", "sha256", l.digest.slice(7)));
-  for (const tar of tars) {
-    manifest.layers.push({ mediaType: "application/vnd.oci.image.layer.v1.tar", ...put(tar) });
-    config.rootfs.diff_ids.push(sha256(tar));
-    config.history?.push({ created_by: "a hostile layer" });
-  }
-  manifest.config = { ...manifest.config, ...put(Buffer.from(JSON.stringify(config))) };
-  const m = put(Buffer.from(JSON.stringify(manifest)));
-  writeFileSync(join(out, "oci-layout"), JSON.stringify({ imageLayoutVersion: "1.0.0" }));
-  const named = { mediaType: "application/vnd.oci.image.manifest.v1+json", ...m };
-  writeFileSync(join(out, "index.json"), JSON.stringify({ schemaVersion: 2, manifests: [named] }));
-  return out;
+  return derivedLayout(set.layout, instance.name, join(dir, "hostile-layout"), ({ manifest, config }, put) => {
+    for (const tar of tars) {
+      manifest.layers.push({ mediaType: "application/vnd.oci.image.layer.v1.tar", ...put(tar) });
+      config.rootfs.diff_ids.push(sha256(tar));
+      config.history?.push({ created_by: "a hostile layer" });
+    }
+  });
 }
 
 /** A v2 file capability granting every capability, effective at exec. */

@@ -7,8 +7,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { createHash } from "node:crypto";
-import { existsSync, linkSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { importImage } from "../src/env/images/index.js";
@@ -18,10 +17,12 @@ import { NotFoundError } from "../src/errors.js";
 import { fixtureImages } from "../src/fixtures/images.js";
 import { homeLayout } from "../src/util/home.js";
 import { tempDir } from "./helpers.js";
+import { derivedLayout } from "./oci.js";
 import { call, startServe } from "./serve-process.js";
 
 const CLI = fileURLToPath(new URL("../src/cli/index.js", import.meta.url));
 const dir = tempDir("msb-img-run-");
+let layouts = 0;
 const home = join(dir, "home");
 const set = await fixtureImages({ instances: 2, c: true, log: (m) => process.stderr.write(`# ${m}\n`) });
 const instance = set.images.find((i) => i.kind === "instance")!;
@@ -40,29 +41,8 @@ function leaseFiles(): string[] {
 
 /** The same image with its config edited (a layout of its own whose blobs are links to the fixture's). */
 function withConfig(edit: (config: Record<string, unknown>) => void): string {
-  const blob = (d: string) => join(set.layout, "blobs", "sha256", d.slice(7));
-  const index = JSON.parse(readFileSync(join(set.layout, "index.json"), "utf8")) as {
-    manifests: { digest: string; annotations?: Record<string, string> }[];
-  };
-  const desc = index.manifests.find((m) => m.annotations?.["org.opencontainers.image.ref.name"] === instance.name)!;
-  const manifest = JSON.parse(readFileSync(blob(desc.digest), "utf8"));
-  const config = JSON.parse(readFileSync(blob(manifest.config.digest), "utf8"));
-  edit(config.config);
-  const out = join(dir, `layout-${createHash("sha256").update(JSON.stringify(config)).digest("hex").slice(0, 8)}`);
-  mkdirSync(join(out, "blobs", "sha256"), { recursive: true });
-  const put = (bytes: Buffer): { digest: string; size: number } => {
-    const digest = `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
-    writeFileSync(join(out, "blobs", "sha256", digest.slice(7)), bytes);
-    return { digest, size: bytes.length };
-  };
-  for (const l of manifest.layers as { digest: string }[])
-    linkSync(blob(l.digest), join(out, "blobs", "sha256", l.digest.slice(7)));
-  manifest.config = { ...manifest.config, ...put(Buffer.from(JSON.stringify(config))) };
-  const m = put(Buffer.from(JSON.stringify(manifest)));
-  writeFileSync(join(out, "oci-layout"), JSON.stringify({ imageLayoutVersion: "1.0.0" }));
-  const named = { mediaType: "application/vnd.oci.image.manifest.v1+json", ...m };
-  writeFileSync(join(out, "index.json"), JSON.stringify({ schemaVersion: 2, manifests: [named] }));
-  return out;
+  const out = join(dir, `layout-${++layouts}`);
+  return derivedLayout(set.layout, instance.name, out, ({ config }) => edit(config.config));
 }
 
 test("a sandbox on an image: its root filesystem, owners, Env and WorkingDir; none of the host's system", async () => {

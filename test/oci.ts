@@ -6,7 +6,7 @@
  */
 import { execFileSync } from "node:child_process";
 import { createHash, createPrivateKey, randomBytes, sign, X509Certificate } from "node:crypto";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { linkSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer, request, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
@@ -468,4 +468,47 @@ export class FaultProxy {
       });
     });
   }
+}
+
+/** An image's manifest and config as JSON, to edit. */
+export interface EditableImage {
+  manifest: {
+    config: { digest: string; size: number };
+    layers: { mediaType?: string; digest: string; size: number }[];
+  };
+  config: { config: Record<string, unknown>; rootfs: { diff_ids: string[] }; history?: { created_by: string }[] };
+}
+
+/**
+ * A one-image OCI layout at `out` derived from the image named `name` in the layout `from`: its manifest and config
+ * edited by `edit` (which may add layers with `put`), its unchanged layers hard-linked, not copied.
+ */
+export function derivedLayout(
+  from: string,
+  name: string,
+  out: string,
+  edit: (image: EditableImage, put: (bytes: Buffer) => { digest: string; size: number }) => void,
+): string {
+  const blob = (d: string) => join(from, "blobs", "sha256", d.slice(7));
+  const index = JSON.parse(readFileSync(join(from, "index.json"), "utf8")) as {
+    manifests: { digest: string; annotations?: Record<string, string> }[];
+  };
+  const desc = index.manifests.find((m) => m.annotations?.["org.opencontainers.image.ref.name"] === name);
+  if (!desc) throw new Error(`${from} has no image named ${name}`);
+  const manifest = JSON.parse(readFileSync(blob(desc.digest), "utf8")) as EditableImage["manifest"];
+  const config = JSON.parse(readFileSync(blob(manifest.config.digest), "utf8")) as EditableImage["config"];
+  mkdirSync(join(out, "blobs", "sha256"), { recursive: true });
+  const put = (bytes: Buffer): { digest: string; size: number } => {
+    const digest = `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
+    writeFileSync(join(out, "blobs", "sha256", digest.slice(7)), bytes);
+    return { digest, size: bytes.length };
+  };
+  for (const l of manifest.layers) linkSync(blob(l.digest), join(out, "blobs", "sha256", l.digest.slice(7)));
+  edit({ manifest, config }, put);
+  manifest.config = { ...manifest.config, ...put(Buffer.from(JSON.stringify(config))) };
+  const m = put(Buffer.from(JSON.stringify(manifest)));
+  writeFileSync(join(out, "oci-layout"), JSON.stringify({ imageLayoutVersion: "1.0.0" }));
+  const named = { mediaType: "application/vnd.oci.image.manifest.v1+json", ...m };
+  writeFileSync(join(out, "index.json"), JSON.stringify({ schemaVersion: 2, manifests: [named] }));
+  return out;
 }
