@@ -3,6 +3,8 @@ import assert from "node:assert/strict";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { runBench, writeResults, type BenchResults } from "../bench/src/index.js";
+import { imagesLines, imagesRatios, imagesTargets } from "../bench/src/report-images.js";
+import type { ImagesResult } from "../bench/src/types.js";
 import { benchOptionsFrom } from "../bench/src/cli.js";
 import { ALL_WORKLOADS } from "../bench/src/run.js";
 import { parsePycProbe } from "../bench/src/pyc.js";
@@ -219,9 +221,91 @@ test("bench: the images workload pulls N images from a loopback registry and mea
   assert.equal(m.laterPullMeanMs.minisandbox, m.pulls[1]!.minisandboxMs);
   assert.equal(r.ratios.images_pull_vs_podman, null);
   assert.match(r.ratio_reasons.images_storage_vs_podman ?? "", /podman/);
+  // Both sides run what they pulled: a sandbox on the first image; the gold evaluation on both images.
+  assert.ok(m.ready.available, JSON.stringify(m.ready));
+  const warm = m.ready.variants.minisandbox_warm;
+  assert.ok(warm.available, JSON.stringify(warm));
+  assert.equal(warm.failures, 0);
+  assert.equal(warm.echo.n, m.ready.runs);
+  assert.ok(warm.import && warm.import.n === m.ready.runs);
+  assert.equal(m.ready.variants.podman.available, false);
+  assert.ok(m.evaluation.available, JSON.stringify(m.evaluation));
+  const ours = m.evaluation.minisandbox;
+  assert.ok(ours.available, JSON.stringify(ours));
+  assert.equal(ours.instances, 2);
+  assert.equal(ours.resolved, 2, "gold predictions resolve on the images");
+  assert.equal(r.ratios.images_warm_vs_podman, null);
+  assert.match(r.ratio_reasons.images_warm_vs_podman ?? "", /podman/);
+  assert.equal(r.ratios.images_eval_vs_podman, null);
+  assert.match(r.ratio_reasons.images_eval_vs_podman ?? "", /podman/);
   assert.ok(!existsSync(join(work, "images")), "the registry, store and podman storage are removed after the run");
   const files = writeResults(r, { outDir: join(work, "out-images") });
-  assert.match(readFileSync(files.markdown, "utf8"), /## 11\. Environments from images/);
+  const md = readFileSync(files.markdown, "utf8");
+  assert.match(md, /## 11\. Environments from images/);
+  assert.match(md, /### Ready on an image[\s\S]*\| minisandbox on the image, warm \| /);
+  assert.match(md, /### Evaluation on the images[\s\S]*\| minisandbox eval engine on the images [^|]*\| 2 \| 2 \| /);
+});
+
+test("bench: the images report's ready and evaluation ratios, targets and tables", () => {
+  const dist = (p50Ms: number) => summarize([p50Ms, p50Ms]);
+  const variant = (label: string, p50Ms: number) => ({
+    available: true as const,
+    label,
+    method: `${label}'s way`,
+    echo: dist(p50Ms),
+    import: dist(p50Ms * 2),
+    pyc: null,
+    failures: 0,
+  });
+  const run = (label: string, perMinute: number, resolved: number) => ({
+    available: true as const,
+    label,
+    instances: 3,
+    workers: 2,
+    wallMs: 1000,
+    instancesPerMinute: perMinute,
+    resolved,
+    perInstance: dist(500),
+  });
+  const images = (podmanResolved: number): ImagesResult => ({
+    available: true,
+    images: 3,
+    historyMiB: 0,
+    pulls: [],
+    points: [],
+    laterPullMeanMs: { minisandbox: null, podman: null },
+    ready: {
+      available: true,
+      image: "127.0.0.1:5000/img:1",
+      runs: 2,
+      importModule: "calc",
+      variants: { minisandbox_warm: variant("ours", 20), podman: variant("theirs", 300) },
+    },
+    evaluation: {
+      available: true,
+      instances: 3,
+      workers: 2,
+      minisandbox: run("ours", 30, 3),
+      podman: run("theirs", 20, podmanResolved),
+    },
+  });
+  const results = (m: ImagesResult) => ({ images: m }) as unknown as BenchResults;
+  const reasons: Record<string, string> = {};
+  const q = imagesRatios(results(images(3)), reasons);
+  assert.equal(q.images_warm_vs_podman, 15);
+  assert.equal(q.images_eval_vs_podman, 1.5);
+  assert.equal(reasons.images_warm_vs_podman, undefined);
+  const targetsOf = (m: ImagesResult, ratios: typeof q) =>
+    imagesTargets({ ...results(m), ratios: ratios as BenchResults["ratios"] });
+  const met = (ts: ReturnType<typeof imagesTargets>, start: string) => ts.find((t) => t.name.startsWith(start))?.met;
+  const all = targetsOf(images(3), q);
+  assert.equal(met(all, "images: warm ready on an image"), true);
+  assert.equal(met(all, "images: evaluation throughput"), true);
+  // Faster but one instance unresolved on a side: the evaluation target is not met.
+  assert.equal(met(targetsOf(images(2), q), "images: evaluation throughput"), false);
+  const md = imagesLines({ ...results(images(3)), ratios: q } as BenchResults).join("\n");
+  assert.match(md, /\| ours \| 20\.0 ms \| 20\.0 ms \| 40\.0 ms \| 40\.0 ms \| 15\.0× \| 0 \| n\/a \|/);
+  assert.match(md, /\| theirs \| 3 \| 2 \| 1000 ms \| 20 \| 3 \| 500 ms \| n\/a \|/);
 });
 
 test("bench: option parsing and helpers", () => {

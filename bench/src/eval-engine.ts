@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { loadDataset, selectInstances } from "../../src/tasks/index.js";
 import { prepareInstances } from "../../src/env/prepare.js";
 import { runEvaluation, type RunTimings } from "../../src/eval/run.js";
+import type { ImagePolicy } from "../../src/env/instance-image.js";
 
 export interface BenchEvaluationOptions {
   home: string;
@@ -17,6 +18,8 @@ export interface BenchEvaluationOptions {
   predictions?: string;
   instanceIds?: string[];
   timeoutMs?: number;
+  /** Which rows run on an image (default `auto`: a row's own image when the store has it). */
+  images?: ImagePolicy;
 }
 
 export interface BenchEvaluationResult {
@@ -45,7 +48,14 @@ export async function benchEvaluation(opts: BenchEvaluationOptions): Promise<Ben
   const instances = opts.instanceIds?.length ? selectInstances(all, opts.instanceIds, opts.datasetPath) : all;
   const workers = opts.workers ?? 2;
   const t = performance.now();
-  await prepareInstances(instances, { home: opts.home, reposDir: opts.reposDir, specsFile: opts.specsFile, workers });
+  const images = opts.images ? { images: opts.images } : {};
+  await prepareInstances(instances, {
+    home: opts.home,
+    reposDir: opts.reposDir,
+    specsFile: opts.specsFile,
+    workers,
+    ...images,
+  });
   const buildMs = performance.now() - t;
   const reportDir = mkdtempSync(join(tmpdir(), "msb-bench-eval-"));
   try {
@@ -62,6 +72,7 @@ export async function benchEvaluation(opts: BenchEvaluationOptions): Promise<Ben
       reportDir,
       progress: false,
       onWarning: () => {},
+      ...images,
     });
     const m = run.timings.means;
     return {

@@ -8,6 +8,7 @@ import { Sandbox } from "../../src/index.js";
 import { pipSettings } from "../../src/env/pip-config.js";
 import { nodeCacheFor } from "../../src/env/environments.js";
 import { gradeInstance, heredocDelimiter, makeEvalScript } from "../../src/eval/index.js";
+import type { ImagePolicy } from "../../src/env/instance-image.js";
 import type { Instance } from "../../src/tasks/types.js";
 import { pool } from "../../src/util/progress.js";
 import type { Podman } from "./podman.js";
@@ -47,7 +48,8 @@ function resolved(instance: Instance, output: string): boolean {
   return g.report[instance.instance_id]?.resolved === true;
 }
 
-async function measure(
+/** `one` over the instances, `workers` at a time: wall time, instances/min, and how many were graded resolved. */
+export async function measure(
   label: string,
   instances: Instance[],
   workers: number,
@@ -158,9 +160,10 @@ export async function prepareNode(env: BenchEnvironment, instances: Instance[]):
 
 /** The eval runner's benchmark (src/eval): throughput, and the mean per-instance overhead outside the test run. */
 export async function benchEvalEngine(
-  env: BenchEnvironment,
+  env: Pick<BenchEnvironment, "home" | "datasetPath" | "reposDir" | "specsFile">,
   instances: Instance[],
   workers: number,
+  opts: { images?: ImagePolicy } = {},
 ): Promise<EvalMeasurement | Unavailable> {
   try {
     const { timings: _t, ...r } = await benchEvaluation({
@@ -170,6 +173,7 @@ export async function benchEvalEngine(
       specsFile: env.specsFile,
       workers,
       instanceIds: instances.map((i) => i.instance_id),
+      ...opts,
     });
     return {
       available: true,

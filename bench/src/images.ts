@@ -4,9 +4,10 @@
  * other into a fresh store by `minisandbox images pull` and into a fresh podman storage by `podman pull`, the two
  * interleaved image by image. Each pull is timed; after the N-th of each N asked, both sides' disk use (du, every
  * inode once): the store (objects, image records, the flattened root filesystems' manifests) against podman's
- * graph root (overlay layers, their tar-split metadata, image records).
+ * graph root (overlay layers, their tar-split metadata, image records). Then both sides run what they pulled
+ * (images-run.ts): create → first output on the first image, and gold evaluation on every instance image.
  */
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -14,6 +15,7 @@ import { fixtureImages, type FixtureImage } from "../../src/fixtures/images.js";
 import { LoopbackRegistry } from "../../src/fixtures/registry.js";
 import { findTool } from "../../src/sandbox/host.js";
 import { diskUsage } from "./du.js";
+import { imagesEvaluation, imagesReady, type ImagesPodman, type RunImagesOptions } from "./images-run.js";
 import { CLEAN_ENV, mustRun, timedRun } from "./proc.js";
 import type { ImagePull, ImagesResult, Unavailable } from "./types.js";
 
@@ -25,6 +27,9 @@ interface ImagesOptions {
   historyMiB: number;
   /** false: no podman side. */
   podman: boolean;
+  /** Rounds of the ready comparison, and workers of the evaluation (workloads 1 and 5's sizes). */
+  runs: number;
+  workers: number;
   log: (m: string) => void;
 }
 
@@ -34,10 +39,12 @@ export async function benchImages(o: ImagesOptions): Promise<ImagesResult | Unav
   }
   const max = Math.max(...o.ns);
   o.log(`images: ${max} SWE-bench-style instance images (built once per machine, then cached)`);
-  // At least the set the image tests build (2 instances and the C project's image): a small run shares their cache.
+  // At least 2 images; the C project's image only where that makes the set the image tests' own (2 instances, no
+  // history): a small run shares their cache.
+  const instanceCount = Math.max(2, max);
   const set = await fixtureImages({
-    instances: Math.max(2, max),
-    c: true,
+    instances: instanceCount,
+    c: instanceCount === 2 && o.historyMiB === 0,
     historyBytes: o.historyMiB * 2 ** 20,
     log: o.log,
   });
@@ -49,7 +56,12 @@ export async function benchImages(o: ImagesOptions): Promise<ImagesResult | Unav
   try {
     o.log(`images: pushing ${instances.length} images to the loopback registry`);
     for (const image of instances) await push(set.layout, image, registry.host);
-    return await pullAll(o, instances, registry.host, dir);
+    const pulled = instances.map((image) => ({
+      ref: `${registry.host}/${image.name}`,
+      instanceId: image.instanceId!,
+      baseCommit: set.instances.find((i) => i.instance_id === image.instanceId)!.base_commit,
+    }));
+    return await pullAll(o, instances, registry.host, dir, { images: pulled, fixtureInstances: instanceCount });
   } finally {
     registry.stop();
     rmSync(dir, { recursive: true, force: true });
@@ -64,15 +76,25 @@ async function push(layout: string, image: FixtureImage, host: string): Promise<
   );
 }
 
-async function pullAll(o: ImagesOptions, images: FixtureImage[], host: string, dir: string): Promise<ImagesResult> {
+async function pullAll(
+  o: ImagesOptions,
+  images: FixtureImage[],
+  host: string,
+  dir: string,
+  pulled: Pick<RunImagesOptions, "images" | "fixtureInstances">,
+): Promise<ImagesResult> {
   // podman refuses a runroot path longer than 50 characters.
   const runroot = mkdtempSync(join(tmpdir(), "msb-bench-podman-"));
   const graph = join(dir, "podman");
   const podman = ["--root", graph, "--runroot", runroot, "--storage-driver", "overlay"];
   try {
     const side = o.podman ? { args: podman, graph } : undefined;
-    const { pulls, points } = await pullEach(o, images, host, join(dir, "home"), side);
-    return { available: true, images: images.length, historyMiB: o.historyMiB, pulls, points, ...summary(pulls) };
+    const home = join(dir, "home");
+    const { pulls, points } = await pullEach(o, images, host, home, side);
+    const runner: ImagesPodman | undefined = o.podman ? { bin: "podman", global: podman, env: runEnv(dir) } : undefined;
+    const run = await runPulled({ ...o, ...pulled, home, podman: runner });
+    const head = { available: true as const, images: images.length, historyMiB: o.historyMiB };
+    return { ...head, pulls, points, ...summary(pulls), ...run };
   } finally {
     if (o.podman) await timedRun("podman", [...podman, "system", "reset", "--force"], { timeoutMs: 600_000 });
     rmSync(runroot, { recursive: true, force: true });
@@ -101,6 +123,27 @@ async function pullEach(
     points.push({ n: i + 1, minisandboxStoreBytes: store.allocated, podmanBytes: graph?.allocated ?? null });
   }
   return { pulls, points };
+}
+
+/**
+ * podman's configuration for running the images: runc and no default ulimits (what scripts/bench-setup.sh sets
+ * machine-wide; podman's default ulimits need CAP_SYS_RESOURCE), in the workload's own directory.
+ */
+function runEnv(dir: string): Record<string, string> {
+  const conf = join(dir, "containers.conf");
+  writeFileSync(conf, '[containers]\ndefault_ulimits = []\n\n[engine]\nruntime = "runc"\n');
+  return { ...CLEAN_ENV, CONTAINERS_CONF: conf };
+}
+
+/** Both sides run what they pulled; a part that fails is reported as not available, with the reason. */
+async function runPulled(o: RunImagesOptions): Promise<Pick<ImagesResult, "ready" | "evaluation">> {
+  const na = (what: string) => (e: unknown) => ({
+    available: false as const,
+    reason: `${what} failed: ${(e as Error).message.split("\n")[0]}`,
+  });
+  const ready = await imagesReady(o).catch(na("ready on the image"));
+  const evaluation = await imagesEvaluation(o).catch(na("evaluation on the images"));
+  return { ready, evaluation };
 }
 
 async function timed(cmd: string, args: string[]): Promise<number> {

@@ -13,6 +13,34 @@ export const BASE_IMAGE = "localhost/minisandbox-bench-base";
 export const SETUP_HINT =
   "run `sudo scripts/bench-setup.sh` (installs podman, runc, debootstrap and imports a Debian base image)";
 
+export interface PodmanRunOptions {
+  input?: string;
+  interactive?: boolean;
+  timeoutMs?: number;
+  env?: Record<string, string>;
+  readOnlyMounts?: string[];
+  /** The podman process's own environment (default CLEAN_ENV), e.g. with a CONTAINERS_CONF. */
+  processEnv?: Record<string, string>;
+}
+
+/** `podman <global> run --rm --network none [-i] [-e K=V] [-v M:M:ro] IMAGE COMMAND…`, timed. */
+export function podmanRun(
+  bin: string,
+  global: string[],
+  image: string,
+  command: string[],
+  opts: PodmanRunOptions = {},
+): Promise<TimedRun> {
+  const flags = ["run", "--rm", "--network", "none", ...(opts.interactive ? ["-i"] : [])];
+  for (const [k, v] of Object.entries(opts.env ?? {})) flags.push("-e", `${k}=${v}`);
+  for (const m of opts.readOnlyMounts ?? []) flags.push("-v", `${m}:${m}:ro`);
+  return timedRun(bin, [...global, ...flags, image, ...command], {
+    input: opts.input,
+    timeoutMs: opts.timeoutMs ?? 600_000,
+    ...(opts.processEnv ? { env: opts.processEnv } : {}),
+  });
+}
+
 export type PodmanStatus = { available: true; version: string; runtime: string } | { available: false; reason: string };
 
 export class Podman {
@@ -166,24 +194,8 @@ export class Podman {
     return tag;
   }
 
-  run(
-    image: string,
-    command: string[],
-    opts: {
-      input?: string;
-      interactive?: boolean;
-      timeoutMs?: number;
-      env?: Record<string, string>;
-      readOnlyMounts?: string[];
-    } = {},
-  ): Promise<TimedRun> {
-    const flags = ["run", "--rm", "--network", "none", ...(opts.interactive ? ["-i"] : [])];
-    for (const [k, v] of Object.entries(opts.env ?? {})) flags.push("-e", `${k}=${v}`);
-    for (const m of opts.readOnlyMounts ?? []) flags.push("-v", `${m}:${m}:ro`);
-    return timedRun(this.bin, this.args(...flags, image, ...command), {
-      input: opts.input,
-      timeoutMs: opts.timeoutMs ?? 600_000,
-    });
+  run(image: string, command: string[], opts: PodmanRunOptions = {}): Promise<TimedRun> {
+    return podmanRun(this.bin, this.global, image, command, opts);
   }
 
   private readonly inspected = new Map<string, { dirs: string[]; size: number }>();

@@ -3,7 +3,7 @@
  * "code object from <x>.py" when it compiled the source (a stale or missing .pyc), and "created '<x>.pyc'" when it
  * wrote one. A workspace whose caches are valid shows neither of the last two.
  */
-import type { PycCheck } from "./types.js";
+import type { PycCheck, ReadyVariant } from "./types.js";
 
 /** The command run once per variant (untimed): the real first import, verbose, plus the interpreter's write setting. */
 export function pycProbe(importModule: string): string {
@@ -41,4 +41,12 @@ export function parsePycProbe(output: string, newerAfterTimedRuns: number | null
       (newerAfterTimedRuns ?? 0) === 0,
     examples: [...compiled, ...written].slice(0, 5),
   };
+}
+
+/** The Markdown's word on a variant's bytecode check. */
+export function pycVerdict(v: ReadyVariant): string {
+  if (!v.pyc) return "n/a";
+  if (v.pyc.ok) return "valid";
+  const dont = v.pyc.dontWriteBytecode ? ", dont_write_bytecode" : "";
+  return `**${v.pyc.compiledFromSource} recompiled, ${v.pyc.written} written${dont}**`;
 }

@@ -18,8 +18,9 @@ import type { ReadyVariant, ReadyVariantName, Unavailable } from "./types.js";
 
 const ECHO = "echo ready";
 
-interface Variant {
-  name: ReadyVariantName;
+/** One way of getting a workspace, measured in interleaved rounds (`measureRounds`). */
+export interface Variant<N extends string = ReadyVariantName> {
+  name: N;
   label: string;
   method: string;
   /** Untimed preparation before each timed workspace (e.g. evicting the layer). */
@@ -78,7 +79,7 @@ function minisandboxVariant(env: BenchEnvironment, cold: boolean): Variant {
 }
 
 /** One timed minisandbox workspace: create → `command`'s output; then, untimed, the .pyc files it wrote. */
-async function sandboxOnce(
+export async function sandboxOnce(
   create: () => Promise<Sandbox>,
   command: string,
   started: number,
@@ -99,7 +100,7 @@ async function sandboxOnce(
 }
 
 /** The `python -v` probe in a fresh minisandbox workspace. */
-async function sandboxProbe(create: () => Promise<Sandbox>, importModule: string): Promise<string> {
+export async function sandboxProbe(create: () => Promise<Sandbox>, importModule: string): Promise<string> {
   const sb = await create();
   try {
     return (await sb.exec(`${pycProbe(importModule)} 2>&1`)).stdout;
@@ -246,7 +247,7 @@ export interface ReadyOptions {
 
 type ReadyOut = Record<ReadyVariantName, ReadyVariant | Unavailable>;
 
-interface Samples {
+export interface Samples {
   echo: number[];
   import: number[];
   failures: number;
@@ -257,7 +258,7 @@ interface Samples {
 export async function benchReady(opts: ReadyOptions): Promise<ReadyOut> {
   const out = {} as ReadyOut;
   const variants = await readyVariants(opts, out);
-  const samples = await measureRounds(variants, opts);
+  const samples = await measureRounds(variants, { ...opts, importModule: opts.env.importModule });
   for (const v of variants) out[v.name] = await summarizeVariant(v, samples.get(v.name)!, opts.log);
   return out;
 }
@@ -298,9 +299,12 @@ async function settle(): Promise<void> {
  * One warm-up each, then `runs` rounds: in each, every variant runs `echo` and the import in fresh workspaces, in an
  * order rotated from round to round, each after the previous one's writes reached the disk.
  */
-async function measureRounds(variants: Variant[], opts: ReadyOptions): Promise<Map<ReadyVariantName, Samples>> {
-  const importCmd = `python -c "import ${opts.env.importModule}"`;
-  const samples = new Map<ReadyVariantName, Samples>();
+export async function measureRounds<N extends string>(
+  variants: Variant<N>[],
+  opts: { runs: number; importModule: string; log: (m: string) => void },
+): Promise<Map<N, Samples>> {
+  const importCmd = `python -c "import ${opts.importModule}"`;
+  const samples = new Map<N, Samples>();
   for (const v of variants) samples.set(v.name, { echo: [], import: [], failures: 0, pycNewer: null, errors: [] });
   const started = Date.now() / 1000 - 1;
   // One warm-up each (page cache, first podman/bwrap start), not counted.
@@ -337,7 +341,11 @@ async function measureRounds(variants: Variant[], opts: ReadyOptions): Promise<M
 }
 
 /** The variant's distributions, and its bytecode check (the `python -v` probe, untimed). */
-async function summarizeVariant(v: Variant, s: Samples, log: (m: string) => void): Promise<ReadyVariant | Unavailable> {
+export async function summarizeVariant(
+  v: Variant<string>,
+  s: Samples,
+  log: (m: string) => void,
+): Promise<ReadyVariant | Unavailable> {
   let pyc = null;
   try {
     pyc = parsePycProbe(await v.probe(), s.pycNewer);

@@ -6,6 +6,7 @@ import { ROLLOUT_RATIO_MEANINGS, rolloutLines, rolloutRatios, rolloutTargets } f
 import { COLD_RATIO_MEANINGS, coldLines, coldRatios, coldTargets } from "./report-cold.js";
 import { preparationLines, preparationTargets } from "./report-prepare.js";
 import { cliLines, SPEED_RATIO_MEANINGS, speedRatios, speedTargets } from "./report-speed.js";
+import { pycVerdict } from "./pyc.js";
 import { ratio } from "./stats.js";
 import type { DashboardBenchResult } from "./dashboard.js";
 import type { Leftovers, ServerLoadResult } from "./server-load.js";
@@ -311,13 +312,6 @@ function readyLines(r: BenchResults): string[] {
   L.push("");
   for (const v of Object.values(r.ready.variants)) if (v.available) L.push(`- ${v.label}: ${v.method}`);
   return L;
-}
-
-function pycVerdict(v: ReadyVariant): string {
-  if (!v.pyc) return "n/a";
-  if (v.pyc.ok) return "valid";
-  const dont = v.pyc.dontWriteBytecode ? ", dont_write_bytecode" : "";
-  return `**${v.pyc.compiledFromSource} recompiled, ${v.pyc.written} written${dont}**`;
 }
 
 function storageLines(r: BenchResults): string[] {

@@ -77,6 +77,8 @@ export interface BenchOptions {
   /** Overrides of the sizes (the test uses tiny ones). */
   runs?: number;
   storageNs?: number[];
+  /** Images workload: N images pulled, disk use after each N (default storageNs, else 1, 5, 20; --quick 1, 3). */
+  imagesNs?: number[];
   concurrency?: number[];
   /** Measure idle memory at levels up to this K. */
   memoryUpToK?: number;
@@ -144,6 +146,7 @@ export function sizesFor(
     | "rolloutForks"
     | "rolloutLive"
     | "historyMiB"
+    | "imagesNs"
   >
 > {
   const quick = o.quick ?? false;
@@ -151,6 +154,8 @@ export function sizesFor(
     historyMiB: o.historyMiB ?? 0,
     runs: o.runs ?? (quick ? 6 : 25),
     storageNs: o.storageNs ?? [1, 5, 20],
+    // The images workload builds one image per instance (once per machine and history size): --quick builds 3.
+    imagesNs: o.imagesNs ?? o.storageNs ?? (quick ? [1, 3] : [1, 5, 20]),
     concurrency: o.concurrency ?? [1, 8, 32, 128],
     memoryUpToK: o.memoryUpToK ?? (quick ? 32 : 128),
     sessionCommands: o.sessionCommands ?? (quick ? 100 : 500),
@@ -488,12 +493,14 @@ const WORKLOADS: Record<Workload, (run: BenchRun) => Promise<void>> = {
     }
   },
   async images({ o, results, work, size, log }) {
-    log(`workload 11: environments from images, N = ${size.storageNs.join(", ")}`);
+    log(`workload 11: environments from images, N = ${size.imagesNs.join(", ")}`);
     results.images = await benchImages({
       work,
-      ns: o.dataset ? [] : size.storageNs,
+      ns: o.dataset ? [] : size.imagesNs,
       historyMiB: size.historyMiB,
       podman: o.podman !== false,
+      runs: size.runs,
+      workers: size.evalWorkers,
       log,
     }).catch((err: unknown) => na(`images workload failed: ${(err as Error).message.split("\n")[0]}`));
   },

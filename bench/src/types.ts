@@ -241,6 +241,28 @@ export interface ImagesResult {
   points: { n: number; minisandboxStoreBytes: number; podmanBytes: number | null }[];
   /** Mean of the 2nd…Nth pulls (base and env layers already present). */
   laterPullMeanMs: { minisandbox: number | null; podman: number | null };
+  /** Create → first output on the first pulled image: a sandbox on its root (warm) vs `podman run` of it. */
+  ready: ImagesReady | Unavailable;
+  /** Gold predictions graded on the pulled instance images: the eval engine vs the same script in `podman run`. */
+  evaluation: ImagesEvaluation | Unavailable;
+}
+
+/** Workload 11: the two ways of running the pulled image, `runs` interleaved rounds of `echo` and the import. */
+export interface ImagesReady {
+  available: true;
+  image: string;
+  runs: number;
+  importModule: string;
+  variants: Record<"minisandbox_warm" | "podman", ReadyVariant | Unavailable>;
+}
+
+/** Workload 11: evaluation on the instance images (a dataset whose rows name them) and on the same in podman. */
+export interface ImagesEvaluation {
+  available: true;
+  instances: number;
+  workers: number;
+  minisandbox: EvalMeasurement | Unavailable;
+  podman: EvalMeasurement | Unavailable;
 }
 
 export interface Target {
@@ -370,6 +392,10 @@ export interface BenchResults {
     images_storage_vs_podman: number | null;
     /** Images: the mean of the 2nd…Nth pulls, podman ÷ minisandbox. */
     images_pull_vs_podman: number | null;
+    /** Images: create → `echo` p50 on the first image, `podman run` of it ÷ a sandbox on its root (warm). */
+    images_warm_vs_podman: number | null;
+    /** Images: gold evaluation on the instance images, minisandbox's instances/min ÷ podman's. */
+    images_eval_vs_podman: number | null;
   };
   /** Why a ratio is null. */
   ratio_reasons: Record<string, string>;
