@@ -9,8 +9,15 @@ import { errMessage, LayerUnavailableError, NotFoundError } from "../errors.js";
 import { homeLayout } from "../util/home.js";
 import { ensurePresent, nodeCacheFor, type Presence, type PresenceOptions } from "./environments.js";
 import { prepareTestbedHistory } from "./image-history.js";
-import { findStoredImage, getImage, loadRegistryConfig, pullImage, type RegistryConfig } from "./images/index.js";
-import { openStore, type Store } from "./store/index.js";
+import {
+  fetchImageFromPeers,
+  findStoredImage,
+  getImage,
+  loadRegistryConfig,
+  pullImage,
+  type RegistryConfig,
+} from "./images/index.js";
+import { hasLayer, openStore, type HttpSource, type Store } from "./store/index.js";
 import type { EnvSpec, HistoryPolicy, LayerKey } from "./types.js";
 
 /**
@@ -21,7 +28,7 @@ export type RowTarget =
   | { image: string; history?: HistoryPolicy | undefined }
   | { env: { key: LayerKey; spec: EnvSpec } };
 
-/** How it came to be here: a layer was here, fetched or built; an image was here or pulled. */
+/** How it came to be here: a layer was here, fetched or built; an image was here, fetched from a peer or pulled. */
 export type RowPresence = Presence | "pulled";
 
 /**
@@ -35,13 +42,13 @@ export type MadePresent =
 
 /**
  * Make a row's image or layer present here (`build`: pull or build what is missing; `sources`: peers to fetch a
- * layer from). A failure to make it is the result (`failed`); only what is not the row's doing throws:
- * `NotFoundError` when nothing has it and it may not be made, `LayerUnavailableError` when no source had the layer
- * and it may not be built (another node may have it).
+ * layer or an image from, an image's before its registry). A failure to make it is the result (`failed`); only what
+ * is not the row's doing throws: `NotFoundError` when nothing has it and it may not be made, `LayerUnavailableError`
+ * when no source had the layer (or image) and it may not be built or pulled (another node may have it).
  */
 export async function makePresent(target: RowTarget, o: PresenceOptions): Promise<MadePresent> {
   if ("image" in target) {
-    const made = await imagePresent(o.home, target.image, o.build ?? false);
+    const made = await imagePresent(o.home, target.image, o.build ?? false, o.sources ?? []);
     return o.build && made.status !== "failed" ? withHistory(o.home, target, made) : made;
   }
   const { env } = target;
@@ -81,15 +88,35 @@ export async function imageHistoryNow(home: string, ref: string, history: Histor
   if (history !== "full") await prepareTestbedHistory(home, nodeCacheFor(home), ref);
 }
 
-/** An image in the store, else pulled when it may be (else `NotFoundError` saying `images pull`). */
-async function imagePresent(home: string, ref: string, pull: boolean): Promise<MadePresent> {
+/**
+ * An image in the store, else taken from a peer that holds it (`sources`), else pulled when it may be (else
+ * `NotFoundError` saying `images pull`, or `LayerUnavailableError` when the peers given could not supply it).
+ */
+async function imagePresent(
+  home: string,
+  ref: string,
+  pull: boolean,
+  sources: readonly HttpSource[],
+): Promise<MadePresent> {
   const store = openStore(homeLayout(home).store);
+  const have = await findStoredImage(store, ref);
+  if (have && (await hasLayer(store, have.rootfs))) return { status: "present", key: have.rootfs };
+  let peers = "";
+  if (sources.length > 0) {
+    try {
+      return { status: "fetched", key: (await fetchImageFromPeers(store, sources, ref)).image.rootfs };
+    } catch (e) {
+      if (!pull) throw e;
+      peers = ` (and ${errMessage(e)})`; // the registry is the fallback: its failure says both
+    }
+  }
   if (!pull) return { status: "present", key: (await getImage(store, ref)).rootfs };
   try {
     const r = await ensureImage(store, ref, loadRegistryConfig(home));
     return { status: r.status === "pulled" ? "pulled" : "present", key: r.key };
   } catch (e) {
-    return { status: "failed", key: null, failed: "pull", error: `image ${ref} could not be pulled: ${errMessage(e)}` };
+    const error = `image ${ref} could not be pulled: ${errMessage(e)}${peers}`;
+    return { status: "failed", key: null, failed: "pull", error };
   }
 }
 

@@ -16,6 +16,7 @@ import { registerErrorHandling } from "./error-handler.js";
 import { registerHooks } from "./hooks.js";
 import { registerJobRoutes } from "./job-routes.js";
 import { PeerPolicy } from "./peers.js";
+import { registerImageRoutes } from "./image-routes.js";
 import { registerStoreRoutes } from "./store-routes.js";
 import { registerExecRoutes } from "./lifecycle-exec.js";
 import { registerKeyedRuntimes } from "./keyed-runtime.js";
@@ -132,6 +133,7 @@ function routeContext(o: ServerOptions, home: string, app: FastifyInstance, metr
 /** Layers between servers and the jobs of a fleet. */
 function registerManyNodeRoutes(app: FastifyInstance, ctx: RouteContext): void {
   registerStoreRoutes(app, ctx);
+  registerImageRoutes(app, ctx);
   registerJobRoutes(app, ctx);
 }
 

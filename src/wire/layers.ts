@@ -47,6 +47,37 @@ export const FetchLayerResponse = model("FetchLayerResponse", {
   ms: t.float(),
 });
 
+/** An image to take from peers (its name: a reference as users type it; stored under its canonical form). */
+export const FetchImageRequest = model(
+  "FetchImageRequest",
+  { name: t.str(), sources: t.list(PeerSource).default([]) },
+  { extra: "forbid", objectError: "dict" },
+);
+
+export const FetchImageResponse = model("FetchImageResponse", {
+  /** The canonical reference it is stored under. */
+  name: t.str(),
+  /** The image id (its config's digest). */
+  id: t.str(),
+  /** Its root filesystem's layer key. */
+  rootfs: t.str(),
+  /** False when this node had the image already. */
+  fetched: t.bool(),
+  /** The peer's origin it came from. */
+  source: t.str().nullable(),
+  /** Diff records of layers this node lacked (a later pull of an image sharing them skips them). */
+  diffs_fetched: t.int(),
+  objects_fetched: t.int(),
+  bytes_fetched: t.int(),
+  ms: t.float(),
+});
+
+/**
+ * What a node's store keeps of an image (`GET /store/images/record?name=`): its record (by id: its config's
+ * digest; what a fetching node checks against the config and manifest it takes next) and its names here.
+ */
+export const StoreImageRecord = model("StoreImageRecord", { record: t.dict(t.any()), refs: t.list(t.str()) });
+
 export const PeersRequest = model("PeersRequest", { urls: t.list(t.str()) }, { extra: "forbid", objectError: "dict" });
 export const PeersResponse = model("PeersResponse", {
   /** Registered peers (origins). */
@@ -113,6 +144,7 @@ export const EvaluationResponse = model("EvaluationResponse", {
 export const DeleteSandboxesResponse = model("DeleteSandboxesResponse", { deleted: t.list(t.str()) });
 
 export type PeerSource = Out<typeof PeerSource.shape>;
+export type FetchImageResponse = Out<typeof FetchImageResponse.shape>;
 export type EvaluationRequest = Out<typeof EvaluationRequest.shape>;
 export type EvaluationResponse = Out<typeof EvaluationResponse.shape>;
 export type PrepareRequest = Out<typeof PrepareRequest.shape>;
@@ -126,6 +158,9 @@ export const LAYER_MODELS = {
   ObjectsRequest,
   FetchLayerRequest,
   FetchLayerResponse,
+  FetchImageRequest,
+  FetchImageResponse,
+  StoreImageRecord,
   PeersRequest,
   PeersResponse,
   PrepareRequest,

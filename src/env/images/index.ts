@@ -1,5 +1,11 @@
 /** Public API of images: pull, import, the images a store holds (see README.md). */
 export { pullImage, type PullOptions, type PullResult } from "./pull.js";
+export {
+  fetchImageFromPeers,
+  fetchImageHttp,
+  type PeerImageOptions,
+  type PeerImageResult,
+} from "./peer.js";
 export { importImage, type ImportOptions, type ImportResult } from "./import.js";
 export {
   acquireImageRootfs,

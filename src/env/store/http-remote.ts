@@ -63,8 +63,16 @@ function endpoint(source: HttpSource, path: string): string {
   return `${sourceBase(source.url).href.replace(/\/+$/, "")}${path}`;
 }
 
-/** One request to a peer: never follows redirects (a source may only be the server it names). */
-async function request(source: HttpSource, path: string, init: RequestInit, timeoutMs: number): Promise<Response> {
+/**
+ * One request to a peer: never follows redirects (a source may only be the server it names), its token sent to that
+ * origin only (`X-API-Key`).
+ */
+export async function peerRequest(
+  source: HttpSource,
+  path: string,
+  init: RequestInit,
+  timeoutMs: number,
+): Promise<Response> {
   const headers: Record<string, string> = { ...(init.headers as Record<string, string> | undefined) };
   if (source.token) headers["X-API-Key"] = source.token;
   const where = `${sourceBase(source.url).origin}${path.split("?")[0]}`;
@@ -175,7 +183,7 @@ export async function pullLayerHttp(
   assertLayerKey(key);
   const timeoutMs = opts.timeoutMs ?? 600_000;
   const origin = sourceBase(source.url).origin;
-  const res = await request(source, `/store/layers/${key}/manifest`, {}, timeoutMs);
+  const res = await peerRequest(source, `/store/layers/${key}/manifest`, {}, timeoutMs);
   const bytes = Buffer.from(await res.arrayBuffer());
   if (bytes.length > MAX_MANIFEST_BYTES)
     throw new StoreCorruptError(`${origin}: manifest of ${key} is larger than ${MAX_MANIFEST_BYTES} bytes`);
@@ -188,37 +196,54 @@ export async function pullLayerHttp(
   } catch (e) {
     throw new StoreCorruptError(`${origin}: manifest of ${key} is invalid: ${(e as Error).message}`);
   }
-  return pullMissing(local, manifest, opts.replace ?? false, async (missing, result) => {
-    const maxObjects = Math.min(opts.batchObjects ?? 512, MAX_OBJECTS_PER_REQUEST);
-    const groups = batches(missing, maxObjects, opts.batchBytes ?? 64 << 20);
-    await mapLimit(groups, opts.concurrency ?? 2, async (group) => {
-      const body = JSON.stringify({ ids: group.map(([id]) => id) });
-      const answer = await request(
-        source,
-        "/store/objects",
-        { method: "POST", body, headers: { "content-type": "application/json" } },
-        timeoutMs,
-      );
-      if (!answer.body) throw new StoreCorruptError(`${origin}: objects of ${key}: empty answer`);
-      const reader = new ChunkReader(
-        Readable.fromWeb(answer.body as import("node:stream/web").ReadableStream)[Symbol.asyncIterator](),
-      );
-      const writes = new InFlight(opts.writes ?? 16);
-      try {
-        for (const [id, size] of group) {
-          await receiveObject(local, reader, writes, id, size, {
-            what: `${origin}: object ${id}`,
-            mismatch: () => new StoreCorruptError(`${origin}: object ${id} of layer ${key} does not match its hash`),
-            throttle: opts.throttle,
-          });
-          result.objectsFetched++;
-          result.bytesFetched += size;
-        }
-      } finally {
-        await writes.drain();
+  return pullMissing(local, manifest, opts.replace ?? false, (missing, result) =>
+    fetchObjectsHttp(local, source, missing, result, opts, `layer ${key}`),
+  );
+}
+
+/**
+ * Bring `missing` objects (id, size) from a peer into `local`, in batches, each hashed on arrival before it is
+ * placed; counted in `result`. `what` names what they belong to, for messages. The caller holds the store lock.
+ */
+export async function fetchObjectsHttp(
+  local: Store,
+  source: HttpSource,
+  missing: [ObjectId, number][],
+  result: { objectsFetched: number; bytesFetched: number },
+  opts: HttpPullOptions,
+  what: string,
+): Promise<void> {
+  const timeoutMs = opts.timeoutMs ?? 600_000;
+  const origin = sourceBase(source.url).origin;
+  const maxObjects = Math.min(opts.batchObjects ?? 512, MAX_OBJECTS_PER_REQUEST);
+  const groups = batches(missing, maxObjects, opts.batchBytes ?? 64 << 20);
+  await mapLimit(groups, opts.concurrency ?? 2, async (group) => {
+    const body = JSON.stringify({ ids: group.map(([id]) => id) });
+    const answer = await peerRequest(
+      source,
+      "/store/objects",
+      { method: "POST", body, headers: { "content-type": "application/json" } },
+      timeoutMs,
+    );
+    if (!answer.body) throw new StoreCorruptError(`${origin}: objects of ${what}: empty answer`);
+    const reader = new ChunkReader(
+      Readable.fromWeb(answer.body as import("node:stream/web").ReadableStream)[Symbol.asyncIterator](),
+    );
+    const writes = new InFlight(opts.writes ?? 16);
+    try {
+      for (const [id, size] of group) {
+        await receiveObject(local, reader, writes, id, size, {
+          what: `${origin}: object ${id}`,
+          mismatch: () => new StoreCorruptError(`${origin}: object ${id} of ${what} does not match its hash`),
+          throttle: opts.throttle,
+        });
+        result.objectsFetched++;
+        result.bytesFetched += size;
       }
-      if (await reader.read(1)) throw new StoreCorruptError(`${origin}: objects of ${key}: more bytes than asked for`);
-    });
+    } finally {
+      await writes.drain();
+    }
+    if (await reader.read(1)) throw new StoreCorruptError(`${origin}: objects of ${what}: more bytes than asked for`);
   });
 }
 
@@ -257,7 +282,7 @@ export async function fetchPackHttp(
   opts: Pick<HttpPullOptions, "timeoutMs" | "replace" | "throttle"> = {},
 ): Promise<ImportResult & { packBytes: number }> {
   assertLayerKey(key);
-  const res = await request(source, `/store/layers/${key}/pack`, {}, opts.timeoutMs ?? 600_000);
+  const res = await peerRequest(source, `/store/layers/${key}/pack`, {}, opts.timeoutMs ?? 600_000);
   if (!res.body) throw new StoreCorruptError(`${sourceBase(source.url).origin}: pack of ${key}: empty answer`);
   const file = join(local.tmpDir, scratchName("pack"));
   try {

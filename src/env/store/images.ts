@@ -57,6 +57,8 @@ export interface ImageRecord {
   created?: string;
   /** Where it came from: a registry reference, an archive path, a local tool's image. */
   source: string;
+  /** The peer (origin) it was taken from, when it was: its layers' records are that peer's word (see diff-check). */
+  peer?: string;
   storedAt: string;
 }
 

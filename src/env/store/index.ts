@@ -36,8 +36,10 @@ export { materializeLayer, type MaterializeOptions, type MaterializeResult } fro
 export { exportPack, importPack, type ExportResult, type ImportResult } from "./pack.js";
 export { pullLayer, type PullOptions, type PullResult } from "./remote.js";
 export {
+  fetchObjectsHttp,
   fetchPackHttp,
   MAX_OBJECTS_PER_REQUEST,
+  peerRequest,
   objectsAnswer,
   pullLayerHttp,
   sourceBase,
@@ -70,11 +72,13 @@ export {
   readDiff,
   unpackError,
   unpackLayer,
+  writeDiff,
   type DiffEntry,
   type DiffRecord,
   type UnpackBudget,
   type UnpackResult,
 } from "./layer-diff.js";
+export { checkDiffRecord, diffObjects } from "./diff-check.js";
 export {
   chainId,
   derivedKey,

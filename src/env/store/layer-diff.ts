@@ -40,6 +40,11 @@ export interface DiffRecord {
   bytes: number;
   /** What was neutralised (ids clamped, duplicates...), for the user. */
   warnings: string[];
+  /**
+   * The peer (origin) this record was taken from, when it was not unpacked here: its entries are that peer's word
+   * (diff-check.ts says what of them was checked), not proven to be what the diff id's tar holds.
+   */
+  peer?: string;
 }
 
 export interface UnpackBudget {
@@ -160,6 +165,12 @@ export async function unpackLayer(
   };
   await writeDiffRecord(store, record, [...s.added.keys()], what, opts.whileSyncing);
   return { record, newObjects: s.added.size, newBytes: [...s.added.values()].reduce((a, b) => a + b, 0) };
+}
+
+/** Write a diff record as it is (one checked by `checkDiffRecord`); its objects must be on disk and synced. */
+export async function writeDiff(store: Store, record: DiffRecord): Promise<void> {
+  ensureImageDirs(store);
+  await writeFileAtomic(diffPath(store, record.diffId), JSON.stringify(record), store.tmpDir);
 }
 
 async function writeDiffRecord(
