@@ -167,6 +167,12 @@ class Client:
         manifest_sha256}``) when missing."""
         return self.request("POST", f"/cache/layers/{_q(key)}", {"sources": list(sources)})
 
+    def fetch_image(self, name: str, sources: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+        """Make image ``name`` (a reference) present in this node's store, taking it from ``sources`` (``{url,
+        token}``: peers that hold it) when missing: by file, only what this store lacks, all of it verified. Raises
+        ``layer_unavailable`` when no source could give it (its registry is then the way: a job pulls it)."""
+        return self.request("POST", "/cache/images", {"name": name, "sources": list(sources)})
+
     def prepare_environment(
         self,
         instance: dict[str, Any],

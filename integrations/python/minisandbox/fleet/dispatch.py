@@ -82,6 +82,16 @@ def _fetch_layer(url: str, token: str, key: str, sources: list[dict[str, Any]]) 
 
 
 @ray.remote(num_cpus=0, max_retries=0)
+def _fetch_image(url: str, token: str, name: str, sources: list[dict[str, Any]]) -> dict[str, Any]:
+    """Bring an image from a peer into this node's store; holds one unit of the node's I/O budget while it runs. No
+    peer able to give it is not a failure: the work that follows pulls it from its registry."""
+    try:
+        return _call(lambda: Client(url, token, timeout=3600).fetch_image(name, sources))
+    except LayerUnavailable as e:
+        return {"name": name, "fetched": False, "error": str(e)}
+
+
+@ray.remote(num_cpus=0, max_retries=0)
 def _attempt(
     url: str,
     token: str,
@@ -258,13 +268,16 @@ def _submit(fleet: Fleet, node: NodeState, kind: str, item: Item, labels: dict[s
     sources = [] if here or item.key is None else fleet.placement.sources(item.key, exclude=node.node_id)
     fetched = None
     budget = fleet.io_budget(node.node_id)
-    if sources and (budget or kind == "group") and not is_image(item.key):
-        # The layer's fetch holds one unit of the node's I/O budget (Ray releases it when the fetch ends, not when
-        # the work ends); the work starts once the layer is there. (A group's start takes no sources: always first.)
-        fetched = _fetch_layer.options(scheduling_strategy=pin, resources={IO: 1} if budget else {}).remote(
+    if sources and (budget or kind == "group"):
+        # The fetch holds one unit of the node's I/O budget (Ray releases it when the fetch ends, not when the work
+        # ends); the work starts once the layer or image is there. (A group's start takes no sources: always first.)
+        fetch = _fetch_image if is_image(item.key) else _fetch_layer
+        fetched = fetch.options(scheduling_strategy=pin, resources={IO: 1} if budget else {}).remote(
             node.url, node.token, item.key, sources
         )
         stats["fetch_tasks"] += 1
+        if is_image(item.key):
+            sources = []  # taken from a peer by now, else its registry is the way: the peers are not asked twice
     if kind == "group":
         return _group_attempt.options(scheduling_strategy=pin, resources={SLOT: min(item.slots, node.slots)}).remote(
             node.url, node.token, item.payload, fetched

@@ -15,7 +15,8 @@ __all__ = ["NodeState", "Placement", "is_image", "placement_key"]
 
 def is_image(key: str | None) -> bool:
     """A placement key that is an image (its canonical reference, which always names a registry: ``host/path``), not
-    a layer key: a node pulls it or takes it from a peer with the job itself, not through ``/cache/layers``."""
+    a layer key: a node takes it from a peer that holds it through ``/cache/images`` (else pulls it from its registry
+    with the job itself), not through ``/cache/layers``."""
     return key is not None and "/" in key
 
 
