@@ -11,11 +11,12 @@ process.env.PIP_RETRIES ??= "0";
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { makeFixtureDataset, type FixtureDataset } from "../src/fixtures/generate.js";
 import { envFor } from "../src/env/environments.js";
+import { fixtureImages } from "../src/fixtures/images.js";
 import { openStore, pullLayer } from "../src/env/store/index.js";
 import { run } from "../src/util/run.js";
 import { cachedFixtureStore, cachedVenv, CLI, tempDir } from "./helpers.js";
@@ -48,6 +49,27 @@ async function seedHome(home: string, from: string, keys: string[]): Promise<voi
   for (const key of keys) await pullLayer(store, from, key);
 }
 
+/**
+ * Rows on a SWE-bench-style instance image (the fixture images'; three rows of its instance, so that one is placed
+ * on a node lacking the image while the holder's slots are taken), which n0 imports during the checks; the other
+ * nodes' registry is blocked: they can only take it from n0.
+ */
+async function imageRows(): Promise<Record<string, string>> {
+  const set = await fixtureImages({ instances: 2, c: true, log: (m) => process.stderr.write(`# ${m}\n`) });
+  const ds = await makeFixtureDataset(join(work, "img-ds"), { instances: 2 });
+  const row = ds.instances[0]!;
+  const image = set.images.find((i) => i.kind === "instance" && i.instanceId === row.instance_id)!;
+  const ref = `registry.example/fixture/${image.name.replace(/^msb-fixture\//, "")}`;
+  const rows = ["", "0", "00"].map((s) => ({ ...row, instance_id: `${row.instance_id}${s}`, image_name: ref }));
+  const dataset = join(work, "image-rows.json");
+  writeFileSync(dataset, JSON.stringify(rows));
+  for (const node of ["n1", "n2"]) {
+    mkdirSync(join(base, node, "home"), { recursive: true });
+    writeFileSync(join(base, node, "home", "registries.json"), JSON.stringify({ blocked: ["registry.example"] }));
+  }
+  return { image_layout: set.layout, image_name: image.name, image_ref: ref, image_dataset: dataset };
+}
+
 async function why(): Promise<string | undefined> {
   if (process.getuid?.() !== 0) return "needs root (network and pid namespaces of its own)";
   for (const tool of ["unshare", "ip"]) {
@@ -75,6 +97,7 @@ before(async () => {
   await seedHome(refHome, store, keys);
   await seedHome(join(base, "n0", "home"), store, keys.slice(0, SEEDED));
   const ids = fx.instances.map((i) => i.instance_id);
+  const onImage = await imageRows();
   const mixed = join(work, "mixed.json");
   writeFileSync(
     mixed,
@@ -112,6 +135,7 @@ before(async () => {
       ref_mixed_summary: join(refDir, "mixed__model.ref-mixed.json"),
       out_dir: join(work, "fleet"),
       subset: [ids[0], ids[1], ids[4], ids[5], ids[6], ids[7], ids[8], ids[19]],
+      ...onImage,
     }),
   );
 });

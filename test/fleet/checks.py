@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import ray  # noqa: E402
 from minisandbox import Client  # noqa: E402
 from minisandbox.fleet import Fleet, FleetConfig, evaluate, prepare, rollout_groups, status_html  # noqa: E402
 from minisandbox.fleet import cli as fleet_cli  # noqa: E402
+from minisandbox.fleet.fleet import _held  # noqa: E402
 from minisandbox.fleet.testing import LocalCluster  # noqa: E402
 
 
@@ -474,6 +476,60 @@ live = {
 }
 left = leftovers(fleet)
 check("no_group_sandbox_or_lease_left", clean(left) and not any(live.values()), groups=live, left=left)
+
+# 9. rows on an image: one placed on a node lacking it takes it from the node that holds it (the others' registry
+# is blocked), by file, before its work starts; every row graded on it as on the holder.
+n0 = next(n for n in fleet.placement.usable() if n.name == "n0")
+home0 = os.path.join(cfg["base"], "n0", "home")
+subprocess.run(
+    [
+        *cfg["cli"],
+        *("--home", home0, "images", "import", cfg["image_layout"]),
+        *("--name", cfg["image_name"], "--tag", cfg["image_ref"]),
+    ],
+    check=True,
+    capture_output=True,
+)
+n0.layers.update(_held(Client(n0.url, n0.token).store_listing()))  # what the fleet learns of a node as it joins
+t = time.monotonic()
+placed = collections.Counter()
+config.image_args = ["--images", "row"]
+on_image = evaluate(
+    fleet,
+    cfg["image_dataset"],
+    "gold",
+    run_id="fleet-image",
+    report_dir=cfg["out_dir"],
+    progress=False,
+    on_event=lambda kind, **f: kind == "placed" and placed.update([f["node"]]),
+)
+config.image_args = []
+
+
+def peer_records(node):
+    """Image records of a node's store taken from a peer (their ``peer`` origin)."""
+    d = os.path.join(cfg["base"], node, "home", "store", "images", "records")
+    out = [json.loads(Path(d, f).read_text()).get("peer") for f in os.listdir(d)] if os.path.isdir(d) else []
+    return [p for p in out if p]
+
+
+taken = {n: peer_records(n) for n in ("n1", "n2")}
+check(
+    "image_taken_from_a_peer_by_a_node_lacking_it",
+    not on_image["errors"]
+    and on_image["summary"]["resolved_instances"] == 3
+    and len(placed) >= 2
+    and any(taken.values())
+    and all(p == "{0.scheme}://{0.netloc}".format(urllib.parse.urlsplit(n0.url)) for ps in taken.values() for p in ps)
+    and on_image["stats"]["fetch_tasks"] >= 1,
+    seconds=round(time.monotonic() - t, 1),
+    placed=dict(placed),
+    taken=taken,
+    stats=on_image["stats"],
+    errors=on_image["errors"],
+)
+left = leftovers(fleet)
+check("no_sandbox_or_lease_left_after_images", clean(left), left=left)
 
 t = time.monotonic()
 fleet.stop()
