@@ -217,6 +217,12 @@ test("a peer that is not allowed is never contacted; an image no peer holds fall
   assert.equal(refused.status, 403, refused.text);
   assert.match(refused.text, /is not an allowed peer of this server/);
   assert.deepEqual(other.seen, [], "no request reached it");
+  // What a store keeps of an image is for admins only, by well-formed digests only.
+  const record = `/store/images/record?name=${encodeURIComponent(refC)}`;
+  assert.equal((await call(holder.url, "GET", record, { key: null })).status, 403);
+  assert.equal((await call(holder.url, "GET", record, { key: KEY })).status, 200);
+  const badDigest = await call(holder.url, "GET", "/store/images/diffs/sha256:..%2F..%2Fstore.json", { key: KEY });
+  assert.equal(badDigest.status, 400, badDigest.text);
   const absent = await fetchImage("registry.example/absent/x:1", [source]);
   assert.match(absent.text, /no peer could give it \(http:\/\/127\.0\.0\.1:\d+: not there\)/);
   const job = await call(fetcher.url, "POST", "/environments", {
