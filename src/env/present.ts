@@ -15,6 +15,7 @@ import {
   getImage,
   loadRegistryConfig,
   pullImage,
+  type PeerImageResult,
   type RegistryConfig,
 } from "./images/index.js";
 import { hasLayer, openStore, type HttpSource, type Store } from "./store/index.js";
@@ -104,7 +105,7 @@ async function imagePresent(
   let peers = "";
   if (sources.length > 0) {
     try {
-      return { status: "fetched", key: (await fetchImageFromPeers(store, sources, ref)).image.rootfs };
+      return { status: "fetched", key: (await fetchImageHere(home, sources, ref)).image.rootfs };
     } catch (e) {
       if (!pull) throw e;
       peers = ` (and ${errMessage(e)})`; // the registry is the fallback: its failure says both
@@ -118,6 +119,17 @@ async function imagePresent(
     const error = `image ${ref} could not be pulled: ${errMessage(e)}${peers}`;
     return { status: "failed", key: null, failed: "pull", error };
   }
+}
+
+/** An image taken from peers into this home's store, within the node cache's I/O budget (as a layer's fetch is). */
+export async function fetchImageHere(
+  home: string,
+  sources: readonly HttpSource[],
+  ref: string,
+): Promise<PeerImageResult> {
+  const cache = nodeCacheFor(home);
+  const { budget } = cache;
+  return budget.withSlot(() => fetchImageFromPeers(cache.store, sources, ref, { throttle: budget.consume }));
 }
 
 /**

@@ -6,7 +6,8 @@
 import * as fsp from "node:fs/promises";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { errCode, InvalidInputError, NotFoundError } from "../errors.js";
-import { fetchImageFromPeers, findStoredImage, listStoredImages } from "../env/images/index.js";
+import { findStoredImage, listStoredImages } from "../env/images/index.js";
+import { fetchImageHere } from "../env/present.js";
 import { blobPath, diffPath, DIGEST_RE, hasLayer, openStore, type Store } from "../env/store/index.js";
 import { homeLayout } from "../util/home.js";
 import { native } from "../wire/index.js";
@@ -75,7 +76,7 @@ export function registerImageRoutes(app: FastifyInstance, ctx: RouteContext): vo
     ctx.peers.check(sources);
     let p = inflight.get(name);
     if (!p) {
-      p = fetchImage(store(), name, sources).finally(() => inflight.delete(name));
+      p = fetchImage(ctx.home, name, sources).finally(() => inflight.delete(name));
       inflight.set(name, p);
     }
     return p;
@@ -83,16 +84,16 @@ export function registerImageRoutes(app: FastifyInstance, ctx: RouteContext): vo
 }
 
 async function fetchImage(
-  s: Store,
+  home: string,
   name: string,
   sources: readonly native.PeerSource[],
 ): Promise<native.FetchImageResponse> {
   const started = performance.now();
   const ms = (): number => Math.round(performance.now() - started);
-  const have = await heldImage(s, name);
+  const have = await heldImage(openStore(homeLayout(home).store), name);
   const none = { diffs_fetched: 0, objects_fetched: 0, bytes_fetched: 0 };
   if (have) return { name, id: have.id, rootfs: have.rootfs, fetched: false, source: null, ...none, ms: ms() };
-  const r = await fetchImageFromPeers(s, sources.map(toHttpSource), name);
+  const r = await fetchImageHere(home, sources.map(toHttpSource), name);
   return {
     name: r.ref,
     id: r.image.id,
