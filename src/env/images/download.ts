@@ -9,6 +9,7 @@ import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
 import * as fsp from "node:fs/promises";
 import { errCode, ImageInvalidError, RegistryError } from "../../errors.js";
+import { FileAppender } from "../store/appender.js";
 import { sleep } from "../store/fsutil.js";
 import { unpackError } from "../store/index.js";
 import type { HttpAnswer } from "./http-get.js";
@@ -93,60 +94,6 @@ export class BlobDownload {
       if (attempt > 1) await sleep(backoffMs(attempt - 1));
       yield* fetchFrom(this.client, this.desc, out, this.p, this.o);
     }
-  }
-}
-
-/** Bytes gathered past which the stream waits for the disk (a disk slower than the network). */
-const APPEND_MAX_PENDING = 16 << 20;
-
-/**
- * Appends to the download file off the stream's path: one write in flight, and whatever chunks arrived meanwhile
- * (16-64 KiB each from the network) written together as soon as it is done, so the stream never waits for the disk
- * unless the disk falls 16 MiB behind. A kill loses at most what was not written yet: a later pull replays what the
- * file holds and continues from there.
- */
-class FileAppender {
-  private batch: Buffer[] = [];
-  private batchBytes = 0;
-  private writing: Promise<void> | undefined;
-  private failed: unknown;
-
-  constructor(private readonly fh: fsp.FileHandle) {}
-
-  async append(chunk: Buffer): Promise<void> {
-    if (this.failed) throw this.failed; // a failed write (ENOSPC) stops the stream at its next chunk
-    this.batch.push(chunk);
-    this.batchBytes += chunk.length;
-    if (!this.writing) this.writeBatch();
-    else if (this.batchBytes >= APPEND_MAX_PENDING) await this.writing;
-  }
-
-  /** Until everything appended is written. */
-  async flush(): Promise<void> {
-    while (this.writing) await this.writing;
-    if (this.failed) throw this.failed;
-  }
-
-  /** Everything appended written (a failure then is not this call's: the stream has failed or flushed already). */
-  async close(): Promise<void> {
-    await this.flush().catch(() => undefined);
-    await this.fh.close();
-  }
-
-  private writeBatch(): void {
-    const batch = this.batch;
-    this.batch = [];
-    this.batchBytes = 0;
-    this.writing = this.fh.writev(batch).then(
-      () => {
-        this.writing = undefined;
-        if (this.batch.length > 0 && !this.failed) this.writeBatch();
-      },
-      (e: unknown) => {
-        this.failed = e;
-        this.writing = undefined;
-      },
-    );
   }
 }
 

@@ -22,6 +22,7 @@ import { dirname, join } from "node:path";
 import { errCode, InvalidInputError } from "../../errors.js";
 import { NORMALIZED_MTIME_SEC, scratchName } from "./fsutil.js";
 import { canChown, storeIds } from "./ids.js";
+import { FileAppender } from "./appender.js";
 import {
   imageFileAttrs,
   objectHash,
@@ -32,9 +33,6 @@ import {
   type ObjectId,
   type Store,
 } from "./layout.js";
-
-/** Streamed writes are gathered into writes of about this size. */
-const WRITE_BYTES = 1 << 20;
 
 /** Files up to this size are read whole (putSmallFileSync); larger ones are streamed. */
 export const SMALL_FILE_BYTES = 1 << 20;
@@ -164,25 +162,15 @@ export async function writeHashed(
 ): Promise<{ hex: string; size: number }> {
   const hash = createHash("sha256");
   let size = 0;
-  const out = await fsp.open(path, "wx", 0o600);
-  // Chunks from the network are small (16-64 KiB): written together, a megabyte at a time.
-  let pending: Buffer[] = [];
-  let pendingBytes = 0;
-  const flush = async (): Promise<void> => {
-    if (pending.length) await out.writev(pending);
-    pending = [];
-    pendingBytes = 0;
-  };
+  const out = new FileAppender(await fsp.open(path, "wx", 0o600));
   try {
     for await (const chunk of chunks) {
       if (throttle) await throttle(chunk.length);
       hash.update(chunk);
       size += chunk.length;
-      pending.push(chunk);
-      pendingBytes += chunk.length;
-      if (pendingBytes >= WRITE_BYTES) await flush();
+      await out.append(chunk);
     }
-    await flush();
+    await out.flush();
   } catch (e) {
     await out.close();
     await fsp.rm(path, { force: true });
