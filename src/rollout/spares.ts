@@ -106,7 +106,10 @@ export class GroupSpares {
       this.refilling++;
       void this.startOne()
         .then((sb) => {
-          if (!sb.isClosed) this.ready.push(sb);
+          if (sb.isClosed) return;
+          // A fork copies into it: its restore's own helper, so that the child's first command finds its own.
+          sb.prepareRestore();
+          this.ready.push(sb);
         })
         .catch(() => {
           /* at the owner's cap, or the start failed: forks start their sandboxes themselves */

@@ -36,6 +36,8 @@ export interface RestoreTarget extends RestoreSide {
   owner: string;
   /** The sandbox's pids group: every process in it but pid 1 and the launch is killed first. */
   pidsCgroup?: string;
+  /** The next command's helper, waiting in the pids group: left alone (a host process of ours, not yet inside). */
+  keepPid?: number;
   /** Joined by a helper started for the restore (its copies are charged there). */
   memoryCgroup?: string;
 }
@@ -95,6 +97,7 @@ export function restoreArgs(
   if (gen.refillBytes > 0) a.push("--refill", String(gen.refillBytes));
   if (target.pidsCgroup) a.push("--kill-cgroup", target.pidsCgroup, "--keep", String(target.pid1));
   a.push("--keep", String(target.holderPid));
+  if (target.keepPid) a.push("--keep", String(target.keepPid));
   a.push("--seed-holder", String(seed.holderPid), "--seed-dir", generationDir(seed), "--seed-pid1", String(seed.pid1));
   if (keepPidCounter) a.push("--last-pid", "keep");
   else if (seed.lastPid !== undefined) a.push("--last-pid", String(seed.lastPid));

@@ -323,6 +323,11 @@ export class Sandbox implements AsyncDisposable {
   /** Started ahead of the next command, waiting in its cgroups (see WaitingHelper). */
   private spare: Promise<WaitingHelper> | undefined;
   private spareTimer: NodeJS.Timeout | undefined;
+  /**
+   * A helper waiting in the sandbox's cgroups for its next restore (see `prepareRestore`): the restore then leaves
+   * the next command's helper where it is, so that the command after the restore waits for no cgroup move.
+   */
+  private restoreHelper: Promise<WaitingHelper> | undefined;
   private timer: NodeJS.Timeout | undefined;
   private readonly closeListeners: (() => void)[] = [];
 
@@ -544,9 +549,9 @@ export class Sandbox implements AsyncDisposable {
     this.sealed = true;
     if (this.spareTimer) clearTimeout(this.spareTimer);
     this.spareTimer = undefined;
-    const spare = this.spare;
-    this.spare = undefined;
-    await dropSpare(spare);
+    const spares = [this.spare, this.restoreHelper];
+    this.spare = this.restoreHelper = undefined;
+    await Promise.all(spares.map(dropSpare));
     await this.sessions.closeAll();
     const pids = this.cgroups.pids;
     this.still = !this.closed && pids !== undefined && onlyProcesses(pids, [this.pid1, this.holder.pid!]);
@@ -571,13 +576,21 @@ export class Sandbox implements AsyncDisposable {
       await this.sessions.closeAll();
       if (this.spareTimer) clearTimeout(this.spareTimer);
       this.spareTimer = undefined;
-      const spare = await settled(this.spare);
-      this.spare = undefined;
+      // The restore's own helper when one waits, else the next command's (then started again after the restore).
+      const own = await settled(this.restoreHelper);
+      this.restoreHelper = undefined;
+      const next = await settled(this.spare);
+      const kept = own?.ready && next?.ready ? next : undefined;
+      const spare = own?.ready ? own : next;
+      for (const h of [own, next]) if (h && h !== spare && h !== kept) void dropHelper(h);
+      if (!kept) this.spare = undefined;
       if (spare && !spare.ready) void dropHelper(spare);
       const gen = this.generationPlan(seed, keepPidCounter);
-      const args = restoreArgs(this.restoreTarget(), seed.restoreSide(), keepPidCounter, gen);
+      const target = { ...this.restoreTarget(), ...(kept ? { keepPid: kept.child.pid! } : {}) };
+      const args = restoreArgs(target, seed.restoreSide(), keepPidCounter, gen);
       const run = await runRestore(args, { spare, memoryCgroup: this.cgroups.memory });
-      void run.exited.then(() => spare?.group && removeCgroupTree(spare.group));
+      const used = spare;
+      void run.exited.then(() => used?.group && removeCgroupTree(used.group));
       const seedPid = await run.ready.catch(async (e: unknown) => {
         await this.close();
         throw e;
@@ -593,12 +606,25 @@ export class Sandbox implements AsyncDisposable {
         if (ok) this.nextGeneration = gen.refillBytes > 0 ? { from: seed } : {};
       });
       this.ranCommands = false;
-      this.pruneCommandGroups(spare?.group);
+      this.pruneCommandGroups([spare?.group, kept?.group]);
     } finally {
       this.restoring = false;
     }
-    // The next command's helper, started once the restore is over (its spawn would only share the CPUs with it).
-    setImmediate(() => this.startSpare());
+    // Helpers used up, started again once the restore is over (their spawns would only share the CPUs with it).
+    setImmediate(() => {
+      this.startSpare();
+      this.prepareRestore();
+    });
+  }
+
+  /**
+   * A helper started ahead for the sandbox's next restore, waiting in its cgroups (a sandbox restored once has one
+   * from then on; a rollout group's spares from their start): the restore runs through it, not through the next
+   * command's helper, which it leaves waiting, so that the first command after a restore waits for no cgroup move.
+   */
+  prepareRestore(): void {
+    if (this.closed || this.sealed || this.restoring || this.restoreHelper || !this.cgroups.pids) return;
+    this.restoreHelper = this.startSpareNow(this.nextGroupName());
   }
 
   /**
@@ -616,12 +642,12 @@ export class Sandbox implements AsyncDisposable {
     return { filled: next?.from === seed && seed.still, remake: next === undefined, refillBytes };
   }
 
-  /** Command groups left by commands the restore ended (all but `keep`: the restore's helper's). */
-  private pruneCommandGroups(keep: string | undefined): void {
+  /** Command groups left by commands the restore ended (all but `keep`: the restore's helper's, the next one's). */
+  private pruneCommandGroups(keep: (string | undefined)[]): void {
     const parent = this.cgroups.pids;
     if (!parent) return;
     for (const name of readdirSync(parent, { withFileTypes: true }).filter((e) => e.isDirectory()))
-      if (join(parent, name.name) !== keep) removeCgroupTree(join(parent, name.name));
+      if (!keep.includes(join(parent, name.name))) removeCgroupTree(join(parent, name.name));
   }
 
   private restoreSide(): RestoreSide {
@@ -954,9 +980,9 @@ export class Sandbox implements AsyncDisposable {
     if (this.timer) clearTimeout(this.timer);
     await this.sessions.closeAll();
     if (this.spareTimer) clearTimeout(this.spareTimer);
-    const spare = this.spare;
-    this.spare = undefined;
-    await dropSpare(spare);
+    const spares = [this.spare, this.restoreHelper];
+    this.spare = this.restoreHelper = undefined;
+    await Promise.all(spares.map(dropSpare));
     // Killing pid 1 ends the pid namespace: the kernel kills every process in it. bwrap then reaps it and exits;
     // killing bwrap first would orphan pid 1 to the host's init.
     killQuietly(this.pid1);
