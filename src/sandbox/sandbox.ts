@@ -551,10 +551,13 @@ export class Sandbox implements AsyncDisposable {
     this.spareTimer = undefined;
     const spares = [this.spare, this.restoreHelper];
     this.spare = this.restoreHelper = undefined;
-    await Promise.all(spares.map(dropSpare));
+    // Told to leave, they run nothing (not waited for: they are ours, outside the sandbox).
+    const helpers = (await Promise.all(spares.map(settled))).filter((h) => h !== undefined);
+    for (const h of helpers) void dropHelper(h);
     await this.sessions.closeAll();
     const pids = this.cgroups.pids;
-    this.still = !this.closed && pids !== undefined && onlyProcesses(pids, [this.pid1, this.holder.pid!]);
+    const ours = [this.pid1, this.holder.pid!, ...helpers.map((h) => h.child.pid!)];
+    this.still = !this.closed && pids !== undefined && onlyProcesses(pids, ours);
   }
 
   /** From now until the restore is over, no command starts. */
@@ -688,10 +691,10 @@ export class Sandbox implements AsyncDisposable {
     if (!dir && this.mode === "root") throw new SandboxError("fork needs the cgroup freezer controller on this host");
     this.holds++;
     try {
-      if (dir) {
-        this.freezing ??= freeze(dir);
-        await this.freezing;
-      }
+      // Idle (nothing in its pids group but pid 1 and our waiting helpers), it is frozen only if a command starts
+      // meanwhile (see checkUsable): until then nothing of it can write.
+      if (dir && !this.freezing && !(await this.idle())) this.freezing ??= freeze(dir);
+      await this.freezing;
     } catch (e) {
       if (--this.holds === 0) this.thawNow();
       throw e;
@@ -705,8 +708,18 @@ export class Sandbox implements AsyncDisposable {
   }
 
   private thawNow(): void {
+    const frozen = this.freezing !== undefined;
     this.freezing = undefined;
-    thaw(this.cgroups.freezer);
+    if (frozen) thaw(this.cgroups.freezer);
+  }
+
+  /** Nothing but pid 1, the launch and our helpers waiting for a command (or a restore) is in the pids group. */
+  private async idle(): Promise<boolean> {
+    const pids = this.cgroups.pids;
+    if (!pids) return false;
+    const helpers = await Promise.all([settled(this.spare), settled(this.restoreHelper)]);
+    const ours = [this.pid1, this.holder.pid!, ...helpers.flatMap((h) => (h?.ready ? [h.child.pid!] : []))];
+    return onlyProcesses(pids, ours);
   }
 
   /** A sandbox started the way this one was (its options, trees and user), with nothing of its state. */
@@ -818,6 +831,11 @@ export class Sandbox implements AsyncDisposable {
   private checkUsable(): void {
     if (this.closed) throw new SandboxError(`sandbox ${this.id} is closed`);
     if (this.sealed) throw new SandboxError(`sandbox ${this.id} is sealed: nothing runs in it`);
+    // Held while idle, not frozen yet: frozen now, before the command's helper enters (it is frozen as it joins).
+    if (this.holds > 0 && this.cgroups.freezer && !this.freezing) {
+      this.freezing = freeze(this.cgroups.freezer);
+      this.freezing.catch(() => undefined);
+    }
     if (this.restoring) throw new SandboxError(`sandbox ${this.id} is being restored; retry once it is`);
     this.ranCommands = true;
     this.lastPid = undefined;
