@@ -47,7 +47,7 @@ test("K children diverge independently; the parent keeps running and sees none o
   await Promise.all(children.map((c) => c.close()));
 });
 
-test("an idle parent is not frozen for a fork, yet a command it starts meanwhile waits until the copy is done", async () => {
+test("an idle parent is not frozen for a fork; a command it starts meanwhile waits for the copy", async () => {
   const dir = smallWorkspace();
   await using parent = await Sandbox.create({ home, dir });
   await using spare = await Sandbox.create({ home, dir });

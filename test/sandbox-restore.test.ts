@@ -168,7 +168,7 @@ test("bad input: another workspace's sandbox, itself, a command meanwhile; twice
   );
 });
 
-test("from a sealed seed the next restore is a swap, as fresh as a copy; from another seed it copies again", async () => {
+test("from a sealed seed the next restore is a swap, as fresh as a copy; from another seed, a copy", async () => {
   const dir = smallWorkspace();
   await using reference = await Sandbox.create({ home, dir });
   await using a = await Sandbox.create({ home, dir });
