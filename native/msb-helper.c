@@ -54,6 +54,7 @@
 #include <linux/seccomp.h>
 #include <linux/mount.h>
 #include <linux/nsfs.h>
+#include <linux/openat2.h>
 #include <net/if.h>
 #include <poll.h>
 #include <sched.h>
@@ -77,6 +78,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -1528,15 +1530,20 @@ static int cmd_enter(int argc, char **argv) {
  * with new overlays over the same lower layers; the sandbox's mount tree is rebuilt on it and pivoted to, so that
  * pid 1's root follows; System V and POSIX IPC objects are removed and commands get new IPC (and, without the host's
  * network, network) namespaces; the pid namespace's counter is set to the seed's (--last-pid: known already, or
- * `keep` to leave it). Then "R <the seed's counter>" on stdout, and the previous generation is let go.
+ * `keep` to leave it). Then "R <the seed's counter>" on stdout, and the previous generation is let go; the next one
+ * is made, with its commands' namespaces, and with --refill filled with another copy of the seed, its overlays
+ * mounted (by a host-root child forked before this process became the sandbox's root). A restore told the new
+ * generation was so filled from its seed (--prefilled) takes it as it is: no copy, no overlay, no namespace to make.
  */
 struct restore_opts {
-  const char *pid1, *holder, *scratch, *gen, *old_gen, *next_gen, *disk, *owner, *kill_cgroup, *keep_cgroup;
+  const char *pid1, *holder, *scratch, *gen, *old_gen, *next_gen, *disk, *owner, *kill_cgroup;
   const char *root; /* the place that is the sandbox's `/` ("+root"; an image's: "+m/0", its overlay) */
   const char *seed_holder, *seed_dir, *seed_pid1; /* the seed: its launch process, its generation, its pid 1 */
   unsigned shift_from, shift_to, shift_count;     /* root mode: the seed's id range, ours, their size */
   const char *moves[MAX_ITEMS], *binds[MAX_ITEMS], *overlays[MAX_ITEMS], *symlinks[MAX_ITEMS];
   int nmove, nbind, nov, nsym, fresh_net, ro[MAX_ITEMS];
+  int prefilled, remake;  /* the new generation: filled ahead with the seed's copy (when it says so), or made anew */
+  long long refill_max;   /* after "R": the next generation filled with another copy of the seed, up to this size */
   pid_t keep[MAX_ITEMS];
   int nkeep;
   long last_pid; /* the seed's pid counter when known (-1: read it), or -2: leave ours (a fork's child) */
@@ -1545,8 +1552,10 @@ struct restore_opts {
 static void parse_restore(int argc, char **argv, struct restore_opts *o) {
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--fresh-net")) {
-      o->fresh_net = 1;
+    int *flag = !strcmp(a, "--fresh-net") ? &o->fresh_net : !strcmp(a, "--prefilled") ? &o->prefilled
+              : !strcmp(a, "--remake-gen") ? &o->remake : NULL;
+    if (flag) {
+      *flag = 1;
       continue;
     }
     if (!v) die(2, "restore: %s needs a value", a);
@@ -1560,7 +1569,6 @@ static void parse_restore(int argc, char **argv, struct restore_opts *o) {
     else if (!strcmp(a, "--disk")) o->disk = v;
     else if (!strcmp(a, "--owner")) o->owner = v;
     else if (!strcmp(a, "--kill-cgroup")) o->kill_cgroup = v;
-    else if (!strcmp(a, "--keep-cgroup")) o->keep_cgroup = v;
     else if (!strcmp(a, "--root")) o->root = v;
     else if (!strcmp(a, "--cgroup")) join_cgroup(v); /* a helper started for the restore: its copies charged there */
     else if (!strcmp(a, "--keep")) {
@@ -1569,6 +1577,7 @@ static void parse_restore(int argc, char **argv, struct restore_opts *o) {
     } else if (!strcmp(a, "--seed-holder")) o->seed_holder = v;
     else if (!strcmp(a, "--seed-dir")) o->seed_dir = v;
     else if (!strcmp(a, "--seed-pid1")) o->seed_pid1 = v;
+    else if (!strcmp(a, "--refill")) o->refill_max = (long long)parse_uint(v, "refill size");
     else if (!strcmp(a, "--last-pid")) o->last_pid = !strcmp(v, "keep") ? -2 : (long)parse_uint(v, "last pid");
     else if (!strcmp(a, "--shift")) {
       if (sscanf(v, "%u:%u:%u", &o->shift_from, &o->shift_to, &o->shift_count) != 3 || !o->shift_count)
@@ -1606,8 +1615,8 @@ static int is_kept(const struct restore_opts *o, pid_t pid) {
   return 0;
 }
 
-/* Every process of a cgroup tree but those of its subgroup `skip` (into `out`, up to `max`). */
-static int tree_pids(const char *dir, const char *skip, pid_t *out, int n, int max) {
+/* Every process of a cgroup tree (into `out`, up to `max`). */
+static int tree_pids(const char *dir, pid_t *out, int n, int max) {
   char path[4096];
   fmt(path, sizeof path, "%s/cgroup.procs", dir);
   FILE *f = fopen(path, "re");
@@ -1622,7 +1631,7 @@ static int tree_pids(const char *dir, const char *skip, pid_t *out, int n, int m
   while ((e = readdir(d)))
     if (e->d_type == DT_DIR && e->d_name[0] != '.') {
       fmt(path, sizeof path, "%s/%s", dir, e->d_name);
-      if (!skip || strcmp(path, skip) != 0) n = tree_pids(path, skip, out, n, max);
+      n = tree_pids(path, out, n, max);
     }
   closedir(d);
   return n;
@@ -1636,9 +1645,8 @@ static int in_pidns(pid_t pid, const struct stat *ns) {
 }
 
 /*
- * Every process of the sandbox but pid 1 (and what --keep names, and what is in the --keep-cgroup subgroup: a new
- * group the caller made for the next command's helper, a host process waiting outside the sandbox, which nothing of
- * the sandbox's can join) killed, none able to start meanwhile (pids.max 0: a fork bomb cannot outrun it); those of
+ * Every process of the sandbox but pid 1 (and what --keep names: the launch, this helper) killed, none able to start
+ * meanwhile (pids.max 0: a fork bomb cannot outrun it); those of
  * its pid namespace are waited for until pid 1 has reaped them, so that the namespace's next pid is the one set later.
  */
 #define MAX_KILL 65536
@@ -1653,7 +1661,7 @@ static void kill_all_but_kept(const struct restore_opts *o, const struct stat *p
   static pid_t pids[MAX_KILL], inside[MAX_KILL];
   int ninside = 0;
   for (int round = 0;; round++) {
-    int count = tree_pids(o->kill_cgroup, o->keep_cgroup, pids, 0, MAX_KILL), left = 0;
+    int count = tree_pids(o->kill_cgroup, pids, 0, MAX_KILL), left = 0;
     for (int i = 0; i < count; i++) {
       if (is_kept(o, pids[i])) continue;
       left++;
@@ -1871,10 +1879,6 @@ static void wait_ok(pid_t child, const char *what) {
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) die(1, "%s failed", what);
 }
 
-/*
- * The new generation: its tmpfs made by a child as the sandbox's root (this process stays host root to copy), then
- * the seed's writable places copied into it through the launch processes' views of both scratches.
- */
 /* Whether `path` is a mount of its own (a generation made ahead: by the launch, or after the previous restore). */
 static int is_mount_root(const char *path) {
   struct statx st;
@@ -1882,22 +1886,38 @@ static int is_mount_root(const char *path) {
          (st.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) && (st.stx_attributes & STATX_ATTR_MOUNT_ROOT);
 }
 
-static void fill_new_generation(const struct restore_opts *o, int userns, int launch_mnt) {
-  char gen[4096], seen[4096];
-  fmt(gen, sizeof gen, "%s/%s", o->scratch, o->gen);
-  fmt(seen, sizeof seen, "/proc/%s/root%s", o->holder, gen);
-  pid_t child = is_mount_root(seen) ? 0 : fork();
-  if (child < 0) die(1, "fork: %s", strerror(errno));
-  if (child == 0 && !is_mount_root(seen)) {
-    unsigned ou = 0, og = 0;
-    parse_owner(o->owner, &ou, &og);
-    become_sandbox_root(userns, launch_mnt);
-    make_generation(gen, o->disk, ou, og);
-    _exit(0);
-  }
-  if (child > 0) wait_ok(child, "making the new generation");
-  /* Files are made by the sandbox's root on the host (the tmpfs refuses ids its namespace does not map), with the
-     host root's capabilities still effective: to read whatever the seed holds and give each copy its owner. */
+/* The same for `path` (absolute) resolved inside the tree `root`, never out of it. */
+static int is_mount_root_in(int root, const char *path) {
+  struct open_how how = {.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC, .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+  int fd = (int)syscall(SYS_openat2, root, path, &how, sizeof how);
+  if (fd < 0) return 0;
+  struct statx st;
+  int yes = syscall(SYS_statx, fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS, &st) == 0 &&
+            (st.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) && (st.stx_attributes & STATX_ATTR_MOUNT_ROOT);
+  close(fd);
+  return yes;
+}
+
+/*
+ * What a generation filled ahead holds once it is whole (a copy of the seed, its overlays mounted): a file in its own
+ * root, which no sandbox sees (only the places under it are mounted inside).
+ */
+#define FILLED_MARK "filled"
+
+static int is_filled(const char *gen) {
+  char path[4096];
+  struct stat st;
+  fmt(path, sizeof path, "%s/" FILLED_MARK, gen);
+  return lstat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/*
+ * The seed's writable places copied into generation `gen` (a path in the target's launch namespace) through the
+ * launch processes' views of both scratches. Files are made by the sandbox's root on the host (the tmpfs refuses ids
+ * its namespace does not map), with the host root's capabilities still effective: to read whatever the seed holds
+ * and give each copy its owner.
+ */
+static void copy_seed(const struct restore_opts *o, const char *gen) {
   if (o->shift_count) {
     setfsgid(o->shift_to);
     setfsuid(o->shift_to);
@@ -1914,6 +1934,91 @@ static void fill_new_generation(const struct restore_opts *o, int userns, int la
     fmt(to, sizeof to, "/proc/%s/root%s/%s", o->holder, gen, places[i]);
     copy_tree(o, from, to);
   }
+}
+
+/*
+ * The new generation. One filled ahead with a copy of this very seed (--prefilled, and whole) is taken as it is: the
+ * restore is then a swap. Otherwise an empty one made ahead (by the launch, or after the previous restore) is filled
+ * with a copy of the seed; one filled ahead from another seed, or whatever --remake-gen says may be unfinished, goes
+ * first, and a new one is made by a child as the sandbox's root (this process stays host root to copy). Returns
+ * whether it was filled ahead.
+ */
+static int fill_new_generation(const struct restore_opts *o, int userns, int launch_mnt) {
+  char gen[4096], seen[4096];
+  fmt(gen, sizeof gen, "%s/%s", o->scratch, o->gen);
+  fmt(seen, sizeof seen, "/proc/%s/root%s", o->holder, gen);
+  int made = is_mount_root(seen), filled = made && is_filled(seen);
+  if (filled && o->prefilled) return 1;
+  if (!made || filled || o->remake) {
+    pid_t child = fork();
+    if (child < 0) die(1, "fork: %s", strerror(errno));
+    if (child == 0) {
+      unsigned ou = 0, og = 0;
+      parse_owner(o->owner, &ou, &og);
+      become_sandbox_root(userns, launch_mnt);
+      if (is_mount_root(gen) && umount2(gen, MNT_DETACH) != 0) die(1, "umount %s: %s", gen, strerror(errno));
+      make_generation(gen, o->disk, ou, og);
+      _exit(0);
+    }
+    wait_ok(child, "making the new generation");
+  }
+  copy_seed(o, gen);
+  return 0;
+}
+
+/*
+ * A host-root child for --refill, forked before this process becomes the sandbox's root: once told (a byte on the
+ * returned pipe: the next generation exists), it copies the seed into it, unless the seed's generation holds more
+ * than --refill bytes. Exits 0 when it copied, 2 when it did not (too large), else failed.
+ */
+static pid_t start_refill(const struct restore_opts *o, int *go) {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) die(1, "pipe: %s", strerror(errno));
+  pid_t child = fork();
+  if (child < 0) die(1, "fork: %s", strerror(errno));
+  if (child == 0) {
+    close(p[1]);
+    close(1); /* the caller's "R" is the restore's own */
+    char go_byte;
+    if (read(p[0], &go_byte, 1) != 1) _exit(1); /* the restore failed or let go */
+    char seen[4096], next[4096];
+    struct statfs fs;
+    fmt(seen, sizeof seen, "/proc/%s/root%s", o->seed_holder, o->seed_dir);
+    if (statfs(seen, &fs) != 0) die(1, "statfs %s: %s", seen, strerror(errno));
+    if ((long long)(fs.f_blocks - fs.f_bfree) * (long long)fs.f_bsize > o->refill_max) _exit(2);
+    fmt(next, sizeof next, "%s/%s", o->scratch, o->next_gen);
+    copy_seed(o, next);
+    _exit(0);
+  }
+  close(p[0]);
+  *go = p[1];
+  return child;
+}
+
+static void generation_overlay(const struct restore_opts *o, const char *gen, const char *spec);
+
+/* The next generation given its refill (see start_refill): its overlays and its mark once whole, else it goes. */
+static int finish_refill(const struct restore_opts *o, pid_t child, int go, const char *next) {
+  int status = -1;
+  signal(SIGPIPE, SIG_IGN); /* a copier already gone is told nothing */
+  if (write(go, "g", 1) == 1)
+    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+    }
+  close(go);
+  int copied = WIFEXITED(status) && WEXITSTATUS(status) == 0, skipped = WIFEXITED(status) && WEXITSTATUS(status) == 2;
+  if (copied) {
+    for (int i = 0; i < o->nov; i++) generation_overlay(o, next, o->overlays[i]);
+    char mark[4096];
+    fmt(mark, sizeof mark, "%s/" FILLED_MARK, next);
+    int fd = open(mark, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) die(1, "create %s: %s", mark, strerror(errno));
+    close(fd);
+    return 0;
+  }
+  if (skipped) return 0;
+  /* Unfinished: it goes, and the next restore makes its generation itself. */
+  if (umount2(next, MNT_DETACH) == 0) rmdir(next);
+  return 1;
 }
 
 /* --overlay I:FIRST:COUNT: overlay I of the new generation, over the launch's cloned lowers l/I-FIRST... */
@@ -2031,11 +2136,22 @@ static void make_symlinks(const struct restore_opts *o, int root) {
   }
 }
 
+/* Whether `target` lies inside one of the trees a restore moves (a bind there comes along with it). */
+static int under_moved(const struct restore_opts *o, const char *target) {
+  for (int i = 0; i < o->nmove; i++) {
+    size_t len = strlen(o->moves[i]);
+    if (!strncmp(target, o->moves[i], len) && target[len] == '/') return 1;
+  }
+  return 0;
+}
+
 /*
  * In the sandbox's mount namespace: the new root attached beside the old one; the system trees (--move: /usr,
- * /proc with pid 1's masks, /dev...) moved onto it; the new generation's places and the scratch's read-only
- * sources (--bind/--ro-bind SRC=TARGET, in bwrap's order) mounted; the merged-/usr symlinks made; then pivot_root,
- * which takes pid 1's root along, and the old tree (the previous generation's mounts) detached.
+ * /proc with pid 1's masks, /dev...) moved onto it, with what is mounted in them: a read-only source there (a file
+ * of /etc) stays as it is (`trees[i]` < 0: the very mount it would be made again from), a place (bwrap's /dev/shm)
+ * is moved out to the old tree; the new generation's places and the scratch's read-only sources (--bind/--ro-bind
+ * SRC=TARGET, in bwrap's order) mounted; the merged-/usr symlinks made; then pivot_root, which takes pid 1's root
+ * along, and the old tree (the previous generation's mounts, the places moved out included) detached at once.
  */
 static void rebuild_tree(const struct restore_opts *o, int new_root, const int *trees) {
   char top[64];
@@ -2048,13 +2164,17 @@ static void rebuild_tree(const struct restore_opts *o, int new_root, const int *
   }
   for (int i = 0; i < o->nbind; i++) {
     const char *target = strchr(o->binds[i], '=') + 1;
-    char inside[4096];
+    char inside[4096], out[128];
     struct stat st;
+    if (trees[i] < 0) continue;
     if (fstat(trees[i], &st) != 0) die(1, "stat mount for %s: %s", target, strerror(errno));
-    /* What a moved tree has there (bwrap's /dev/shm in /dev) makes way. */
+    /* What a moved tree has there (bwrap's /dev/shm in /dev) makes way: into the old tree, which goes as a whole. */
     fmt(inside, sizeof inside, "%s%s", top, target);
-    if (umount2(inside, MNT_DETACH | UMOUNT_NOFOLLOW) != 0 && errno != EINVAL && errno != ENOENT)
-      die(1, "umount %s: %s", inside, strerror(errno));
+    if (under_moved(o, target) && is_mount_root(inside)) {
+      fmt(out, sizeof out, "%s-%d", top, i);
+      if (mkdir(out, 0700) != 0 || syscall(SYS_move_mount, AT_FDCWD, inside, AT_FDCWD, out, 0) != 0)
+        die(1, "move %s out: %s", target, strerror(errno));
+    }
     attach_at(trees[i], make_mount_point(root, target, !S_ISDIR(st.st_mode)), target);
   }
   make_symlinks(o, root);
@@ -2128,33 +2248,28 @@ static void keep_new_namespaces(const char *dir, int net) {
 }
 
 /*
- * New IPC (and network) namespaces for the sandbox's commands, owned by its user namespace, kept as nsfs binds at
- * the scratch's ns/ipc and ns/net (commands enter those: `enter --ns-dir`); pid 1 stays in its own, where nothing
- * of the sandbox's is left. Those made ahead after the previous restore (ns/next: never entered) are taken when
- * there (a network namespace costs milliseconds to make, more while the host makes and frees many).
+ * New IPC (and network) namespaces for the sandbox's commands in generation `gen`, owned by its user namespace, kept
+ * as nsfs binds at the scratch's ns/GEN/ipc and ns/GEN/net (commands enter those: `enter --ns-dir`); pid 1 stays in
+ * its own, where nothing of the sandbox's is left. Made ahead after the previous restore (never entered) when there
+ * (a network namespace costs milliseconds to make, more while the host makes and frees many), else now.
  */
-static void fresh_namespaces(const struct restore_opts *o) {
-  char ns[4096], next[4096];
-  fmt(ns, sizeof ns, "%s/ns", o->scratch);
-  fmt(next, sizeof next, "%s/ns/next", o->scratch);
+static void fresh_namespaces(const struct restore_opts *o, const char *gen) {
+  char dir[4096], ipc[4096];
+  fmt(dir, sizeof dir, "%s/ns/%s", o->scratch, gen);
+  fmt(ipc, sizeof ipc, "%s/ipc", dir);
+  if (!is_mount_root(ipc)) keep_new_namespaces(dir, o->fresh_net);
+}
+
+/* A generation's command namespaces (ns/GEN), once no command can enter them any more. */
+static void drop_namespaces(const struct restore_opts *o, const char *gen) {
   static const char *const names[] = {"ipc", "net"};
-  char made[4096];
-  fmt(made, sizeof made, "%s/ipc", next);
-  int ahead = is_mount_root(made);
-  for (int i = 0; i < 1 + o->fresh_net; i++) {
-    char at[4096], from[4096];
-    fmt(at, sizeof at, "%s/%s", ns, names[i]);
-    if (umount2(at, MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT)
-      die(1, "umount %s: %s", at, strerror(errno));
-    if (!ahead) continue;
-    fmt(from, sizeof from, "%s/%s", next, names[i]);
-    int fd = open(at, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) die(1, "create %s: %s", at, strerror(errno));
-    close(fd);
-    if (syscall(SYS_move_mount, AT_FDCWD, from, AT_FDCWD, at, 0) != 0)
-      die(1, "take the %s namespace made ahead: %s", names[i], strerror(errno));
+  char path[4096];
+  for (int i = 0; i < 2; i++) {
+    fmt(path, sizeof path, "%s/ns/%s/%s", o->scratch, gen, names[i]);
+    if (umount2(path, MNT_DETACH) == 0) unlink(path);
   }
-  if (!ahead) keep_new_namespaces(ns, o->fresh_net);
+  fmt(path, sizeof path, "%s/ns/%s", o->scratch, gen);
+  rmdir(path);
 }
 
 /*
@@ -2185,6 +2300,7 @@ static long pid_counter(int pidns, long set, int own) {
   return value;
 }
 
+
 static int cmd_restore(int argc, char **argv) {
   prog = "minisandbox-restore";
   struct restore_opts o = {.last_pid = -1, .root = "+root"};
@@ -2204,30 +2320,46 @@ static int cmd_restore(int argc, char **argv) {
   if (o.kill_cgroup) kill_all_but_kept(&o, &pidns_st);
   int own_pidns = open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
   long last_pid = o.last_pid == -1 ? pid_counter(seed_pidns, -1, own_pidns) : o.last_pid;
-  fill_new_generation(&o, userns, launch_mnt);
-  /* From here on as the sandbox's root, in its launch's mount namespace (where its scratch is). */
+  int swap = fill_new_generation(&o, userns, launch_mnt);
+  /* The refill's copier stays host root; this process, from here on, is the sandbox's root in its launch's mount
+     namespace (where its scratch is). */
+  int go = -1;
+  pid_t refill = o.refill_max > 0 && o.next_gen ? start_refill(&o, &go) : -1;
+  /* A read-only source inside a moved tree is there already (seen through pid 1, host root still): it is kept. */
+  int kept[MAX_ITEMS], trees[MAX_ITEMS];
+  char sb_root_path[64];
+  fmt(sb_root_path, sizeof sb_root_path, "/proc/%s/root", o.pid1);
+  int sb_root = open(sb_root_path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (sb_root < 0) die(1, "open %s: %s", sb_root_path, strerror(errno));
+  for (int i = 0; i < o.nbind; i++) {
+    const char *eq = strchr(o.binds[i], '=');
+    if (!eq || eq == o.binds[i] || eq[1] != '/') die(2, "bad bind %s (want SRC=/TARGET)", o.binds[i]);
+    kept[i] = o.binds[i][0] != '+' && under_moved(&o, eq + 1) && is_mount_root_in(sb_root, eq + 1);
+    trees[i] = -1;
+  }
+  close(sb_root);
   become_sandbox_root(userns, launch_mnt);
   char gen[4096];
   fmt(gen, sizeof gen, "%s/%s", o.scratch, o.gen);
-  for (int i = 0; i < o.nov; i++) generation_overlay(&o, gen, o.overlays[i]);
-  int new_root = place_tree(&o, gen, o.root, 0), trees[MAX_ITEMS];
+  if (!swap)
+    for (int i = 0; i < o.nov; i++) generation_overlay(&o, gen, o.overlays[i]);
+  int new_root = place_tree(&o, gen, o.root, 0);
   for (int i = 0; i < o.nbind; i++) {
     char rel[4096];
     const char *eq = strchr(o.binds[i], '=');
-    if (!eq || eq == o.binds[i] || eq[1] != '/') die(2, "bad bind %s (want SRC=/TARGET)", o.binds[i]);
     fmt(rel, sizeof rel, "%.*s", (int)(eq - o.binds[i]), o.binds[i]);
-    trees[i] = place_tree(&o, gen, rel, o.ro[i]);
+    if (!kept[i]) trees[i] = place_tree(&o, gen, rel, o.ro[i]);
   }
   /* The sandbox's own IPC objects go before commands get new namespaces (pid 1 keeps the emptied one). Once an
-     earlier restore gave commands their own (ns/ipc is there), nothing but pid 1 has been in it since it was
-     emptied. */
+     earlier restore gave commands their own (the current generation's are there), nothing but pid 1 has been in it
+     since it was emptied. */
   char cmd_ipc[4096];
-  fmt(cmd_ipc, sizeof cmd_ipc, "%s/ns/ipc", o.scratch);
+  fmt(cmd_ipc, sizeof cmd_ipc, "%s/ns/%s/ipc", o.scratch, o.old_gen ? o.old_gen : "-");
   if (!is_mount_root(cmd_ipc)) {
     setns_or_die(sb_ipc, CLONE_NEWIPC, "the sandbox's IPC namespace");
     remove_ipc_objects();
   }
-  fresh_namespaces(&o);
+  fresh_namespaces(&o, o.gen);
   setns_or_die(sb_mnt, CLONE_NEWNS, "the sandbox's mount namespace");
   rebuild_tree(&o, new_root, trees);
   setns_or_die(launch_mnt, CLONE_NEWNS, "the launch's mount namespace");
@@ -2237,21 +2369,25 @@ static int cmd_restore(int argc, char **argv) {
   fmt(ready, sizeof ready, "R %ld\n", last_pid);
   if (write(1, ready, strlen(ready)) != (ssize_t)strlen(ready)) return 1;
   close(1);
-  /* The previous generation: its files and pages go with its last mount. The next one is made for the next restore. */
+  /* The previous generation (its files and pages go with its last mount) and its commands' namespaces. The next
+     one is made for the next restore, with its namespaces, and filled with another copy of the seed (--refill). */
   char path[4096];
   if (o.old_gen) {
     fmt(path, sizeof path, "%s/%s", o.scratch, o.old_gen);
     if (umount2(path, MNT_DETACH) == 0) rmdir(path);
+    drop_namespaces(&o, o.old_gen);
   }
+  int status = 0;
   if (o.next_gen) {
     unsigned ou = 0, og = 0;
     parse_owner(o.owner, &ou, &og);
+    fmt(path, sizeof path, "%s/ns/%s", o.scratch, o.next_gen);
+    keep_new_namespaces(path, o.fresh_net);
     fmt(path, sizeof path, "%s/%s", o.scratch, o.next_gen);
     make_generation(path, o.disk, ou, og);
-    fmt(path, sizeof path, "%s/ns/next", o.scratch);
-    keep_new_namespaces(path, o.fresh_net);
+    if (refill > 0) status = finish_refill(&o, refill, go, path);
   }
-  return 0;
+  return status;
 }
 
 /* ---------------------------------------------------------------- check */

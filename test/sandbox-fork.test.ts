@@ -47,6 +47,23 @@ test("K children diverge independently; the parent keeps running and sees none o
   await Promise.all(children.map((c) => c.close()));
 });
 
+test("an idle parent is not frozen for a fork; a command it starts meanwhile waits for the copy", async () => {
+  const dir = smallWorkspace();
+  await using parent = await Sandbox.create({ home, dir });
+  await using spare = await Sandbox.create({ home, dir });
+  const fill = await parent.exec("for i in $(seq 2000); do echo 0 > /tmp/f$i; done");
+  assert.equal(fill.exitCode, 0, fill.stderr);
+  await new Promise((res) => setTimeout(res, 200)); // idle: nothing left running in it
+  const forking = parent.fork(1, { into: [spare] });
+  await new Promise((res) => setImmediate(res)); // the parent is held now
+  // Started while the copy is under way: it writes only once the parent is let go, so the copy is all or nothing.
+  const during = parent.exec("for i in $(seq 2000); do echo 1 > /tmp/f$i; done; echo wrote");
+  const [child] = await forking;
+  assert.equal((await child!.exec("cat /tmp/f* | sort -u")).stdout, "0\n", "the child's copy is of one moment");
+  assert.equal((await during).stdout, "wrote\n");
+  assert.equal((await parent.exec("cat /tmp/f* | sort -u")).stdout, "1\n");
+});
+
 test("a grandchild outlives its parent and grandparent: a fork's copy is its own, nothing kept on disk", async () => {
   const parent = await Sandbox.create({ home, dir: smallWorkspace() });
   await parent.exec("echo 1 > /testbed/gen");

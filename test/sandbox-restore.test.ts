@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { InvalidInputError, SandboxError } from "../src/errors.js";
@@ -12,6 +12,18 @@ const home = tempHome("msb-restore-");
 
 function cgroupsOf(sb: Sandbox): SandboxCgroups {
   return (JSON.parse(readFileSync(sb.paths.state, "utf8")) as { cgroups: SandboxCgroups }).cgroups;
+}
+
+/** Whether the sandbox's next generation was filled ahead (waits up to 2 s for the last restore's helper). */
+async function refilled(sb: Sandbox): Promise<boolean> {
+  const { holderPid } = JSON.parse(readFileSync(sb.paths.state, "utf8")) as { holderPid: number };
+  const scratch = `/proc/${holderPid}/root${sb.paths.scratch}`;
+  for (let i = 0; i < 100; i++) {
+    const last = Math.max(...readdirSync(scratch).flatMap((g) => (/^g\d+$/.test(g) ? [Number(g.slice(1))] : [])));
+    if (existsSync(join(scratch, `g${last}`, "filled"))) return true;
+    await new Promise((res) => setTimeout(res, 20));
+  }
+  return false;
 }
 
 const MQ = "import ctypes, os; rt = ctypes.CDLL('librt.so.1', use_errno=True); rt.mq_open.restype = ctypes.c_int";
@@ -73,9 +85,18 @@ test("a restore discards every write, process, IPC object, socket: the sandbox i
   assert.equal(lines.at(-1), fresh.stdout.split("\n").at(-1), "the same mount points");
   assert.match(after.stdout, /mq False/);
   assert.deepEqual(sb.sessions.names(), [], "sessions end with the restore");
-  // On the host: pid 1, the launch and the next command's helper are all that is left in its groups.
-  const pids = cgroupPids(cgroupsOf(sb).freezer!).filter((p) => p !== sb.pid1);
-  assert.ok(pids.length <= 2, `processes left in the sandbox's groups: ${pids.join(" ")}`);
+  // On the host: pid 1, the launch and our helpers waiting for the next command and the next restore are all that is
+  // left in its groups (nothing of the sandbox's: a waiting helper has entered nothing).
+  const { holderPid } = JSON.parse(readFileSync(sb.paths.state, "utf8")) as { holderPid: number };
+  const pids = cgroupPids(cgroupsOf(sb).freezer!).filter((p) => p !== sb.pid1 && p !== holderPid);
+  const waiting = (p: number): boolean => {
+    try {
+      return / enter --args-fd /.test(readFileSync(`/proc/${p}/cmdline`, "utf8").replaceAll("\0", " "));
+    } catch {
+      return true; // gone meanwhile
+    }
+  };
+  assert.ok(pids.length <= 2 && pids.every(waiting), `processes left in the sandbox's groups: ${pids.join(" ")}`);
 });
 
 test("a restore outruns a fork bomb and leaves the previous generation's memory behind", async () => {
@@ -145,4 +166,76 @@ test("bad input: another workspace's sandbox, itself, a command meanwhile; twice
     scratchDirs(home).filter((d) => ids.includes(d)),
     [],
   );
+});
+
+test("from a sealed seed the next restore is a swap, as fresh as a copy; from another seed, a copy", async () => {
+  const dir = smallWorkspace();
+  await using reference = await Sandbox.create({ home, dir });
+  await using a = await Sandbox.create({ home, dir });
+  await using b = await Sandbox.create({ home, dir });
+  await using sb = await Sandbox.create({ home, dir });
+  const fresh = await reference.exec(LOOK);
+  assert.equal(fresh.exitCode, 0, fresh.stderr);
+  await b.exec("echo b > /testbed/kept.txt && echo b > /tmp/b");
+  await a.seal();
+  await b.seal();
+  // Sealed: nothing runs there any more, nothing is restored into it.
+  await assert.rejects(a.exec("true"), (e) => e instanceof SandboxError && /sealed/.test(e.message));
+  await assert.rejects(a.sessions.create(), /sealed/);
+  await assert.rejects(a.files.read("/testbed/kept.txt"), /sealed/);
+  await assert.rejects(a.restore(b), (e) => e instanceof InvalidInputError && /sealed/.test(e.message));
+  // All but a new file's inode number (a fresh tmpfs numbers files as it is filled).
+  const strip = (s: string): string =>
+    s
+      .split("\n")
+      .filter((_, i, all) => i !== all.length - 2)
+      .join("\n");
+  const seen: string[] = [];
+  // The first restore copies and refills the next generation; the second and third take it as it is (a swap);
+  // one from b finds a generation filled from a: it is made anew, then b's copy; back to a, a copy again.
+  for (const [seed, want] of [
+    [a, "from host"],
+    [a, "from host"],
+    [a, "from host"],
+    [b, "b"],
+    [a, "from host"],
+  ] as const) {
+    const left = await sb.exec(LEFTOVERS, { timeoutMs: 60_000 });
+    assert.equal(left.exitCode, 0, left.stderr);
+    await sb.restore(seed);
+    assert.ok(await refilled(sb), "the next generation is filled ahead");
+    const after = await sb.exec(LOOK);
+    assert.equal(after.exitCode, 0, after.stderr);
+    const lines = after.stdout.split("\n");
+    assert.equal(lines[0], want, after.stdout);
+    assert.ok(
+      Number(lines.at(-2)) < 1000,
+      `a new file's inode (${lines.at(-2)}) tells nothing of the 2000 made before`,
+    );
+    assert.match(after.stdout, /mq False/);
+    if (seed === a) seen.push(strip(after.stdout));
+    else assert.match(after.stdout, /^b\n/m);
+  }
+  // Every restore from a shows what a fresh sandbox shows (files, processes, IPC, sockets, next pid, mounts).
+  for (const s of seen) assert.equal(s, strip(fresh.stdout));
+});
+
+test("a seed too large to refill is copied at each restore", async () => {
+  const limits = { memoryBytes: 256 * 1024 ** 2 };
+  await using seed = await Sandbox.create({ home, limits });
+  await using sb = await Sandbox.create({ home, limits });
+  // An eighth of the memory limit (32 MiB) is the most a restore refills ahead.
+  await seed.exec("head -c 41943040 /dev/urandom > /tmp/big && sha256sum /tmp/big > /tmp/big.sum");
+  await seed.seal();
+  const memory = join(cgroupsOf(sb).memory!, "memory.usage_in_bytes");
+  for (let i = 0; i < 3; i++) {
+    await sb.exec("rm /tmp/big; echo x > /tmp/x");
+    await sb.restore(seed);
+    const r = await sb.exec("sha256sum -c /tmp/big.sum && ls /tmp");
+    assert.equal(r.stdout, "/tmp/big: OK\nbig\nbig.sum\n", r.stderr);
+  }
+  // Not refilled: one copy of the 40 MiB is charged here, not two.
+  assert.equal(await refilled(sb), false);
+  const charged = Number(readFileSync(memory, "utf8"));
+  assert.ok(charged < 70 * 1024 ** 2, `charged ${charged >> 20} MiB`);
 });

@@ -1,10 +1,12 @@
 /**
  * What a group keeps of its task that no agent ever had, each counted as a sandbox of the group's owner:
- * - the pristine sandbox (started as the group's rollouts are, the task's setup included, never handed out): the
- *   state a reset goes back to, copied from it (started at the first reset);
+ * - the pristine sandbox (started as the group's rollouts are, the task's setup included, never handed out, then
+ *   sealed: nothing runs in it): the state a reset goes back to, copied from it (started at the first reset; a
+ *   rollout reset from it has its next generation refilled from it ahead, so that its next reset is a swap);
  * - spares, sandboxes started the same way for forks and checkpoints to copy into (then a fork is a copy and nothing
  *   else): `keep` of them once the group has forked, refilled in the background after each use;
- * - checkpoints: a sandbox each, holding the state of a rollout at the time (nothing runs in it), until dropped.
+ * - checkpoints: a sandbox each, holding the state of a rollout at the time (sealed: nothing runs in it), until
+ *   dropped.
  */
 import { CheckpointNotFoundError, InvalidInputError, LimitError } from "../errors.js";
 import type { Sandbox } from "../sandbox/sandbox.js";
@@ -68,7 +70,10 @@ export class GroupSpares {
   /** The pristine sandbox (started the first time, or again if it ended). */
   async pristine(): Promise<Sandbox> {
     if (this.closed) throw new InvalidInputError("the group is closed");
-    this.pristineOne ??= this.startOne();
+    this.pristineOne ??= this.startOne().then(async (sb) => {
+      await sb.seal();
+      return sb;
+    });
     const p = this.pristineOne;
     const sb = await p.catch((e: unknown) => {
       if (this.pristineOne === p) this.pristineOne = undefined;
@@ -101,7 +106,10 @@ export class GroupSpares {
       this.refilling++;
       void this.startOne()
         .then((sb) => {
-          if (!sb.isClosed) this.ready.push(sb);
+          if (sb.isClosed) return;
+          // A fork copies into it: its restore's own helper, so that the child's first command finds its own.
+          sb.prepareRestore();
+          this.ready.push(sb);
         })
         .catch(() => {
           /* at the owner's cap, or the start failed: forks start their sandboxes themselves */
@@ -120,6 +128,10 @@ export class GroupSpares {
     let copy: Sandbox;
     try {
       [copy] = (await forkInto(this.workspace, sandbox, 1, into)) as [Sandbox];
+      await copy.seal().catch(async (e: unknown) => {
+        await copy.close();
+        throw e;
+      });
     } catch (e) {
       this.accounting.unreserve(1);
       throw e;

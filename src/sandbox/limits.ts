@@ -312,6 +312,18 @@ export function commandCgroupPath(groups: SandboxCgroups, name: string): string 
   return groups.pids ? join(groups.pids, name) : undefined;
 }
 
+/** True when the processes of a cgroup tree (subgroups included) are among `allowed`. */
+export function onlyProcesses(dir: string, allowed: number[]): boolean {
+  if (!cgroupPids(dir).every((p) => allowed.includes(p))) return false;
+  try {
+    return readdirSync(dir, { withFileTypes: true })
+      .filter((e) => e.isDirectory())
+      .every((e) => onlyProcesses(join(dir, e.name), allowed));
+  } catch {
+    return false;
+  }
+}
+
 export function cgroupPids(dir: string): number[] {
   try {
     return readFileSync(join(dir, "cgroup.procs"), "utf8").split("\n").filter(Boolean).map(Number);

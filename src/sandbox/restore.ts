@@ -36,13 +36,10 @@ export interface RestoreTarget extends RestoreSide {
   owner: string;
   /** The sandbox's pids group: every process in it but pid 1 and the launch is killed first. */
   pidsCgroup?: string;
+  /** The next command's helper, waiting in the pids group: left alone (a host process of ours, not yet inside). */
+  keepPid?: number;
   /** Joined by a helper started for the restore (its copies are charged there). */
   memoryCgroup?: string;
-  /**
-   * A new subgroup of the pids group whose processes live through it: the next command's helper's (a host process
-   * of ours, waiting outside the sandbox; nothing of the sandbox's can join a group).
-   */
-  keepCgroup?: string;
 }
 
 /** The directory of a generation under the scratch. */
@@ -50,9 +47,19 @@ export function generationDir(s: Pick<RestoreSide, "scratch" | "generation">): s
   return `${s.scratch}/g${s.generation}`;
 }
 
-/** Where, as seen from the host, commands find a restored sandbox's namespaces (`enter --ns-dir`). */
-export function namespacesDir(s: Pick<RestoreSide, "holderPid" | "scratch">): string {
-  return `/proc/${s.holderPid}/root${s.scratch}/ns`;
+/** Where, as seen from the host, commands find a restored sandbox's namespaces (`enter --ns-dir`): its generation's. */
+export function namespacesDir(s: Pick<RestoreSide, "holderPid" | "scratch" | "generation">): string {
+  return `/proc/${s.holderPid}/root${s.scratch}/ns/g${s.generation}`;
+}
+
+/** How a restore treats the target's next generation (made ahead after its last restore, or by its launch). */
+export interface GenerationPlan {
+  /** It was filled ahead with a copy of this very seed (taken as it is when whole); else filled now. */
+  filled: boolean;
+  /** What it holds is not known (the helper that made it failed): it is made anew. */
+  remake: boolean;
+  /** After the restore, the generation after it is filled with another copy of the seed, if it holds at most this. */
+  refillBytes: number;
 }
 
 /** What the restore does with one mount: moves it (the host's trees), mounts it again, makes a symlink, or nothing. */
@@ -75,14 +82,22 @@ function mountArgs(m: SandboxMount): string[] {
 }
 
 /** `msb-helper restore` arguments: `target` given `seed`'s writable state. */
-export function restoreArgs(target: RestoreTarget, seed: RestoreSide, keepPidCounter: boolean): string[] {
+export function restoreArgs(
+  target: RestoreTarget,
+  seed: RestoreSide,
+  keepPidCounter: boolean,
+  gen: GenerationPlan,
+): string[] {
   const a = ["--pid1", String(target.pid1), "--holder", String(target.holderPid), "--scratch", target.scratch];
   const g = target.generation;
   a.push("--gen", `g${g + 1}`, "--old-gen", `g${g}`, "--next-gen", `g${g + 2}`);
   a.push("--disk", String(target.diskBytes), "--owner", target.owner);
+  if (gen.filled) a.push("--prefilled");
+  if (gen.remake) a.push("--remake-gen");
+  if (gen.refillBytes > 0) a.push("--refill", String(gen.refillBytes));
   if (target.pidsCgroup) a.push("--kill-cgroup", target.pidsCgroup, "--keep", String(target.pid1));
   a.push("--keep", String(target.holderPid));
-  if (target.keepCgroup) a.push("--keep-cgroup", target.keepCgroup);
+  if (target.keepPid) a.push("--keep", String(target.keepPid));
   a.push("--seed-holder", String(seed.holderPid), "--seed-dir", generationDir(seed), "--seed-pid1", String(seed.pid1));
   if (keepPidCounter) a.push("--last-pid", "keep");
   else if (seed.lastPid !== undefined) a.push("--last-pid", String(seed.lastPid));
@@ -90,8 +105,19 @@ export function restoreArgs(target: RestoreTarget, seed: RestoreSide, keepPidCou
     a.push("--shift", `${seed.hostIds.uid}:${target.hostIds.uid}:${target.hostIds.count}`);
   for (const [i, count] of target.lowers.entries()) a.push("--overlay", `${i}:0:${count}`);
   if (!target.plan.network) a.push("--fresh-net");
-  for (const m of sandboxMounts(target.plan, helperPath())) a.push(...mountArgs(m));
+  a.push(...treeArgs(target.plan));
   return a;
+}
+
+/** The mount tree's arguments, the same at every restore of a sandbox: computed once per plan. */
+const treeArgsOf = new WeakMap<MountPlan, string[]>();
+function treeArgs(plan: MountPlan): string[] {
+  let args = treeArgsOf.get(plan);
+  if (!args) {
+    args = sandboxMounts(plan, helperPath()).flatMap(mountArgs);
+    treeArgsOf.set(plan, args);
+  }
+  return args;
 }
 
 /**
@@ -116,8 +142,8 @@ export async function runRestore(
 export class RestoreRun {
   /** Settles once the sandbox is usable again (or the restore failed), with the seed's pid counter. */
   readonly ready: Promise<number | undefined>;
-  /** Settles when the helper has exited. */
-  readonly exited: Promise<void>;
+  /** Settles when the helper has exited: true when all went well (the next generation made as asked). */
+  readonly exited: Promise<boolean>;
 
   constructor(readonly child: HelperProcess) {
     let stderr = "";
@@ -127,8 +153,8 @@ export class RestoreRun {
     });
     // 'close', not 'exit': the helper may be gone before its "R" is read.
     this.exited = new Promise((resolve) => {
-      child.once("close", () => resolve());
-      child.once("error", () => resolve());
+      child.once("close", (code) => resolve(code === 0));
+      child.once("error", () => resolve(false));
     });
     this.ready = new Promise((resolve, reject) => {
       child.stdout!.setEncoding("utf8");

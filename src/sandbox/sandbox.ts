@@ -33,7 +33,6 @@ import { type OpenedDir, openHostDir } from "./host-dir.js";
 import { FIRST_PASSED_FD, launch, type Launched } from "./launcher.js";
 import {
   createCgroups,
-  commandCgroupPath,
   createCommandCgroup,
   setCgroupLimits,
   enforcement,
@@ -44,6 +43,7 @@ import {
   readCounters,
   removeCgroupTree,
   rlimitArgs,
+  onlyProcesses,
   scratchBytes,
   type Enforcement,
   type LimitCounters,
@@ -64,7 +64,14 @@ import {
 } from "./plan.js";
 import { commandName, descendants, killQuietly, parentPid, processStartTime } from "./procfs.js";
 import { reapHome } from "./reaper.js";
-import { namespacesDir, type RestoreSide, type RestoreTarget, restoreArgs, runRestore } from "./restore.js";
+import {
+  type GenerationPlan,
+  namespacesDir,
+  type RestoreSide,
+  type RestoreTarget,
+  restoreArgs,
+  runRestore,
+} from "./restore.js";
 import {
   makeSandboxDirs,
   removeSandboxDirs,
@@ -270,6 +277,9 @@ function enforcementNotices(mode: LaunchMode, network: boolean): string[] {
   return notices;
 }
 
+/** A restore refills the next generation from a still seed holding at most this much (see `Sandbox.restore`). */
+export const REFILL_MAX_BYTES = 64 * 1024 * 1024;
+
 /** Everything a launch needs, kept by the sandbox so that its forks start the same way. */
 interface LaunchInputs {
   /** Options with home and limits resolved. */
@@ -313,6 +323,11 @@ export class Sandbox implements AsyncDisposable {
   /** Started ahead of the next command, waiting in its cgroups (see WaitingHelper). */
   private spare: Promise<WaitingHelper> | undefined;
   private spareTimer: NodeJS.Timeout | undefined;
+  /**
+   * A helper waiting in the sandbox's cgroups for its next restore (see `prepareRestore`): the restore then leaves
+   * the next command's helper where it is, so that the command after the restore waits for no cgroup move.
+   */
+  private restoreHelper: Promise<WaitingHelper> | undefined;
   private timer: NodeJS.Timeout | undefined;
   private readonly closeListeners: (() => void)[] = [];
 
@@ -500,6 +515,9 @@ export class Sandbox implements AsyncDisposable {
    * trees, `/`, /tmp, home and /dev/shm become a copy of `from`'s (held still meanwhile) on a fresh tmpfs; commands
    * get new IPC (and, without the host's network, network) namespaces; the pid counter and the command count are
    * `from`'s. `from` is a sandbox started the way this one was: a pristine one takes this one back to its start.
+   * From a sealed, still `from` (see `seal`), the next generation is then filled with another copy of it, off the
+   * restore's path: the next restore from it is a swap (at most `REFILL_MAX_BYTES`, and an eighth of the memory
+   * limit, of its writable state; charged to this sandbox's memory meanwhile).
    * If the restore fails the sandbox is closed (its state would be neither).
    */
   async restore(from: Sandbox): Promise<void> {
@@ -518,9 +536,34 @@ export class Sandbox implements AsyncDisposable {
     }
   }
 
+  /**
+   * From now on nothing runs in this sandbox: commands, sessions and file operations are refused, and so is a
+   * restore into it; its next command's helper goes. What a rollout group keeps to copy from (its pristine sandbox,
+   * its checkpoints) is sealed. Once nothing but pid 1 is left in it either (no background job of an earlier
+   * command: what its pids group holds says so), its writable state can no longer change, and it is *still*: copies
+   * of it need not freeze it, and a restore from it refills the target's next generation ahead (see `restore`).
+   */
+  async seal(): Promise<void> {
+    if (this.closed) throw new SandboxError(`sandbox ${this.id} is closed`);
+    if (this.restoring || this.holds > 0) throw new InvalidInputError(`sandbox ${this.id} is being restored or copied`);
+    this.sealed = true;
+    if (this.spareTimer) clearTimeout(this.spareTimer);
+    this.spareTimer = undefined;
+    const spares = [this.spare, this.restoreHelper];
+    this.spare = this.restoreHelper = undefined;
+    // Told to leave, they run nothing (not waited for: they are ours, outside the sandbox).
+    const helpers = (await Promise.all(spares.map(settled))).filter((h) => h !== undefined);
+    for (const h of helpers) void dropHelper(h);
+    await this.sessions.closeAll();
+    const pids = this.cgroups.pids;
+    const ours = [this.pid1, this.holder.pid!, ...helpers.map((h) => h.child.pid!)];
+    this.still = !this.closed && pids !== undefined && onlyProcesses(pids, ours);
+  }
+
   /** From now until the restore is over, no command starts. */
   private beginRestore(): void {
     if (this.closed) throw new SandboxError(`sandbox ${this.id} is closed`);
+    if (this.sealed) throw new InvalidInputError(`sandbox ${this.id} is sealed: nothing is restored into it`);
     if (this.restoring || this.holds > 0) throw new InvalidInputError(`sandbox ${this.id} is being restored or copied`);
     if (!this.cgroups.pids && this.ranCommands)
       throw new SandboxError("restoring a used sandbox needs the cgroup pids controller (see `minisandbox doctor`)");
@@ -531,41 +574,75 @@ export class Sandbox implements AsyncDisposable {
   private async restoreFrom(seed: Sandbox, keepPidCounter = false): Promise<void> {
     if (!this.restoring) this.beginRestore();
     try {
+      // The previous restore's helper may still be making the next generation (its kill would cut it short).
+      await this.restoreTail;
       await this.sessions.closeAll();
       if (this.spareTimer) clearTimeout(this.spareTimer);
       this.spareTimer = undefined;
-      const spare = await settled(this.spare);
-      this.spare = undefined;
+      // The restore's own helper when one waits, else the next command's (then started again after the restore).
+      const own = await settled(this.restoreHelper);
+      this.restoreHelper = undefined;
+      const next = await settled(this.spare);
+      const kept = own?.ready && next?.ready ? next : undefined;
+      const spare = own?.ready ? own : next;
+      for (const h of [own, next]) if (h && h !== spare && h !== kept) void dropHelper(h);
+      if (!kept) this.spare = undefined;
       if (spare && !spare.ready) void dropHelper(spare);
-      // The next command's helper joins its cgroups while the restore copies (the join's RCU grace period, on an
-      // idle host, would otherwise be the next command's): a host process of ours, its group kept through the restore.
-      // It is started once the restore runs (its spawn is then off the restore's path); whenever it joins, the restore
-      // leaves its group alone.
-      const name = this.nextGroupName();
-      const keepCgroup = commandCgroupPath(this.cgroups, name);
-      const args = restoreArgs({ ...this.restoreTarget(), keepCgroup }, seed.restoreSide(), keepPidCounter);
+      const gen = this.generationPlan(seed, keepPidCounter);
+      const target = { ...this.restoreTarget(), ...(kept ? { keepPid: kept.child.pid! } : {}) };
+      const args = restoreArgs(target, seed.restoreSide(), keepPidCounter, gen);
       const run = await runRestore(args, { spare, memoryCgroup: this.cgroups.memory });
-      const nextSpare = this.startSpareNow(name);
-      void run.exited.then(() => spare?.group && removeCgroupTree(spare.group));
+      const used = spare;
+      void run.exited.then(() => used?.group && removeCgroupTree(used.group));
       const seedPid = await run.ready.catch(async (e: unknown) => {
-        void dropSpare(nextSpare);
         await this.close();
         throw e;
       });
-      const next = await settled(nextSpare);
       // Counters read or set now hold until a command runs (then `lastPid` is forgotten): reading one costs a process.
       seed.lastPid = seedPid;
       this.lastPid = keepPidCounter ? undefined : seedPid;
       this.generation++;
       this.nsDir = namespacesDir(this.restoreSide());
+      // The next generation is known once the helper has made it (and refilled it).
+      this.nextGeneration = undefined;
+      this.restoreTail = run.exited.then((ok) => {
+        if (ok) this.nextGeneration = gen.refillBytes > 0 ? { from: seed } : {};
+      });
       this.ranCommands = false;
-      this.pruneCommandGroups([spare?.group, next?.group]);
-      if (next?.ready) this.spare = Promise.resolve(next);
-      else if (next) void dropHelper(next);
+      this.pruneCommandGroups([spare?.group, kept?.group]);
     } finally {
       this.restoring = false;
     }
-    if (!this.spare) setImmediate(() => this.startSpare());
+    // Helpers used up, started again once the restore is over (their spawns would only share the CPUs with it).
+    setImmediate(() => {
+      this.startSpare();
+      this.prepareRestore();
+    });
+  }
+
+  /**
+   * A helper started ahead for the sandbox's next restore, waiting in its cgroups (a sandbox restored once has one
+   * from then on; a rollout group's spares from their start): the restore runs through it, not through the next
+   * command's helper, which it leaves waiting, so that the first command after a restore waits for no cgroup move.
+   */
+  prepareRestore(): void {
+    if (this.closed || this.sealed || this.restoring || this.restoreHelper || !this.cgroups.pids) return;
+    this.restoreHelper = this.startSpareNow(this.nextGroupName());
+  }
+
+  /**
+   * What a restore from `seed` does with the next generation: takes it as it is when it was filled from this very
+   * seed, still since (nothing changed there); makes it anew when what it holds is unknown; and, from a still seed
+   * (a reset's pristine sandbox or checkpoint, not a fork's parent), has the one after it refilled.
+   */
+  private generationPlan(seed: Sandbox, keepPidCounter: boolean): GenerationPlan {
+    const next = this.nextGeneration;
+    const memory = this.opts.limits?.memoryBytes;
+    const refillBytes =
+      seed.still && !keepPidCounter
+        ? Math.min(REFILL_MAX_BYTES, memory ? Math.floor(memory / 8) : REFILL_MAX_BYTES)
+        : 0;
+    return { filled: next?.from === seed && seed.still, remake: next === undefined, refillBytes };
   }
 
   /** Command groups left by commands the restore ended (all but `keep`: the restore's helper's, the next one's). */
@@ -608,15 +685,16 @@ export class Sandbox implements AsyncDisposable {
   private async hold(): Promise<() => void> {
     if (this.closed) throw new SandboxError(`sandbox ${this.id} is closed`);
     if (this.restoring) throw new InvalidInputError(`sandbox ${this.id} is being restored`);
+    if (this.still) return () => {}; // nothing left in it can write
     const dir = this.cgroups.freezer;
     // Copying a running root-mode sandbox without freezing it could race its writes (and its symlink swaps).
     if (!dir && this.mode === "root") throw new SandboxError("fork needs the cgroup freezer controller on this host");
     this.holds++;
     try {
-      if (dir) {
-        this.freezing ??= freeze(dir);
-        await this.freezing;
-      }
+      // Idle (nothing in its pids group but pid 1 and our waiting helpers), it is frozen only if a command starts
+      // meanwhile (see checkUsable): until then nothing of it can write.
+      if (dir && !this.freezing && !(await this.idle())) this.freezing ??= freeze(dir);
+      await this.freezing;
     } catch (e) {
       if (--this.holds === 0) this.thawNow();
       throw e;
@@ -630,8 +708,18 @@ export class Sandbox implements AsyncDisposable {
   }
 
   private thawNow(): void {
+    const frozen = this.freezing !== undefined;
     this.freezing = undefined;
-    thaw(this.cgroups.freezer);
+    if (frozen) thaw(this.cgroups.freezer);
+  }
+
+  /** Nothing but pid 1, the launch and our helpers waiting for a command (or a restore) is in the pids group. */
+  private async idle(): Promise<boolean> {
+    const pids = this.cgroups.pids;
+    if (!pids) return false;
+    const helpers = await Promise.all([settled(this.spare), settled(this.restoreHelper)]);
+    const ours = [this.pid1, this.holder.pid!, ...helpers.flatMap((h) => (h?.ready ? [h.child.pid!] : []))];
+    return onlyProcesses(pids, ours);
   }
 
   /** A sandbox started the way this one was (its options, trees and user), with nothing of its state. */
@@ -675,6 +763,13 @@ export class Sandbox implements AsyncDisposable {
   private ranCommands = false;
   /** The pid namespace's counter, when known and nothing ran since (see restoreFrom). */
   private lastPid: number | undefined;
+  /** What the next generation holds: nothing, a copy of `from`; undefined when unknown (its helper failed). */
+  private nextGeneration: { from?: Sandbox } | undefined = {};
+  /** The last restore's helper, making the next generation after its "R" (a restore waits for it). */
+  private restoreTail: Promise<void> = Promise.resolve();
+  /** Sealed: nothing runs in it any more; still: nor is anything but pid 1 left in it (see `seal`). */
+  private sealed = false;
+  private still = false;
   /** Holders keeping the sandbox frozen (see `hold`), and the freeze they share. */
   private holds = 0;
   private freezing: Promise<void> | undefined;
@@ -735,6 +830,12 @@ export class Sandbox implements AsyncDisposable {
   /** Commands cannot start while the sandbox is restored (they would run in neither state). */
   private checkUsable(): void {
     if (this.closed) throw new SandboxError(`sandbox ${this.id} is closed`);
+    if (this.sealed) throw new SandboxError(`sandbox ${this.id} is sealed: nothing runs in it`);
+    // Held while idle, not frozen yet: frozen now, before the command's helper enters (it is frozen as it joins).
+    if (this.holds > 0 && this.cgroups.freezer && !this.freezing) {
+      this.freezing = freeze(this.cgroups.freezer);
+      this.freezing.catch(() => undefined);
+    }
     if (this.restoring) throw new SandboxError(`sandbox ${this.id} is being restored; retry once it is`);
     this.ranCommands = true;
     this.lastPid = undefined;
@@ -897,9 +998,9 @@ export class Sandbox implements AsyncDisposable {
     if (this.timer) clearTimeout(this.timer);
     await this.sessions.closeAll();
     if (this.spareTimer) clearTimeout(this.spareTimer);
-    const spare = this.spare;
-    this.spare = undefined;
-    await dropSpare(spare);
+    const spares = [this.spare, this.restoreHelper];
+    this.spare = this.restoreHelper = undefined;
+    await Promise.all(spares.map(dropSpare));
     // Killing pid 1 ends the pid namespace: the kernel kills every process in it. bwrap then reaps it and exits;
     // killing bwrap first would orphan pid 1 to the host's init.
     killQuietly(this.pid1);
