@@ -1,8 +1,9 @@
 /**
  * A layer's bytes as stored (compressed or not) -> the store, on a thread of its own when the layer is large: the
  * main thread keeps downloading (network, the blob's hash, its file) while the other one inflates, hashes the tar
- * against the diff id, parses it and stores its files. A pull of one large layer is then limited by the slower of
- * the two halves instead of their sum. Small layers are unpacked here (a thread costs more than they do).
+ * against the diff id, parses it and stores its files. The main thread then does less than half the work (a server
+ * pulling an image keeps answering its clients), and with a core free a large layer costs the slower half rather
+ * than the sum. Small layers are unpacked here (a thread costs more than they do).
  */
 import { Worker } from "node:worker_threads";
 import { unpackLayer, type DiffRecord, type Store, type UnpackBudget, type UnpackResult } from "../store/index.js";
