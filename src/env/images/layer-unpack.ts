@@ -6,9 +6,10 @@
  * than the sum. Small layers are unpacked here (a thread costs more than they do).
  */
 import { Worker } from "node:worker_threads";
+import { ImageInvalidError } from "../../errors.js";
 import { unpackLayer, type DiffRecord, type Store, type UnpackBudget, type UnpackResult } from "../store/index.js";
 import { decompress, measured } from "./layer-stream.js";
-import { contentMismatch, fromWire, toWire, type FromWorker, type ToWorker } from "./unpack-protocol.js";
+import { fromWire, toWire, type FromWorker, type ToWorker } from "./unpack-protocol.js";
 
 export interface LayerUnpackOptions {
   what: string;
@@ -36,15 +37,16 @@ export async function unpackStoredLayer(
   stream: AsyncIterable<Buffer>,
   o: LayerUnpackOptions,
 ): Promise<UnpackResult> {
-  if (o.size < (o.threadMinBytes ?? THREAD_MIN_BYTES)) return unpackHere(store, diffId, stream, o);
+  if (o.size < (o.threadMinBytes ?? THREAD_MIN_BYTES)) return unpackOnThisThread(store, diffId, stream, o);
   return new LayerThread(store, diffId, o).run(stream);
 }
 
-async function unpackHere(
+/** The unpack itself, on whichever thread calls it (the worker runs this very function). */
+export async function unpackOnThisThread(
   store: Store,
   diffId: string,
   stream: AsyncIterable<Buffer>,
-  o: LayerUnpackOptions,
+  o: Omit<LayerUnpackOptions, "size" | "threadMinBytes">,
 ): Promise<UnpackResult> {
   const raw = o.expect ? measured(stream) : undefined;
   return unpackLayer(store, diffId, decompress(raw?.stream ?? stream, o.what), {
@@ -52,7 +54,7 @@ async function unpackHere(
     what: o.what,
     beforeRecord: async () => {
       if (raw && o.expect && (raw.digest() !== o.expect.digest || raw.bytes() !== o.expect.size))
-        throw contentMismatch(o.what);
+        throw new ImageInvalidError(`${o.what}: its bytes do not match the digest and size its manifest gives`);
       await o.beforeRecord();
     },
     whileSyncing: o.whileSyncing,

@@ -55,8 +55,3 @@ export function fromWire(w: WireError): Error {
   if (w.code) Object.assign(e, { code: w.code });
   return e;
 }
-
-/** A layer whose stored bytes are not what its descriptor says. */
-export function contentMismatch(what: string): ImageInvalidError {
-  return new ImageInvalidError(`${what}: its bytes do not match the digest and size its manifest gives`);
-}

@@ -1,19 +1,12 @@
 /**
- * The thread that unpacks one large layer (see layer-unpack.ts): the stored bytes arrive as messages, are inflated,
- * hashed and stored exactly as on the main thread (`unpackLayer`); the main thread is asked before the record is
- * made durable, and given the verified record while the objects are synced.
+ * The thread that unpacks one large layer (see layer-unpack.ts): the stored bytes arrive as messages and are
+ * inflated, hashed and stored by the very function the main thread uses for small layers (`unpackOnThisThread`);
+ * the main thread is asked before the record is made durable, and given the verified record while the objects are
+ * synced.
  */
 import { parentPort, workerData } from "node:worker_threads";
-import { unpackLayer } from "../store/index.js";
-import { decompress, measured } from "./layer-stream.js";
-import {
-  contentMismatch,
-  fromWire,
-  toWire,
-  type FromWorker,
-  type ToWorker,
-  type UnpackWorkerData,
-} from "./unpack-protocol.js";
+import { unpackOnThisThread } from "./layer-unpack.js";
+import { fromWire, toWire, type FromWorker, type ToWorker, type UnpackWorkerData } from "./unpack-protocol.js";
 
 const port = parentPort!;
 const data = workerData as UnpackWorkerData;
@@ -63,17 +56,12 @@ async function ask(m: FromWorker): Promise<void> {
 }
 
 async function main(): Promise<void> {
-  const raw = data.expect ? measured(chunks()) : undefined;
-  const stream = raw?.stream ?? chunks();
   try {
-    const result = await unpackLayer(data.store, data.diffId, decompress(stream, data.what), {
-      ...data.budget,
+    const result = await unpackOnThisThread(data.store, data.diffId, chunks(), {
       what: data.what,
-      beforeRecord: async () => {
-        if (raw && data.expect && (raw.digest() !== data.expect.digest || raw.bytes() !== data.expect.size))
-          throw contentMismatch(data.what);
-        await ask({ t: "before" });
-      },
+      budget: data.budget,
+      expect: data.expect ?? undefined,
+      beforeRecord: () => ask({ t: "before" }),
       whileSyncing: (record) => ask({ t: "syncing", record }),
     });
     send({ t: "done", result });
