@@ -1,10 +1,11 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { existsSync } from "node:fs";
-import { join } from "node:path";
+import { existsSync, readdirSync, readFileSync, rmSync, utimesSync } from "node:fs";
+import { basename, join } from "node:path";
 import { Sandbox } from "../src/sandbox/sandbox.js";
 import { reapLeftovers } from "../src/sandbox/reaper.js";
+import { RUNTIME_HOMES_DIR } from "../src/sandbox/state.js";
 import { cgroupsLeft, mountsUnder, processesMatching, runtimeOf, scratchDirs, tempHome } from "./helpers.js";
 
 test("200 create/close cycles leave no process, mount, cgroup or scratch directory", async () => {
@@ -86,4 +87,48 @@ test("the reaper leaves live sandboxes of this process alone", async () => {
   const report = await reapLeftovers(join(home, "sandboxes"));
   assert.deepEqual(report.sandboxes, []);
   assert.equal((await sb.exec(["echo", "alive"])).stdout, "alive\n");
+});
+
+/** A holder of `n` live sandboxes in `home`, killed with SIGKILL once they run; resolves when they are all gone. */
+async function killedHolder(home: string, n: number): Promise<void> {
+  const script = join(import.meta.dirname, "fixtures", "hold-sandboxes.js");
+  const child = spawn(process.execPath, [script, home, String(n)], { stdio: ["ignore", "pipe", "inherit"] });
+  await new Promise<void>((resolve, reject) => {
+    child.stdout!.on("data", (b: Buffer) => b.toString().includes("\n") && resolve());
+    child.on("exit", (c) => reject(new Error(`holder exited early (${c})`)));
+  });
+  child.kill("SIGKILL");
+  await new Promise((r) => child.once("exit", r));
+  for (let i = 0; i < 50 && processesMatching(home).length; i++) await new Promise((r) => setTimeout(r, 100));
+}
+
+/** Make `path` and what it holds look older than the reaper's grace. */
+function backdate(...paths: string[]): void {
+  const past = new Date(Date.now() - 120_000);
+  for (const p of paths) utimesSync(p, past, past);
+}
+
+test("root mode: a home removed after its owner was killed leaves no runtime directory; a live home's stays", {
+  skip: process.getuid?.() !== 0 && "root mode only (unprivileged scratch lives in the home)",
+}, async () => {
+  const removed = tempHome();
+  const kept = tempHome();
+  await killedHolder(removed, 2);
+  await killedHolder(kept, 1);
+  const gone = runtimeOf(removed);
+  const record = join(RUNTIME_HOMES_DIR, basename(gone));
+  assert.equal(readdirSync(gone).length, 2);
+  assert.equal(readFileSync(record, "utf8"), join(removed, "sandboxes"));
+  rmSync(removed, { recursive: true, force: true });
+  for (const dir of [gone, runtimeOf(kept)]) backdate(dir, ...readdirSync(dir).map((id) => join(dir, id)));
+  backdate(record, join(RUNTIME_HOMES_DIR, basename(runtimeOf(kept))));
+
+  const report = await reapLeftovers(join(tempHome(), "sandboxes"));
+  assert.equal(existsSync(gone), false);
+  assert.equal(existsSync(record), false);
+  assert.equal(report.sandboxes.length, 2);
+  // A home that still exists is its own reaper's: another home's start leaves its leftovers alone.
+  assert.equal(readdirSync(runtimeOf(kept)).length, 1);
+  assert.equal((await reapLeftovers(join(kept, "sandboxes"))).sandboxes.length, 1);
+  assert.equal(existsSync(runtimeOf(kept)), false);
 });

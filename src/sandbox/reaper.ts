@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { allCgroupDirs, isLeftover, killSandboxCgroups, listSandboxCgroups, removeSandboxCgroups } from "./limits.js";
 import { isSameProcessAlive, killQuietly } from "./procfs.js";
 import { homeLayout } from "../util/home.js";
-import { readState, removeSandboxDirs, runtimeDirFor, sandboxPaths } from "./state.js";
+import { RUNTIME_DIR, RUNTIME_HOMES_DIR, readState, removeSandboxDirs, runtimeDirFor, sandboxPaths } from "./state.js";
 
 export interface ReapReport {
   sandboxes: string[];
@@ -58,6 +58,7 @@ export async function reapLeftovers(sandboxesDir: string): Promise<ReapReport> {
     rmSync(join(runtime, id), { recursive: true, force: true });
     report.sandboxes.push(id);
   }
+  if (process.getuid?.() === 0) report.sandboxes.push(...reapRemovedHomes());
   // Cgroups of sandboxes that are gone (any home's: an owner that died before its home was reaped, a removal cut
   // short). Each sandbox's groups are judged together: one group alone can be empty while its sandbox lives.
   for (const [id, groups] of listSandboxCgroups()) {
@@ -67,6 +68,37 @@ export async function reapLeftovers(sandboxesDir: string): Promise<ReapReport> {
     report.cgroups.push(...allCgroupDirs(groups).filter((dir) => !existsSync(dir)));
   }
   return report;
+}
+
+/**
+ * Runtime directories of homes that no longer exist (removed after their owner died): no start of theirs will ever
+ * reap them, so any home's start does. Only what lies under the runtime directory is touched, and only when its home,
+ * its record and everything in it are older than the grace (a home being made has its directory by then).
+ */
+function reapRemovedHomes(): string[] {
+  const removed: string[] = [];
+  for (const name of existsSync(RUNTIME_HOMES_DIR) ? readdirSync(RUNTIME_HOMES_DIR) : []) {
+    const record = join(RUNTIME_HOMES_DIR, name);
+    let sandboxesDir: string;
+    try {
+      sandboxesDir = readFileSync(record, "utf8");
+    } catch {
+      continue;
+    }
+    const runtime = join(RUNTIME_DIR, name);
+    if (runtimeDirFor(sandboxesDir) !== runtime || existsSync(sandboxesDir) || isYoung(record)) continue;
+    const entries = existsSync(runtime) ? readdirSync(runtime) : [];
+    if (isYoungIfThere(runtime) || entries.some((id) => isYoung(join(runtime, id)))) continue;
+    unmountUnder(runtime);
+    rmSync(runtime, { recursive: true, force: true });
+    rmSync(record, { force: true });
+    removed.push(...entries);
+  }
+  return removed;
+}
+
+function isYoungIfThere(path: string): boolean {
+  return existsSync(path) && isYoung(path);
 }
 
 /** Made within the grace: a sandbox still starting (pid 1 not in its groups yet), or a snapshot being taken. */

@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import { readFileSync, renameSync, writeFileSync } from "node:fs";
-import { mkdir, rm, rmdir } from "node:fs/promises";
-import { dirname, join } from "node:path";
+import { mkdir, rm, rmdir, writeFile } from "node:fs/promises";
+import { basename, dirname, join } from "node:path";
 import type { SandboxCgroups } from "./limits.js";
 
 /** What the reaper needs to clean a sandbox whose owner died: written when the sandbox starts. */
@@ -39,6 +39,12 @@ export function runtimeDirFor(sandboxesDir: string): string {
   return join(RUNTIME_DIR, createHash("sha256").update(sandboxesDir).digest("hex").slice(0, 16));
 }
 
+/**
+ * Which home each runtime directory belongs to (`homes/<its name>` holds the sandboxes directory's path): the name is
+ * a hash, and without this a home removed after a crash would leave its runtime directory to no reaper at all.
+ */
+export const RUNTIME_HOMES_DIR = join(RUNTIME_DIR, "homes");
+
 export function sandboxPaths(sandboxesDir: string, id: string): SandboxPaths {
   const dir = join(sandboxesDir, id);
   const scratch = process.getuid?.() === 0 ? join(runtimeDirFor(sandboxesDir), id) : join(dir, "rw");
@@ -57,9 +63,15 @@ export async function makeSandboxDirs(p: SandboxPaths): Promise<void> {
       // it (removeSandboxDirs). Root mode's runtime directories are walkable but not listable by others.
       const outside = !p.scratch.startsWith(`${p.dir}/`);
       await mkdir(dirname(p.scratch), { recursive: true, mode: outside ? 0o711 : 0o755 });
+      if (outside) await registerRuntimeDir(dirname(p.scratch), dirname(p.dir));
     }
   };
   await Promise.all([mkdir(p.control, { recursive: true, mode: 0o755 }), scratch()]);
+}
+
+async function registerRuntimeDir(runtimeDir: string, sandboxesDir: string): Promise<void> {
+  await mkdir(RUNTIME_HOMES_DIR, { recursive: true, mode: 0o700 });
+  await writeFile(join(RUNTIME_HOMES_DIR, basename(runtimeDir)), sandboxesDir, { mode: 0o600 });
 }
 
 /**
