@@ -10,7 +10,18 @@ import * as os from "node:os";
 import { join } from "node:path";
 import { chooseLayerForm, NodeCache } from "../src/env/cache/index.js";
 import { InvalidInputError } from "../src/errors.js";
-import { ingestLayer, openStore, removeTree, verifyStore, type LayerManifest } from "../src/env/store/index.js";
+import {
+  findStoredLayerImage,
+  gcStore,
+  ingestLayer,
+  layerImagesDir,
+  openStore,
+  removeLayer,
+  removeTree,
+  storeLayerImage,
+  verifyStore,
+  type LayerManifest,
+} from "../src/env/store/index.js";
 import { layerImage } from "../src/env/store/layer-image.js";
 import { Sandbox } from "../src/index.js";
 import { launchMode } from "../src/sandbox/host.js";
@@ -243,4 +254,72 @@ test("auto leases a layer's tree once it is here, else the host's choice", async
   const other = await cache.acquire("B");
   assert.equal(other.form, choice.form, "another layer's tree changes nothing for this one");
   await Promise.all([first, tree, again, other].map((l) => l.release()));
+});
+
+test("the store keeps a layer's image: placed again (after an eviction, by another cache) it is linked, not written", {
+  skip: !root,
+}, async (t) => {
+  const dir = tmpDir(t);
+  const store = openStore(join(dir, "store"));
+  await ingestLayer(store, "L", makeTree(join(dir, "src")));
+  const cache = new NodeCache({ store, dir: join(dir, "cache") });
+  const written: string[] = [];
+  cache.on("materialize-start", ({ key }) => written.push(key));
+  const first = await cache.acquire("L", { form: "image" });
+  const stored = await findStoredLayerImage(store, "L");
+  assert.ok(stored, "the first placement leaves the image in the store");
+  const inode = (p: string): number => fs.statSync(p).ino;
+  const imageOf = (lease: { path: string }): string => join(lease.path, "layer.erofs");
+  assert.equal(inode(imageOf(first)), inode(stored.path));
+  const shown = await listing(first.trees, dir);
+  await first.release();
+  await cache.evict({ maxBytes: 0 });
+  assert.equal(await cache.has("L"), false);
+
+  const again = await cache.acquire("L", { form: "image" });
+  assert.deepEqual(written, ["L"], "placed again without the locked write");
+  assert.equal(inode(imageOf(again)), inode(stored.path));
+  assert.equal(await listing(again.trees, dir), shown);
+  await again.release();
+
+  // Two caches on one directory (two processes) placing it at once: one placement, both leased, no scratch left.
+  const shared = join(dir, "other-cache");
+  const [a, b] = await Promise.all(
+    [1, 2].map(() => new NodeCache({ store, dir: shared }).acquire("L", { form: "image" })),
+  );
+  assert.equal(a!.path, b!.path);
+  assert.equal(inode(imageOf(a!)), inode(stored.path));
+  assert.deepEqual(fs.readdirSync(join(shared, "tmp")), []);
+  await Promise.all([a!.release(), b!.release()]);
+});
+
+test("a layer whose manifest changed gets a new image; gc drops the old one and keeps the current", {
+  skip: !root,
+}, async (t) => {
+  const dir = tmpDir(t);
+  const store = openStore(join(dir, "store"));
+  await ingestLayer(store, "L", makeTree(join(dir, "src")));
+  await ingestLayer(store, "M", makeTree(join(dir, "src-m")));
+  const old = await storeLayerImage(store, "L");
+  const kept = await storeLayerImage(store, "M");
+  assert.equal(old.written, true);
+  assert.equal((await storeLayerImage(store, "L")).written, false, "written once");
+  await removeLayer(store, "L");
+  assert.equal(await findStoredLayerImage(store, "L"), undefined, "no layer, no image");
+  const changed = makeTree(join(dir, "src-2"));
+  fs.writeFileSync(join(changed.testbed, "README"), "changed\n");
+  await ingestLayer(store, "L", changed);
+  assert.equal(await findStoredLayerImage(store, "L"), undefined, "the old image is not this manifest's");
+  const current = await storeLayerImage(store, "L");
+  assert.notEqual(current.path, old.path);
+  const r = await gcStore(store);
+  assert.equal(r.removedImageFiles, 2, "the old image and its record");
+  assert.equal(fs.existsSync(old.path), false);
+  assert.deepEqual(
+    fs.readdirSync(layerImagesDir(store)).sort(),
+    [
+      ...[current.path, kept.path].flatMap((p) => [p, p.replace(/\.erofs$/, ".json")]).map((p) => p.split("/").pop()),
+    ].sort(),
+  );
+  assert.equal((await findStoredLayerImage(store, "L"))?.path, current.path);
 });

@@ -51,17 +51,20 @@ export function coldLines(r: BenchResults): string[] {
   const c = r.coldStart;
   if (!c.available) return [...L, `Not available — ${c.reason}`];
   L.push(
-    `${c.runs} interleaved rounds, p50 (p90). "Placed": the image written, or the layer materialized, alone. ` +
-      `${c.reason}.`,
+    `${c.runs} interleaved rounds, p50 (p90). "Placed": the image linked from the store, or the layer ` +
+      'materialized, alone. "Written": the image written into the store, once per layer and store, which a build, ' +
+      `a fetch or a pull does ahead (else the first placement). ${c.reason}.`,
     "",
-    "| layer | files | image: ready | image: placed | hard links: ready | hard links: placed | links ÷ image |",
-    "|---|---:|---:|---:|---:|---:|---:|",
+    "| layer | files | image: ready | image: placed | image: written | hard links: ready | hard links: placed |" +
+      " links ÷ image |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|",
   );
   const d = (x: { p50Ms: number; p90Ms: number }): string => `${x.p50Ms} ms (${x.p90Ms})`;
   for (const l of c.layers) {
     const k = ratio(l.links.ready.p50Ms, l.image.ready.p50Ms);
+    const written = l.image.write ? d(l.image.write) : "n/a";
     L.push(
-      `| ${l.name} | ${l.files} | ${d(l.image.ready)} | ${d(l.image.place)} | ${d(l.links.ready)} | ` +
+      `| ${l.name} | ${l.files} | ${d(l.image.ready)} | ${d(l.image.place)} | ${written} | ${d(l.links.ready)} | ` +
         `${d(l.links.place)} | ${k === null ? "n/a" : `${k.toFixed(1)}×`} |`,
     );
   }

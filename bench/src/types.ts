@@ -409,8 +409,11 @@ export interface ColdStartLayer {
   /** File names (hard links counted), and every entry (dirs and symlinks too). */
   files: number;
   entries: number;
-  /** `ready`: evicted → first output; `place`: the image built, or the layer materialized, alone. */
-  image: { ready: Dist; place: Dist };
+  /**
+   * `ready`: evicted → first output; `place`: the image placed (linked from the store), or the layer materialized,
+   * alone; `write`: the image written into the store, which a build, a fetch or a pull does ahead.
+   */
+  image: { ready: Dist; place: Dist; write: Dist };
   links: { ready: Dist; place: Dist };
 }
 

@@ -302,6 +302,8 @@ class Build {
       }),
     );
     this.reuse.remember(key, r.manifest);
+    const cache = this.opts.cache;
+    if (cache) await this.step("layer image", () => cache.prepareImage(key));
   }
 
   /** The result; `other` is what no step accounts for (the log, resolving the commit), so the steps add up. */

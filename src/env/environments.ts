@@ -136,7 +136,9 @@ export async function ensurePresent(env: { key: LayerKey; spec?: EnvSpec }, o: P
   const build = (o.build ?? false) && env.spec !== undefined;
   if (sources.length > 0 || readCacheConfig(o.home).remotes?.length) {
     try {
-      await nodeCacheFor(o.home).fetch(env.key, { sources });
+      const cache = nodeCacheFor(o.home);
+      await cache.fetch(env.key, { sources });
+      await cache.prepareImage(env.key);
       return "fetched";
     } catch (e) {
       const absent = e instanceof LayerUnavailableError || e instanceof NotFoundError;

@@ -4,7 +4,7 @@ import type { CamelOf, plan } from "../wire/index.js";
 import { pool, table } from "../util/progress.js";
 import { BuildError } from "../errors.js";
 import { explainBuildFailure } from "./build-diagnosis.js";
-import { ensureBuiltSteps, envFor, type EnvOptions, type SpecSource } from "./environments.js";
+import { ensureBuiltSteps, envFor, nodeCacheFor, type EnvOptions, type SpecSource } from "./environments.js";
 import { historyForInstance } from "./spec.js";
 import type { BuildStep } from "./build.js";
 import { canonicalReference, loadRegistryConfig, type RegistryConfig } from "./images/index.js";
@@ -175,7 +175,9 @@ class ImagePulls {
 
   private async pull(ref: string): Promise<{ key: string; status: PrepareStatus }> {
     this.registries ??= loadRegistryConfig(this.home);
-    return ensureImage(this.store, ref, this.registries);
+    const r = await ensureImage(this.store, ref, this.registries);
+    if (r.status === "pulled") await nodeCacheFor(this.home).prepareImage(r.key);
+    return r;
   }
 }
 

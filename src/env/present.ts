@@ -105,7 +105,9 @@ async function imagePresent(
   let peers = "";
   if (sources.length > 0) {
     try {
-      return { status: "fetched", key: (await fetchImageHere(home, sources, ref)).image.rootfs };
+      const key = (await fetchImageHere(home, sources, ref)).image.rootfs;
+      await nodeCacheFor(home).prepareImage(key);
+      return { status: "fetched", key };
     } catch (e) {
       if (!pull) throw e;
       peers = ` (and ${errMessage(e)})`; // the registry is the fallback: its failure says both
@@ -114,6 +116,7 @@ async function imagePresent(
   if (!pull) return { status: "present", key: (await getImage(store, ref)).rootfs };
   try {
     const r = await ensureImage(store, ref, loadRegistryConfig(home));
+    if (r.status === "pulled") await nodeCacheFor(home).prepareImage(r.key);
     return { status: r.status === "pulled" ? "pulled" : "present", key: r.key };
   } catch (e) {
     const error = `image ${ref} could not be pulled: ${errMessage(e)}${peers}`;

@@ -20,7 +20,7 @@ import { exists, processAlive, removeTree, scratchName, sleep, writeFileAtomic }
 import { assertLayerKey, openStore, type Store } from "../store/layout.js";
 import { lockFile } from "../store/lock.js";
 import { hasLayer } from "../store/manifest.js";
-import { type LayerImageResult, writeLayerImage } from "../store/layer-image.js";
+import { findStoredLayerImage, type StoredLayerImage, storeLayerImage } from "../store/layer-image.js";
 import { materializeLayer, type MaterializeOptions } from "../store/materialize.js";
 import { imageLower } from "../../sandbox/plan.js";
 import { pullLayer, type PullResult } from "../store/remote.js";
@@ -204,6 +204,7 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
           await this.touch(key, form);
           return this.lease(key, form, meta, leaseFile);
         }
+        if (form === "image" && (await this.placeStoredImage(key))) continue;
         await this.ensurePlaced(key, form, opts);
       }
       throw new Error(`layer ${key} kept disappearing from node cache ${this.dir} while being acquired`);
@@ -223,6 +224,19 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
     const asked = opts.form ?? this.opts.form ?? "tree";
     if (asked === "auto" && (await this.placed(key, "tree"))) return "tree";
     return asked === "auto" ? (await chooseLayerForm(this.store)).form : asked;
+  }
+
+  /**
+   * Where leases of the layer would be images, have the store write its image now (after a build, a fetch or a
+   * pull), so that its first cold start links it instead. Best effort: a failure is a `warning`, and the first
+   * placement writes it as before.
+   */
+  async prepareImage(key: LayerKey): Promise<void> {
+    try {
+      if ((await this.formFor(key, {})) === "image") await storeLayerImage(this.store, key);
+    } catch (e) {
+      this.emit("warning", `the image of layer ${key} was not written ahead: ${errMessage(e)}`);
+    }
   }
 
   /** Layers here (in one form or both), least recently used first. */
@@ -403,20 +417,53 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
     return { key, form: "tree", durationMs, files, linked, copied, bytesCopied };
   }
 
-  /** The image form: images/<key>/ holds layer.erofs and meta.json, moved into place by one rename. */
+  /**
+   * The image form: images/<key>/ holds layer.erofs (a link to the image the store keeps, written there first if it
+   * is not) and meta.json, moved into place by one rename.
+   */
   private async writeImage(key: LayerKey, tmp: string): Promise<MaterializeEvent> {
-    let r: LayerImageResult | undefined;
+    const started = performance.now();
+    const r = await storeLayerImage(this.store, key);
     await placeOrDrop(tmp, async () => {
-      await fsp.mkdir(tmp);
-      r = await writeLayerImage(this.store, key, join(tmp, IMAGE_FILE));
-      const meta: LayerMeta = { key, logicalBytes: r.imageBytes, trees: r.trees, materializedAtMs: Date.now() };
-      await fsp.writeFile(join(tmp, "meta.json"), `${JSON.stringify(meta)}\n`);
+      await this.imageDir(tmp, key, r);
       const damaged = await this.moveToTrash(this.imagePath(key)); // an image dir without meta: replace it
       await fsp.rename(tmp, this.imagePath(key));
       if (damaged) await removeTree(damaged);
     });
-    const { durationMs, files } = r!;
-    return { key, form: "image", durationMs, files, linked: 0, copied: 0, bytesCopied: 0 };
+    return imageEvent(key, r, started);
+  }
+
+  /**
+   * A layer whose image the store already keeps is placed without the key's lock or an I/O slot: a link and a
+   * rename, which concurrent placers (in any process) may both make; one rename wins, and the others find it placed.
+   * False when the store keeps no image of it, or its place is taken by a damaged one (the locked path replaces it).
+   */
+  private async placeStoredImage(key: LayerKey): Promise<boolean> {
+    const started = performance.now();
+    const r = await findStoredLayerImage(this.store, key);
+    if (!r) return false;
+    const tmp = join(this.d.tmp, scratchName(`${key}@`));
+    try {
+      await this.imageDir(tmp, key, r);
+      await fsp.rename(tmp, this.imagePath(key));
+    } catch (e) {
+      await removeTree(tmp);
+      if (errCode(e) !== "ENOTEMPTY" && errCode(e) !== "EEXIST") throw e;
+      return (await this.placed(key, "image")) !== undefined;
+    }
+    this.emit("materialize", imageEvent(key, r, started));
+    return true;
+  }
+
+  /** A scratch dir holding a layer's image (linked from the store's, copied across filesystems) and its meta. */
+  private async imageDir(dir: string, key: LayerKey, r: StoredLayerImage): Promise<void> {
+    await fsp.mkdir(dir);
+    await fsp.link(r.path, join(dir, IMAGE_FILE)).catch((e: unknown) => {
+      if (errCode(e) !== "EXDEV") throw e;
+      return fsp.copyFile(r.path, join(dir, IMAGE_FILE));
+    });
+    const meta: LayerMeta = { key, logicalBytes: r.imageBytes, trees: r.trees, materializedAtMs: Date.now() };
+    await fsp.writeFile(join(dir, "meta.json"), `${JSON.stringify(meta)}\n`);
   }
 
   /**
@@ -576,6 +623,11 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
     const now = new Date();
     await fsp.utimes(this.metaPath(key, form), now, now).catch(() => undefined);
   }
+}
+
+function imageEvent(key: LayerKey, r: StoredLayerImage, startedMs: number): MaterializeEvent {
+  const durationMs = performance.now() - startedMs;
+  return { key, form: "image", durationMs, files: r.files, linked: 0, copied: 0, bytesCopied: 0 };
 }
 
 /**

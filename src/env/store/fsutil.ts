@@ -76,9 +76,14 @@ export async function fsyncDir(dir: string): Promise<void> {
 }
 
 /** Write a file so readers see either the old or the complete new content, also across a crash. */
-export async function writeFileAtomic(path: string, data: string | Buffer, scratchDir: string): Promise<void> {
+export async function writeFileAtomic(
+  path: string,
+  data: string | Buffer,
+  scratchDir: string,
+  mode = 0o644,
+): Promise<void> {
   const tmp = join(scratchDir, scratchName("write"));
-  const fh = await fsp.open(tmp, "wx", 0o644);
+  const fh = await fsp.open(tmp, "wx", mode);
   try {
     await fh.writeFile(data);
     await fh.sync();

@@ -105,3 +105,10 @@ export {
   type ImageRecord,
   type RemoveImageResult,
 } from "./images.js";
+export {
+  findStoredLayerImage,
+  layerImagesDir,
+  storeLayerImage,
+  type LayerImageResult,
+  type StoredLayerImage,
+} from "./layer-image.js";

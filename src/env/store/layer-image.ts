@@ -10,14 +10,16 @@
  * their setgid and sticky bits, no xattr but overlayfs's own (no file capability), no device node (never in a
  * manifest), Python sources their own mtime.
  */
+import { createHash } from "node:crypto";
 import * as fsp from "node:fs/promises";
+import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import type { LayerKey } from "../types.js";
-import { InvalidInputError } from "../../errors.js";
+import { errCode, InvalidInputError, NotFoundError } from "../../errors.js";
 import { type ErofsDir, type ErofsFile, type ErofsSymlink, erofsImage, MAX_NAME, MAX_SYMLINK } from "./erofs.js";
-import { NORMALIZED_MTIME_SEC } from "./fsutil.js";
-import { imageFileAttrs, objectMode, type ObjectId, type Store } from "./layout.js";
-import { readManifest, type FileEntry, type LayerManifest, type TreeManifest } from "./manifest.js";
+import { NORMALIZED_MTIME_SEC, writeFileAtomic } from "./fsutil.js";
+import { imageFileAttrs, isLayerKey, manifestPath, objectMode, type ObjectId, type Store } from "./layout.js";
+import { parseManifest, readManifest, type FileEntry, type LayerManifest, type TreeManifest } from "./manifest.js";
 import { GIT_INDEX_MTIME_SEC, imageDirMode, readOnlyDirMode } from "./materialize.js";
 import { decodeName, displayName, type EncodedName, pathKey } from "./names.js";
 
@@ -33,22 +35,107 @@ export interface LayerImageResult {
 /** Where an object's data is, relative to the store's objects/ (the data layer's root). */
 export const objectRedirect = (id: ObjectId): string => `/${id.slice(0, 2)}/${id.slice(2)}`;
 
-/** Write layer `key`'s image to `dest` (a new file, read-only). */
-export async function writeLayerImage(store: Store, key: LayerKey, dest: string): Promise<LayerImageResult> {
-  const started = performance.now();
-  const manifest = await readManifest(store, key);
-  const image = layerImage(manifest);
-  await fsp.writeFile(dest, image, { flag: "wx", mode: 0o444 });
+function describe(manifest: LayerManifest, image: Buffer): Omit<LayerImageResult, "path" | "durationMs"> {
   let files = 0;
   for (const t of Object.values(manifest.trees)) for (const e of t.entries) if (e.type === "file") files++;
-  return {
-    path: dest,
-    trees: Object.keys(manifest.trees).sort(),
-    files,
-    imageBytes: image.length,
-    durationMs: performance.now() - started,
-  };
+  return { trees: Object.keys(manifest.trees).sort(), files, imageBytes: image.length };
 }
+
+/**
+ * A layer's image as the store keeps it once written (`layer-images/`), so that placing it again — after an
+ * eviction from a node cache, in another home sharing the store — is a link, not a write. Named by the digest of the
+ * manifest it was made from and by the writer's ids (a built layer's inodes are the writer's): a manifest replaced
+ * later names another image, and `gcStore` drops the old one. `<name>.json` (what it holds) is written after the
+ * image, both flushed: it is there only when the image is complete.
+ */
+export interface StoredLayerImage extends LayerImageResult {
+  /** Written by this call (false: it was there). */
+  written: boolean;
+}
+
+interface StoredImageRecord {
+  key: LayerKey;
+  manifestSha256: string;
+  trees: string[];
+  files: number;
+  imageBytes: number;
+}
+
+export const layerImagesDir = (store: Store): string => join(store.root, "layer-images");
+
+/** The stored image of layer `key` as its manifest is now, written into the store first if it is not there. */
+export async function storeLayerImage(store: Store, key: LayerKey): Promise<StoredLayerImage> {
+  const started = performance.now();
+  const found = await findStoredLayerImage(store, key);
+  if (found) return found;
+  // One reading of the manifest for both the image and the digest that names it.
+  const text = await fsp.readFile(manifestPath(store, key), "utf8").catch((e: unknown) => {
+    throw errCode(e) === "ENOENT" ? new NotFoundError(`layer ${key} not found in store ${store.root}`) : e;
+  });
+  const manifest = parseManifest(text, key);
+  const image = layerImage(manifest);
+  const manifestSha256 = sha256Hex(text);
+  const { path, record } = storedPaths(store, manifestSha256);
+  const described = describe(manifest, image);
+  const entry: StoredImageRecord = { key, manifestSha256, ...described };
+  await fsp.mkdir(layerImagesDir(store), { recursive: true });
+  await writeFileAtomic(path, image, store.tmpDir, 0o444);
+  await writeFileAtomic(record, `${JSON.stringify(entry)}\n`, store.tmpDir);
+  return { ...described, path, written: true, durationMs: performance.now() - started };
+}
+
+/** The stored image of layer `key`'s current manifest, if one was written (and is whole). */
+export async function findStoredLayerImage(store: Store, key: LayerKey): Promise<StoredLayerImage | undefined> {
+  const started = performance.now();
+  let text: string;
+  try {
+    text = await fsp.readFile(manifestPath(store, key), "utf8");
+  } catch {
+    return undefined;
+  }
+  const { path, record } = storedPaths(store, sha256Hex(text));
+  let entry: StoredImageRecord;
+  try {
+    entry = JSON.parse(await fsp.readFile(record, "utf8")) as StoredImageRecord;
+    if (entry.key !== key || (await fsp.stat(path)).size !== entry.imageBytes) return undefined;
+  } catch {
+    return undefined;
+  }
+  const { trees, files, imageBytes } = entry;
+  return { path, trees, files, imageBytes, written: false, durationMs: performance.now() - started };
+}
+
+/** Stored images whose layer is gone or whose manifest changed since (their record names the manifest's digest). */
+export async function staleLayerImages(store: Store): Promise<string[]> {
+  const dir = layerImagesDir(store);
+  const names = await fsp.readdir(dir).catch(() => [] as string[]);
+  const live = new Set<string>();
+  for (const name of names.filter((n) => n.endsWith(".json"))) {
+    const found = await readStoredRecord(join(dir, name));
+    const current = found && (await fsp.readFile(manifestPath(store, found.key), "utf8").catch(() => undefined));
+    if (found && current !== undefined && sha256Hex(current) === found.manifestSha256) {
+      const stem = name.slice(0, -".json".length);
+      live.add(name).add(`${stem}.erofs`);
+    }
+  }
+  return names.filter((n) => !live.has(n)).map((n) => join(dir, n));
+}
+
+async function readStoredRecord(path: string): Promise<StoredImageRecord | undefined> {
+  try {
+    const r = JSON.parse(await fsp.readFile(path, "utf8")) as StoredImageRecord;
+    return isLayerKey(r.key) && typeof r.manifestSha256 === "string" ? r : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function storedPaths(store: Store, manifestSha256: string): { path: string; record: string } {
+  const stem = join(layerImagesDir(store), `${manifestSha256}-${process.getuid?.() ?? 0}`);
+  return { path: `${stem}.erofs`, record: `${stem}.json` };
+}
+
+const sha256Hex = (text: string): string => createHash("sha256").update(text).digest("hex");
 
 /** What a materialized tree could not hold either: refused before anything is written. */
 function checkEntry(key: LayerKey, path: string, name: string, target?: Buffer): void {

@@ -11,6 +11,7 @@ import { imageDirs } from "./image-layout.js";
 import { imageRoots, listImages } from "./images.js";
 import { readDiff, type DiffRecord } from "./layer-diff.js";
 import { objectHash, objectMode, type ObjectId, type Store } from "./layout.js";
+import { staleLayerImages } from "./layer-image.js";
 import { lockFile } from "./lock.js";
 import {
   hasLayer,
@@ -245,6 +246,11 @@ export async function gcStore(store: Store, opts: { lockTimeoutMs?: number } = {
       result.freedBytes += st.size;
     }
     result.freedBytes += await gcImageFiles(store, diffs.dead, diffs.blobs, result);
+    for (const path of await staleLayerImages(store)) {
+      result.freedBytes += (await fsp.lstat(path)).size;
+      await fsp.rm(path, { force: true });
+      result.removedImageFiles++;
+    }
     for (const name of await fsp.readdir(store.tmpDir)) {
       await removeTree(join(store.tmpDir, name));
       result.removedTemp++;
