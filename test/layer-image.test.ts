@@ -322,4 +322,15 @@ test("a layer whose manifest changed gets a new image; gc drops the old one and 
     ].sort(),
   );
   assert.equal((await findStoredLayerImage(store, "L"))?.path, current.path);
+  // verify rebuilds each kept image from its manifest: a changed byte is named, with its layer.
+  assert.deepEqual((await verifyStore(store)).badLayerImages, []);
+  const bytes = fs.readFileSync(current.path);
+  bytes[1024] = bytes[1024]! ^ 0xff;
+  fs.writeFileSync(current.path, bytes);
+  const report = await verifyStore(store);
+  assert.equal(report.ok, false);
+  assert.deepEqual(
+    report.badLayerImages.map((b) => b.key),
+    ["L"],
+  );
 });

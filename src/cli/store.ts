@@ -185,6 +185,8 @@ function verifyLines(r: VerifyReport): string[] {
   for (const c of r.corrupt) lines.push(`corrupt object ${c.id}: ${c.reason}`);
   for (const m of r.missing) lines.push(`missing object ${m.id} (layers ${m.layers.join(", ")})`);
   for (const b of r.badManifests) lines.push(`bad manifest ${b.key}: ${b.error}`);
+  for (const b of r.badImages) lines.push(`bad image ${b.id}: ${b.error}`);
+  for (const b of r.badLayerImages) lines.push(`bad layer image of ${b.key}: ${b.error}`);
   for (const s of r.stray) lines.push(`stray file ${s}`);
   lines.push(r.ok ? "store OK" : "store has problems");
   return lines;

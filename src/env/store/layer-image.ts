@@ -105,6 +105,16 @@ export async function findStoredLayerImage(store: Store, key: LayerKey): Promise
   return { path, trees, files, imageBytes, written: false, durationMs: performance.now() - started };
 }
 
+/** Why layer `key`'s stored image is not what its manifest gives now (the same tree gives the same bytes), if so. */
+export async function storedLayerImageProblem(store: Store, key: LayerKey): Promise<string | undefined> {
+  const stored = await findStoredLayerImage(store, key);
+  if (!stored) return undefined;
+  const expected = layerImage(await readManifest(store, key));
+  if (!expected.equals(await fsp.readFile(stored.path)))
+    return `${stored.path} differs from the image its manifest gives (remove it: the next placement writes it again)`;
+  return undefined;
+}
+
 /** Stored images whose layer is gone or whose manifest changed since (their record names the manifest's digest). */
 export async function staleLayerImages(store: Store): Promise<string[]> {
   const dir = layerImagesDir(store);

@@ -11,7 +11,7 @@ import { imageDirs } from "./image-layout.js";
 import { imageRoots, listImages } from "./images.js";
 import { readDiff, type DiffRecord } from "./layer-diff.js";
 import { objectHash, objectMode, type ObjectId, type Store } from "./layout.js";
-import { staleLayerImages } from "./layer-image.js";
+import { staleLayerImages, storedLayerImageProblem } from "./layer-image.js";
 import { lockFile } from "./lock.js";
 import {
   hasLayer,
@@ -52,6 +52,8 @@ export interface VerifyReport {
   badManifests: { key: LayerKey; error: string }[];
   /** Image records whose layers or root filesystem are missing or unreadable. */
   badImages: { id: string; error: string }[];
+  /** Layers whose metadata image the store keeps is not the one their manifest gives. */
+  badLayerImages: { key: LayerKey; error: string }[];
   /** Files in objects/ that are not objects. */
   stray: string[];
 }
@@ -158,8 +160,13 @@ export async function verifyStore(
     missing: [],
     badManifests: bad,
     badImages: [...diffs.bad, ...(await imageProblems(store))],
+    badLayerImages: [],
     stray,
   };
+  for (const m of manifests) {
+    const error = await storedLayerImageProblem(store, m.key);
+    if (error) report.badLayerImages.push({ key: m.key, error });
+  }
   const sizes = new Map(objects.map((o) => [o.id, o.size]));
   await mapLimit(objects, opts.concurrency ?? 4, async (o) => {
     const reason = await checkObject(store, o.id, o.path);
@@ -180,6 +187,7 @@ export async function verifyStore(
     report.missing.length === 0 &&
     bad.length === 0 &&
     report.badImages.length === 0 &&
+    report.badLayerImages.length === 0 &&
     stray.length === 0;
   return report;
 }
