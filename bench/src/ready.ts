@@ -7,6 +7,7 @@ import { Sandbox } from "../../src/index.js";
 import { systemEntries, requireTool } from "../../src/sandbox/host.js";
 import { nodeCacheFor } from "../../src/env/environments.js";
 import { resolveWorkspace, Workspace } from "../../src/env/workspace.js";
+import { parseImageLower } from "../../src/sandbox/plan.js";
 import { TESTBED_PATH, VENV_PATH } from "../../src/env/types.js";
 import { ensureTarballs, extractRun, type Tarballs } from "./extract.js";
 import { Podman } from "./podman.js";
@@ -124,6 +125,9 @@ async function resolvedVariant(env: BenchEnvironment): Promise<Variant> {
   const pinned = new Workspace({ kind: ws.kind, options: ws.options });
   pinned.hold();
   ws.release();
+  // Brought back in the form its options name: the cold variant's eviction may leave the host's other form next.
+  const lowers = (ws.options.overlays ?? []).flatMap((o) => o.lower);
+  const form = lowers.some((l) => parseImageLower(l) !== undefined) ? "image" : "tree";
   return {
     name: "minisandbox_warm_resolved",
     label: "minisandbox warm, env resolved once",
@@ -132,7 +136,7 @@ async function resolvedVariant(env: BenchEnvironment): Promise<Variant> {
       "what a server or pool pays",
     once: (command, started) => sandboxOnce(() => pinned.start(), command, started),
     probe: () => sandboxProbe(() => pinned.start(), env.importModule),
-    before: async () => void (await nodeCacheFor(env.home).acquire(env.primaryKey)).release(),
+    before: async () => void (await nodeCacheFor(env.home).acquire(env.primaryKey, { form })).release(),
   };
 }
 
