@@ -32,7 +32,7 @@ export interface HttpPullOptions {
   concurrency?: number;
   /** Objects per request at most (default 512; the server takes up to `MAX_OBJECTS_PER_REQUEST`). */
   batchObjects?: number;
-  /** From this many small objects on, they are placed by a thread of their own (default 256; see object-writer). */
+  /** From this many small objects on, they are placed by a thread of their own (default 64; see object-writer). */
   threadMinObjects?: number;
   /** Bytes per request at most, unless one object is larger (default 64 MiB). */
   batchBytes?: number;

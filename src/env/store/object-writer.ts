@@ -29,8 +29,8 @@ export interface WriterBatch {
 }
 export type WriterAnswer = { seq: number; placed: number; error?: { message: string; code?: string } };
 
-/** Below this many objects, the calls are made here. */
-export const THREAD_MIN_OBJECTS = 256;
+/** Below this many objects, the calls are made here (a few milliseconds of this thread at most). */
+export const THREAD_MIN_OBJECTS = 64;
 const BATCH_BYTES = 1 << 20;
 const BATCH_OBJECTS = 128;
 /** Bytes sent to the thread and not placed yet, past which `put` waits. */
