@@ -197,32 +197,6 @@ export async function mapLimit<T>(
   if (failed) throw failed.error;
 }
 
-/** Up to `limit` tasks running at once: `add` waits while all slots are taken; `drain` waits for all, or throws. */
-export class InFlight {
-  private readonly running = new Set<Promise<void>>();
-  private failed: { error: unknown } | undefined;
-
-  constructor(private readonly limit: number) {}
-
-  async add(task: Promise<void>): Promise<void> {
-    const p: Promise<void> = task.then(
-      () => void this.running.delete(p),
-      (error: unknown) => {
-        this.running.delete(p);
-        this.failed ??= { error };
-      },
-    );
-    this.running.add(p);
-    while (this.running.size >= this.limit) await Promise.race(this.running);
-    if (this.failed) throw this.failed.error;
-  }
-
-  async drain(): Promise<void> {
-    await Promise.all(this.running);
-    if (this.failed) throw this.failed.error;
-  }
-}
-
 /**
  * For loops of many tiny synchronous fs calls (3-4x faster than fs/promises for small files): returns a
  * function to await between items; it yields to the event loop once every `sliceMs` so servers stay responsive.

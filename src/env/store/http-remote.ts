@@ -10,10 +10,11 @@ import { join } from "node:path";
 import { Readable } from "node:stream";
 import { InvalidInputError, NotFoundError, StoreCorruptError } from "../../errors.js";
 import type { LayerKey } from "../types.js";
-import { InFlight, mapLimit, scratchName, yielder } from "./fsutil.js";
+import { mapLimit, scratchName, yielder } from "./fsutil.js";
 import { assertLayerKey, objectHash, objectPath, type ObjectId, type Store } from "./layout.js";
 import { parseManifest } from "./manifest.js";
-import { placeObject, putVerified, SMALL_FILE_BYTES, writeHashed } from "./objects.js";
+import { objectWriter, type ObjectWriter } from "./object-writer.js";
+import { placeObject, SMALL_FILE_BYTES, writeHashed } from "./objects.js";
 import { importPack, type ImportResult } from "./pack.js";
 import { type PullResult, pullMissing } from "./remote.js";
 
@@ -31,8 +32,8 @@ export interface HttpPullOptions {
   concurrency?: number;
   /** Objects per request at most (default 512; the server takes up to `MAX_OBJECTS_PER_REQUEST`). */
   batchObjects?: number;
-  /** Small objects being written at once, per batch (default 16). */
-  writes?: number;
+  /** From this many small objects on, they are placed by a thread of their own (default 64; see object-writer). */
+  threadMinObjects?: number;
   /** Bytes per request at most, unless one object is larger (default 64 MiB). */
   batchBytes?: number;
   /** Deadline of one request, answer included (default 10 minutes). */
@@ -214,47 +215,62 @@ export async function fetchObjectsHttp(
   what: string,
 ): Promise<void> {
   const timeoutMs = opts.timeoutMs ?? 600_000;
-  const origin = sourceBase(source.url).origin;
   const maxObjects = Math.min(opts.batchObjects ?? 512, MAX_OBJECTS_PER_REQUEST);
   const groups = batches(missing, maxObjects, opts.batchBytes ?? 64 << 20);
-  await mapLimit(groups, opts.concurrency ?? 2, async (group) => {
-    const body = JSON.stringify({ ids: group.map(([id]) => id) });
-    const answer = await peerRequest(
-      source,
-      "/store/objects",
-      { method: "POST", body, headers: { "content-type": "application/json" } },
-      timeoutMs,
+  const small = missing.filter(([, size]) => size <= SMALL_FILE_BYTES).length;
+  const writes = objectWriter(local, small, opts.threadMinObjects);
+  try {
+    await mapLimit(groups, opts.concurrency ?? 2, (group) =>
+      fetchBatch(local, source, group, writes, result, { ...opts, timeoutMs, what }),
     );
-    if (!answer.body) throw new StoreCorruptError(`${origin}: objects of ${what}: empty answer`);
-    const reader = new ChunkReader(
-      Readable.fromWeb(answer.body as import("node:stream/web").ReadableStream)[Symbol.asyncIterator](),
-    );
-    const writes = new InFlight(opts.writes ?? 16);
-    try {
-      for (const [id, size] of group) {
-        await receiveObject(local, reader, writes, id, size, {
-          what: `${origin}: object ${id}`,
-          mismatch: () => new StoreCorruptError(`${origin}: object ${id} of ${what} does not match its hash`),
-          throttle: opts.throttle,
-        });
-        result.objectsFetched++;
-        result.bytesFetched += size;
-      }
-    } finally {
-      await writes.drain();
-    }
-    if (await reader.read(1)) throw new StoreCorruptError(`${origin}: objects of ${what}: more bytes than asked for`);
-  });
+    await writes.finish();
+  } finally {
+    writes.abort();
+  }
+}
+
+/** One request's objects, in the order asked: each verified, then placed (small ones by `writes`). */
+async function fetchBatch(
+  local: Store,
+  source: HttpSource,
+  group: [ObjectId, number][],
+  writes: ObjectWriter,
+  result: { objectsFetched: number; bytesFetched: number },
+  opts: HttpPullOptions & { timeoutMs: number; what: string },
+): Promise<void> {
+  const { timeoutMs, what } = opts;
+  const origin = sourceBase(source.url).origin;
+  const body = JSON.stringify({ ids: group.map(([id]) => id) });
+  const answer = await peerRequest(
+    source,
+    "/store/objects",
+    { method: "POST", body, headers: { "content-type": "application/json" } },
+    timeoutMs,
+  );
+  if (!answer.body) throw new StoreCorruptError(`${origin}: objects of ${what}: empty answer`);
+  const reader = new ChunkReader(
+    Readable.fromWeb(answer.body as import("node:stream/web").ReadableStream)[Symbol.asyncIterator](),
+  );
+  for (const [id, size] of group) {
+    await receiveObject(local, reader, writes, id, size, {
+      what: `${origin}: object ${id}`,
+      mismatch: () => new StoreCorruptError(`${origin}: object ${id} of ${what} does not match its hash`),
+      throttle: opts.throttle,
+    });
+    result.objectsFetched++;
+    result.bytesFetched += size;
+  }
+  if (await reader.read(1)) throw new StoreCorruptError(`${origin}: objects of ${what}: more bytes than asked for`);
 }
 
 /**
- * Take the next object of an answer into the store, verified before it is placed: a small one whole, hashed, then
- * written while the next ones arrive (`writes` in flight at once); a large one streamed to a scratch file.
+ * Take the next object of an answer into the store, verified before it is placed: a small one whole, handed to
+ * `writes` (which hashes and places it while the next ones arrive); a large one streamed to a scratch file.
  */
 async function receiveObject(
   local: Store,
   reader: ChunkReader,
-  writes: InFlight,
+  writes: ObjectWriter,
   id: ObjectId,
   size: number,
   o: { what: string; mismatch: () => Error; throttle?: (bytes: number) => Promise<void> },
@@ -262,7 +278,7 @@ async function receiveObject(
   if (size <= SMALL_FILE_BYTES) {
     const data = await reader.readExactly(size, o.what);
     if (o.throttle) await o.throttle(size);
-    await writes.add(putVerified(local, data, id, o.mismatch));
+    await writes.put(id, data, o.mismatch);
     return;
   }
   const tmp = join(local.tmpDir, scratchName("obj"));

@@ -111,28 +111,6 @@ export function putVerifiedSync(store: Store, data: Buffer, id: ObjectId, mismat
   writeObjectSync(store, data, id);
 }
 
-/** `putVerifiedSync`'s asynchronous twin, for many writes in flight at once (the thread pool makes the calls). */
-export async function putVerified(store: Store, data: Buffer, id: ObjectId, mismatch: () => Error): Promise<void> {
-  if (createHash("sha256").update(data).digest("hex") !== objectHash(id)) throw mismatch();
-  const tmp = join(store.tmpDir, scratchName("obj"));
-  try {
-    await fsp.writeFile(tmp, data, { flag: "wx", mode: 0o600 });
-    const owner = objectOwner(store, id);
-    if (owner) await fsp.chown(tmp, owner.uid, owner.gid);
-    await fsp.chmod(tmp, objectMode(id));
-    await fsp.utimes(tmp, objectMtime(id), objectMtime(id));
-    const dest = objectPath(store, id);
-    await fsp.rename(tmp, dest).catch(async (e: unknown) => {
-      if (errCode(e) !== "ENOENT") throw e;
-      await fsp.mkdir(dirname(dest), { recursive: true });
-      await fsp.rename(tmp, dest);
-    });
-  } catch (e) {
-    await fsp.rm(tmp, { force: true });
-    throw e;
-  }
-}
-
 /** Write verified bytes to a scratch file and place it as object `id`. */
 function writeObjectSync(store: Store, data: Buffer, id: ObjectId): void {
   const tmp = join(store.tmpDir, scratchName("obj"));
