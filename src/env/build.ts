@@ -17,6 +17,7 @@ import { isSweSmithMirror } from "../tasks/swesmith.js";
 import { DepsCache, depsKey } from "./deps-cache.js";
 import { openStore, ingestLayer, normalizeMtimes, type Store } from "./store/index.js";
 import { BuildReuse } from "./build-reuse.js";
+import { discard, sweep } from "./scratch.js";
 
 export interface BuildOptions {
   home: string;
@@ -92,6 +93,8 @@ type Requirements = Awaited<ReturnType<typeof requirementsFile>>;
 class Build {
   private readonly logFile: string;
   private readonly work: string;
+  /** Where scratch trees go to be deleted in the background (`scratch.ts`). */
+  private readonly trash: string;
   private readonly trees: { testbed: string; venv: string };
   private readonly started = performance.now();
   private readonly steps: BuildResult["steps"] = [];
@@ -111,6 +114,8 @@ class Build {
     this.logFile = buildLogPath(home, key);
     mkdirSync(join(homeLayout(home).logs, "build"), { recursive: true });
     writeFileSync(this.logFile, `# build ${key} ${new Date().toISOString()}\n# spec ${JSON.stringify(spec)}\n`);
+    this.trash = join(homeLayout(home).envs, "trash");
+    sweep(this.trash);
     this.work = join(homeLayout(home).envs, `build-${key.slice(0, 16)}-${randomBytes(4).toString("hex")}`);
     this.trees = { testbed: join(this.work, "testbed"), venv: join(this.work, "venv") };
     this.store = openStore(homeLayout(home).store);
@@ -325,7 +330,7 @@ class Build {
   async cleanup(): Promise<void> {
     await this.sandbox?.close();
     await this.releaseBase?.();
-    rmSync(this.work, { recursive: true, force: true });
+    discard(this.work, this.trash);
   }
 }
 
