@@ -119,7 +119,7 @@ class Build {
     this.work = join(homeLayout(home).envs, `build-${key.slice(0, 16)}-${randomBytes(4).toString("hex")}`);
     this.trees = { testbed: join(this.work, "testbed"), venv: join(this.work, "venv") };
     this.store = openStore(homeLayout(home).store);
-    this.reuse = new BuildReuse(home, this.store);
+    this.reuse = new BuildReuse(home, this.store, spec.repo);
   }
 
   private log(text: string): void {
@@ -161,14 +161,16 @@ class Build {
     // SWE-smith's bug is committed over the base at sandbox start: the base's objects must be deletable then.
     const looseObjects = isSweSmithMirror(spec.repo);
     const step = <T>(name: string, fn: () => Promise<T>): Promise<T> => this.step(name, fn);
-    const packs = this.reuse.history;
+    const { history: packs, sources } = this.reuse;
     const ranges = await checkoutTestbed(source, spec.commit, this.trees.testbed, {
       history,
       looseObjects,
       step,
       packs,
+      sources,
     });
     this.reuse.checkedOut(ranges);
+    this.log(`${this.reuse.sources.linked.size} file(s) of the tree linked from earlier layers`);
     const requirements = await this.step("requirements", () => requirementsFile(spec, source, this.work));
     return { toolchain, requirements };
   }
@@ -306,7 +308,7 @@ class Build {
         linked: this.reuse.linked(),
       }),
     );
-    this.reuse.remember(key, r.manifest);
+    await this.reuse.remember(key, r.manifest, this.trees.testbed);
   }
 
   /** The result; `other` is what no step accounts for (the log, resolving the commit), so the steps add up. */
@@ -338,13 +340,30 @@ const ACTIVATE = `. ${VENV_PATH}/bin/activate && cd ${TESTBED_PATH}`;
 const compileVenv = `python -m compileall -q -j 0 ${VENV_PATH} >/dev/null 2>&1`;
 const PACK_DIR = join(".git", "objects", "pack");
 
-/** chown -R without following symlinks (the trees' contents came from a sandbox), `except` that directory. */
+/**
+ * chown -R without following symlinks (the trees' contents came from a sandbox), `except` that directory and every
+ * file with more than one link (before the sandbox runs, those are the store's objects: `build-reuse.ts`).
+ */
 async function chownTree(dirs: string[], ids: { uid: number; gid: number }, except?: string): Promise<void> {
   if (!except) {
     await runOk("chown", ["-R", "-h", `${ids.uid}:${ids.gid}`, "--", ...dirs]);
     return;
   }
-  const prune = ["(", "-path", except, "-prune", ")", "-o", "-exec", "chown", "-h", `${ids.uid}:${ids.gid}`];
+  const links = ["(", "-type", "f", "-links", "+1", ")"];
+  const prune = [
+    "(",
+    "-path",
+    except,
+    "-prune",
+    ")",
+    "-o",
+    ...links,
+    "-o",
+    "-exec",
+    "chown",
+    "-h",
+    `${ids.uid}:${ids.gid}`,
+  ];
   await runOk("find", [...dirs, ...prune, "{}", "+"]);
 }
 
