@@ -21,7 +21,7 @@ export interface IndexEntry {
   path: string;
 }
 
-/** Blobs remembered per repository: the newest kept. */
+/** Blobs remembered per repository: the ones of the newest layers kept. */
 const BLOBS_KEPT = 40_000;
 /** Attributes under which git may write other bytes than the blob's. */
 export const CONVERSION_ATTRIBUTES: readonly string[] = [
@@ -91,15 +91,23 @@ export class SourceLinks {
     for (const e of entries) {
       const o = objects.get(e.path);
       if (!o || !/^100(644|755)$/.test(e.mode) || o.object.endsWith("x") !== (e.mode === "100755")) continue;
+      const key = `${e.mode} ${e.blob}`;
+      // Linked here and stored as that very object: known to be its blob's bytes already.
+      if (this.linked.get(`testbed/${e.path}`)?.object === o.object) {
+        fresh[key] = o;
+        continue;
+      }
       let bytes: Buffer;
       try {
         bytes = readFileSync(join(testbed, e.path));
       } catch {
         continue;
       }
-      if (blobId(bytes, e.blob.length) === e.blob) fresh[`${e.mode} ${e.blob}`] = o;
+      if (blobId(bytes, e.blob.length) === e.blob) fresh[key] = o;
     }
-    const all = Object.entries({ ...this.known(), ...fresh });
+    // The newest last: this layer's blobs, then the others remembered before, are what is kept.
+    const older = Object.entries(this.known()).filter(([k]) => !(k in fresh));
+    const all = [...older, ...Object.entries(fresh)];
     const kept = Object.fromEntries(all.slice(Math.max(0, all.length - BLOBS_KEPT)));
     mkdirSync(dirname(this.record), { recursive: true });
     const tmp = `${this.record}.tmp-${process.pid}`;
