@@ -205,5 +205,21 @@ describe("builds of one repository", () => {
     assert.deepEqual(reused, built);
     // Unchanged sources were the store's objects (hard links), not checked out again.
     assert.match(reusedLog, /\b3 file\(s\) of the tree linked from earlier layers/, "README, pkg/__init__.py, b.py");
+    assert.doesNotMatch(reusedLog, /built again/);
+  });
+
+  it("a build that writes a tracked file in place is built again as a fresh one; the store is untouched", async () => {
+    const writes = row("acme__reuse-3", src.later, "echo built >> README");
+    const [r] = await prepareInstances([writes], { home, reposDir: join(work, "repos"), workers: 1 });
+    assert.equal(r!.status, "built", r!.error);
+    const log = readFileSync(buildLogPath(home, envFor(writes, {}).key), "utf8");
+    assert.match(
+      log,
+      /\b[1-9]\d* file\(s\) of the tree linked[\s\S]*# FAILED at install 1[\s\S]*built again[\s\S]*\b0 file\(s\)/,
+    );
+    const store = openStore(homeLayout(home).store);
+    assert.equal((await verifyStore(store)).ok, true, "the linked README object was not written");
+    await using sb = await openSandbox({ home, instance: writes });
+    assert.equal((await sb.exec("tail -n 1 README")).stdout, "built\n");
   });
 });

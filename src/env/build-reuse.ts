@@ -26,11 +26,12 @@ export class BuildReuse {
     private readonly home: string,
     private readonly store: Store,
     repo: string,
+    linkFiles: boolean,
   ) {
     // As root, a build sandbox's root is a host user of its own (checked again once the sandbox exists: `writer`).
     this.link = process.getuid?.() === 0;
     this.history = new HistoryPacks(home, store, this.link);
-    this.sources = new SourceLinks(home, repo, store, this.link);
+    this.sources = new SourceLinks(home, repo, store, this.link && linkFiles);
   }
 
   /** The testbed's history as checked out: its ranges, recorded after the ingest for the next builds. */

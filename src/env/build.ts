@@ -1,4 +1,4 @@
-import { appendFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { appendFileSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { Sandbox } from "../sandbox/sandbox.js";
@@ -72,19 +72,15 @@ export function installScript(spec: EnvSpec, requirementsFile?: string): { deps:
  * against the normalized sources, and ingest both trees into the store as one layer.
  */
 export async function buildEnvironment(opts: BuildOptions): Promise<BuildResult> {
-  const build = new Build(opts);
+  const first = new Build(opts, { linkFiles: true });
   try {
-    const { toolchain, requirements } = await build.checkout();
-    await build.openSandbox(toolchain, requirements);
-    await build.install(toolchain, requirements);
-    await build.compile();
-    await build.ingest(toolchain);
-    return build.done();
+    return await first.run();
   } catch (e) {
-    throw build.failed(e);
-  } finally {
-    await build.cleanup();
+    if (!first.linkedFiles()) throw e;
   }
+  // A step that writes a tracked file in place cannot write a linked one (the store's, read-only), where a fresh
+  // build's checkout could: the build is made again as one, every file written by git.
+  return new Build(opts, { linkFiles: false }).run();
 }
 
 type Requirements = Awaited<ReturnType<typeof requirementsFile>>;
@@ -109,17 +105,44 @@ class Build {
   /** Year packs and bytecode from earlier builds of the repository. */
   private readonly reuse: BuildReuse;
 
-  constructor(private readonly opts: BuildOptions) {
+  constructor(
+    private readonly opts: BuildOptions,
+    how: { linkFiles: boolean },
+  ) {
     const { home, spec, key } = opts;
     this.logFile = buildLogPath(home, key);
     mkdirSync(join(homeLayout(home).logs, "build"), { recursive: true });
-    writeFileSync(this.logFile, `# build ${key} ${new Date().toISOString()}\n# spec ${JSON.stringify(spec)}\n`);
+    const header = `# build ${key} ${new Date().toISOString()}\n# spec ${JSON.stringify(spec)}\n`;
+    // The second attempt (no files linked) keeps the first one's log above its own.
+    if (how.linkFiles) writeFileSync(this.logFile, header);
+    else appendFileSync(this.logFile, `\n# built again, every file of the tree checked out by git\n${header}`);
     this.trash = join(homeLayout(home).envs, "trash");
     sweep(this.trash);
     this.work = join(homeLayout(home).envs, `build-${key.slice(0, 16)}-${randomBytes(4).toString("hex")}`);
     this.trees = { testbed: join(this.work, "testbed"), venv: join(this.work, "venv") };
     this.store = openStore(homeLayout(home).store);
-    this.reuse = new BuildReuse(home, this.store, spec.repo);
+    this.reuse = new BuildReuse(home, this.store, spec.repo, how.linkFiles);
+  }
+
+  /** Every step, the failure (its step and log's tail) thrown, the scratch trees discarded either way. */
+  async run(): Promise<BuildResult> {
+    try {
+      const { toolchain, requirements } = await this.checkout();
+      await this.openSandbox(toolchain, requirements);
+      await this.install(toolchain, requirements);
+      await this.compile();
+      await this.ingest(toolchain);
+      return this.done();
+    } catch (e) {
+      throw this.failed(e);
+    } finally {
+      await this.cleanup();
+    }
+  }
+
+  /** Were files of the tree linked from the store (a failure may then be theirs)? */
+  linkedFiles(): boolean {
+    return this.reuse.sources.linked.size > 0;
   }
 
   private log(text: string): void {
