@@ -62,7 +62,8 @@ describe("year packs from the store", () => {
     const dest = join(work, "h-base");
     await checkoutTestbed(src.dir, src.base, dest, { packs: second });
     assert.equal(second.linked.size, 6, "every pack of the base's ancestry and its index are linked");
-    for (const [name, id] of second.linked) {
+    for (const [name, { object: id, mode }] of second.linked) {
+      assert.equal(mode, 0o444, "recorded as git writes a pack");
       const file = statSync(join(dest, name.slice("testbed/".length)));
       assert.equal(file.ino, statSync(objectPath(store, id)).ino, `${name} is the store's object`);
     }
@@ -77,15 +78,15 @@ describe("year packs from the store", () => {
     const again = await ingestLayer(store, "b".repeat(64), { testbed: dest }, { linked: second.linked });
     for (const e of again.manifest.trees["testbed"]!.entries)
       if (e.type === "file" && second.linked.has(`testbed/${String(e.path)}`))
-        assert.equal(e.object, second.linked.get(`testbed/${String(e.path)}`));
+        assert.equal(e.object, second.linked.get(`testbed/${String(e.path)}`)!.object);
     const plain = join(work, "h-plain");
     await checkoutTestbed(src.dir, src.base, plain);
     const copied = await ingestLayer(store, "c".repeat(64), { testbed: plain });
     const files = (m: typeof copied.manifest) =>
       m.trees["testbed"]!.entries.filter((e) => e.type === "file" && String(e.path).includes("/pack/"));
     assert.deepEqual(
-      files(again.manifest).map((e) => [e.path, e.type === "file" && e.object]),
-      files(copied.manifest).map((e) => [e.path, e.type === "file" && e.object]),
+      files(again.manifest).map((e) => [e.path, e.type === "file" && e.object, e.type === "file" && e.mode]),
+      files(copied.manifest).map((e) => [e.path, e.type === "file" && e.object, e.type === "file" && e.mode]),
     );
   });
 
@@ -101,7 +102,7 @@ describe("year packs from the store", () => {
     const reused = new HistoryPacks(home, store, true);
     await checkoutTestbed(src.dir, src.base, b, { packs: reused });
     // A file under a linked name that is not the object (replaced by other bytes) is hashed like any file.
-    const [name, id] = [...reused.linked].find(([n]) => n.endsWith(".idx"))!;
+    const [name, { object: id }] = [...reused.linked].find(([n]) => n.endsWith(".idx"))!;
     const path = join(b, name.slice("testbed/".length));
     rmSync(path);
     writeFileSync(path, "not an index\n");
@@ -181,5 +182,44 @@ describe("builds of one repository", () => {
     assert.match(r.stdout, /^2 b$/m, r.stdout.slice(-2000));
     assert.doesNotMatch(r.stdout, /code object from '?\/testbed\/pkg\/[ab]\.py'?$/m, "no source compiled");
     assert.match(r.stdout, /matches \/testbed\/pkg\/a\.py/);
+  });
+
+  it("a build that reused packs, files and bytecode is the layer a fresh build of the same commit makes", async () => {
+    const fresh = tempHome("msb-reuse-fresh-");
+    const reposDir = join(work, "repos");
+    const [r] = await prepareInstances([rows[1]!], { home: fresh, reposDir, workers: 1 });
+    assert.equal(r!.status, "built", r!.error);
+    const key = envFor(rows[1]!, {}).key;
+    const reusedLog = readFileSync(buildLogPath(home, key), "utf8");
+    assert.match(reusedLog, /\b2 \.pyc file\(s\) of identical sources/, "the layer compared did reuse bytecode");
+    const layer = async (h: string) => {
+      const m = await readManifest(openStore(homeLayout(h).store), key);
+      // The index holds inode numbers: no two checkouts agree on it.
+      return Object.fromEntries(
+        Object.entries(m.trees).map(([t, tree]) => [t, tree.entries.filter((e) => e.path !== ".git/index")]),
+      );
+    };
+    const [reused, built] = [await layer(home), await layer(fresh)];
+    const linkedFiles = reused["testbed"]!.filter((e) => e.type === "file" && String(e.path).startsWith("pkg/"));
+    assert.ok(linkedFiles.length > 0);
+    assert.deepEqual(reused, built);
+    // Unchanged sources were the store's objects (hard links), not checked out again.
+    assert.match(reusedLog, /\b3 file\(s\) of the tree linked from earlier layers/, "README, pkg/__init__.py, b.py");
+    assert.doesNotMatch(reusedLog, /built again/);
+  });
+
+  it("a build that writes a tracked file in place is built again as a fresh one; the store is untouched", async () => {
+    const writes = row("acme__reuse-3", src.later, "echo built >> README");
+    const [r] = await prepareInstances([writes], { home, reposDir: join(work, "repos"), workers: 1 });
+    assert.equal(r!.status, "built", r!.error);
+    const log = readFileSync(buildLogPath(home, envFor(writes, {}).key), "utf8");
+    assert.match(
+      log,
+      /\b[1-9]\d* file\(s\) of the tree linked[\s\S]*# FAILED at install 1[\s\S]*built again[\s\S]*\b0 file\(s\)/,
+    );
+    const store = openStore(homeLayout(home).store);
+    assert.equal((await verifyStore(store)).ok, true, "the linked README object was not written");
+    await using sb = await openSandbox({ home, instance: writes });
+    assert.equal((await sb.exec("tail -n 1 README")).stdout, "built\n");
   });
 });

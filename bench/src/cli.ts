@@ -20,6 +20,7 @@ export interface BenchCliOptions {
   sympy?: string;
   sympyCommits?: string;
   sympySpecs?: string;
+  sympyVersions?: string;
 }
 
 export function addBenchOptions(cmd: Command): Command {
@@ -43,6 +44,10 @@ export function addBenchOptions(cmd: Command): Command {
     .option("--sympy <DIR>", "preparation workload: a git repository of sympy/sympy (default: its mirror, if any)")
     .option("--sympy-commits <N>", "preparation workload: base commits per sympy version (default 3, --quick 1)")
     .option("--sympy-specs <FILE>", "preparation workload: environment spec overrides for its builds (JSON)")
+    .option(
+      "--sympy-versions <LIST>",
+      "preparation workload: only these sympy versions, comma-separated (e.g. 1.12,1.13)",
+    )
     .option("--json", "print the results JSON instead of the Markdown table");
 }
 
@@ -79,5 +84,6 @@ export function benchOptionsFrom(o: BenchCliOptions): BenchOptions & { outDir?: 
     ...(o.sympy ? { sympyRepo: o.sympy } : {}),
     ...(o.sympyCommits ? { sympyPerVersion: parsePositive(o.sympyCommits, "--sympy-commits", { integer: true }) } : {}),
     ...(o.sympySpecs ? { sympySpecs: o.sympySpecs } : {}),
+    ...(o.sympyVersions ? { sympyVersions: o.sympyVersions.split(",").map((v) => v.trim()) } : {}),
   };
 }

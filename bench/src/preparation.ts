@@ -25,6 +25,8 @@ export interface PreparationOptions {
   repo: string;
   /** Base commits per version. */
   perVersion: number;
+  /** Only these versions (default: all of `VERSIONS`). */
+  versions?: string[];
   specsFile?: string;
   work: string;
   log: (m: string) => void;
@@ -48,8 +50,12 @@ const VERSIONS: [string, string, string][] = [
 
 export async function benchPreparation(o: PreparationOptions): Promise<PreparationResult | Unavailable> {
   if (!existsSync(o.repo)) return { available: false, reason: `no sympy repository at ${o.repo} (--sympy DIR)` };
-  const instances = sympyInstances(o.repo, o.perVersion);
-  const dir = join(o.work, `sympy-${o.perVersion}-per-version`);
+  const unknown = (o.versions ?? []).filter((v) => !VERSIONS.some(([known]) => known === v));
+  if (unknown.length)
+    return { available: false, reason: `unknown sympy version(s) ${unknown.join(", ")} (--sympy-versions)` };
+  const instances = sympyInstances(o.repo, o.perVersion, o.versions);
+  const only = o.versions ? `-${o.versions.join("_")}` : "";
+  const dir = join(o.work, `sympy-${o.perVersion}-per-version${only}`);
   const reposDir = join(dir, "repos");
   mkdirSync(join(reposDir, "sympy"), { recursive: true });
   if (!existsSync(join(reposDir, "sympy", "sympy")))
@@ -76,19 +82,20 @@ export async function benchPreparation(o: PreparationOptions): Promise<Preparati
     tasks: keys.length,
     versions: new Set(instances.map((i) => i.version)).size,
     failed: failed.length,
-    ...timings(results),
+    ...timings(results, instances),
     storage: await storagePerTask(home, keys, o.work),
   };
 }
 
 /** `perVersion` first-parent commits evenly spread between each release and the one before (the ends left out). */
-export function sympyInstances(repo: string, perVersion: number): Instance[] {
+export function sympyInstances(repo: string, perVersion: number, versions?: string[]): Instance[] {
   const git = (...args: string[]): string =>
     execFileSync("git", ["--git-dir", gitDir(repo), ...args])
       .toString()
       .trim();
   const rows: Instance[] = [];
   for (const [version, from, to] of VERSIONS) {
+    if (versions && !versions.includes(version)) continue;
     let chain: string[];
     try {
       const a = git("merge-base", "master", from);
@@ -131,12 +138,26 @@ function gitDir(repo: string): string {
   return existsSync(join(repo, ".git")) ? join(repo, ".git") : repo;
 }
 
-/** Worker time per task (all builds; warm ones: dependencies restored from a snapshot), each step's median. */
-function timings(results: PrepareResult[]): Pick<PreparationResult, "perTaskMs" | "warm" | "steps"> {
+/**
+ * Worker time per task (all builds; warm ones: dependencies restored from a snapshot), each step's median; and the
+ * same for the builds that follow another commit of their own version (what reuse within a version gives).
+ */
+function timings(
+  results: PrepareResult[],
+  instances: Instance[],
+): Pick<PreparationResult, "perTaskMs" | "warm" | "steps" | "later"> {
   const built = results.filter((r) => r.status === "built" && r.steps);
   const warm = built.filter((r) => !r.steps!.some((s) => s.name === "venv"));
-  const names = [...new Set(warm.flatMap((r) => r.steps!.map((s) => s.name)))];
-  const step = (r: PrepareResult, n: string): number => r.steps!.find((s) => s.name === n)?.durationMs ?? 0;
+  const versionOf = new Map(instances.map((i) => [i.instance_id, i.version]));
+  // In build order: a build is a later one when any build of its version (cold or warm) came before it.
+  const seen = new Set<string | undefined>();
+  const after = new Set(
+    built.filter((r) => {
+      const v = versionOf.get(r.instanceId);
+      return seen.has(v) || !seen.add(v);
+    }),
+  );
+  const later = warm.filter((r) => after.has(r));
   const round = (n: number | null): number | null => (n === null ? null : Math.round(n));
   const median = (xs: number[]): number | null =>
     xs.length
@@ -145,10 +166,21 @@ function timings(results: PrepareResult[]): Pick<PreparationResult, "perTaskMs" 
           50,
         )
       : null;
+  const group = (rs: PrepareResult[]) => {
+    const names = [...new Set(rs.flatMap((r) => r.steps!.map((s) => s.name)))];
+    const step = (r: PrepareResult, n: string): number => r.steps!.find((s) => s.name === n)?.durationMs ?? 0;
+    return {
+      builds: rs.length,
+      p50Ms: round(median(rs.map((r) => r.durationMs))),
+      steps: names.map((name) => ({ name, p50Ms: round(median(rs.map((r) => step(r, name)))) ?? 0 })),
+    };
+  };
+  const w = group(warm);
   return {
     perTaskMs: round(built.length ? built.reduce((n, r) => n + r.durationMs, 0) / built.length : null),
-    warm: { builds: warm.length, p50Ms: round(median(warm.map((r) => r.durationMs))) },
-    steps: names.map((name) => ({ name, p50Ms: round(median(warm.map((r) => step(r, name)))) ?? 0 })),
+    warm: { builds: w.builds, p50Ms: w.p50Ms },
+    steps: w.steps,
+    later: group(later),
   };
 }
 

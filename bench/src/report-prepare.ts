@@ -25,6 +25,15 @@ export function preparationTargets(r: Partial): Target[] {
   ];
 }
 
+type Steps = { name: string; p50Ms: number }[];
+const stepNames = (p: { steps: Steps; later: { steps: Steps } }): string[] => [
+  ...new Set([...p.steps, ...p.later.steps].map((x) => x.name)),
+];
+const secs = (steps: Steps, name: string): string => {
+  const x = steps.find((y) => y.name === name);
+  return x ? (x.p50Ms / 1000).toFixed(2) : "—";
+};
+
 export function preparationLines(r: BenchResults): string[] {
   const L = ["", "## 13. Preparation and storage on real sympy (base commits across its versions)", ""];
   const p = r.preparation;
@@ -36,9 +45,11 @@ export function preparationLines(r: BenchResults): string[] {
       `${p.failed ? ` (${p.failed} failed)` : ""}; worker time per task: ${s(p.perTaskMs)} on average, ` +
       `${s(p.warm.p50Ms)} p50 over the ${p.warm.builds} builds that restored their version's dependencies.`,
     "",
-    "| step (warm builds, p50) | seconds |",
-    "|---|---:|",
-    ...p.steps.map((x) => `| ${x.name} | ${(x.p50Ms / 1000).toFixed(2)} |`),
+    `Builds after another commit of their version: ${p.later.builds}, ${s(p.later.p50Ms)} p50.`,
+    "",
+    "| step, p50 (seconds) | warm builds | later commits of a version |",
+    "|---|---:|---:|",
+    ...stepNames(p).map((n) => `| ${n} | ${secs(p.steps, n)} | ${secs(p.later.steps, n)} |`),
     "",
     `Store: ${mb(st.storeBytes)} for ${p.tasks} tasks, **${mb(st.perTaskBytes)} per task** (allocated); ` +
       `one task's tar.gz pair ${mb(st.targzOneTaskBytes)}; with every object but the git packs kept compressed ` +

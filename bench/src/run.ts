@@ -114,6 +114,8 @@ export interface BenchOptions {
   sympyRepo?: string;
   sympyPerVersion?: number;
   sympySpecs?: string;
+  /** Workload 13: only these versions (default: every version it knows). */
+  sympyVersions?: string[];
   /** false: do not use podman even if installed. */
   podman?: boolean;
   workloads?: Workload[];
@@ -508,7 +510,9 @@ const WORKLOADS: Record<Workload, (run: BenchRun) => Promise<void>> = {
     const perVersion = o.sympyPerVersion ?? (o.quick ? 1 : 3);
     const repo = o.sympyRepo ?? defaultSympyRepo();
     log(`workload 13: preparation and storage on real sympy, ${perVersion} commit(s) per version`);
-    results.preparation = await benchPreparation({ repo, perVersion, specsFile: o.sympySpecs, work, log }).catch(
+    const versions = o.sympyVersions;
+    const specsFile = o.sympySpecs;
+    results.preparation = await benchPreparation({ repo, perVersion, versions, specsFile, work, log }).catch(
       (err: unknown) => na(`preparation failed: ${(err as Error).message.split("\n")[0]}`),
     );
   },

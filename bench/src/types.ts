@@ -454,6 +454,8 @@ export interface PreparationResult {
   warm: { builds: number; p50Ms: number | null };
   /** Each step's median over the warm builds. */
   steps: { name: string; p50Ms: number }[];
+  /** The warm builds after the first of their version (another commit of it built before): median, steps'. */
+  later: { builds: number; p50Ms: number | null; steps: { name: string; p50Ms: number }[] };
   storage: {
     /** Allocated bytes of the tasks' objects (each once) and manifests. */
     storeBytes: number;

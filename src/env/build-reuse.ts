@@ -7,14 +7,17 @@
  */
 import { copyFileSync, renameSync } from "node:fs";
 import { join } from "node:path";
+import { runOk } from "../util/run.js";
 import { HistoryPacks } from "./history-packs.js";
+import { indexEntries, SourceLinks } from "./source-links.js";
 import { PycReuse, type PycScope } from "./pyc-reuse.js";
 import type { PackRange } from "./repos.js";
-import type { LayerManifest, ObjectId, Store } from "./store/index.js";
+import type { LayerManifest, LinkedObject, Store } from "./store/index.js";
 import type { LayerKey } from "./types.js";
 
 export class BuildReuse {
   readonly history: HistoryPacks;
+  readonly sources: SourceLinks;
   private pyc: PycReuse | undefined;
   private ranges: readonly PackRange[] = [];
   private link: boolean;
@@ -22,10 +25,13 @@ export class BuildReuse {
   constructor(
     private readonly home: string,
     private readonly store: Store,
+    repo: string,
+    linkFiles: boolean,
   ) {
     // As root, a build sandbox's root is a host user of its own (checked again once the sandbox exists: `writer`).
     this.link = process.getuid?.() === 0;
     this.history = new HistoryPacks(home, store, this.link);
+    this.sources = new SourceLinks(home, repo, store, this.link && linkFiles);
   }
 
   /** The testbed's history as checked out: its ranges, recorded after the ingest for the next builds. */
@@ -40,12 +46,14 @@ export class BuildReuse {
   writer(ids: { uid: number }, testbed: string): void {
     if (ids.uid !== process.getuid?.()) return;
     this.link = false;
-    for (const key of this.history.linked.keys()) {
-      const path = join(testbed, key.slice("testbed/".length));
-      copyFileSync(path, `${path}.copy`);
-      renameSync(`${path}.copy`, path);
+    for (const links of [this.history.linked, this.sources.linked]) {
+      for (const key of links.keys()) {
+        const path = join(testbed, key.slice("testbed/".length));
+        copyFileSync(path, `${path}.copy`);
+        renameSync(`${path}.copy`, path);
+      }
+      links.clear();
     }
-    this.history.linked.clear();
   }
 
   /** Bytecode of identical sources from this repository's last layers built with this interpreter (count placed). */
@@ -55,13 +63,15 @@ export class BuildReuse {
   }
 
   /** Every file that is an object's hard link, by `<tree>/<path>`. */
-  linked(): Map<string, ObjectId> {
-    return new Map([...this.history.linked, ...(this.pyc?.linked ?? [])]);
+  linked(): Map<string, LinkedObject> {
+    return new Map([...this.history.linked, ...this.sources.linked, ...(this.pyc?.linked ?? [])]);
   }
 
-  /** The layer is stored: its packs and bytecode are offered to the next builds. */
-  remember(key: LayerKey, manifest: LayerManifest): void {
+  /** The layer is stored: its packs, files and bytecode are offered to the next builds. */
+  async remember(key: LayerKey, manifest: LayerManifest, testbed: string): Promise<void> {
     this.history.remember(this.ranges, manifest);
+    const index = await runOk("git", ["-C", testbed, "ls-files", "-s", "-z"]).catch(() => "");
+    this.sources.remember(testbed, indexEntries(index), manifest);
     this.pyc?.remember(key);
   }
 }

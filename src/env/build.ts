@@ -1,4 +1,4 @@
-import { appendFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { appendFileSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { Sandbox } from "../sandbox/sandbox.js";
@@ -17,6 +17,7 @@ import { isSweSmithMirror } from "../tasks/swesmith.js";
 import { DepsCache, depsKey } from "./deps-cache.js";
 import { openStore, ingestLayer, normalizeMtimes, type Store } from "./store/index.js";
 import { BuildReuse } from "./build-reuse.js";
+import { discard, sweep } from "./scratch.js";
 
 export interface BuildOptions {
   home: string;
@@ -71,19 +72,15 @@ export function installScript(spec: EnvSpec, requirementsFile?: string): { deps:
  * against the normalized sources, and ingest both trees into the store as one layer.
  */
 export async function buildEnvironment(opts: BuildOptions): Promise<BuildResult> {
-  const build = new Build(opts);
+  const first = new Build(opts, { linkFiles: true });
   try {
-    const { toolchain, requirements } = await build.checkout();
-    await build.openSandbox(toolchain, requirements);
-    await build.install(toolchain, requirements);
-    await build.compile();
-    await build.ingest(toolchain);
-    return build.done();
+    return await first.run();
   } catch (e) {
-    throw build.failed(e);
-  } finally {
-    await build.cleanup();
+    if (!first.linkedFiles()) throw e;
   }
+  // A step that writes a tracked file in place cannot write a linked one (the store's, read-only), where a fresh
+  // build's checkout could: the build is made again as one, every file written by git.
+  return new Build(opts, { linkFiles: false }).run();
 }
 
 type Requirements = Awaited<ReturnType<typeof requirementsFile>>;
@@ -92,6 +89,8 @@ type Requirements = Awaited<ReturnType<typeof requirementsFile>>;
 class Build {
   private readonly logFile: string;
   private readonly work: string;
+  /** Where scratch trees go to be deleted in the background (`scratch.ts`). */
+  private readonly trash: string;
   private readonly trees: { testbed: string; venv: string };
   private readonly started = performance.now();
   private readonly steps: BuildResult["steps"] = [];
@@ -106,15 +105,44 @@ class Build {
   /** Year packs and bytecode from earlier builds of the repository. */
   private readonly reuse: BuildReuse;
 
-  constructor(private readonly opts: BuildOptions) {
+  constructor(
+    private readonly opts: BuildOptions,
+    how: { linkFiles: boolean },
+  ) {
     const { home, spec, key } = opts;
     this.logFile = buildLogPath(home, key);
     mkdirSync(join(homeLayout(home).logs, "build"), { recursive: true });
-    writeFileSync(this.logFile, `# build ${key} ${new Date().toISOString()}\n# spec ${JSON.stringify(spec)}\n`);
+    const header = `# build ${key} ${new Date().toISOString()}\n# spec ${JSON.stringify(spec)}\n`;
+    // The second attempt (no files linked) keeps the first one's log above its own.
+    if (how.linkFiles) writeFileSync(this.logFile, header);
+    else appendFileSync(this.logFile, `\n# built again, every file of the tree checked out by git\n${header}`);
+    this.trash = join(homeLayout(home).envs, "trash");
+    sweep(this.trash);
     this.work = join(homeLayout(home).envs, `build-${key.slice(0, 16)}-${randomBytes(4).toString("hex")}`);
     this.trees = { testbed: join(this.work, "testbed"), venv: join(this.work, "venv") };
     this.store = openStore(homeLayout(home).store);
-    this.reuse = new BuildReuse(home, this.store);
+    this.reuse = new BuildReuse(home, this.store, spec.repo, how.linkFiles);
+  }
+
+  /** Every step, the failure (its step and log's tail) thrown, the scratch trees discarded either way. */
+  async run(): Promise<BuildResult> {
+    try {
+      const { toolchain, requirements } = await this.checkout();
+      await this.openSandbox(toolchain, requirements);
+      await this.install(toolchain, requirements);
+      await this.compile();
+      await this.ingest(toolchain);
+      return this.done();
+    } catch (e) {
+      throw this.failed(e);
+    } finally {
+      await this.cleanup();
+    }
+  }
+
+  /** Were files of the tree linked from the store (a failure may then be theirs)? */
+  linkedFiles(): boolean {
+    return this.reuse.sources.linked.size > 0;
   }
 
   private log(text: string): void {
@@ -156,14 +184,16 @@ class Build {
     // SWE-smith's bug is committed over the base at sandbox start: the base's objects must be deletable then.
     const looseObjects = isSweSmithMirror(spec.repo);
     const step = <T>(name: string, fn: () => Promise<T>): Promise<T> => this.step(name, fn);
-    const packs = this.reuse.history;
+    const { history: packs, sources } = this.reuse;
     const ranges = await checkoutTestbed(source, spec.commit, this.trees.testbed, {
       history,
       looseObjects,
       step,
       packs,
+      sources,
     });
     this.reuse.checkedOut(ranges);
+    this.log(`${this.reuse.sources.linked.size} file(s) of the tree linked from earlier layers`);
     const requirements = await this.step("requirements", () => requirementsFile(spec, source, this.work));
     return { toolchain, requirements };
   }
@@ -301,7 +331,7 @@ class Build {
         linked: this.reuse.linked(),
       }),
     );
-    this.reuse.remember(key, r.manifest);
+    await this.reuse.remember(key, r.manifest, this.trees.testbed);
     const cache = this.opts.cache;
     if (cache) await this.step("layer image", () => cache.prepareImage(key));
   }
@@ -327,7 +357,7 @@ class Build {
   async cleanup(): Promise<void> {
     await this.sandbox?.close();
     await this.releaseBase?.();
-    rmSync(this.work, { recursive: true, force: true });
+    discard(this.work, this.trash);
   }
 }
 
@@ -335,13 +365,30 @@ const ACTIVATE = `. ${VENV_PATH}/bin/activate && cd ${TESTBED_PATH}`;
 const compileVenv = `python -m compileall -q -j 0 ${VENV_PATH} >/dev/null 2>&1`;
 const PACK_DIR = join(".git", "objects", "pack");
 
-/** chown -R without following symlinks (the trees' contents came from a sandbox), `except` that directory. */
+/**
+ * chown -R without following symlinks (the trees' contents came from a sandbox), `except` that directory and every
+ * file with more than one link (before the sandbox runs, those are the store's objects: `build-reuse.ts`).
+ */
 async function chownTree(dirs: string[], ids: { uid: number; gid: number }, except?: string): Promise<void> {
   if (!except) {
     await runOk("chown", ["-R", "-h", `${ids.uid}:${ids.gid}`, "--", ...dirs]);
     return;
   }
-  const prune = ["(", "-path", except, "-prune", ")", "-o", "-exec", "chown", "-h", `${ids.uid}:${ids.gid}`];
+  const links = ["(", "-type", "f", "-links", "+1", ")"];
+  const prune = [
+    "(",
+    "-path",
+    except,
+    "-prune",
+    ")",
+    "-o",
+    ...links,
+    "-o",
+    "-exec",
+    "chown",
+    "-h",
+    `${ids.uid}:${ids.gid}`,
+  ];
   await runOk("find", [...dirs, ...prune, "{}", "+"]);
 }
 

@@ -9,7 +9,8 @@ import { copyFileSync, mkdirSync, readFileSync, renameSync, writeFileSync } from
 import { join } from "node:path";
 import { homeLayout } from "../util/home.js";
 import { hasObjectSync } from "./store/objects.js";
-import { linkObject, objectPath, type LayerManifest, type ObjectId, type Store } from "./store/index.js";
+import { linkObject, objectPath, type LayerManifest, type LinkedObject, type ObjectId } from "./store/index.js";
+import type { Store } from "./store/index.js";
 import type { PackRange, PackSource } from "./repos.js";
 
 /** Where a range's pack files are in the store: by file suffix (`pack`, `idx`, `rev`). */
@@ -19,11 +20,13 @@ interface RangeRecord {
 }
 
 const PACK_DIR = ".git/objects/pack";
+/** git writes its packs and their indexes read-only. */
+const PACK_MODE = 0o444;
 
 export class HistoryPacks implements PackSource {
   private readonly dir: string;
   /** The files placed as hard links to objects, by `testbed/<path>` (for the ingest: `IngestOptions.linked`). */
-  readonly linked = new Map<string, ObjectId>();
+  readonly linked = new Map<string, LinkedObject>();
 
   /** `link`: hard links are safe (the build's writer is another user than the store's owner); else copies. */
   constructor(
@@ -59,7 +62,7 @@ export class HistoryPacks implements PackSource {
     for (const [ext, f] of files) {
       const dest = join(packDir, `${rec.name}.${ext}`);
       if (this.link && linkObject(this.store, f.object, dest))
-        this.linked.set(`testbed/${PACK_DIR}/${rec.name}.${ext}`, f.object);
+        this.linked.set(`testbed/${PACK_DIR}/${rec.name}.${ext}`, { object: f.object, mode: PACK_MODE });
       else copyFileSync(objectPath(this.store, f.object), dest);
     }
     return rec.name;

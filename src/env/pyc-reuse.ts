@@ -11,9 +11,12 @@ import { renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { homeLayout } from "../util/home.js";
 import { objectIdFor } from "./store/layout.js";
-import { linkObject, objectPath, readManifest, type ObjectId, type Store } from "./store/index.js";
+import { linkObject, objectPath, readManifest, type LinkedObject, type ObjectId } from "./store/index.js";
+import type { Store } from "./store/index.js";
 import type { LayerKey } from "./types.js";
 
+/** What compileall writes in the build sandbox (umask 022): a reused `.pyc` is recorded as one it wrote. */
+const PYC_MODE = 0o644;
 /** Layers of one repository and interpreter whose bytecode is offered to the next build. */
 const LAYERS_KEPT = 4;
 
@@ -35,7 +38,7 @@ export class PycReuse {
   /** `a/__pycache__/b.cpython-39.pyc` (or `.opt-1.pyc`) → `a/b.py`, for this interpreter's tag only. */
   private readonly pycName: RegExp;
   /** The `.pyc` files placed as hard links to objects, by `testbed/<path>` (`IngestOptions.linked`). */
-  readonly linked = new Map<string, ObjectId>();
+  readonly linked = new Map<string, LinkedObject>();
 
   /** `link`: hard links are safe (the build's writer is another user than the store's owner); else copies. */
   constructor(
@@ -109,7 +112,8 @@ export class PycReuse {
           chownSync(dir, owner.uid, owner.gid);
         }
         if (existsSync(dest)) continue;
-        if (this.link && linkObject(this.store, pyc.object, dest)) this.linked.set(`testbed/${pyc.rel}`, pyc.object);
+        if (this.link && linkObject(this.store, pyc.object, dest))
+          this.linked.set(`testbed/${pyc.rel}`, { object: pyc.object, mode: PYC_MODE });
         else copyFileSync(objectPath(this.store, pyc.object), dest);
         placed++;
       }

@@ -3,6 +3,7 @@ import { dirname, join } from "node:path";
 import { run, runOk } from "../util/run.js";
 import { InvalidInputError, NotFoundError } from "../errors.js";
 import type { HistoryPolicy } from "./types.js";
+import { CONVERSION_ATTRIBUTES, indexEntries, plainPaths, type IndexEntry } from "./source-links.js";
 
 /**
  * Where a repository's history comes from: `--repos DIR` (local clones or bare mirrors at DIR/<owner>/<name>[.git]),
@@ -47,7 +48,13 @@ export async function checkoutTestbed(
   source: string,
   commit: string,
   dest: string,
-  opts: { history?: HistoryPolicy; looseObjects?: boolean; step?: StepTimer; packs?: PackSource } = {},
+  opts: {
+    history?: HistoryPolicy;
+    looseObjects?: boolean;
+    step?: StepTimer;
+    packs?: PackSource;
+    sources?: FileSource;
+  } = {},
 ): Promise<PackRange[]> {
   const step = opts.step ?? ((_name, fn) => fn());
   const resolved = (
@@ -74,12 +81,37 @@ export async function checkoutTestbed(
     });
     await step("checkout", async () => {
       await git("-c", "core.logAllRefUpdates=false", "update-ref", "--no-deref", "HEAD", resolved);
-      await git("read-tree", "-u", "--reset", "HEAD");
+      if (opts.sources && !opts.looseObjects) await checkoutWith(opts.sources, dest, git);
+      else await git("read-tree", "-u", "--reset", "HEAD");
       for (const f of ["logs", "ORIG_HEAD", "FETCH_HEAD", "description"]) rmSync(join(dest, ".git", f), FORCE);
       await configure(git);
     });
   }
   return ranges;
+}
+
+/**
+ * HEAD's tree into the work tree: the files `sources` links (`source-links.ts`: the very bytes of their blobs, where
+ * git converts nothing), git writing the rest. The linked ones get their index stat data at the build's refresh.
+ */
+async function checkoutWith(
+  sources: FileSource,
+  dest: string,
+  git: (...args: string[]) => Promise<string>,
+): Promise<void> {
+  await git("read-tree", "HEAD");
+  const entries = indexEntries(await git("ls-files", "-s", "-z"));
+  const eol = await git("config", "--get-regexp", "^core\\.(autocrlf|eol)$").catch(() => "");
+  const converts = /^core\.autocrlf (true|yes|on|1)$|^core\.eol crlf$/im.test(eol);
+  const input = (paths: string[]) => paths.map((p) => `${p}\0`).join("");
+  const attrs = ["-C", dest, "check-attr", "-z", "--cached", "--stdin", ...CONVERSION_ATTRIBUTES];
+  const paths = entries.map((e) => e.path);
+  const plain = converts
+    ? new Set<string>()
+    : plainPaths(await runOk("git", attrs, { ...GIT_ENV, input: input(paths) }));
+  const placed = sources.place(dest, entries, (p) => plain.has(p));
+  const rest = paths.filter((p) => !placed.has(p));
+  await runOk("git", ["-C", dest, "checkout-index", "-u", "-z", "--stdin"], { ...GIT_ENV, input: input(rest) });
 }
 
 /**
@@ -104,6 +136,11 @@ export interface PackRange {
 /** Packs written before, by range (`history-packs.ts`): placed into `packDir`, or undefined when there is none. */
 export interface PackSource {
   place(range: PackRange, packDir: string): string | undefined;
+}
+
+/** Files of a commit's tree taken from earlier layers (`source-links.ts`): the paths placed. */
+export interface FileSource {
+  place(testbed: string, entries: readonly IndexEntry[], plain: (path: string) => boolean): Set<string>;
 }
 
 /** Times one named part of a longer job (a build's steps). */

@@ -30,7 +30,7 @@ export {
   type TreeManifest,
 } from "./manifest.js";
 export { decodeName, encodeName, type EncodedName } from "./names.js";
-export { ingestLayer, normalizeMtimes, type IngestOptions, type IngestResult } from "./ingest.js";
+export { ingestLayer, normalizeMtimes, type IngestOptions, type IngestResult, type LinkedObject } from "./ingest.js";
 export { isObjectInode, linkObject } from "./objects.js";
 export { materializeLayer, type MaterializeOptions, type MaterializeResult } from "./materialize.js";
 export { exportPack, importPack, type ExportResult, type ImportResult } from "./pack.js";

@@ -24,9 +24,16 @@ export interface IngestOptions {
   concurrency?: number;
   /**
    * Files the caller made hard links to objects (`linkObject`), by `<tree>/<path>`: one whose inode is still that
-   * object's is recorded without being read. Anything else under that name is hashed like any file.
+   * object's is recorded without being read, with the mode given (the one the file would have had if the build had
+   * written it: an object's own mode is read-only). Anything else under that name is hashed like any file.
    */
-  linked?: ReadonlyMap<string, ObjectId>;
+  linked?: ReadonlyMap<string, LinkedObject>;
+}
+
+/** A file that is a hard link to an object, and the mode to record for it. */
+export interface LinkedObject {
+  object: ObjectId;
+  mode: number;
 }
 
 export interface IngestResult {
@@ -63,7 +70,7 @@ export async function ingestLayer(
   // Shared lock: gc (exclusive) must not delete objects we rely on before our manifest exists.
   const lock = await lockFile(store.lockPath, { shared: true });
   try {
-    const linked = { store, ids: opts.linked ?? new Map<string, ObjectId>(), count: 0 };
+    const linked = { store, ids: opts.linked ?? new Map<string, LinkedObject>(), count: 0 };
     const { manifestTrees, pending, warnings } = await walkTrees(trees, names, linked);
     const added = await storeObjects(store, pending, opts.concurrency ?? 4);
     const manifest: LayerManifest = {
@@ -172,17 +179,17 @@ interface WalkState {
 /** The caller's hard links to objects, and how many of them were taken as they are. */
 interface LinkedFiles {
   store: Store;
-  ids: ReadonlyMap<string, ObjectId>;
+  ids: ReadonlyMap<string, LinkedObject>;
   count: number;
 }
 
 /** The object a file already is (a hard link the caller made), if it still is. */
-function linkedObject(s: WalkState, rel: Buffer, st: Stats): ObjectId | undefined {
+function linkedObject(s: WalkState, rel: Buffer, st: Stats): LinkedObject | undefined {
   if (s.linked.ids.size === 0) return undefined;
-  const id = s.linked.ids.get(`${s.tree}/${rel.toString()}`);
-  if (id === undefined || !isObjectInode(s.linked.store, id, st)) return undefined;
+  const known = s.linked.ids.get(`${s.tree}/${rel.toString()}`);
+  if (known === undefined || !isObjectInode(s.linked.store, known.object, st)) return undefined;
   s.linked.count++;
-  return id;
+  return known;
 }
 
 /** Bytes of the files of the trees (hard links within a tree once). */
@@ -219,7 +226,8 @@ async function walk(absDir: Buffer, relDir: Buffer, s: WalkState): Promise<void>
       }
       if (st.nlink > 1) s.inodes.set(inode, rel);
       const known = linkedObject(s, rel, st);
-      const entry = { path, type: "file" as const, mode: st.mode & 0o7777, object: known ?? "", size: st.size };
+      const mode = known?.mode ?? st.mode & 0o7777;
+      const entry = { path, type: "file" as const, mode, object: known?.object ?? "", size: st.size };
       s.entries.push(entry);
       if (known === undefined) s.pending.push({ entry, abs });
     } else {
