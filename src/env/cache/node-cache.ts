@@ -391,12 +391,15 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
     } finally {
       await lock.release();
     }
-    if (!event) return;
-    if (this.opts.maxBytes !== undefined) {
-      await this.evict().catch((e: unknown) =>
-        this.emit("warning", `eviction after materializing ${key} failed: ${String(e)}`),
-      );
-    }
+    if (event) await this.evictPastLimit(key);
+  }
+
+  /** After a placement, with a size limit: make room (best effort: a failure is a warning). */
+  private async evictPastLimit(key: LayerKey): Promise<void> {
+    if (this.opts.maxBytes === undefined) return;
+    await this.evict().catch((e: unknown) =>
+      this.emit("warning", `eviction after materializing ${key} failed: ${String(e)}`),
+    );
   }
 
   private async materializeTree(key: LayerKey, tmp: string): Promise<MaterializeEvent> {
@@ -452,6 +455,7 @@ export class NodeCache extends EventEmitter<NodeCacheEvents> {
       return (await this.placed(key, "image")) !== undefined;
     }
     this.emit("materialize", imageEvent(key, r, started));
+    await this.evictPastLimit(key);
     return true;
   }
 
