@@ -18,6 +18,7 @@ import type { LayerKey } from "../types.js";
 import { errCode, InvalidInputError, NotFoundError } from "../../errors.js";
 import { type ErofsDir, type ErofsFile, type ErofsSymlink, erofsImage, MAX_NAME, MAX_SYMLINK } from "./erofs.js";
 import { NORMALIZED_MTIME_SEC, writeFileAtomic } from "./fsutil.js";
+import { lockFile } from "./lock.js";
 import { imageFileAttrs, isLayerKey, manifestPath, objectMode, type ObjectId, type Store } from "./layout.js";
 import { parseManifest, readManifest, type FileEntry, type LayerManifest, type TreeManifest } from "./manifest.js";
 import { GIT_INDEX_MTIME_SEC, imageDirMode, readOnlyDirMode } from "./materialize.js";
@@ -78,9 +79,15 @@ export async function storeLayerImage(store: Store, key: LayerKey): Promise<Stor
   const { path, record } = storedPaths(store, manifestSha256);
   const described = describe(manifest, image);
   const entry: StoredImageRecord = { key, manifestSha256, ...described };
-  await fsp.mkdir(layerImagesDir(store), { recursive: true });
-  await writeFileAtomic(path, image, store.tmpDir, 0o444);
-  await writeFileAtomic(record, `${JSON.stringify(entry)}\n`, store.tmpDir);
+  // Shared, as an ingest's: gc (exclusive) clears tmp/ and drops images without a record, which these writes pass by.
+  const lock = await lockFile(store.lockPath, { shared: true });
+  try {
+    await fsp.mkdir(layerImagesDir(store), { recursive: true });
+    await writeFileAtomic(path, image, store.tmpDir, 0o444);
+    await writeFileAtomic(record, `${JSON.stringify(entry)}\n`, store.tmpDir);
+  } finally {
+    await lock.release();
+  }
   return { ...described, path, written: true, durationMs: performance.now() - started };
 }
 
