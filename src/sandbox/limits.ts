@@ -360,6 +360,23 @@ export async function killCgroup(dir: string, removeDir = true, spareFirst: numb
   if (removeDir) removeCgroupTree(dir);
 }
 
+/**
+ * Wait (bounded) until nothing is charged to a pids group any more: killed processes stay charged until they are
+ * reaped (pid 1 reaps orphans), so a command started right after a killed fork bomb could be refused its forks by
+ * the dead. Not a pids group: nothing to wait for.
+ */
+export async function waitPidsReleased(dir: string, timeoutMs = 2000): Promise<void> {
+  for (const t0 = Date.now(); Date.now() - t0 < timeoutMs; await new Promise((r) => setTimeout(r, 10))) {
+    let charged: number;
+    try {
+      charged = Number(readFileSync(join(dir, "pids.current"), "utf8"));
+    } catch {
+      return;
+    }
+    if (!(charged > 0)) return;
+  }
+}
+
 /** Kill everything in a sandbox's cgroups (thawed first: frozen processes cannot die) and remove them. */
 export async function killSandboxCgroups(groups: SandboxCgroups): Promise<void> {
   thaw(groups.freezer);

@@ -37,6 +37,7 @@ import {
   setCgroupLimits,
   enforcement,
   killCgroup,
+  waitPidsReleased,
   killSandboxCgroups,
   forksRefused,
   oomKills,
@@ -929,7 +930,10 @@ export class Sandbox implements AsyncDisposable {
         reached,
         killTree: async (rootPid) => {
           // With cgroups the whole tree (double forks too) is found; without, the /proc tree of the command.
-          if (group) return killCgroup(group, false, [rootPid]);
+          if (group) {
+            await killCgroup(group, false, [rootPid]);
+            return waitPidsReleased(group);
+          }
           for (const pid of descendants(rootPid)) killQuietly(pid);
           killQuietly(rootPid);
         },
