@@ -90,7 +90,8 @@ test("a killed owner's sandboxes are reaped: cgroups by any home's start, the re
   const groups = ids.flatMap((id) => CONTROLLERS.map((c) => `/sys/fs/cgroup/${c}/minisandbox/${id}`));
   for (const dir of groups) utimesSync(dir, old, old);
   const report = await reapFromNewProcess(other);
-  assert.deepEqual(new Set(mine(report)), new Set(ids));
+  // Removed by this start, or by another test's start meanwhile: either way not by their own home, not started yet.
+  assert.ok(mine(report).length > 0 || cgroupsLeft(ids).length === 0, "past the grace, another home's start reaps");
   assert.deepEqual(report.sandboxes, []);
   assert.deepEqual(cgroupsLeft(ids), []);
   // Their state and scratch are their home's: its next start removes them.
